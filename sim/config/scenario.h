@@ -1,0 +1,55 @@
+#pragma once
+// The scenario file: which model, which cluster, how many GPUs, the parallel layout and the
+// training settings. load_scenario() resolves model and cluster references, checks every key and
+// rejects impossible layouts with an InputError naming the file and JSON path.
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "network/cluster.h"
+#include "workload/model.h"
+#include "workload/ops.h"
+
+namespace trainsim::config {
+
+enum class Recompute : std::uint8_t { none, selective, full };
+enum class Schedule : std::uint8_t { one_f_one_b };
+
+struct ParallelSpec {
+  std::int64_t tp = 1;
+  std::int64_t pp = 1;
+  std::int64_t cp = 1;
+  std::int64_t dp = 1;               // derived: gpus / (tp * pp * cp)
+  bool sequence_parallel = false;
+  Schedule schedule = Schedule::one_f_one_b;
+  std::int64_t virtual_stages = 1;
+  std::int64_t zero = 0;             // 0: plain DP all-reduce; 1: distributed optimizer
+};
+
+struct TrainingSpec {
+  std::int64_t micro_batch = 1;
+  std::int64_t global_batch = 1;
+  std::int64_t seq_len = 2048;
+  Recompute recompute = Recompute::none;
+  workload::AttentionImpl attention = workload::AttentionImpl::flash;
+  std::int64_t num_micro_batches = 1;  // derived: global_batch / (micro_batch * dp), per pipeline
+};
+
+struct Scenario {
+  std::string file;
+  workload::ModelSpec model;
+  network::ClusterSpec cluster;
+  std::int64_t gpus = 0;
+  ParallelSpec parallel;
+  TrainingSpec training;
+};
+
+// Where named models and topologies live: <data_dir>/models/NAME.json, <data_dir>/topologies/NAME.json.
+// Defaults to the source tree the binary was built from; TRAINSIM_DATA_DIR overrides it.
+std::filesystem::path default_data_dir();
+
+Scenario load_scenario(const std::string& file, const std::filesystem::path& data_dir);
+Scenario parse_scenario(const util::JsonNode& root, const std::filesystem::path& data_dir);
+
+}  // namespace trainsim::config

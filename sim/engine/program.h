@@ -1,0 +1,108 @@
+#pragma once
+// What ranks execute: a Program is, per stream, an in-order list of tasks with dependencies on
+// other streams of the same rank. Ranks that run the same code share one Program and differ only
+// in their Binding (which process groups and peers their slots mean), so memory grows with the
+// number of distinct programs, not with the number of ranks.
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/time.h"
+
+namespace trainsim::engine {
+
+inline constexpr int kMaxStreams = 6;
+inline constexpr int kMaxSlots = 4;          // group slots and peer slots per rank
+inline constexpr int kMaxMemCategories = 8;
+inline constexpr int kMaxBuckets = 8;        // time accounting classes (see Executor)
+inline constexpr std::uint32_t kNone = UINT32_MAX;
+
+enum class TaskKind : std::uint8_t {
+  compute,     // occupies its stream for `duration`
+  collective,  // starts when every member of the slot's group has reached it; the CommModel times it
+  send,        // eager point-to-point message to the slot's peer; the CommModel times it
+  recv,        // completes once the next message from the slot's peer has arrived
+};
+
+// Satisfied once stream `stream` of the same rank has completed the task at `position`.
+struct Dep {
+  std::uint8_t stream = 0;
+  std::uint32_t position = 0;
+};
+
+struct Task {
+  Time duration;                      // compute only
+  std::int64_t bytes = 0;             // collective/send payload (nccl-tests size convention)
+  std::int64_t mem_alloc_bytes = 0;   // allocated when the task starts
+  std::int64_t mem_free_bytes = 0;    // freed when the task ends
+  std::uint32_t label = 0;            // index into Program::labels()
+  std::uint32_t dep_begin = 0;
+  std::uint16_t dep_count = 0;
+  std::uint16_t op = 0;               // collective: op code, opaque to the engine
+  std::uint8_t stream = 0;
+  TaskKind kind = TaskKind::compute;
+  std::uint8_t slot = 0;              // collective: group slot; send/recv: peer slot
+  std::uint8_t mem_category = 0;
+};
+
+class Program {
+ public:
+  // Appends `task` to the end of its stream with the given dependencies; returns where it landed.
+  Dep add(Task task, std::span<const Dep> deps = {});
+  Dep add(Task task, std::initializer_list<Dep> deps) { return add(task, std::span<const Dep>(deps.begin(), deps.size())); }
+  // Interns an op name; tasks refer to it by index.
+  std::uint32_t label(std::string_view name);
+
+  std::span<const Task> stream(int s) const { return streams_[static_cast<std::size_t>(s)]; }
+  std::span<const Dep> deps(const Task& t) const { return {deps_.data() + t.dep_begin, t.dep_count}; }
+  const std::string& label_name(std::uint32_t id) const { return labels_[id]; }
+  std::size_t task_count() const;
+
+  // Memory held from time zero (weights, gradients, optimizer states), by category.
+  std::array<std::int64_t, kMaxMemCategories> initial_mem_bytes{};
+
+ private:
+  std::array<std::vector<Task>, kMaxStreams> streams_;
+  std::vector<Dep> deps_;
+  std::vector<std::string> labels_;
+  std::unordered_map<std::string, std::uint32_t> label_ids_;
+};
+
+// Process groups as compressed member lists: nothing is quadratic in the number of ranks.
+class GroupTable {
+ public:
+  // `kind` names the group family ("tp", "dp", ...), used in messages.
+  std::uint32_t add(std::span<const std::uint32_t> ranks, std::uint32_t kind);
+  std::uint32_t kind_id(std::string_view name);
+
+  std::size_t size() const { return offsets_.size() - 1; }
+  std::span<const std::uint32_t> members(std::uint32_t g) const {
+    return {members_.data() + offsets_[g], offsets_[g + 1] - offsets_[g]};
+  }
+  const std::string& kind_name(std::uint32_t g) const { return kind_names_[kinds_[g]]; }
+  // Index of the group among groups of the same kind (for names like dp#3).
+  std::uint32_t index_in_kind(std::uint32_t g) const { return index_in_kind_[g]; }
+
+ private:
+  std::vector<std::uint32_t> offsets_{0};
+  std::vector<std::uint32_t> members_;
+  std::vector<std::uint32_t> kinds_;
+  std::vector<std::uint32_t> index_in_kind_;
+  std::vector<std::uint32_t> kind_counts_;
+  std::vector<std::string> kind_names_;
+};
+
+// What one rank runs and what its slots refer to.
+struct Binding {
+  std::uint32_t program = 0;
+  std::array<std::uint32_t, kMaxSlots> group{kNone, kNone, kNone, kNone};
+  std::array<std::uint32_t, kMaxSlots> peer{kNone, kNone, kNone, kNone};
+};
+
+}  // namespace trainsim::engine

@@ -1,0 +1,31 @@
+#pragma once
+// The GPU catalog (datasheet figures) and the parameters of the compute model for each GPU.
+// Every number carries its source in gpu_catalog.cc.
+
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace trainsim::hardware {
+
+struct GpuSpec {
+  std::string id;                 // a100-sxm-40gb, a100-sxm-80gb, h100-sxm, h200-sxm, b200, gb200
+  std::string name;
+  double bf16_flops = 0;          // dense peak FLOP/s
+  double fp8_flops = 0;           // dense peak FLOP/s; 0 if the GPU has no FP8
+  double hbm_bytes = 0;           // capacity
+  double hbm_Bps = 0;             // peak bandwidth
+  double nvlink_Bps = 0;          // per direction
+  // Compute-model parameters (see compute_model.h for how each is used).
+  double gemm_efficiency = 0;     // ceiling for large GEMMs, fraction of bf16_flops
+  double gemm_overhead_s = 0;     // fixed cost per GEMM beyond launch
+  double attention_efficiency = 0;  // fused attention, fraction of bf16_flops at long sequences
+  double hbm_efficiency = 0;      // achieved fraction of hbm_Bps for streaming kernels
+  double launch_s = 0;            // per-kernel launch overhead
+};
+
+std::span<const GpuSpec> gpu_catalog();
+// nullptr when unknown.
+const GpuSpec* find_gpu(std::string_view id);
+
+}  // namespace trainsim::hardware

@@ -1,0 +1,30 @@
+#pragma once
+// The fast network model: every collective takes latency + S * factor / busbw, NCCL-like. Inside one
+// node a ring over NVLink/NVSwitch; across nodes a hierarchical ring whose bottleneck is the NICs
+// the group's ranks use (ranks per node x per-NIC bandwidth, capped by NVLink). Point-to-point
+// messages take latency + bytes / bandwidth of the path (NVLink or one NIC). Links are not shared:
+// concurrent messages do not slow each other (the flow model does that).
+
+#include <cstdint>
+#include <span>
+
+#include "engine/comm_model.h"
+#include "network/cluster.h"
+#include "network/collective.h"
+
+namespace trainsim::network {
+
+class AnalyticalNetwork final : public engine::CommModel {
+ public:
+  explicit AnalyticalNetwork(const ClusterSpec& cluster) : cluster_(cluster) {}
+
+  void start(const engine::CommRequest& req, engine::Simulation& sim, engine::Callback done) override;
+
+  double collective_time_s(CollectiveOp op, std::int64_t bytes, std::span<const std::uint32_t> ranks) const;
+  double p2p_time_s(std::uint32_t src, std::uint32_t dst, std::int64_t bytes) const;
+
+ private:
+  ClusterSpec cluster_;
+};
+
+}  // namespace trainsim::network

@@ -1,0 +1,37 @@
+#pragma once
+// A cluster as the analytical network sees it: identical nodes of `gpus_per_node` GPUs joined by
+// NVLink/NVSwitch, each node with NICs into a non-blocking fabric. A topology file
+// (topologies/*.json) describes one node and its fabric; the scenario's GPU count sets the size.
+
+#include <cstdint>
+#include <string>
+
+#include "hardware/gpu.h"
+#include "util/json_node.h"
+
+namespace trainsim::network {
+
+struct ClusterSpec {
+  std::string name;
+  hardware::GpuSpec gpu;
+  std::int64_t gpus_per_node = 8;  // NVLink domain size (72 for an NVL72 rack)
+  struct NvLink {
+    double allreduce_busbw_Bps = 0;  // achieved all-reduce bus bandwidth inside a node (NVLS where NCCL uses it)
+    double busbw_Bps = 0;            // achieved ring bus bandwidth (all-gather, reduce-scatter, ring all-reduce)
+    double p2p_Bps = 0;              // achieved point-to-point bandwidth between two GPUs
+    double latency_s = 0;            // per ring step
+  } nvlink;
+  struct Nic {
+    std::int64_t per_node = 8;
+    double busbw_Bps = 0;            // achieved NCCL bandwidth of one NIC
+    double latency_s = 0;            // per inter-node ring step
+  } nic;
+  double collective_base_latency_s = 0;  // fixed NCCL launch/setup latency per collective
+
+  std::int64_t node_of(std::uint32_t rank) const { return static_cast<std::int64_t>(rank) / gpus_per_node; }
+};
+
+// Reads a topology object (see topologies/README.md for the keys); unknown keys are errors.
+ClusterSpec parse_cluster(const util::JsonNode& node);
+
+}  // namespace trainsim::network

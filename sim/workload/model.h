@@ -1,0 +1,46 @@
+#pragma once
+// A dense decoder-only transformer as the simulator sees it, and the two file formats it is read
+// from: trainsim's own model JSON (models/*.json, or inline in a scenario) and a Hugging Face
+// config.json (Llama, Mistral, Qwen2 and GPT-2 key names).
+
+#include <cstdint>
+#include <string>
+
+#include "util/json_node.h"
+
+namespace trainsim::workload {
+
+enum class MlpKind : std::uint8_t { gelu, swiglu };
+
+struct ModelSpec {
+  std::string name;
+  std::int64_t layers = 0;
+  std::int64_t hidden = 0;
+  std::int64_t heads = 0;
+  std::int64_t kv_heads = 0;
+  std::int64_t head_dim = 0;      // hidden / heads unless the model says otherwise
+  std::int64_t ffn_hidden = 0;
+  std::int64_t vocab = 0;
+  MlpKind mlp = MlpKind::gelu;
+  bool tied_embeddings = false;
+  double dropout = 0.0;           // hidden and attention dropout probability; 0 = no dropout kernels
+
+  // Parameter counts (embedding = vocab * hidden; the output layer adds another unless tied).
+  std::int64_t params_per_layer() const;
+  std::int64_t embedding_params() const;
+  std::int64_t total_params() const;
+};
+
+// trainsim's format: name, layers, hidden, heads, kv_heads, ffn_hidden, vocab, mlp ("gelu" or
+// "swiglu"); optional tied_embeddings, head_dim, dropout. Unknown keys are errors.
+ModelSpec parse_model(const util::JsonNode& node);
+// A Hugging Face config.json (recognised by "model_type" or "architectures").
+ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallback_name);
+// True when the object looks like a Hugging Face config rather than trainsim's format.
+bool is_hf_config(const util::JsonNode& node);
+
+// Model FLOPs of one sequence for one training step (forward + backward, no recompute, full
+// non-causal s^2 attention), as NeMo / Megatron-Bridge count them for "model TFLOP/s" and MFU.
+double model_flops_per_sequence(const ModelSpec& m, std::int64_t seq_len);
+
+}  // namespace trainsim::workload

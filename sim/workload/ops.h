@@ -1,0 +1,89 @@
+#pragma once
+// A transformer layer, the embedding, the output layer with its loss, and the optimizer step as
+// the kernels one tensor-parallel rank runs: each op with its FLOPs, HBM bytes, GEMM or attention
+// shape, and the activation bytes it keeps for backward. Tensor-parallel communication appears as
+// ops of kind tp_comm exactly where Megatron-LM inserts it (all-reduce without sequence
+// parallelism; all-gather / reduce-scatter with it).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "workload/model.h"
+
+namespace trainsim::workload {
+
+enum class OpKind : std::uint8_t {
+  gemm,       // dense matrix multiply: (m x k) * (k x n), `batch` independent copies
+  attention,  // attention core: fused flash kernel, or the score/softmax/context kernels
+  memory,     // memory-bound kernel: norm, activation, dropout, residual add, loss, optimizer...
+  tp_comm,    // tensor-parallel collective over the TP group
+};
+
+enum class Comm : std::uint8_t { none, all_reduce, all_gather, reduce_scatter };
+
+// How the attention core runs: one fused flash kernel (scores never stored), or Megatron's older
+// path (batched GEMMs with the s x s scores materialised, fused scale-mask-softmax, dropout).
+enum class AttentionImpl : std::uint8_t { flash, softmax };
+
+struct GemmShape {
+  std::int64_t m = 0, n = 0, k = 0;
+  std::int64_t batch = 1;
+};
+
+struct AttentionShape {
+  std::int64_t batch_heads = 0;  // micro-batch x heads on this rank
+  std::int64_t seq_q = 0;
+  std::int64_t seq_kv = 0;
+  std::int64_t head_dim = 0;
+  bool causal = true;
+  bool backward = false;
+};
+
+struct Op {
+  std::string name;
+  OpKind kind = OpKind::memory;
+  double flops = 0;              // executed (causal attention counts the half it computes)
+  double bytes = 0;              // HBM bytes read + written
+  std::int32_t kernels = 1;      // kernel launches the op stands for
+  GemmShape gemm;
+  AttentionShape attention;
+  Comm comm = Comm::none;        // tp_comm only
+  std::int64_t comm_bytes = 0;   // tp_comm: full (unsharded) tensor size, nccl-tests convention
+  std::int64_t saved_bytes = 0;  // forward ops: activation bytes kept until the layer's backward
+  bool attention_core = false;   // recomputed by selective recompute
+};
+
+struct LayerConfig {
+  std::int64_t micro_batch = 1;
+  std::int64_t seq_len = 2048;
+  std::int64_t tp = 1;
+  bool sequence_parallel = false;
+  bool causal = true;
+  AttentionImpl attention = AttentionImpl::flash;
+  std::int64_t dtype_bytes = 2;  // activations and weights (bf16)
+};
+
+std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c);
+// Backward of one layer (data and weight gradients), without any recomputation.
+std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c);
+// Bytes of the layer input (what full recompute keeps per layer; divided by tp under SP).
+std::int64_t layer_input_bytes(const ModelSpec& m, const LayerConfig& c);
+
+// First pipeline stage: token + position embedding lookup (vocab-parallel under TP).
+std::vector<Op> embedding_forward(const ModelSpec& m, const LayerConfig& c);
+std::vector<Op> embedding_backward(const ModelSpec& m, const LayerConfig& c);
+// Last pipeline stage: final norm, output projection (vocab-parallel) and cross-entropy loss.
+std::vector<Op> head_forward(const ModelSpec& m, const LayerConfig& c);
+std::vector<Op> head_backward(const ModelSpec& m, const LayerConfig& c);
+
+// Adam step over `params` parameters held by this rank: fp32 master weights, two moments, the
+// fp32 gradient, and the bf16 copy written back.
+Op optimizer_step(std::int64_t params);
+
+// Parameters one TP rank holds for one layer / the embedding / the output layer.
+std::int64_t layer_params_per_rank(const ModelSpec& m, std::int64_t tp);
+std::int64_t embedding_params_per_rank(const ModelSpec& m, std::int64_t tp);
+std::int64_t head_params_per_rank(const ModelSpec& m, std::int64_t tp);
+
+}  // namespace trainsim::workload
