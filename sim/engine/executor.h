@@ -82,7 +82,7 @@ class Executor {
   bool try_start(std::uint32_t rank, int stream);
   void set_busy(std::uint32_t rank, std::uint8_t busy);
   void begin(std::uint32_t rank, int stream, const Task& task);
-  void finish(std::uint32_t rank, int stream);
+  void finish(std::uint32_t rank, int stream, bool then_pump = true);
   void arrive(std::uint32_t rank, int stream, const Task& task);
   void finish_collective(std::uint32_t group);
   void deliver(std::uint32_t from, std::uint32_t to);

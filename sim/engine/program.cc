@@ -1,1 +1,56 @@
-// placeholder
+#include "engine/program.h"
+
+#include "util/error.h"
+
+namespace trainsim::engine {
+
+Dep Program::add(Task task, std::span<const Dep> deps) {
+  TRAINSIM_ASSERT(task.stream < kMaxStreams);
+  TRAINSIM_ASSERT(task.slot < kMaxSlots);
+  TRAINSIM_ASSERT(task.mem_category < kMaxMemCategories);
+  TRAINSIM_ASSERT(deps.size() <= UINT16_MAX);
+  task.dep_begin = static_cast<std::uint32_t>(deps_.size());
+  task.dep_count = static_cast<std::uint16_t>(deps.size());
+  for (const Dep& d : deps) {
+    TRAINSIM_ASSERT(d.stream < kMaxStreams);
+    TRAINSIM_ASSERT(d.position < streams_[d.stream].size() || d.stream == task.stream);
+    deps_.push_back(d);
+  }
+  auto& stream = streams_[task.stream];
+  stream.push_back(task);
+  return Dep{task.stream, static_cast<std::uint32_t>(stream.size() - 1)};
+}
+
+std::uint32_t Program::label(std::string_view name) {
+  auto it = label_ids_.find(std::string(name));
+  if (it != label_ids_.end()) return it->second;
+  auto id = static_cast<std::uint32_t>(labels_.size());
+  labels_.emplace_back(name);
+  label_ids_.emplace(std::string(name), id);
+  return id;
+}
+
+std::size_t Program::task_count() const {
+  std::size_t n = 0;
+  for (const auto& s : streams_) n += s.size();
+  return n;
+}
+
+std::uint32_t GroupTable::kind_id(std::string_view name) {
+  for (std::size_t i = 0; i < kind_names_.size(); ++i)
+    if (kind_names_[i] == name) return static_cast<std::uint32_t>(i);
+  kind_names_.emplace_back(name);
+  kind_counts_.push_back(0);
+  return static_cast<std::uint32_t>(kind_names_.size() - 1);
+}
+
+std::uint32_t GroupTable::add(std::span<const std::uint32_t> ranks, std::uint32_t kind) {
+  TRAINSIM_ASSERT(kind < kind_names_.size());
+  members_.insert(members_.end(), ranks.begin(), ranks.end());
+  offsets_.push_back(static_cast<std::uint32_t>(members_.size()));
+  kinds_.push_back(kind);
+  index_in_kind_.push_back(kind_counts_[kind]++);
+  return static_cast<std::uint32_t>(kinds_.size() - 1);
+}
+
+}  // namespace trainsim::engine

@@ -124,19 +124,13 @@ nlohmann::json read_json_file(const std::string& file) {
   std::stringstream buffer;
   buffer << in.rdbuf();
   std::string text = buffer.str();
-  nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) {
-    // Re-parse with exceptions to get the position of the first error.
-    try {
-      (void)nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
-      std::string what = e.what();
-      auto pos = what.find("parse error");
-      throw InputError(file, "", "malformed JSON: " + (pos == std::string::npos ? what : what.substr(pos)));
-    }
-    throw InputError(file, "", "malformed JSON");
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    std::string what = e.what();
+    auto pos = what.find("parse error");
+    throw InputError(file, "", "malformed JSON: " + (pos == std::string::npos ? what : what.substr(pos)));
   }
-  return doc;
 }
 
 }  // namespace trainsim::util
