@@ -1,1 +1,75 @@
-int main() { return 0; }
+// The trainsim command. Only this file prints errors and chooses exit codes:
+//   0 success, 2 bad input (one line naming file, JSON path and problem), 3 the simulation could
+//   not finish (deadlock report), 1 anything else.
+
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "config/scenario.h"
+#include "engine/executor.h"
+#include "parallel/step_runner.h"
+#include "report/summary.h"
+#include "util/error.h"
+
+namespace {
+
+int run_command(const std::string& scenario_file, bool json) {
+  using namespace trainsim;
+  const auto scenario = config::load_scenario(scenario_file, config::default_data_dir());
+  spdlog::info("simulating {} ranks", scenario.gpus);
+  const auto result = parallel::simulate_step(scenario);
+  spdlog::info("{} tasks in {} programs, {} events", result.tasks, scenario.parallel.pp, result.events);
+  if (json)
+    fmt::print("{}\n", report::to_json(scenario, result).dump(2));
+  else
+    fmt::print("{}", report::to_text(scenario, result));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "trainsim predicts how a transformer training step runs on a GPU cluster: step time, throughput, MFU,\n"
+      "pipeline bubbles, exposed communication and per-GPU memory, for a DP/TP/PP/SP layout."};
+  app.set_version_flag("--version", "trainsim 0.1.0");
+  app.require_subcommand(1);
+  bool verbose = false;
+  app.add_flag("-v,--verbose", verbose, "Log progress to stderr");
+
+  std::string scenario_file;
+  bool json = false;
+  CLI::App* run = app.add_subcommand("run", "Simulate one training step of a scenario and print the prediction");
+  run->add_option("scenario", scenario_file, "Scenario JSON file (see configs/README.md for the keys)")->required();
+  run->add_flag("--json", json, "Print one JSON object instead of the human summary");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  auto logger = spdlog::stderr_color_mt("trainsim");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("trainsim: %v");
+  spdlog::set_level(verbose ? spdlog::level::info : spdlog::level::warn);
+
+  try {
+    if (run->parsed()) return run_command(scenario_file, json);
+  } catch (const trainsim::util::InputError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  } catch (const trainsim::engine::RunError& e) {
+    std::fprintf(stderr, "trainsim: simulation failed: %s\n", e.what());
+    return 3;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "trainsim: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,1 +1,237 @@
-// placeholder
+#include "config/scenario.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <system_error>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "util/error.h"
+
+#ifndef TRAINSIM_SOURCE_DIR
+#error "TRAINSIM_SOURCE_DIR must be defined by the build (sim/config/CMakeLists.txt)"
+#endif
+
+namespace trainsim::config {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Values a key accepts: those trainsim simulates, and those it knows but does not simulate yet.
+struct Choices {
+  std::vector<std::string_view> supported;
+  std::vector<std::string_view> not_yet;
+};
+
+std::string join(const std::vector<std::string_view>& names) {
+  std::string out;
+  for (std::string_view n : names) out += (out.empty() ? "" : ", ") + std::string(n);
+  return out;
+}
+
+// Returns the index of the value in `choices.supported`; fails on anything else.
+std::size_t parse_choice(const util::JsonNode& node, const Choices& choices) {
+  const std::string value = node.as_string();
+  for (std::size_t i = 0; i < choices.supported.size(); ++i) {
+    if (choices.supported[i] == value) return i;
+  }
+  if (std::find(choices.not_yet.begin(), choices.not_yet.end(), value) != choices.not_yet.end()) {
+    node.fail(fmt::format("\"{}\" is not supported yet (supported: {})", value, join(choices.supported)));
+  }
+  std::vector<std::string_view> all = choices.supported;
+  all.insert(all.end(), choices.not_yet.begin(), choices.not_yet.end());
+  node.fail(fmt::format("unknown value \"{}\" (expected one of: {})", value, join(all)));
+}
+
+bool exists_file(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
+// Names of the *.json files in `dir`, sorted, for "unknown name" messages.
+std::string known_names(const fs::path& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().extension() == ".json" && exists_file(it->path())) names.push_back(it->path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out.empty() ? std::string("none") : out;
+}
+
+// Finds the file a `model` / `cluster` string names: <data_dir>/<subdir>/NAME.json, else a path
+// (absolute, relative to the scenario's directory, relative to the working directory).
+fs::path resolve_reference(const util::JsonNode& node, const fs::path& data_dir, std::string_view subdir,
+                           const fs::path& scenario_dir) {
+  const std::string ref = node.as_string();
+  if (ref.empty()) node.fail("expected a name or a path, got an empty string");
+  const fs::path named = data_dir / subdir / (ref + ".json");
+  if (ref.find('/') == std::string::npos && exists_file(named)) return named;
+  const fs::path as_path(ref);
+  if (as_path.is_absolute()) {
+    if (exists_file(as_path)) return as_path;
+  } else {
+    if (!scenario_dir.empty() && exists_file(scenario_dir / as_path)) return scenario_dir / as_path;
+    if (exists_file(as_path)) return as_path;
+  }
+  node.fail(fmt::format("\"{}\" is neither a file in {} (known: {}) nor a path to a file", ref,
+                        (data_dir / subdir).string(), known_names(data_dir / subdir)));
+}
+
+// Calls `parse` on the object `node` holds inline, or on the file it names; errors inside a
+// referenced file name that file.
+template <typename Parse>
+auto parse_reference(const util::JsonNode& node, const fs::path& data_dir, std::string_view subdir,
+                     const fs::path& scenario_dir, Parse parse) {
+  if (node.is_object()) return parse(node, std::string(node.path()));
+  if (!node.is_string()) node.fail("expected a name, a path or an object");
+  const fs::path file = resolve_reference(node, data_dir, subdir, scenario_dir);
+  const nlohmann::json doc = util::read_json_file(file.string());
+  const util::JsonNode root(doc, file.string());
+  root.expect_object();
+  return parse(root, file.stem().string());
+}
+
+workload::ModelSpec parse_model_any(const util::JsonNode& node, const std::string& fallback_name) {
+  if (workload::is_hf_config(node)) return workload::parse_hf_config(node, fallback_name);
+  return workload::parse_model(node);
+}
+
+ParallelSpec parse_parallel(const util::JsonNode& node) {
+  node.reject_unknown({"tp", "pp", "cp", "sequence_parallel", "schedule", "virtual_stages", "zero"});
+  ParallelSpec p;
+  if (auto v = node.find("tp")) p.tp = v->as_positive_int();
+  if (auto v = node.find("pp")) p.pp = v->as_positive_int();
+  if (auto v = node.find("cp")) {
+    p.cp = v->as_positive_int();
+    if (p.cp > 1) v->fail(fmt::format("context parallelism (cp = {}) is not supported yet; use 1", p.cp));
+  }
+  if (auto v = node.find("sequence_parallel")) p.sequence_parallel = v->as_bool();
+  if (auto v = node.find("schedule")) {
+    (void)parse_choice(*v, Choices{{"1f1b"}, {"gpipe", "interleaved", "zb-h1"}});
+    p.schedule = Schedule::one_f_one_b;
+  }
+  if (auto v = node.find("virtual_stages")) {
+    p.virtual_stages = v->as_positive_int();
+    if (p.virtual_stages > 1) {
+      v->fail(fmt::format("virtual pipeline stages ({}) are not supported yet; use 1", p.virtual_stages));
+    }
+  }
+  if (auto v = node.find("zero")) {
+    p.zero = v->as_nonnegative_int();
+    if (p.zero == 2 || p.zero == 3) v->fail(fmt::format("ZeRO stage {} is not supported yet (supported: 0, 1)", p.zero));
+    if (p.zero > 3) v->fail(fmt::format("must be 0, 1, 2 or 3, got {}", p.zero));
+  }
+  return p;
+}
+
+TrainingSpec parse_training(const util::JsonNode& node) {
+  node.reject_unknown({"micro_batch", "global_batch", "seq_len", "recompute", "precision", "attention"});
+  TrainingSpec t;
+  if (auto v = node.find("micro_batch")) t.micro_batch = v->as_positive_int();
+  t.global_batch = node.at("global_batch").as_positive_int();
+  t.seq_len = node.at("seq_len").as_positive_int();
+  if (auto v = node.find("recompute")) {
+    constexpr std::array<Recompute, 3> kRecompute = {Recompute::none, Recompute::selective, Recompute::full};
+    t.recompute = kRecompute[parse_choice(*v, Choices{{"none", "selective", "full"}, {}})];
+  }
+  if (auto v = node.find("precision")) (void)parse_choice(*v, Choices{{"bf16"}, {"fp8"}});
+  if (auto v = node.find("attention")) {
+    constexpr std::array<workload::AttentionImpl, 2> kAttention = {workload::AttentionImpl::flash,
+                                                                    workload::AttentionImpl::softmax};
+    t.attention = kAttention[parse_choice(*v, Choices{{"flash", "softmax"}, {}})];
+  }
+  return t;
+}
+
+double product(std::int64_t a, std::int64_t b, std::int64_t c = 1) {
+  return static_cast<double>(a) * static_cast<double>(b) * static_cast<double>(c);
+}
+
+// Megatron's layout constraints (ecosystem.md §2.1), checked once everything is parsed.
+void check_layout(const util::JsonNode& root, Scenario& s) {
+  ParallelSpec& p = s.parallel;
+  const workload::ModelSpec& m = s.model;
+  const std::string file = root.file();
+  const std::string parallel_path = util::join_path(root.path(), "parallel");
+  const std::string training_path = util::join_path(root.path(), "training");
+
+  // Divisibility step by step, so absurd sizes cannot overflow a product; products in messages are
+  // printed from doubles for the same reason.
+  if (s.gpus % p.tp != 0 || (s.gpus / p.tp) % p.pp != 0 || (s.gpus / p.tp / p.pp) % p.cp != 0) {
+    throw util::InputError(file, util::join_path(root.path(), "gpus"),
+                           fmt::format("{} is not a multiple of tp*pp*cp = {}*{}*{} = {}", s.gpus, p.tp, p.pp,
+                                       p.cp, product(p.tp, p.pp, p.cp)));
+  }
+  const std::string tp_path = util::join_path(parallel_path, "tp");
+  if (m.heads % p.tp != 0) {
+    throw util::InputError(file, tp_path, fmt::format("{} does not divide heads ({})", p.tp, m.heads));
+  }
+  if (m.kv_heads % p.tp != 0) {
+    throw util::InputError(file, tp_path, fmt::format("{} does not divide kv_heads ({})", p.tp, m.kv_heads));
+  }
+  if (m.ffn_hidden % p.tp != 0) {
+    throw util::InputError(file, tp_path, fmt::format("{} does not divide ffn_hidden ({})", p.tp, m.ffn_hidden));
+  }
+  if (m.layers % p.pp != 0) {
+    throw util::InputError(file, util::join_path(parallel_path, "pp"),
+                           fmt::format("{} does not divide layers ({})", p.pp, m.layers));
+  }
+  p.dp = s.gpus / p.tp / p.pp / p.cp;
+
+  // Megatron switches sequence parallelism off when TP = 1 (arguments.py); so do we, silently.
+  if (p.tp == 1) p.sequence_parallel = false;
+  if (p.sequence_parallel && s.training.seq_len % p.tp != 0) {
+    throw util::InputError(file, util::join_path(training_path, "seq_len"),
+                           fmt::format("{} is not divisible by tp ({}), which sequence_parallel requires",
+                                       s.training.seq_len, p.tp));
+  }
+
+  TrainingSpec& t = s.training;
+  if (t.global_batch % t.micro_batch != 0 || (t.global_batch / t.micro_batch) % p.dp != 0) {
+    throw util::InputError(file, util::join_path(training_path, "global_batch"),
+                           fmt::format("{} is not a multiple of micro_batch*dp = {}*{} = {}", t.global_batch,
+                                       t.micro_batch, p.dp, product(t.micro_batch, p.dp)));
+  }
+  t.num_micro_batches = t.global_batch / t.micro_batch / p.dp;
+}
+
+Scenario parse_scenario_in(const util::JsonNode& root, const fs::path& data_dir, const fs::path& scenario_dir) {
+  root.reject_unknown({"model", "cluster", "gpus", "parallel", "training"});
+  Scenario s;
+  s.file = root.file();
+  s.model = parse_reference(root.at("model"), data_dir, "models", scenario_dir, parse_model_any);
+  s.cluster = parse_reference(root.at("cluster"), data_dir, "topologies", scenario_dir,
+                              [](const util::JsonNode& n, const std::string&) { return network::parse_cluster(n); });
+  s.gpus = root.at("gpus").as_positive_int();
+  if (auto v = root.find("parallel")) s.parallel = parse_parallel(*v);
+  s.training = parse_training(root.at("training"));
+  check_layout(root, s);
+  return s;
+}
+
+}  // namespace
+
+fs::path default_data_dir() {
+  if (const char* env = std::getenv("TRAINSIM_DATA_DIR"); env != nullptr && *env != '\0') return fs::path(env);
+  return fs::path(TRAINSIM_SOURCE_DIR);
+}
+
+Scenario load_scenario(const std::string& file, const fs::path& data_dir) {
+  const nlohmann::json doc = util::read_json_file(file);
+  const util::JsonNode root(doc, file);
+  root.expect_object();
+  return parse_scenario_in(root, data_dir, fs::path(file).parent_path());
+}
+
+Scenario parse_scenario(const util::JsonNode& root, const fs::path& data_dir) {
+  root.expect_object();
+  return parse_scenario_in(root, data_dir, root.file().empty() ? fs::path() : fs::path(root.file()).parent_path());
+}
+
+}  // namespace trainsim::config

@@ -60,6 +60,8 @@ class Program {
   std::uint32_t label(std::string_view name);
 
   std::span<const Task> stream(int s) const { return streams_[static_cast<std::size_t>(s)]; }
+  // For builders that amend a task after adding it (e.g. attach a memory release).
+  Task& task(Dep at) { return streams_[at.stream][at.position]; }
   std::span<const Dep> deps(const Task& t) const { return {deps_.data() + t.dep_begin, t.dep_count}; }
   const std::string& label_name(std::uint32_t id) const { return labels_[id]; }
   std::size_t task_count() const;

@@ -1,1 +1,77 @@
-// placeholder
+#include "hardware/compute_model.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "util/error.h"
+
+namespace trainsim::hardware {
+
+namespace {
+
+struct Point {
+  double x, y;
+};
+
+// Piecewise-linear in log(x); extrapolates the first segment below, clamps above.
+double interpolate_log(std::span<const Point> pts, double x) {
+  const double lx = std::log(std::max(x, 1.0));
+  for (std::size_t i = 1; i < pts.size(); ++i) {
+    if (x <= pts[i].x || i + 1 == pts.size()) {
+      if (x > pts[i].x) return pts[i].y;
+      const double l0 = std::log(pts[i - 1].x), l1 = std::log(pts[i].x);
+      return pts[i - 1].y + (pts[i].y - pts[i - 1].y) * (lx - l0) / (l1 - l0);
+    }
+  }
+  return pts.back().y;
+}
+
+// Attention throughput relative to 16k tokens, causal, head dim 128: the mean of A100
+// FlashAttention-2 fwd+bwd and H100 cuDNN/FA3 fwd (published-runs.md §9b), which agree to 5%.
+constexpr std::array<Point, 6> kAttentionSeqCurve{{
+    {512, 0.525}, {1024, 0.713}, {2048, 0.845}, {4096, 0.932}, {8192, 0.971}, {16384, 1.0}}};
+// Head dim 64 vs 128: A100 FlashAttention-2 causal fwd+bwd at 16k, 171 / 189.
+constexpr std::array<Point, 2> kAttentionHeadDimCurve{{{64, 0.905}, {128, 1.0}}};
+constexpr double kMinAttentionFactor = 0.1;
+
+}  // namespace
+
+// e_max · g(m) · g(n) · g(k), g(x) = x / (x + x0): each dimension short of x0 leaves tiles and
+// waves partly empty. Fitted with a fixed per-GEMM time (gemm_overhead_s + launch_s) to the A100
+// cuBLASLt sweep; see README.md for the fit and its residuals.
+double ComputeModel::gemm_efficiency(const workload::GemmShape& shape) const {
+  auto g = [this](std::int64_t dim) {
+    const double x = static_cast<double>(std::max<std::int64_t>(dim, 1));
+    return x / (x + gpu_.gemm_half_dim);
+  };
+  return gpu_.gemm_efficiency * g(shape.m) * g(shape.n) * g(shape.k);
+}
+
+double ComputeModel::attention_efficiency(const workload::AttentionShape& shape) const {
+  const double seq = interpolate_log(kAttentionSeqCurve, static_cast<double>(shape.seq_kv));
+  const double hd = interpolate_log(kAttentionHeadDimCurve, static_cast<double>(shape.head_dim));
+  return gpu_.attention_efficiency * std::max(seq * hd, kMinAttentionFactor);
+}
+
+double ComputeModel::time_s(const workload::Op& op) const {
+  TRAINSIM_ASSERT(op.kind != workload::OpKind::tp_comm);
+  const double memory_s = op.bytes / (gpu_.hbm_Bps * gpu_.hbm_efficiency);
+  double compute_s = 0;
+  double fixed_s = op.kernels * gpu_.launch_s;
+  switch (op.kind) {
+    case workload::OpKind::gemm:
+      compute_s = op.flops / (gpu_.bf16_flops * gemm_efficiency(op.gemm));
+      fixed_s += gpu_.gemm_overhead_s;
+      break;
+    case workload::OpKind::attention:
+      compute_s = op.flops / (gpu_.bf16_flops * attention_efficiency(op.attention));
+      break;
+    case workload::OpKind::memory:
+    case workload::OpKind::tp_comm:
+      break;
+  }
+  return std::max(compute_s, memory_s) + fixed_s;
+}
+
+}  // namespace trainsim::hardware

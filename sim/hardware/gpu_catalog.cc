@@ -1,1 +1,103 @@
-// placeholder
+#include "hardware/gpu.h"
+
+#include <array>
+
+// Sources (details and the fits in sim/hardware/README.md):
+//   [DS]   datasheet figures, dense, as tabulated in /work/shared/reference/ecosystem.md §4.1
+//          (stas00/ml-engineering accelerator tables citing nvidia.com datasheets).
+//   [FIT]  fit of e_max·g(m)g(n)g(k) + t0 to the A100 cuBLASLt sweep (published-runs.md §9a).
+//   [FIT8] the same form fitted to the H100/H200 FP8 cuBLASLt sweep (§9a): x0 and t0 only.
+//   [MAMF] best-shape BF16 matmul (ecosystem.md §4.5) × 0.955, the ratio of the A100 fit
+//          ceiling (0.83) to the A100 MAMF (0.869): large GEMMs in training reach the same
+//          fraction of the best shape as on A100.
+//   [FA]   attention at 16k tokens, causal, head dim 128 (published-runs.md §9b): A100
+//          FlashAttention-2 fwd+bwd 189/312; H100 mean of cuDNN (539) and FA3 (616) fwd / 989.
+//   [HBM]  Azure copy bandwidth over peak (published-runs.md §9d).
+//   [L]    3 µs per kernel: back-to-back asynchronous empty-kernel launches, ~334k/s
+//          (cs.virginia.edu/~mwb7w/cuda_support/kernel_overhead.html); calibration replaces it.
+// Assumptions where nothing is measured are marked [A].
+
+namespace trainsim::hardware {
+
+namespace {
+
+constexpr double kTera = 1e12;
+constexpr double kGiga = 1e9;
+constexpr double kLaunch_s = 3e-6;                              // [L]
+constexpr double kMamfRatio = 0.83 / 0.869;                     // [MAMF]
+constexpr double kAmpereHalfDim = 90;                           // [FIT]
+constexpr double kAmpereGemmFixed_s = 8.5e-6;                   // [FIT] t0, launch included
+constexpr double kHopperHalfDim = 130;                          // [FIT8] H100 140, H200 120
+constexpr double kHopperGemmFixed_s = 5.5e-6;                   // [FIT8] t0, launch included
+constexpr double kA100Attention = 189.0 / 312.0;                // [FA] 0.606
+constexpr double kH100Attention = (539.0 + 616.0) / 2 / 989.0;  // [FA] 0.584
+constexpr double kA100Hbm = 1.61 / 2.039;                       // [HBM] 0.790
+constexpr double kH100Hbm = 2.90 / 3.35;                        // [HBM] 0.866
+constexpr double kH200Hbm = 4.01 / 4.80;                        // [HBM] 0.835
+
+GpuSpec make(const char* id, const char* name, double bf16_tflops, double fp8_tflops, double hbm_gb,
+             double hbm_TBps, double nvlink_GBps) {
+  GpuSpec g;
+  g.id = id;
+  g.name = name;
+  g.bf16_flops = bf16_tflops * kTera;
+  g.fp8_flops = fp8_tflops * kTera;
+  g.hbm_bytes = hbm_gb * kGiga;
+  g.hbm_Bps = hbm_TBps * kTera;
+  g.nvlink_Bps = nvlink_GBps * kGiga;
+  g.launch_s = kLaunch_s;
+  return g;
+}
+
+std::array<GpuSpec, 6> build() {
+  // [DS] BF16 / FP8 dense TFLOP/s, HBM GB, HBM TB/s, NVLink GB/s per direction.
+  GpuSpec a100_40 = make("a100-sxm-40gb", "NVIDIA A100 SXM4 40GB", 312, 0, 40, 1.555, 300);
+  GpuSpec a100_80 = make("a100-sxm-80gb", "NVIDIA A100 SXM4 80GB", 312, 0, 80, 2.039, 300);
+  GpuSpec h100 = make("h100-sxm", "NVIDIA H100 SXM5 80GB", 989, 1979, 80, 3.35, 450);
+  GpuSpec h200 = make("h200-sxm", "NVIDIA H200 SXM 141GB", 989, 1979, 141, 4.8, 450);
+  GpuSpec b200 = make("b200", "NVIDIA B200 180GB", 2250, 4500, 180, 8.0, 900);  // 180 GB usable
+  GpuSpec gb200 = make("gb200", "NVIDIA GB200 (per Blackwell GPU)", 2500, 5000, 186, 8.0, 900);
+
+  for (GpuSpec* g : {&a100_40, &a100_80}) {
+    g->gemm_efficiency = 0.83;  // [FIT] (A100 MAMF 0.869 at its best shape)
+    g->gemm_half_dim = kAmpereHalfDim;
+    g->gemm_overhead_s = kAmpereGemmFixed_s - kLaunch_s;
+    g->attention_efficiency = kA100Attention;
+    g->hbm_efficiency = kA100Hbm;  // [A] for the 40 GB part: same fraction as the 80 GB one
+  }
+  for (GpuSpec* g : {&h100, &h200}) {
+    g->gemm_efficiency = 0.803 * kMamfRatio;  // [MAMF] H100 SXM 80.3% (H200: same silicon) → 0.767
+    g->gemm_half_dim = kHopperHalfDim;
+    g->gemm_overhead_s = kHopperGemmFixed_s - kLaunch_s;
+    g->attention_efficiency = kH100Attention;  // H200: Azure FA2 329 vs H100 328, same kernels
+  }
+  h100.hbm_efficiency = kH100Hbm;
+  h200.hbm_efficiency = kH200Hbm;
+
+  b200.gemm_efficiency = 0.776 * kMamfRatio;   // [MAMF] B200 77.6% → 0.741
+  gb200.gemm_efficiency = 0.729 * kMamfRatio;  // [MAMF] GB200 72.9% → 0.696
+  for (GpuSpec* g : {&b200, &gb200}) {
+    g->gemm_half_dim = kHopperHalfDim;                        // [A] no Blackwell sweep
+    g->gemm_overhead_s = kHopperGemmFixed_s - kLaunch_s;      // [A]
+    // [A] no Blackwell attention measurement: H100's fraction scaled by the GEMM ceiling ratio.
+    g->attention_efficiency = kH100Attention * g->gemm_efficiency / h100.gemm_efficiency;
+    g->hbm_efficiency = kH200Hbm;  // [A] HBM3e like H200
+  }
+  return {a100_40, a100_80, h100, h200, b200, gb200};
+}
+
+}  // namespace
+
+std::span<const GpuSpec> gpu_catalog() {
+  static const std::array<GpuSpec, 6> catalog = build();
+  return catalog;
+}
+
+const GpuSpec* find_gpu(std::string_view id) {
+  for (const GpuSpec& g : gpu_catalog()) {
+    if (g.id == id) return &g;
+  }
+  return nullptr;
+}
+
+}  // namespace trainsim::hardware

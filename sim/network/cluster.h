@@ -20,6 +20,10 @@ struct ClusterSpec {
     double busbw_Bps = 0;            // achieved ring bus bandwidth (all-gather, reduce-scatter, ring all-reduce)
     double p2p_Bps = 0;              // achieved point-to-point bandwidth between two GPUs
     double latency_s = 0;            // per ring step
+    // Extra fixed time per collective with an NVLink phase: NCCL's pipeline fill and channel ramp,
+    // which its ideal latency leaves out. Fitted to nccl-tests busbw at 16 MiB-8 GiB
+    // (topologies/README.md); 0 gives the pure latency + bandwidth model.
+    double ramp_latency_s = 0;
   } nvlink;
   struct Nic {
     std::int64_t per_node = 8;

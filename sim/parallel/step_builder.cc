@@ -1,1 +1,356 @@
-// placeholder
+#include "parallel/step_builder.h"
+
+#include <optional>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "network/collective.h"
+#include "parallel/rank_grid.h"
+#include "util/error.h"
+#include "workload/ops.h"
+
+namespace trainsim::parallel {
+
+using engine::Dep;
+using engine::Program;
+using engine::Task;
+using engine::TaskKind;
+using workload::Op;
+
+const char* stream_name(int stream) {
+  static constexpr const char* kNames[] = {"compute", "tp-comm", "dp-comm", "pp-send", "pp-recv"};
+  return stream >= 0 && stream < kStreamCount ? kNames[stream] : "?";
+}
+
+const char* mem_category_name(int category) {
+  static constexpr const char* kNames[] = {"weights", "gradients", "optimizer_states", "activations"};
+  return category >= 0 && category < kMemCategoryCount ? kNames[category] : "?";
+}
+
+namespace {
+
+// Bytes per parameter under Megatron's mixed precision with the Adam optimizer: bf16 weights,
+// fp32 gradient buffer (main_grad; Megatron accumulates and reduces bf16 gradients in fp32), and
+// fp32 master weights plus two fp32 moments (12 bytes, sharded over DP by the distributed
+// optimizer). Megatron-LM docs/theoretical memory: 18 bytes/param, or 6 + 12/dp with ZeRO-1.
+constexpr std::int64_t kWeightBytes = 2;
+constexpr std::int64_t kGradBytes = 4;
+constexpr std::int64_t kOptimizerBytes = 12;
+
+network::CollectiveOp collective_of(workload::Comm c) {
+  switch (c) {
+    case workload::Comm::all_reduce: return network::CollectiveOp::all_reduce;
+    case workload::Comm::all_gather: return network::CollectiveOp::all_gather;
+    case workload::Comm::reduce_scatter: return network::CollectiveOp::reduce_scatter;
+    case workload::Comm::none: break;
+  }
+  TRAINSIM_ASSERT(false);
+}
+
+enum class Saves : std::uint8_t {
+  all,           // allocate every op's saved bytes
+  none,          // allocate nothing (full recompute keeps only the layer input)
+  non_core,      // selective recompute: everything but the attention core
+};
+
+// Appends ops to one stage's program: compute ops between communication points become one
+// compute task; each tp_comm op a collective on the TP stream that the next compute waits for.
+class StageWriter {
+ public:
+  StageWriter(Program& program, const hardware::ComputeModel& compute, bool tp_comm)
+      : p_(program), compute_(compute), tp_comm_(tp_comm) {}
+
+  // The next task waits for `d` as well.
+  void after(Dep d) { pending_.push_back(d); }
+  void alloc(std::int64_t bytes) { seg_alloc_ += bytes; }
+
+  void emit(const std::vector<Op>& ops, std::string_view phase, Saves saves, bool core_only = false) {
+    for (const Op& op : ops) {
+      if (core_only && !op.attention_core) continue;
+      if (op.kind == workload::OpKind::tp_comm) {
+        if (!tp_comm_) continue;
+        flush();
+        Task t;
+        t.stream = kTpComm;
+        t.kind = TaskKind::collective;
+        t.slot = kTpGroup;
+        t.op = static_cast<std::uint16_t>(collective_of(op.comm));
+        t.bytes = op.comm_bytes;
+        t.label = p_.label(fmt::format("{} {}", phase, op.name));
+        if (last_) pending_.push_back(*last_);
+        push(t);
+        continue;
+      }
+      if (seg_first_.empty()) seg_first_ = op.name;
+      seg_last_ = op.name;
+      seg_phase_ = phase;
+      seg_s_ += compute_.time_s(op);
+      const bool keep = saves == Saves::all || (saves == Saves::non_core && !op.attention_core);
+      if (keep) seg_alloc_ += op.saved_bytes;
+    }
+    flush();
+  }
+
+  // Adds a task of another kind (send, recv, collective on the DP stream) after the last task.
+  Dep add(Task t, bool depends_on_last) {
+    flush();
+    if (depends_on_last && last_) pending_.push_back(*last_);
+    return push(t);
+  }
+
+  void compute_task(std::string_view name, double seconds) {
+    flush();
+    if (last_) pending_.push_back(*last_);
+    Task t;
+    t.stream = kCompute;
+    t.duration = engine::Time::from_seconds(seconds);
+    t.label = p_.label(name);
+    push(t);
+  }
+
+  // Releases `bytes` of activations when the most recent task ends.
+  void free_at_last(std::int64_t bytes) {
+    flush();
+    if (bytes == 0) return;
+    TRAINSIM_ASSERT(last_.has_value());
+    Task& t = p_.task(*last_);
+    TRAINSIM_ASSERT(t.mem_alloc_bytes == 0 || t.mem_category == kActivations);
+    t.mem_category = kActivations;
+    t.mem_free_bytes += bytes;
+  }
+
+  std::optional<Dep> last() const { return last_; }
+  Program& program() { return p_; }
+
+ private:
+  void flush() {
+    if (seg_first_.empty() && seg_alloc_ == 0) return;
+    Task t;
+    t.stream = kCompute;
+    t.duration = engine::Time::from_seconds(seg_s_);
+    t.mem_alloc_bytes = seg_alloc_;
+    t.mem_category = kActivations;
+    const std::string name = seg_first_ == seg_last_ ? seg_first_ : fmt::format("{}..{}", seg_first_, seg_last_);
+    t.label = p_.label(fmt::format("{} {}", seg_phase_, name));
+    seg_first_.clear();
+    seg_last_.clear();
+    seg_s_ = 0;
+    seg_alloc_ = 0;
+    // Compute runs in program order: after the previous task, whatever stream it was on.
+    if (last_) pending_.push_back(*last_);
+    push(t);
+  }
+
+  Dep push(const Task& t) {
+    Dep d = p_.add(t, pending_);
+    pending_.clear();
+    last_ = d;
+    return d;
+  }
+
+  Program& p_;
+  const hardware::ComputeModel& compute_;
+  bool tp_comm_;
+  std::vector<Dep> pending_;
+  std::optional<Dep> last_;
+  std::string seg_first_, seg_last_, seg_phase_;
+  double seg_s_ = 0;
+  std::int64_t seg_alloc_ = 0;
+};
+
+std::int64_t sum_saved(const std::vector<Op>& ops) {
+  std::int64_t s = 0;
+  for (const Op& op : ops) s += op.saved_bytes;
+  return s;
+}
+
+struct LayerOps {
+  std::vector<Op> layer_fwd, layer_bwd, emb_fwd, emb_bwd, head_fwd, head_bwd;
+  std::int64_t input_bytes = 0;
+};
+
+void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std::int64_t stage_index,
+                         const LayerOps& ops, const hardware::ComputeModel& compute, Program& p) {
+  const auto& par = sc.parallel;
+  const auto recompute = sc.training.recompute;
+  const std::int64_t pp = par.pp;
+  const std::int64_t m = sc.training.num_micro_batches;
+  const bool first = stage_index == 0, last = stage_index == pp - 1;
+  StageWriter w(p, compute, par.tp > 1);
+
+  const Saves fwd_saves = recompute == config::Recompute::full        ? Saves::none
+                          : recompute == config::Recompute::selective ? Saves::non_core
+                                                                      : Saves::all;
+  const std::int64_t layer_saved = sum_saved(ops.layer_fwd);
+  const std::int64_t layer_free = layer_saved + (recompute == config::Recompute::full ? ops.input_bytes : 0);
+
+  auto p2p = [&p](TaskKind kind, std::uint8_t stream, std::uint8_t slot, std::int64_t bytes, const char* name) {
+    Task t;
+    t.kind = kind;
+    t.stream = stream;
+    t.slot = slot;
+    t.bytes = bytes;
+    t.label = p.label(name);
+    return t;
+  };
+  // Pipeline messages carry one micro-batch of hidden states (sequence-sharded under SP).
+  const std::int64_t p2p_bytes = ops.input_bytes;
+
+  auto forward = [&] {
+    if (!first) w.after(w.add(p2p(TaskKind::recv, kPpRecv, kPrevStage, p2p_bytes, "recv_forward"), false));
+    if (stage.has_embedding) w.emit(ops.emb_fwd, "forward", Saves::all);
+    for (std::int64_t l = 0; l < stage.layers; ++l) {
+      if (recompute == config::Recompute::full) w.alloc(ops.input_bytes);
+      w.emit(ops.layer_fwd, "forward", fwd_saves);
+    }
+    if (stage.has_head) w.emit(ops.head_fwd, "forward", Saves::all);
+    // Megatron's 1F1B p2p calls block, so the next compute waits for the send to finish.
+    if (!last) w.after(w.add(p2p(TaskKind::send, kPpSend, kNextStage, p2p_bytes, "send_forward"), true));
+  };
+  auto backward = [&] {
+    if (!last) w.after(w.add(p2p(TaskKind::recv, kPpRecv, kNextStage, p2p_bytes, "recv_backward"), false));
+    if (stage.has_head) {
+      w.emit(ops.head_bwd, "backward", Saves::none);
+      w.free_at_last(sum_saved(ops.head_fwd));
+    }
+    for (std::int64_t l = 0; l < stage.layers; ++l) {
+      if (recompute == config::Recompute::full) w.emit(ops.layer_fwd, "recompute", Saves::all);
+      if (recompute == config::Recompute::selective) w.emit(ops.layer_fwd, "recompute", Saves::all, /*core_only=*/true);
+      w.emit(ops.layer_bwd, "backward", Saves::none);
+      w.free_at_last(layer_free);
+    }
+    if (stage.has_embedding) {
+      w.emit(ops.emb_bwd, "backward", Saves::none);
+      w.free_at_last(sum_saved(ops.emb_fwd));
+    }
+    if (!first) w.after(w.add(p2p(TaskKind::send, kPpSend, kPrevStage, p2p_bytes, "send_backward"), true));
+  };
+
+  // 1F1B (PipeDream-Flush, Megatron's default): stage s runs min(pp - s - 1, m) warm-up forwards,
+  // then alternates one forward and one backward, then drains the remaining backwards.
+  const std::int64_t warmup = std::min(pp - stage_index - 1, m);
+  for (std::int64_t i = 0; i < warmup; ++i) forward();
+  for (std::int64_t i = 0; i < m - warmup; ++i) {
+    forward();
+    backward();
+  }
+  for (std::int64_t i = 0; i < warmup; ++i) backward();
+
+  // Gradient reduction over data parallelism, then the optimizer step.
+  const std::int64_t params = stage.params_per_rank;
+  const std::int64_t dp = par.dp * par.cp;
+  auto dp_collective = [&p](network::CollectiveOp op, std::uint8_t slot, std::int64_t bytes, const char* name) {
+    Task t;
+    t.kind = TaskKind::collective;
+    t.stream = kDpComm;
+    t.slot = slot;
+    t.op = static_cast<std::uint16_t>(op);
+    t.bytes = bytes;
+    t.label = p.label(name);
+    return t;
+  };
+  if (dp > 1) {
+    if (par.zero >= 1)
+      w.add(dp_collective(network::CollectiveOp::reduce_scatter, kDpGroup, params * kGradBytes, "grad_reduce_scatter"), true);
+    else
+      w.add(dp_collective(network::CollectiveOp::all_reduce, kDpGroup, params * kGradBytes, "grad_all_reduce"), true);
+  }
+  if (sc.model.tied_embeddings && pp > 1 && (first || last)) {
+    const std::int64_t emb = workload::embedding_params_per_rank(sc.model, par.tp);
+    w.add(dp_collective(network::CollectiveOp::all_reduce, kEmbeddingGroup, emb * kGradBytes, "embedding_grad_all_reduce"), true);
+  }
+  const std::int64_t opt_params = par.zero >= 1 ? (params + dp - 1) / dp : params;
+  Op step = workload::optimizer_step(opt_params);
+  w.compute_task("optimizer adam_step", compute.time_s(step));
+  if (dp > 1 && par.zero >= 1)
+    w.add(dp_collective(network::CollectiveOp::all_gather, kDpGroup, params * kWeightBytes, "param_all_gather"), true);
+
+  p.initial_mem_bytes[kWeights] = params * kWeightBytes;
+  p.initial_mem_bytes[kGradients] = params * kGradBytes;
+  p.initial_mem_bytes[kOptimizer] = (par.zero >= 1 ? (params + dp - 1) / dp : params) * kOptimizerBytes;
+}
+
+}  // namespace
+
+StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& compute) {
+  const auto& par = sc.parallel;
+  TRAINSIM_ASSERT(par.tp * par.pp * par.cp * par.dp == sc.gpus);
+  TRAINSIM_ASSERT(sc.model.layers % par.pp == 0);
+  StepPlan plan;
+
+  workload::LayerConfig lc;
+  lc.micro_batch = sc.training.micro_batch;
+  lc.seq_len = sc.training.seq_len;
+  lc.tp = par.tp;
+  lc.sequence_parallel = par.sequence_parallel && par.tp > 1;
+  lc.causal = true;
+  lc.attention = sc.training.attention;
+  LayerOps ops;
+  ops.layer_fwd = workload::layer_forward(sc.model, lc);
+  ops.layer_bwd = workload::layer_backward(sc.model, lc);
+  ops.emb_fwd = workload::embedding_forward(sc.model, lc);
+  ops.emb_bwd = workload::embedding_backward(sc.model, lc);
+  ops.head_fwd = workload::head_forward(sc.model, lc);
+  ops.head_bwd = workload::head_backward(sc.model, lc);
+  ops.input_bytes = workload::layer_input_bytes(sc.model, lc);
+
+  const std::int64_t per_stage = sc.model.layers / par.pp;
+  plan.stages.resize(static_cast<std::size_t>(par.pp));
+  plan.programs.resize(static_cast<std::size_t>(par.pp));
+  for (std::int64_t s = 0; s < par.pp; ++s) {
+    StagePlan& st = plan.stages[static_cast<std::size_t>(s)];
+    st.first_layer = s * per_stage;
+    st.layers = per_stage;
+    st.has_embedding = s == 0;
+    st.has_head = s == par.pp - 1;
+    st.params_per_rank = st.layers * workload::layer_params_per_rank(sc.model, par.tp);
+    if (st.has_embedding) st.params_per_rank += workload::embedding_params_per_rank(sc.model, par.tp);
+    if (st.has_head) st.params_per_rank += workload::head_params_per_rank(sc.model, par.tp);
+    // Tied embeddings: with pp > 1 the last stage keeps its own copy of the embedding as the output
+    // layer, kept in sync by the embedding-group all-reduce (Megatron's shared embedding).
+    if (st.has_head && !st.has_embedding && sc.model.tied_embeddings)
+      st.params_per_rank += workload::embedding_params_per_rank(sc.model, par.tp);
+    build_stage_program(sc, st, s, ops, compute, plan.programs[static_cast<std::size_t>(s)]);
+  }
+
+  // Groups in Megatron's rank order; each rank's slots point at its groups and pipeline peers.
+  RankGrid grid(par.tp, par.cp, par.dp, par.pp);
+  const auto n = static_cast<std::uint32_t>(sc.gpus);
+  plan.bindings.resize(n);
+  auto bind = [&](std::string_view kind, GroupSlot slot) {
+    const std::uint32_t kind_id = plan.groups.kind_id(kind);
+    for (const auto& members : grid.groups(kind == "dp" ? "dp-cp" : kind)) {
+      const std::uint32_t g = plan.groups.add(members, kind_id);
+      for (std::uint32_t r : members) plan.bindings[r].group[slot] = g;
+    }
+  };
+  bind("tp", kTpGroup);
+  bind("dp", kDpGroup);
+  if (sc.model.tied_embeddings && par.pp > 1) {
+    const std::uint32_t kind_id = plan.groups.kind_id("embedding");
+    for (const auto& pipeline : grid.groups("pp")) {
+      const std::uint32_t pair[2] = {pipeline.front(), pipeline.back()};
+      const std::uint32_t g = plan.groups.add(pair, kind_id);
+      for (std::uint32_t r : pair) plan.bindings[r].group[kEmbeddingGroup] = g;
+    }
+  }
+  for (std::uint32_t r = 0; r < n; ++r) {
+    Coords c = grid.coords(r);
+    engine::Binding& b = plan.bindings[r];
+    b.program = static_cast<std::uint32_t>(c.pp);
+    if (c.pp > 0) {
+      Coords prev = c;
+      --prev.pp;
+      b.peer[kPrevStage] = grid.rank(prev);
+    }
+    if (c.pp + 1 < par.pp) {
+      Coords next = c;
+      ++next.pp;
+      b.peer[kNextStage] = grid.rank(next);
+    }
+  }
+  return plan;
+}
+
+}  // namespace trainsim::parallel

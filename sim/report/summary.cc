@@ -1,1 +1,135 @@
-// placeholder
+#include "report/summary.h"
+
+#include <fmt/format.h>
+
+#include "workload/model.h"
+
+namespace trainsim::report {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+const char* recompute_name(config::Recompute r) {
+  switch (r) {
+    case config::Recompute::none: return "none";
+    case config::Recompute::selective: return "selective";
+    case config::Recompute::full: return "full";
+  }
+  return "?";
+}
+
+std::string thousands(double v) {
+  std::string digits = fmt::format("{:.0f}", v);
+  std::string out;
+  const std::size_t n = digits.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    out += digits[i];
+    if (digits[i] != '-' && (n - i - 1) % 3 == 0 && i + 1 < n) out += ',';
+  }
+  return out;
+}
+
+}  // namespace
+
+Metrics compute_metrics(const config::Scenario& sc, const parallel::StepResult& r) {
+  Metrics m;
+  m.step_time_s = r.step_time_s;
+  const double gpus = static_cast<double>(sc.gpus);
+  const double tokens = static_cast<double>(sc.training.global_batch * sc.training.seq_len);
+  m.tokens_per_s = tokens / r.step_time_s;
+  m.tokens_per_s_per_gpu = m.tokens_per_s / gpus;
+  const double flops = workload::model_flops_per_sequence(sc.model, sc.training.seq_len) *
+                       static_cast<double>(sc.training.global_batch);
+  m.model_tflops_per_gpu = flops / r.step_time_s / gpus / 1e12;
+  m.mfu = m.model_tflops_per_gpu * 1e12 / sc.cluster.gpu.bf16_flops;
+  m.bubble_fraction = r.mean.bubble_s / r.step_time_s;
+  m.peak_gib = static_cast<double>(r.memory[r.peak_rank].peak_bytes) / kGiB;
+  m.capacity_gib = sc.cluster.gpu.hbm_bytes / kGiB;
+  m.fits = static_cast<double>(r.memory[r.peak_rank].peak_bytes) <= sc.cluster.gpu.hbm_bytes;
+  return m;
+}
+
+nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r) {
+  const Metrics m = compute_metrics(sc, r);
+  const parallel::RankMemory& peak = r.memory[r.peak_rank];
+  nlohmann::json breakdown = nlohmann::json::object();
+  for (int c = 0; c < parallel::kMemCategoryCount; ++c)
+    breakdown[parallel::mem_category_name(c)] = static_cast<double>(peak.peak_breakdown_bytes[static_cast<std::size_t>(c)]) / kGiB;
+  const auto& p = sc.parallel;
+  return nlohmann::json{
+      {"scenario",
+       {{"file", sc.file},
+        {"model", sc.model.name},
+        {"cluster", sc.cluster.name},
+        {"gpu", sc.cluster.gpu.id},
+        {"gpus", sc.gpus},
+        {"tp", p.tp},
+        {"pp", p.pp},
+        {"cp", p.cp},
+        {"dp", p.dp},
+        {"sequence_parallel", p.sequence_parallel && p.tp > 1},
+        {"zero", p.zero},
+        {"schedule", "1f1b"},
+        {"micro_batch", sc.training.micro_batch},
+        {"global_batch", sc.training.global_batch},
+        {"micro_batches", sc.training.num_micro_batches},
+        {"seq_len", sc.training.seq_len},
+        {"recompute", recompute_name(sc.training.recompute)}}},
+      {"step_time_s", m.step_time_s},
+      {"tokens_per_s", m.tokens_per_s},
+      {"tokens_per_s_per_gpu", m.tokens_per_s_per_gpu},
+      {"model_tflops_per_gpu", m.model_tflops_per_gpu},
+      {"mfu", m.mfu},
+      {"bubble_fraction", m.bubble_fraction},
+      {"time_breakdown_s",
+       {{"compute", r.mean.compute_s},
+        {"tp_exposed", r.mean.tp_exposed_s},
+        {"pp_exposed", r.mean.pp_exposed_s},
+        {"dp_exposed", r.mean.dp_exposed_s},
+        {"bubble", r.mean.bubble_s}}},
+      {"memory",
+       {{"peak_gib", m.peak_gib},
+        {"peak_rank", r.peak_rank},
+        {"peak_time_s", peak.peak_time_s},
+        {"capacity_gib", m.capacity_gib},
+        {"fits", m.fits},
+        {"breakdown_gib", breakdown}}},
+      {"simulation", {{"ranks", r.ranks.size()}, {"tasks", r.tasks}, {"events", r.events}}},
+  };
+}
+
+std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
+  const Metrics m = compute_metrics(sc, r);
+  const auto& p = sc.parallel;
+  const parallel::RankMemory& peak = r.memory[r.peak_rank];
+  const double step = r.step_time_s;
+  auto pct = [step](double s) { return 100.0 * s / step; };
+  auto gib = [&peak](int c) { return static_cast<double>(peak.peak_breakdown_bytes[static_cast<std::size_t>(c)]) / kGiB; };
+  std::string out;
+  out += fmt::format("{} on {} x {} ({})\n", sc.model.name, sc.gpus, sc.cluster.gpu.name, sc.cluster.name);
+  out += fmt::format("layout        tp {} · pp {} · dp {} · cp {} · sequence parallel {} · zero {} · 1F1B\n", p.tp, p.pp,
+                     p.dp, p.cp, p.sequence_parallel && p.tp > 1 ? "on" : "off", p.zero);
+  out += fmt::format("batch         {} sequences of {} tokens = {} micro-batches of {} per pipeline · recompute {}\n",
+                     sc.training.global_batch, sc.training.seq_len, sc.training.num_micro_batches, sc.training.micro_batch,
+                     recompute_name(sc.training.recompute));
+  out += fmt::format("step time     {:.3f} s\n", m.step_time_s);
+  out += fmt::format("throughput    {} tokens/s · {:.1f} tokens/s/GPU\n", thousands(m.tokens_per_s), m.tokens_per_s_per_gpu);
+  out += fmt::format("model FLOPs   {:.1f} TFLOP/s/GPU · MFU {:.1f}% of {:.0f} TFLOP/s dense BF16 (NeMo count)\n",
+                     m.model_tflops_per_gpu, 100.0 * m.mfu, sc.cluster.gpu.bf16_flops / 1e12);
+  out += fmt::format("time          compute {:.1f}% · exposed TP {:.1f}% · PP {:.1f}% · DP {:.1f}% · bubble {:.1f}%\n",
+                     pct(r.mean.compute_s), pct(r.mean.tp_exposed_s), pct(r.mean.pp_exposed_s), pct(r.mean.dp_exposed_s),
+                     pct(r.mean.bubble_s));
+  out += fmt::format("memory peak   {:.1f} GiB of {:.1f} GiB on rank {} at {:.3f} s: weights {:.1f} · gradients {:.1f} · "
+                     "optimizer {:.1f} · activations {:.1f} GiB\n",
+                     m.peak_gib, m.capacity_gib, r.peak_rank, peak.peak_time_s, gib(parallel::kWeights),
+                     gib(parallel::kGradients), gib(parallel::kOptimizer), gib(parallel::kActivations));
+  if (m.fits)
+    out += "fits          yes\n";
+  else
+    out += fmt::format("fits          NO: DOES NOT FIT: rank {} needs {:.1f} GiB, the GPU has {:.1f} GiB\n", r.peak_rank,
+                       m.peak_gib, m.capacity_gib);
+  return out;
+}
+
+}  // namespace trainsim::report

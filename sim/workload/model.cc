@@ -1,1 +1,179 @@
-// placeholder
+#include "workload/model.h"
+
+#include <fmt/format.h>
+
+namespace trainsim::workload {
+
+namespace {
+
+std::int64_t q_dim(const ModelSpec& m) { return m.heads * m.head_dim; }
+std::int64_t kv_dim(const ModelSpec& m) { return m.kv_heads * m.head_dim; }
+// LayerNorm (gelu/GPT models) has weight and bias; RMSNorm (swiglu/Llama models) a weight only.
+std::int64_t norm_params(const ModelSpec& m) { return m.mlp == MlpKind::gelu ? 2 * m.hidden : m.hidden; }
+
+// Checks shared by both formats; `node` names the file for the error.
+void validate(const ModelSpec& m, const util::JsonNode& node) {
+  if (m.kv_heads > m.heads) {
+    node.fail(fmt::format("kv_heads ({}) exceeds heads ({})", m.kv_heads, m.heads));
+  }
+  if (m.heads % m.kv_heads != 0) {
+    node.fail(fmt::format("heads ({}) is not a multiple of kv_heads ({})", m.heads, m.kv_heads));
+  }
+}
+
+MlpKind parse_mlp(const util::JsonNode& node) {
+  std::string s = node.as_string();
+  if (s == "gelu") return MlpKind::gelu;
+  if (s == "swiglu") return MlpKind::swiglu;
+  node.fail(fmt::format("unknown mlp \"{}\" (expected gelu or swiglu)", s));
+}
+
+ModelSpec parse_hf_llama(const util::JsonNode& n, const std::string& fallback_name) {
+  ModelSpec m;
+  m.name = fallback_name;
+  m.layers = n.at("num_hidden_layers").as_positive_int();
+  m.hidden = n.at("hidden_size").as_positive_int();
+  m.heads = n.at("num_attention_heads").as_positive_int();
+  auto kv = n.find("num_key_value_heads");
+  m.kv_heads = kv && !kv->json().is_null() ? kv->as_positive_int() : m.heads;
+  auto hd = n.find("head_dim");
+  if (hd && !hd->json().is_null()) {
+    m.head_dim = hd->as_positive_int();
+  } else {
+    if (m.hidden % m.heads != 0) {
+      n.at("num_attention_heads").fail(fmt::format("does not divide hidden_size ({})", m.hidden));
+    }
+    m.head_dim = m.hidden / m.heads;
+  }
+  m.ffn_hidden = n.at("intermediate_size").as_positive_int();
+  m.vocab = n.at("vocab_size").as_positive_int();
+  m.mlp = MlpKind::swiglu;
+  if (auto act = n.find("hidden_act")) {
+    std::string a = act->as_string();
+    if (a == "silu" || a == "swiglu") {
+      m.mlp = MlpKind::swiglu;
+    } else if (a == "gelu" || a == "gelu_new" || a == "gelu_pytorch_tanh") {
+      m.mlp = MlpKind::gelu;
+    } else {
+      act->fail(fmt::format("unsupported activation \"{}\" (expected silu, swiglu or gelu)", a));
+    }
+  }
+  if (auto tie = n.find("tie_word_embeddings")) m.tied_embeddings = tie->as_bool();
+  return m;
+}
+
+ModelSpec parse_hf_gpt2(const util::JsonNode& n, const std::string& fallback_name) {
+  ModelSpec m;
+  m.name = fallback_name;
+  m.layers = n.at("n_layer").as_positive_int();
+  m.hidden = n.at("n_embd").as_positive_int();
+  m.heads = n.at("n_head").as_positive_int();
+  m.kv_heads = m.heads;
+  if (m.hidden % m.heads != 0) {
+    n.at("n_head").fail(fmt::format("does not divide n_embd ({})", m.hidden));
+  }
+  m.head_dim = m.hidden / m.heads;
+  auto inner = n.find("n_inner");
+  m.ffn_hidden = inner && !inner->json().is_null() ? inner->as_positive_int() : 4 * m.hidden;
+  m.vocab = n.at("vocab_size").as_positive_int();
+  m.mlp = MlpKind::gelu;
+  m.tied_embeddings = true;
+  if (auto tie = n.find("tie_word_embeddings")) m.tied_embeddings = tie->as_bool();
+  if (auto p = n.find("resid_pdrop")) m.dropout = p->as_nonnegative_number();
+  if (m.dropout >= 1) n.at("resid_pdrop").fail("must be below 1");
+  return m;
+}
+
+}  // namespace
+
+std::int64_t ModelSpec::params_per_layer() const {
+  std::int64_t weights = hidden * (q_dim(*this) + 2 * kv_dim(*this)) + q_dim(*this) * hidden;
+  weights += (mlp == MlpKind::swiglu ? 3 : 2) * hidden * ffn_hidden;
+  std::int64_t small = 2 * norm_params(*this);
+  // GPT (gelu) linears carry biases: QKV, output projection, fc1, fc2 (Narayanan's 13h per layer).
+  if (mlp == MlpKind::gelu) small += q_dim(*this) + 2 * kv_dim(*this) + hidden + ffn_hidden + hidden;
+  return weights + small;
+}
+
+std::int64_t ModelSpec::embedding_params() const { return vocab * hidden; }
+
+std::int64_t ModelSpec::total_params() const {
+  std::int64_t output = tied_embeddings ? 0 : vocab * hidden;
+  return layers * params_per_layer() + embedding_params() + output + norm_params(*this);
+}
+
+ModelSpec parse_model(const util::JsonNode& node) {
+  node.expect_object();
+  node.reject_unknown({"name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp",
+                       "tied_embeddings", "head_dim", "dropout"});
+  ModelSpec m;
+  m.name = node.at("name").as_string();
+  m.layers = node.at("layers").as_positive_int();
+  m.hidden = node.at("hidden").as_positive_int();
+  m.heads = node.at("heads").as_positive_int();
+  m.kv_heads = node.at("kv_heads").as_positive_int();
+  m.ffn_hidden = node.at("ffn_hidden").as_positive_int();
+  m.vocab = node.at("vocab").as_positive_int();
+  m.mlp = parse_mlp(node.at("mlp"));
+  if (auto tie = node.find("tied_embeddings")) m.tied_embeddings = tie->as_bool();
+  if (auto hd = node.find("head_dim")) {
+    m.head_dim = hd->as_positive_int();
+  } else {
+    if (m.hidden % m.heads != 0) {
+      node.at("heads").fail(fmt::format("does not divide hidden ({}); give head_dim", m.hidden));
+    }
+    m.head_dim = m.hidden / m.heads;
+  }
+  if (auto p = node.find("dropout")) {
+    m.dropout = p->as_nonnegative_number();
+    if (m.dropout >= 1) p->fail(fmt::format("must be below 1, got {}", m.dropout));
+  }
+  if (m.kv_heads > m.heads) {
+    node.at("kv_heads").fail(fmt::format("exceeds heads ({})", m.heads));
+  }
+  if (m.heads % m.kv_heads != 0) {
+    node.at("kv_heads").fail(fmt::format("does not divide heads ({})", m.heads));
+  }
+  return m;
+}
+
+bool is_hf_config(const util::JsonNode& node) {
+  return node.is_object() && (node.has("model_type") || node.has("architectures"));
+}
+
+ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallback_name) {
+  node.expect_object();
+  // Multimodal configs nest the decoder under text_config.
+  if (auto text = node.find("text_config"); text && text->is_object()) {
+    return parse_hf_config(*text, fallback_name);
+  }
+  for (const char* key : {"num_local_experts", "n_routed_experts", "num_experts"}) {
+    if (auto e = node.find(key); e && e->json().is_number() && e->json().get<double>() > 0) {
+      e->fail("mixture-of-experts models are not supported yet");
+    }
+  }
+  ModelSpec m = node.has("n_layer") || node.has("n_embd") ? parse_hf_gpt2(node, fallback_name)
+                                                           : parse_hf_llama(node, fallback_name);
+  validate(m, node);
+  return m;
+}
+
+// Per token and layer, forward: QKV 2h(q+2kv), output projection 2qh, attention scores and
+// context 4·s·q (full s², not halved for causal), MLP 4hF (gelu) or 6hF (swiglu); logits 2Vh.
+// A training step is 3 passes. With q = h, kv = G·h/A:
+//   swiglu: seq·(12Lh²(1 + G/A + s/h) + 18LFh + 6Vh)           (NeMo's Llama/GQA form)
+//   gelu, F = 4h, G = A: seq·(24Lh² + 12Lhs + 48Lh² + 6Vh)     (NeMo's GPT form)
+//                        = 72·s·L·h²·(1 + s/(6h) + V/(12hL))   (Korthikanti et al. 2022)
+double model_flops_per_sequence(const ModelSpec& m, std::int64_t seq_len) {
+  const double s = static_cast<double>(seq_len);
+  const double h = static_cast<double>(m.hidden);
+  const double q = static_cast<double>(q_dim(m));
+  const double kv = static_cast<double>(kv_dim(m));
+  const double f = static_cast<double>(m.ffn_hidden);
+  const double mlp_matrices = m.mlp == MlpKind::swiglu ? 3 : 2;
+  const double per_layer = 2 * h * (q + 2 * kv) + 2 * q * h + 4 * s * q + 2 * mlp_matrices * h * f;
+  const double per_token = static_cast<double>(m.layers) * per_layer + 2 * static_cast<double>(m.vocab) * h;
+  return 3 * s * per_token;
+}
+
+}  // namespace trainsim::workload

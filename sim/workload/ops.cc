@@ -1,1 +1,359 @@
-// placeholder
+#include "workload/ops.h"
+
+#include "util/error.h"
+
+// Saved activations follow Korthikanti et al. 2022 (arXiv:2205.05198, §4): every op keeps the
+// tensors its backward reads, 2 bytes per bf16 element and 1 byte per dropout-mask element. For a
+// GPT layer (gelu, 4h MLP, dropout, softmax attention) this gives per layer, with tensor
+// parallelism t:
+//   replicated 10sbh: two norm inputs 4sbh, QKV and fc1 inputs 4sbh, two dropout masks 2sbh
+//   split 24sbh/t:    Q, K, V 6sbh, output-projection input 2sbh, GeLU input 8sbh, fc2 input 8sbh
+//   split 5as²b/t:    softmax output 2as²b, its dropout mask as²b, dropout output 2as²b
+// which is Eq. 2: s·b·h·(10 + 24/t + 5as/(ht)). Under sequence parallelism the replicated regions
+// hold s/t tokens and the column-parallel GEMMs keep their sharded (pre-all-gather) input, so all
+// terms divide by t (Eq. 4). Only the s² tensors belong to attention-core ops, so selective
+// recompute drops exactly them. Flash attention keeps only its logsumexp; its output is the input
+// the output projection keeps anyway.
+
+namespace trainsim::workload {
+
+namespace {
+
+struct Dims {
+  double b, s, t, d;   // micro-batch, sequence, TP size, bytes per activation element
+  double tokens;       // b·s: tokens every TP rank holds in the tensor-parallel region
+  double region;       // tokens in the norm/dropout region: b·s/t under SP, else b·s (replicated)
+  double h, q, kv, f;  // hidden; per-rank query, key/value and FFN widths
+  double heads;        // query heads per rank
+  double hd;
+  bool sp, drop, swiglu;
+};
+
+Dims dims(const ModelSpec& m, const LayerConfig& c) {
+  TRAINSIM_ASSERT(c.tp >= 1 && m.heads % c.tp == 0 && m.kv_heads % c.tp == 0 && m.ffn_hidden % c.tp == 0);
+  TRAINSIM_ASSERT(!c.sequence_parallel || c.seq_len % c.tp == 0);
+  Dims x{};
+  x.b = static_cast<double>(c.micro_batch);
+  x.s = static_cast<double>(c.seq_len);
+  x.t = static_cast<double>(c.tp);
+  x.d = static_cast<double>(c.dtype_bytes);
+  x.tokens = x.b * x.s;
+  x.sp = c.sequence_parallel && c.tp > 1;
+  x.region = x.sp ? x.tokens / x.t : x.tokens;
+  x.h = static_cast<double>(m.hidden);
+  x.heads = static_cast<double>(m.heads / c.tp);
+  x.hd = static_cast<double>(m.head_dim);
+  x.q = x.heads * x.hd;
+  x.kv = static_cast<double>(m.kv_heads / c.tp) * x.hd;
+  x.f = static_cast<double>(m.ffn_hidden / c.tp);
+  x.drop = m.dropout > 0;
+  x.swiglu = m.mlp == MlpKind::swiglu;
+  return x;
+}
+
+std::int64_t to_bytes(double v) { return static_cast<std::int64_t>(v); }
+
+Op gemm(std::string name, double m, double n, double k, double d, double saved = 0, double batch = 1) {
+  Op op;
+  op.name = std::move(name);
+  op.kind = OpKind::gemm;
+  op.gemm = {static_cast<std::int64_t>(m), static_cast<std::int64_t>(n), static_cast<std::int64_t>(k),
+             static_cast<std::int64_t>(batch)};
+  op.flops = batch * 2 * m * n * k;
+  op.bytes = batch * (m * k + k * n + m * n) * d;
+  op.saved_bytes = to_bytes(saved);
+  return op;
+}
+
+Op memory(std::string name, double bytes, double saved = 0, std::int32_t kernels = 1) {
+  Op op;
+  op.name = std::move(name);
+  op.kind = OpKind::memory;
+  op.bytes = bytes;
+  op.kernels = kernels;
+  op.saved_bytes = to_bytes(saved);
+  return op;
+}
+
+Op comm(std::string name, Comm what, double bytes) {
+  Op op;
+  op.name = std::move(name);
+  op.kind = OpKind::tp_comm;
+  op.comm = what;
+  op.comm_bytes = to_bytes(bytes);
+  op.kernels = 1;
+  return op;
+}
+
+Op core(Op op) {
+  op.attention_core = true;
+  return op;
+}
+
+Op flash(const Dims& x, const LayerConfig& c, bool backward) {
+  Op op;
+  op.kind = OpKind::attention;
+  op.name = backward ? "core_attention_backward" : "core_attention";
+  op.attention = {static_cast<std::int64_t>(x.b * x.heads), c.seq_len, c.seq_len,
+                  static_cast<std::int64_t>(x.hd), c.causal, backward};
+  // FlashAttention's count: 4·b·s²·heads·hd forward, halved when causal; backward 2.5× forward.
+  const double fwd = 4 * x.b * x.s * x.s * x.heads * x.hd * (c.causal ? 0.5 : 1.0);
+  op.flops = backward ? 2.5 * fwd : fwd;
+  const double lse = 4 * x.b * x.heads * x.s;  // fp32 logsumexp per query row
+  // Forward reads Q, K, V and writes O; backward reads Q, K, V, O, dO and writes dQ, dK, dV.
+  op.bytes = backward ? x.tokens * (4 * x.q + 4 * x.kv) * x.d + lse : x.tokens * (2 * x.q + 2 * x.kv) * x.d + lse;
+  op.saved_bytes = backward ? 0 : to_bytes(lse);
+  op.attention_core = true;
+  return op;
+}
+
+// Tokens x width for one activation tensor.
+double act(double tokens, double width, double d) { return tokens * width * d; }
+
+}  // namespace
+
+std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
+  const Dims x = dims(m, c);
+  const bool tp = c.tp > 1;
+  const double full = act(x.tokens, x.h, x.d);  // b·s·h·dtype: tp_comm size (nccl-tests convention)
+  const double region_act = act(x.region, x.h, x.d);
+  const double mask = x.region * x.h;           // 1-byte dropout mask over the hidden state
+  const std::string norm = x.swiglu ? "rmsnorm" : "layernorm";
+  std::vector<Op> ops;
+
+  // Norm: reads x, writes y; keeps its input.
+  ops.push_back(memory("input_" + norm, 2 * region_act, region_act));
+  if (tp && x.sp) ops.push_back(comm("qkv_input_all_gather", Comm::all_gather, full));
+  // Column-parallel QKV: keeps its input (sharded under SP) and Q, K, V for the attention core.
+  const double qkv_width = x.q + 2 * x.kv;
+  ops.push_back(gemm("qkv", x.tokens, qkv_width, x.h, x.d, region_act + act(x.tokens, qkv_width, x.d)));
+  // Llama-family (swiglu) models rotate Q and K; GPT models add learned positions at the embedding.
+  if (x.swiglu) ops.push_back(memory("rotary_embedding", 2 * act(x.tokens, x.q + x.kv, x.d)));
+
+  if (c.attention == AttentionImpl::flash) {
+    ops.push_back(flash(x, c, false));
+  } else {
+    const double batch = x.b * x.heads;
+    const double scores = batch * x.s * x.s;  // elements of one s x s score tensor on this rank
+    ops.push_back(core(gemm("attention_scores", x.s, x.s, x.hd, x.d, 0, batch)));
+    ops.push_back(core(memory("scale_mask_softmax", 2 * scores * x.d, scores * x.d)));
+    if (x.drop) ops.push_back(core(memory("attention_probs_dropout", scores * (2 * x.d + 1), scores)));
+    // Keeps its inputs: the dropout output (the softmax output without dropout, already kept) and V
+    // (kept with Q and K by the QKV projection).
+    ops.push_back(core(gemm("attention_context", x.s, x.hd, x.s, x.d, x.drop ? scores * x.d : 0, batch)));
+  }
+
+  ops.push_back(gemm("attention_output", x.tokens, x.h, x.q, x.d, act(x.tokens, x.q, x.d)));
+  if (tp) {
+    ops.push_back(x.sp ? comm("attention_reduce_scatter", Comm::reduce_scatter, full)
+                       : comm("attention_all_reduce", Comm::all_reduce, full));
+  }
+  // Bias + dropout + residual add: reads the branch and the residual, writes the sum and the mask.
+  ops.push_back(x.drop ? memory("attention_dropout_add", region_act * 3 + mask, mask)
+                       : memory("attention_residual_add", region_act * 3));
+
+  ops.push_back(memory("post_attention_" + norm, 2 * region_act, region_act));
+  if (tp && x.sp) ops.push_back(comm("mlp_input_all_gather", Comm::all_gather, full));
+  if (x.swiglu) {
+    // Gate and up projections as one column-parallel GEMM; SiLU(gate)·up keeps both halves.
+    ops.push_back(gemm("fc1_gate_up", x.tokens, 2 * x.f, x.h, x.d, region_act));
+    ops.push_back(memory("swiglu", 3 * act(x.tokens, x.f, x.d), act(x.tokens, 2 * x.f, x.d)));
+  } else {
+    ops.push_back(gemm("fc1", x.tokens, x.f, x.h, x.d, region_act));
+    ops.push_back(memory("gelu", 2 * act(x.tokens, x.f, x.d), act(x.tokens, x.f, x.d)));
+  }
+  ops.push_back(gemm("fc2", x.tokens, x.h, x.f, x.d, act(x.tokens, x.f, x.d)));
+  if (tp) {
+    ops.push_back(x.sp ? comm("mlp_reduce_scatter", Comm::reduce_scatter, full)
+                       : comm("mlp_all_reduce", Comm::all_reduce, full));
+  }
+  ops.push_back(x.drop ? memory("mlp_dropout_add", region_act * 3 + mask, mask)
+                       : memory("mlp_residual_add", region_act * 3));
+  return ops;
+}
+
+// Megatron's backward TP communication per layer (tensor_parallel/layers.py, mappings.py):
+//   no SP: all-reduce of the input grad of fc1 and of QKV (the backward of the column-parallel
+//          input copy); the row-parallel all-reduces' backward is the identity.
+//   SP:    all-gather of the output grad before fc2's and the output projection's backward (the
+//          backward of the forward reduce-scatters); all-gather of the saved, sharded input of
+//          fc1 and of QKV for their weight-grad GEMMs; reduce-scatter of the input grad of fc1 and
+//          of QKV. Four all-gathers and two reduce-scatters.
+std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c) {
+  const Dims x = dims(m, c);
+  const bool tp = c.tp > 1;
+  const double full = act(x.tokens, x.h, x.d);
+  const double region_act = act(x.region, x.h, x.d);
+  const double mask = x.region * x.h;
+  const std::string norm = x.swiglu ? "rmsnorm" : "layernorm";
+  std::vector<Op> ops;
+
+  auto input_grad_comm = [&](const std::string& what) {
+    if (!tp) return;
+    ops.push_back(x.sp ? comm(what + "_grad_reduce_scatter", Comm::reduce_scatter, full)
+                       : comm(what + "_grad_all_reduce", Comm::all_reduce, full));
+  };
+
+  // Dropout backward reads the grad and the mask, writes the grad; the residual grad passes on.
+  if (x.drop) ops.push_back(memory("mlp_dropout_add_backward", region_act * 2 + mask));
+  if (tp && x.sp) ops.push_back(comm("mlp_output_grad_all_gather", Comm::all_gather, full));
+  ops.push_back(gemm("fc2_dgrad", x.tokens, x.f, x.h, x.d));
+  ops.push_back(gemm("fc2_wgrad", x.f, x.h, x.tokens, x.d));
+  const double fc1_width = x.swiglu ? 2 * x.f : x.f;
+  // Activation backward reads its saved input and the output grad, writes the input grad.
+  ops.push_back(x.swiglu ? memory("swiglu_backward", 5 * act(x.tokens, x.f, x.d))
+                         : memory("gelu_backward", 3 * act(x.tokens, x.f, x.d)));
+  if (tp && x.sp) ops.push_back(comm("mlp_input_all_gather", Comm::all_gather, full));
+  ops.push_back(gemm(x.swiglu ? "fc1_gate_up_dgrad" : "fc1_dgrad", x.tokens, x.h, fc1_width, x.d));
+  input_grad_comm("mlp_input");
+  ops.push_back(gemm(x.swiglu ? "fc1_gate_up_wgrad" : "fc1_wgrad", x.h, fc1_width, x.tokens, x.d));
+  // Norm backward reads its input, the output grad and the residual grad it is summed with.
+  ops.push_back(memory("post_attention_" + norm + "_backward", 4 * region_act, 0, 2));
+
+  if (x.drop) ops.push_back(memory("attention_dropout_add_backward", region_act * 2 + mask));
+  if (tp && x.sp) ops.push_back(comm("attention_output_grad_all_gather", Comm::all_gather, full));
+  ops.push_back(gemm("attention_output_dgrad", x.tokens, x.q, x.h, x.d));
+  ops.push_back(gemm("attention_output_wgrad", x.q, x.h, x.tokens, x.d));
+
+  if (c.attention == AttentionImpl::flash) {
+    ops.push_back(flash(x, c, true));
+  } else {
+    const double batch = x.b * x.heads;
+    const double scores = batch * x.s * x.s;
+    ops.push_back(core(gemm("attention_context_probs_grad", x.s, x.s, x.hd, x.d, 0, batch)));
+    ops.push_back(core(gemm("attention_context_value_grad", x.s, x.hd, x.s, x.d, 0, batch)));
+    if (x.drop) ops.push_back(core(memory("attention_probs_dropout_backward", scores * (2 * x.d + 1))));
+    ops.push_back(core(memory("scale_mask_softmax_backward", 3 * scores * x.d)));
+    ops.push_back(core(gemm("attention_scores_query_grad", x.s, x.hd, x.s, x.d, 0, batch)));
+    ops.push_back(core(gemm("attention_scores_key_grad", x.s, x.hd, x.s, x.d, 0, batch)));
+  }
+  if (x.swiglu) ops.push_back(memory("rotary_embedding_backward", 2 * act(x.tokens, x.q + x.kv, x.d)));
+
+  const double qkv_width = x.q + 2 * x.kv;
+  if (tp && x.sp) ops.push_back(comm("qkv_input_all_gather", Comm::all_gather, full));
+  ops.push_back(gemm("qkv_dgrad", x.tokens, x.h, qkv_width, x.d));
+  input_grad_comm("qkv_input");
+  ops.push_back(gemm("qkv_wgrad", x.h, qkv_width, x.tokens, x.d));
+  ops.push_back(memory("input_" + norm + "_backward", 4 * region_act, 0, 2));
+  return ops;
+}
+
+std::int64_t layer_input_bytes(const ModelSpec& m, const LayerConfig& c) {
+  const Dims x = dims(m, c);
+  return to_bytes(act(x.region, x.h, x.d));
+}
+
+std::vector<Op> embedding_forward(const ModelSpec& m, const LayerConfig& c) {
+  const Dims x = dims(m, c);
+  const double full = act(x.tokens, x.h, x.d);
+  const double region_act = act(x.region, x.h, x.d);
+  std::vector<Op> ops;
+  // Vocab-parallel lookup: every rank writes a full b·s·h tensor (zeros for tokens outside its
+  // vocabulary shard). GPT (gelu) models also read and add the learned position embedding.
+  const bool positions = !x.swiglu;
+  ops.push_back(memory("embedding_lookup", full * (positions ? 3 : 2), 0, positions ? 2 : 1));
+  if (c.tp > 1) {
+    ops.push_back(x.sp ? comm("embedding_reduce_scatter", Comm::reduce_scatter, full)
+                       : comm("embedding_all_reduce", Comm::all_reduce, full));
+  }
+  if (x.drop) {
+    const double mask = x.region * x.h;
+    ops.push_back(memory("embedding_dropout", 2 * region_act + mask, mask));
+  }
+  return ops;
+}
+
+std::vector<Op> embedding_backward(const ModelSpec& m, const LayerConfig& c) {
+  const Dims x = dims(m, c);
+  const double full = act(x.tokens, x.h, x.d);
+  const double region_act = act(x.region, x.h, x.d);
+  std::vector<Op> ops;
+  if (x.drop) ops.push_back(memory("embedding_dropout_backward", 2 * region_act + x.region * x.h));
+  if (c.tp > 1 && x.sp) ops.push_back(comm("embedding_grad_all_gather", Comm::all_gather, full));
+  // Scatter-add of the output grad into the rank's rows of the weight grad (read grad, read and
+  // write the touched rows).
+  ops.push_back(memory("embedding_grad", 3 * full));
+  return ops;
+}
+
+std::vector<Op> head_forward(const ModelSpec& m, const LayerConfig& c) {
+  const Dims x = dims(m, c);
+  const bool tp = c.tp > 1;
+  const double full = act(x.tokens, x.h, x.d);
+  const double region_act = act(x.region, x.h, x.d);
+  const double vocab = static_cast<double>((m.vocab + c.tp - 1) / c.tp);
+  const double logits = x.tokens * vocab;  // elements of this rank's logit shard
+  const double stats = x.tokens * 4;       // one fp32 value per token
+  std::vector<Op> ops;
+  ops.push_back(memory(x.swiglu ? "final_rmsnorm" : "final_layernorm", 2 * region_act, region_act));
+  if (tp && x.sp) ops.push_back(comm("output_input_all_gather", Comm::all_gather, full));
+  ops.push_back(gemm("output_layer", x.tokens, vocab, x.h, x.d, region_act));
+  // Vocab-parallel cross-entropy in fp32 (Megatron's vocab_parallel_cross_entropy): a max pass,
+  // then exp and the sums into an fp32 softmax it keeps for backward (4·b·s·v/t bytes), with an
+  // all-reduce of the max, of the target logit and of the sum of exponentials.
+  ops.push_back(memory("cross_entropy_max", logits * x.d));
+  if (tp) ops.push_back(comm("cross_entropy_max_all_reduce", Comm::all_reduce, stats));
+  ops.push_back(memory("cross_entropy_softmax", logits * (x.d + 4), logits * 4, 2));
+  if (tp) {
+    ops.push_back(comm("cross_entropy_target_all_reduce", Comm::all_reduce, stats));
+    ops.push_back(comm("cross_entropy_sum_all_reduce", Comm::all_reduce, stats));
+  }
+  ops.push_back(memory("cross_entropy_loss", 3 * stats));
+  return ops;
+}
+
+std::vector<Op> head_backward(const ModelSpec& m, const LayerConfig& c) {
+  const Dims x = dims(m, c);
+  const bool tp = c.tp > 1;
+  const double full = act(x.tokens, x.h, x.d);
+  const double region_act = act(x.region, x.h, x.d);
+  const double vocab = static_cast<double>((m.vocab + c.tp - 1) / c.tp);
+  const double logits = x.tokens * vocab;
+  std::vector<Op> ops;
+  // Reads the fp32 softmax, writes the bf16 logit grad.
+  ops.push_back(memory("cross_entropy_backward", logits * (4 + x.d)));
+  if (tp && x.sp) ops.push_back(comm("output_input_all_gather", Comm::all_gather, full));
+  ops.push_back(gemm("output_layer_dgrad", x.tokens, x.h, vocab, x.d));
+  if (tp) {
+    ops.push_back(x.sp ? comm("output_input_grad_reduce_scatter", Comm::reduce_scatter, full)
+                       : comm("output_input_grad_all_reduce", Comm::all_reduce, full));
+  }
+  ops.push_back(gemm("output_layer_wgrad", vocab, x.h, x.tokens, x.d));
+  ops.push_back(memory(x.swiglu ? "final_rmsnorm_backward" : "final_layernorm_backward", 3 * region_act));
+  return ops;
+}
+
+// Bytes per parameter: fp32 master weight read + write (8), first moment read + write (8), second
+// moment read + write (8), fp32 gradient read (4), bf16 weight written (2) = 30.
+Op optimizer_step(std::int64_t params) {
+  constexpr double kAdamBytesPerParam = 30;
+  return memory("adam_step", kAdamBytesPerParam * static_cast<double>(params));
+}
+
+std::int64_t layer_params_per_rank(const ModelSpec& m, std::int64_t tp) {
+  TRAINSIM_ASSERT(tp >= 1 && m.heads % tp == 0 && m.kv_heads % tp == 0 && m.ffn_hidden % tp == 0);
+  const std::int64_t q = m.heads * m.head_dim;
+  const std::int64_t kv = m.kv_heads * m.head_dim;
+  const std::int64_t mats = m.mlp == MlpKind::swiglu ? 3 : 2;
+  std::int64_t n = (m.hidden * (q + 2 * kv) + q * m.hidden + mats * m.hidden * m.ffn_hidden) / tp;
+  if (m.mlp == MlpKind::gelu) {
+    // LayerNorm weight + bias twice (replicated); column-parallel biases split, row-parallel not.
+    n += 4 * m.hidden + (q + 2 * kv + m.ffn_hidden) / tp + 2 * m.hidden;
+  } else {
+    n += 2 * m.hidden;  // two RMSNorm weights, replicated
+  }
+  return n;
+}
+
+std::int64_t embedding_params_per_rank(const ModelSpec& m, std::int64_t tp) {
+  TRAINSIM_ASSERT(tp >= 1);
+  return (m.vocab + tp - 1) / tp * m.hidden;
+}
+
+std::int64_t head_params_per_rank(const ModelSpec& m, std::int64_t tp) {
+  TRAINSIM_ASSERT(tp >= 1);
+  const std::int64_t final_norm = m.mlp == MlpKind::gelu ? 2 * m.hidden : m.hidden;
+  return final_norm + (m.tied_embeddings ? 0 : embedding_params_per_rank(m, tp));
+}
+
+}  // namespace trainsim::workload

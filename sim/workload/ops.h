@@ -81,7 +81,9 @@ std::vector<Op> head_backward(const ModelSpec& m, const LayerConfig& c);
 // fp32 gradient, and the bf16 copy written back.
 Op optimizer_step(std::int64_t params);
 
-// Parameters one TP rank holds for one layer / the embedding / the output layer.
+// Parameters one TP rank holds for one layer / the embedding / the output layer. The output layer
+// counts the final norm, plus its vocab-parallel weight unless embeddings are tied (then the
+// embedding's weight serves; a last pipeline stage without the embedding keeps a copy of it).
 std::int64_t layer_params_per_rank(const ModelSpec& m, std::int64_t tp);
 std::int64_t embedding_params_per_rank(const ModelSpec& m, std::int64_t tp);
 std::int64_t head_params_per_rank(const ModelSpec& m, std::int64_t tp);

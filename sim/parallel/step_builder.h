@@ -1,0 +1,46 @@
+#pragma once
+// Turns a scenario into what the engine runs: the rank grid's process groups, one Program per
+// pipeline stage (shared by every rank of that stage) following Megatron's 1F1B schedule, and each
+// rank's Binding. Compute ops between two communication points are merged into one task, so the
+// engine's work grows with communication points, not with kernels.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/scenario.h"
+#include "engine/program.h"
+#include "hardware/compute_model.h"
+
+namespace trainsim::parallel {
+
+// Streams of every rank.
+enum Stream : std::uint8_t { kCompute = 0, kTpComm = 1, kDpComm = 2, kPpSend = 3, kPpRecv = 4, kStreamCount = 5 };
+// Group slots and peer slots of every rank's Binding.
+enum GroupSlot : std::uint8_t { kTpGroup = 0, kDpGroup = 1, kEmbeddingGroup = 2 };
+enum PeerSlot : std::uint8_t { kPrevStage = 0, kNextStage = 1 };
+// Memory categories.
+enum MemCategory : std::uint8_t { kWeights = 0, kGradients = 1, kOptimizer = 2, kActivations = 3, kMemCategoryCount = 4 };
+
+const char* stream_name(int stream);
+const char* mem_category_name(int category);
+
+struct StagePlan {
+  std::int64_t first_layer = 0;
+  std::int64_t layers = 0;
+  bool has_embedding = false;
+  bool has_head = false;
+  std::int64_t params_per_rank = 0;  // parameters one rank of this stage holds
+};
+
+struct StepPlan {
+  std::vector<engine::Program> programs;  // index = pipeline stage
+  std::vector<engine::Binding> bindings;  // index = rank
+  engine::GroupTable groups;
+  std::vector<StagePlan> stages;
+};
+
+StepPlan build_step(const config::Scenario& scenario, const hardware::ComputeModel& compute);
+
+}  // namespace trainsim::parallel

@@ -1,0 +1,31 @@
+#pragma once
+// The result of `trainsim run` for people (a ten-second summary) and for scripts (one JSON object).
+// MFU counts model FLOPs as NeMo / Megatron-Bridge do (forward + backward, no recompute, full
+// non-causal attention, embedding and logits) over the GPU's dense BF16 peak.
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "config/scenario.h"
+#include "parallel/step_runner.h"
+
+namespace trainsim::report {
+
+struct Metrics {
+  double step_time_s = 0;
+  double tokens_per_s = 0;
+  double tokens_per_s_per_gpu = 0;
+  double model_tflops_per_gpu = 0;
+  double mfu = 0;
+  double bubble_fraction = 0;
+  double peak_gib = 0;
+  double capacity_gib = 0;
+  bool fits = true;
+};
+
+Metrics compute_metrics(const config::Scenario& scenario, const parallel::StepResult& result);
+nlohmann::json to_json(const config::Scenario& scenario, const parallel::StepResult& result);
+std::string to_text(const config::Scenario& scenario, const parallel::StepResult& result);
+
+}  // namespace trainsim::report

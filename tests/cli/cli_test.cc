@@ -1,0 +1,228 @@
+// End-to-end: the real trainsim binary, as a user runs it. Bad input must give exactly one line on
+// stderr naming the file, the JSON path and the problem, and exit code 2.
+
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+fs::path temp_dir() {
+  static const fs::path dir = [] {
+    fs::path d = fs::temp_directory_path() / fmt::format("trainsim-cli-test-{}", ::getpid());
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+Result run(const std::string& args) {
+  const fs::path out = temp_dir() / "stdout.txt", err = temp_dir() / "stderr.txt";
+  const std::string cmd = fmt::format("cd '{}' && '{}' {} >'{}' 2>'{}'", TRAINSIM_SOURCE_DIR, TRAINSIM_BINARY, args,
+                                      out.string(), err.string());
+  const int status = std::system(cmd.c_str());
+  Result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+fs::path write(const std::string& name, const std::string& text) {
+  fs::path p = temp_dir() / name;
+  std::ofstream(p) << text;
+  return p;
+}
+
+nlohmann::json good_scenario() {
+  return nlohmann::json::parse(R"({
+    "model": "llama3.1-8b", "cluster": "dgx-h100", "gpus": 16,
+    "parallel": {"tp": 2, "pp": 2, "sequence_parallel": true, "zero": 1},
+    "training": {"micro_batch": 1, "global_batch": 32, "seq_len": 4096, "recompute": "selective"}})");
+}
+
+// Runs a scenario that must be rejected; returns stderr after checking the exit code and one line.
+std::string rejected(const nlohmann::json& scenario, const std::string& name = "bad.json") {
+  const fs::path p = write(name, scenario.dump());
+  Result r = run(fmt::format("run '{}'", p.string()));
+  INFO("stderr: " << r.err);
+  CHECK(r.code == 2);
+  CHECK(r.out.empty());
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK(r.err.find(p.string()) == 0);
+  return r.err;
+}
+
+}  // namespace
+
+TEST_CASE("--help explains the command and the run options") {
+  Result top = run("--help");
+  CHECK(top.code == 0);
+  CHECK(top.out.find("run") != std::string::npos);
+  Result sub = run("run --help");
+  CHECK(sub.code == 0);
+  CHECK(sub.out.find("--json") != std::string::npos);
+  CHECK(sub.out.find("scenario") != std::string::npos);
+}
+
+TEST_CASE("GPT-3 175B on 1024 A100 (TP8 PP16, GBS 1536, full recompute) takes about 32 s per iteration") {
+  // Megatron-LM README, GPT-3 example: "each iteration takes around 32 seconds" on 1024 A100
+  // (published-runs.json record megatron_readme_gpt3_175b_1024gpu). The prediction must be within 15%.
+  Result r = run("run configs/gpt3-175b-a100-1024.json --json");
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  const double step = j.at("step_time_s").get<double>();
+  CHECK(step == Approx(32.0).epsilon(0.15));
+  CHECK(j.at("memory").at("fits").get<bool>());
+  // The parts of the step add up to the step.
+  double sum = 0;
+  for (const auto& [k, v] : j.at("time_breakdown_s").items()) sum += v.get<double>();
+  CHECK(sum == Approx(step).epsilon(1e-9));
+}
+
+TEST_CASE("the same scenario gives byte-identical --json output") {
+  const fs::path p = write("same.json", good_scenario().dump());
+  Result a = run(fmt::format("run '{}' --json", p.string()));
+  Result b = run(fmt::format("run '{}' --json", p.string()));
+  REQUIRE(a.code == 0);
+  CHECK(a.out == b.out);
+  auto j = nlohmann::json::parse(a.out);
+  for (const char* key : {"step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu",
+                          "bubble_fraction", "time_breakdown_s", "memory"})
+    CHECK(j.contains(key));
+  CHECK(j["memory"].contains("peak_gib"));
+  CHECK(j["memory"].contains("fits"));
+  CHECK(j["memory"].contains("breakdown_gib"));
+}
+
+TEST_CASE("the human summary names the prediction") {
+  const fs::path p = write("summary.json", good_scenario().dump());
+  Result r = run(fmt::format("run '{}'", p.string()));
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("step time") != std::string::npos);
+  CHECK(r.out.find("MFU") != std::string::npos);
+  CHECK(r.out.find("fits          yes") != std::string::npos);
+}
+
+TEST_CASE("a layout that does not fit in memory completes and says so") {
+  auto j = good_scenario();
+  j["model"] = "llama3.1-70b";
+  j["parallel"] = {{"tp", 1}, {"pp", 1}};
+  j["training"] = {{"micro_batch", 1}, {"global_batch", 16}, {"seq_len", 4096}};
+  const fs::path p = write("oom.json", j.dump());
+  Result text = run(fmt::format("run '{}'", p.string()));
+  CHECK(text.code == 0);
+  CHECK(text.out.find("DOES NOT FIT") != std::string::npos);
+  Result js = run(fmt::format("run '{}' --json", p.string()));
+  CHECK(nlohmann::json::parse(js.out)["memory"]["fits"] == false);
+}
+
+TEST_CASE("bad input: one line naming file, JSON path and problem; exit code 2") {
+  SECTION("malformed JSON") {
+    const fs::path p = write("malformed.json", "{\"model\": \"gpt3-175b\",");
+    Result r = run(fmt::format("run '{}'", p.string()));
+    CHECK(r.code == 2);
+    CHECK(r.err.find(p.string() + ": malformed JSON") == 0);
+  }
+  SECTION("missing file") {
+    Result r = run("run /nonexistent/scenario.json");
+    CHECK(r.code == 2);
+    CHECK(r.err.find("/nonexistent/scenario.json: ") == 0);
+  }
+  SECTION("missing key") {
+    auto j = good_scenario();
+    j.erase("gpus");
+    CHECK(rejected(j).find(": gpus: missing") != std::string::npos);
+  }
+  SECTION("unknown key") {
+    auto j = good_scenario();
+    j["parallel"]["tensor_parallel"] = 2;
+    CHECK(rejected(j).find("parallel.tensor_parallel: unknown key") != std::string::npos);
+  }
+  SECTION("wrong type") {
+    auto j = good_scenario();
+    j["training"]["seq_len"] = "long";
+    CHECK(rejected(j).find("training.seq_len: ") != std::string::npos);
+  }
+  SECTION("zero and negative sizes") {
+    auto j = good_scenario();
+    j["training"]["micro_batch"] = 0;
+    CHECK(rejected(j).find("training.micro_batch: ") != std::string::npos);
+    j = good_scenario();
+    j["gpus"] = -8;
+    CHECK(rejected(j).find(": gpus: ") != std::string::npos);
+  }
+  SECTION("unknown model and cluster names") {
+    auto j = good_scenario();
+    j["model"] = "gpt-5";
+    CHECK(rejected(j).find(": model: ") != std::string::npos);
+    j = good_scenario();
+    j["cluster"] = "dgx-z100";
+    CHECK(rejected(j).find(": cluster: ") != std::string::npos);
+  }
+  SECTION("impossible layouts") {
+    auto j = good_scenario();
+    j["parallel"]["tp"] = 3;
+    j["gpus"] = 12;
+    j["parallel"]["pp"] = 1;
+    CHECK(rejected(j).find("parallel.tp: 3 does not divide heads (32)") != std::string::npos);
+    j = good_scenario();
+    j["gpus"] = 10;
+    CHECK(rejected(j).find("10") != std::string::npos);
+    j = good_scenario();
+    j["parallel"]["pp"] = 3;
+    j["gpus"] = 24;
+    CHECK(rejected(j).find("parallel.pp: 3 does not divide layers (32)") != std::string::npos);
+    j = good_scenario();
+    j["training"]["global_batch"] = 12;
+    CHECK(rejected(j).find("training.global_batch: ") != std::string::npos);
+  }
+  SECTION("features accepted by the format but not built yet") {
+    auto j = good_scenario();
+    j["parallel"]["schedule"] = "interleaved";
+    CHECK(rejected(j).find("not supported yet") != std::string::npos);
+    j = good_scenario();
+    j["training"]["precision"] = "fp8";
+    CHECK(rejected(j).find("training.precision: ") != std::string::npos);
+  }
+}
+
+TEST_CASE("an inline model and a Hugging Face config.json work where a model name does") {
+  auto j = good_scenario();
+  j["model"] = {{"name", "tiny"}, {"layers", 4},      {"hidden", 1024}, {"heads", 16},
+                {"kv_heads", 4},  {"ffn_hidden", 4096}, {"vocab", 32000}, {"mlp", "swiglu"}};
+  j["parallel"] = {{"tp", 2}, {"pp", 2}};
+  CHECK(run(fmt::format("run '{}' --json", write("inline.json", j.dump()).string())).code == 0);
+  const fs::path hf = write("config.json", R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+    "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32, "num_hidden_layers": 16,
+    "num_key_value_heads": 8, "vocab_size": 128256, "hidden_act": "silu", "rms_norm_eps": 1e-05})");
+  j["model"] = hf.string();
+  Result r = run(fmt::format("run '{}' --json", write("hf.json", j.dump()).string()));
+  INFO(r.err);
+  CHECK(r.code == 0);
+}

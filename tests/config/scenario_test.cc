@@ -1,0 +1,450 @@
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "config/scenario.h"
+#include "util/error.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using trainsim::config::load_scenario;
+using trainsim::config::parse_scenario;
+using trainsim::config::Recompute;
+using trainsim::config::Scenario;
+using trainsim::util::InputError;
+using trainsim::util::JsonNode;
+
+namespace {
+
+// A private data directory per test: models/test-70b.json (Llama-3-70B-like shape),
+// models/hf-llama.json (a Hugging Face config), topologies/dgx-h100.json (the shipped one).
+class DataDir {
+ public:
+  DataDir() {
+    static std::atomic<int> counter{0};
+    root_ = fs::temp_directory_path() /
+            ("trainsim_config_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(root_);
+    fs::create_directories(root_ / "models");
+    fs::create_directories(root_ / "topologies");
+    fs::create_directories(root_ / "scenarios");
+    write("models/test-70b.json", model_json().dump());
+    write("models/hf-llama.json", hf_json().dump());
+    fs::copy_file(fs::path(TRAINSIM_SOURCE_DIR) / "topologies" / "dgx-h100.json", root_ / "topologies" / "dgx-h100.json");
+  }
+  ~DataDir() {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  DataDir(const DataDir&) = delete;
+  DataDir& operator=(const DataDir&) = delete;
+
+  const fs::path& root() const { return root_; }
+  std::string write(const std::string& rel, const std::string& text) const {
+    const fs::path p = root_ / rel;
+    std::ofstream(p) << text;
+    return p.string();
+  }
+
+  static json model_json() {
+    return {{"name", "test-70b"}, {"layers", 80},     {"hidden", 8192}, {"heads", 64},
+            {"kv_heads", 8},      {"ffn_hidden", 28672}, {"vocab", 128256}, {"mlp", "swiglu"}};
+  }
+  static json hf_json() {
+    return {{"architectures", {"LlamaForCausalLM"}},
+            {"model_type", "llama"},
+            {"hidden_size", 4096},
+            {"intermediate_size", 14336},
+            {"num_attention_heads", 32},
+            {"num_hidden_layers", 32},
+            {"num_key_value_heads", 8},
+            {"vocab_size", 128256},
+            {"hidden_act", "silu"},
+            {"tie_word_embeddings", false}};
+  }
+
+ private:
+  fs::path root_;
+};
+
+// 64 H100s: tp 8 x pp 2 -> dp 4; 64 sequences / (1 x 4) = 16 micro-batches per pipeline.
+json base_scenario() {
+  return {{"model", "test-70b"},
+          {"cluster", "dgx-h100"},
+          {"gpus", 64},
+          {"parallel", {{"tp", 8}, {"pp", 2}, {"sequence_parallel", true}}},
+          {"training", {{"global_batch", 64}, {"seq_len", 8192}}}};
+}
+
+Scenario parse(const DataDir& data, const json& doc) {
+  return parse_scenario(JsonNode(doc, "scenario.json"), data.root());
+}
+
+InputError error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e;
+  }
+  FAIL("expected an InputError");
+  return InputError("", "", "");
+}
+
+InputError parse_error(const DataDir& data, const json& doc) {
+  return error_of([&] { (void)parse(data, doc); });
+}
+
+}  // namespace
+
+TEST_CASE("a full scenario resolves named model and cluster and derives dp and micro-batches", "[config]") {
+  // Megatron: dp = gpus / (tp pp cp); micro-batches per step = global / (micro x dp) (ecosystem.md §2.1).
+  DataDir data;
+  json doc = base_scenario();
+  doc["parallel"] = {{"tp", 8},          {"pp", 4},          {"cp", 1},   {"sequence_parallel", true},
+                     {"schedule", "1f1b"}, {"virtual_stages", 1}, {"zero", 1}};
+  doc["gpus"] = 1024;
+  doc["training"] = {{"micro_batch", 1},     {"global_batch", 1024}, {"seq_len", 8192},
+                     {"recompute", "selective"}, {"precision", "bf16"},  {"attention", "flash"}};
+  const Scenario s = parse(data, doc);
+  CHECK(s.file == "scenario.json");
+  CHECK(s.model.name == "test-70b");
+  CHECK(s.model.layers == 80);
+  CHECK(s.cluster.name == "dgx-h100");
+  CHECK(s.cluster.gpu.id == "h100-sxm");
+  CHECK(s.gpus == 1024);
+  CHECK(s.parallel.tp == 8);
+  CHECK(s.parallel.pp == 4);
+  CHECK(s.parallel.dp == 32);
+  CHECK(s.parallel.sequence_parallel);
+  CHECK(s.parallel.zero == 1);
+  CHECK(s.training.recompute == Recompute::selective);
+  CHECK(s.training.attention == trainsim::workload::AttentionImpl::flash);
+  CHECK(s.training.num_micro_batches == 32);
+}
+
+TEST_CASE("omitted parallel and training keys take Megatron's defaults", "[config]") {
+  DataDir data;
+  json doc = base_scenario();
+  doc.erase("parallel");
+  doc["gpus"] = 8;
+  doc["training"] = {{"global_batch", 16}, {"seq_len", 2048}};
+  const Scenario s = parse(data, doc);
+  CHECK(s.parallel.tp == 1);
+  CHECK(s.parallel.pp == 1);
+  CHECK(s.parallel.cp == 1);
+  CHECK(s.parallel.dp == 8);
+  CHECK_FALSE(s.parallel.sequence_parallel);
+  CHECK(s.parallel.virtual_stages == 1);
+  CHECK(s.parallel.zero == 0);
+  CHECK(s.training.micro_batch == 1);
+  CHECK(s.training.recompute == Recompute::none);
+  CHECK(s.training.attention == trainsim::workload::AttentionImpl::flash);
+  CHECK(s.training.num_micro_batches == 2);
+
+  doc["training"]["attention"] = "softmax";
+  doc["training"]["recompute"] = "full";
+  const Scenario t = parse(data, doc);
+  CHECK(t.training.attention == trainsim::workload::AttentionImpl::softmax);
+  CHECK(t.training.recompute == Recompute::full);
+}
+
+TEST_CASE("sequence parallelism with tp = 1 is switched off silently, as Megatron does", "[config]") {
+  DataDir data;
+  json doc = base_scenario();
+  doc["parallel"] = {{"tp", 1}, {"pp", 2}, {"sequence_parallel", true}};
+  const Scenario s = parse(data, doc);
+  CHECK_FALSE(s.parallel.sequence_parallel);
+  CHECK(s.parallel.dp == 32);
+}
+
+TEST_CASE("tp larger than a node is allowed", "[config]") {
+  DataDir data;
+  json doc = base_scenario();
+  json model = DataDir::model_json();
+  model["kv_heads"] = 16;
+  doc["model"] = model;
+  doc["parallel"] = {{"tp", 16}};
+  const Scenario s = parse(data, doc);
+  CHECK(s.parallel.tp == 16);
+  CHECK(s.parallel.dp == 4);
+}
+
+TEST_CASE("model and cluster may be names, paths or inline objects", "[config]") {
+  DataDir data;
+  SECTION("a Hugging Face config.json by name") {
+    json doc = base_scenario();
+    doc["model"] = "hf-llama";
+    const Scenario s = parse(data, doc);
+    CHECK(s.model.hidden == 4096);
+    CHECK(s.model.kv_heads == 8);
+  }
+  SECTION("an absolute path") {
+    const std::string model = data.write("elsewhere-model.json", DataDir::model_json().dump());
+    json doc = base_scenario();
+    doc["model"] = model;
+    CHECK(parse(data, doc).model.name == "test-70b");
+  }
+  SECTION("a path relative to the scenario file") {
+    data.write("scenarios/my-cluster.json",
+               std::string(std::istreambuf_iterator<char>(
+                               std::ifstream(data.root() / "topologies" / "dgx-h100.json").rdbuf()),
+                           {}));
+    json doc = base_scenario();
+    doc["cluster"] = "my-cluster.json";
+    const std::string file = data.write("scenarios/s.json", doc.dump());
+    const Scenario s = load_scenario(file, data.root());
+    CHECK(s.cluster.name == "dgx-h100");
+    CHECK(s.file == file);
+  }
+  SECTION("a path relative to the working directory") {
+    const fs::path cwd = fs::current_path();
+    fs::current_path(data.root());
+    json doc = base_scenario();
+    doc["model"] = "scenarios/../models/test-70b.json";
+    const std::string file = data.write("scenarios/s.json", doc.dump());
+    Scenario s;
+    CHECK_NOTHROW(s = load_scenario(file, data.root()));
+    fs::current_path(cwd);
+    CHECK(s.model.layers == 80);
+  }
+  SECTION("inline objects") {
+    json doc = base_scenario();
+    doc["model"] = DataDir::model_json();
+    doc["cluster"] = json::parse(std::ifstream(data.root() / "topologies" / "dgx-h100.json"));
+    const Scenario s = parse(data, doc);
+    CHECK(s.model.hidden == 8192);
+    CHECK(s.cluster.nic.per_node == 8);
+  }
+}
+
+TEST_CASE("the shipped topologies resolve from the default data directory", "[config]") {
+  json doc = base_scenario();
+  doc["model"] = DataDir::model_json();
+  doc["cluster"] = "dgx-a100";
+  const Scenario s = parse_scenario(JsonNode(doc, "s.json"), TRAINSIM_SOURCE_DIR);
+  CHECK(s.cluster.gpu.id == "a100-sxm-80gb");
+}
+
+TEST_CASE("default_data_dir follows TRAINSIM_DATA_DIR, else the source tree", "[config]") {
+  const char* old = std::getenv("TRAINSIM_DATA_DIR");
+  const std::string saved = old ? old : "";
+  ::setenv("TRAINSIM_DATA_DIR", "/some/where", 1);
+  CHECK(trainsim::config::default_data_dir() == fs::path("/some/where"));
+  ::unsetenv("TRAINSIM_DATA_DIR");
+  CHECK(trainsim::config::default_data_dir() == fs::path(TRAINSIM_SOURCE_DIR));
+  if (old) ::setenv("TRAINSIM_DATA_DIR", saved.c_str(), 1);
+}
+
+TEST_CASE("files that cannot be read or parsed are named in the error", "[config]") {
+  DataDir data;
+  SECTION("malformed scenario") {
+    const std::string file = data.write("bad.json", "{\"gpus\": 8,");
+    const InputError e = error_of([&] { (void)load_scenario(file, data.root()); });
+    CHECK(e.file() == file);
+    CHECK_THAT(e.problem(), Catch::StartsWith("malformed JSON"));
+  }
+  SECTION("missing scenario file") {
+    const InputError e = error_of([&] { (void)load_scenario((data.root() / "nope.json").string(), data.root()); });
+    CHECK(e.problem() == "cannot open file");
+  }
+  SECTION("scenario is not an object") {
+    const std::string file = data.write("list.json", "[1, 2]");
+    const InputError e = error_of([&] { (void)load_scenario(file, data.root()); });
+    CHECK(e.problem() == "expected an object, got an array");
+  }
+  SECTION("malformed model file") {
+    data.write("models/broken.json", "{\"name\": ");
+    json doc = base_scenario();
+    doc["model"] = "broken";
+    const InputError e = parse_error(data, doc);
+    CHECK(e.file() == (data.root() / "models" / "broken.json").string());
+  }
+  SECTION("an error inside a referenced model file names that file and its path") {
+    json model = DataDir::model_json();
+    model["layerz"] = 3;
+    data.write("models/typo.json", model.dump());
+    json doc = base_scenario();
+    doc["model"] = "typo";
+    const InputError e = parse_error(data, doc);
+    CHECK(e.file() == (data.root() / "models" / "typo.json").string());
+    CHECK(e.path() == "layerz");
+  }
+  SECTION("an error inside a referenced topology file names that file") {
+    json topo = json::parse(std::ifstream(data.root() / "topologies" / "dgx-h100.json"));
+    topo["gpu"] = "h900";
+    data.write("topologies/future.json", topo.dump());
+    json doc = base_scenario();
+    doc["cluster"] = "future";
+    const InputError e = parse_error(data, doc);
+    CHECK(e.file() == (data.root() / "topologies" / "future.json").string());
+    CHECK(e.path() == "gpu");
+  }
+  SECTION("an error inside an inline model carries the scenario path") {
+    json doc = base_scenario();
+    doc["model"] = DataDir::model_json();
+    doc["model"].erase("vocab");
+    const InputError e = parse_error(data, doc);
+    CHECK(e.file() == "scenario.json");
+    CHECK(e.path() == "model.vocab");
+  }
+}
+
+TEST_CASE("unknown model and cluster names list what is known", "[config]") {
+  DataDir data;
+  json doc = base_scenario();
+  doc["model"] = "gpt-5";
+  InputError e = parse_error(data, doc);
+  CHECK(e.path() == "model");
+  CHECK(e.problem() == "\"gpt-5\" is neither a file in " + (data.root() / "models").string() +
+                           " (known: hf-llama, test-70b) nor a path to a file");
+
+  doc = base_scenario();
+  doc["cluster"] = "dgx-h300";
+  e = parse_error(data, doc);
+  CHECK(e.path() == "cluster");
+  CHECK_THAT(e.problem(), Catch::Contains("(known: dgx-h100)"));
+
+  doc = base_scenario();
+  doc["cluster"] = 7;
+  e = parse_error(data, doc);
+  CHECK(e.path() == "cluster");
+  CHECK(e.problem() == "expected a name, a path or an object");
+
+  doc = base_scenario();
+  doc["model"] = "";
+  CHECK(parse_error(data, doc).path() == "model");
+}
+
+TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", "[config]") {
+  DataDir data;
+  struct Case {
+    std::function<void(json&)> edit;
+    std::string path;
+    std::string problem;
+  };
+  const std::vector<Case> cases = {
+      {[](json& d) { d.erase("gpus"); }, "gpus", "missing required key"},
+      {[](json& d) { d.erase("model"); }, "model", "missing required key"},
+      {[](json& d) { d.erase("cluster"); }, "cluster", "missing required key"},
+      {[](json& d) { d.erase("training"); }, "training", "missing required key"},
+      {[](json& d) { d["training"].erase("global_batch"); }, "training.global_batch", "missing required key"},
+      {[](json& d) { d["training"].erase("seq_len"); }, "training.seq_len", "missing required key"},
+      {[](json& d) { d["gpu"] = 8; }, "gpu",
+       "unknown key (expected one of: model, cluster, gpus, parallel, training)"},
+      {[](json& d) { d["parallel"]["dp"] = 4; }, "parallel.dp",
+       "unknown key (expected one of: tp, pp, cp, sequence_parallel, schedule, virtual_stages, zero)"},
+      {[](json& d) { d["training"]["optimizer"] = "adam"; }, "training.optimizer",
+       "unknown key (expected one of: micro_batch, global_batch, seq_len, recompute, precision, attention)"},
+      {[](json& d) { d["gpus"] = "64"; }, "gpus", "expected an integer, got a string"},
+      {[](json& d) { d["gpus"] = 64.5; }, "gpus", "expected an integer, got 64.5"},
+      {[](json& d) { d["parallel"]["sequence_parallel"] = 1; }, "parallel.sequence_parallel",
+       "expected true or false, got a number"},
+      {[](json& d) { d["parallel"] = 8; }, "parallel", "expected an object, got a number"},
+      {[](json& d) { d["training"]["recompute"] = true; }, "training.recompute", "expected a string, got a boolean"},
+      {[](json& d) { d["gpus"] = 0; }, "gpus", "must be a positive integer, got 0"},
+      {[](json& d) { d["gpus"] = -64; }, "gpus", "must be a positive integer, got -64"},
+      {[](json& d) { d["parallel"]["tp"] = 0; }, "parallel.tp", "must be a positive integer, got 0"},
+      {[](json& d) { d["parallel"]["pp"] = -2; }, "parallel.pp", "must be a positive integer, got -2"},
+      {[](json& d) { d["parallel"]["cp"] = 0; }, "parallel.cp", "must be a positive integer, got 0"},
+      {[](json& d) { d["parallel"]["virtual_stages"] = 0; }, "parallel.virtual_stages",
+       "must be a positive integer, got 0"},
+      {[](json& d) { d["parallel"]["zero"] = -1; }, "parallel.zero", "must not be negative, got -1"},
+      {[](json& d) { d["parallel"]["zero"] = 4; }, "parallel.zero", "must be 0, 1, 2 or 3, got 4"},
+      {[](json& d) { d["training"]["micro_batch"] = 0; }, "training.micro_batch", "must be a positive integer, got 0"},
+      {[](json& d) { d["training"]["global_batch"] = -8; }, "training.global_batch",
+       "must be a positive integer, got -8"},
+      {[](json& d) { d["training"]["seq_len"] = 0; }, "training.seq_len", "must be a positive integer, got 0"},
+      {[](json& d) { d["training"]["recompute"] = "partial"; }, "training.recompute",
+       "unknown value \"partial\" (expected one of: none, selective, full)"},
+      {[](json& d) { d["training"]["attention"] = "xformers"; }, "training.attention",
+       "unknown value \"xformers\" (expected one of: flash, softmax)"},
+      {[](json& d) { d["training"]["precision"] = "fp32"; }, "training.precision",
+       "unknown value \"fp32\" (expected one of: bf16, fp8)"},
+      {[](json& d) { d["parallel"]["schedule"] = "1F1B"; }, "parallel.schedule",
+       "unknown value \"1F1B\" (expected one of: 1f1b, gpipe, interleaved, zb-h1)"},
+  };
+  for (const Case& c : cases) {
+    json doc = base_scenario();
+    c.edit(doc);
+    INFO(doc.dump());
+    const InputError e = parse_error(data, doc);
+    CHECK(e.file() == "scenario.json");
+    CHECK(e.path() == c.path);
+    CHECK(e.problem() == c.problem);
+  }
+}
+
+TEST_CASE("settings trainsim knows but does not simulate yet are refused on their path", "[config]") {
+  DataDir data;
+  struct Case {
+    std::function<void(json&)> edit;
+    std::string path;
+    std::string problem;
+  };
+  const std::vector<Case> cases = {
+      {[](json& d) { d["parallel"]["schedule"] = "gpipe"; }, "parallel.schedule",
+       "\"gpipe\" is not supported yet (supported: 1f1b)"},
+      {[](json& d) { d["parallel"]["schedule"] = "interleaved"; }, "parallel.schedule",
+       "\"interleaved\" is not supported yet (supported: 1f1b)"},
+      {[](json& d) { d["parallel"]["schedule"] = "zb-h1"; }, "parallel.schedule",
+       "\"zb-h1\" is not supported yet (supported: 1f1b)"},
+      {[](json& d) { d["parallel"]["virtual_stages"] = 2; }, "parallel.virtual_stages",
+       "virtual pipeline stages (2) are not supported yet; use 1"},
+      {[](json& d) { d["parallel"]["cp"] = 2; }, "parallel.cp",
+       "context parallelism (cp = 2) is not supported yet; use 1"},
+      {[](json& d) { d["parallel"]["zero"] = 2; }, "parallel.zero", "ZeRO stage 2 is not supported yet (supported: 0, 1)"},
+      {[](json& d) { d["parallel"]["zero"] = 3; }, "parallel.zero", "ZeRO stage 3 is not supported yet (supported: 0, 1)"},
+      {[](json& d) { d["training"]["precision"] = "fp8"; }, "training.precision",
+       "\"fp8\" is not supported yet (supported: bf16)"},
+  };
+  for (const Case& c : cases) {
+    json doc = base_scenario();
+    c.edit(doc);
+    INFO(doc.dump());
+    const InputError e = parse_error(data, doc);
+    CHECK(e.path() == c.path);
+    CHECK(e.problem() == c.problem);
+  }
+}
+
+TEST_CASE("impossible layouts name the numbers that do not fit", "[config]") {
+  // test-70b: 80 layers, 64 heads, 8 kv heads; 64 GPUs.
+  DataDir data;
+  struct Case {
+    std::function<void(json&)> edit;
+    std::string message;  // the whole line main prints
+  };
+  const std::vector<Case> cases = {
+      {[](json& d) { d["gpus"] = 60; }, "scenario.json: gpus: 60 is not a multiple of tp*pp*cp = 8*2*1 = 16"},
+      {[](json& d) { d["parallel"]["tp"] = 3; d["gpus"] = 48; },
+       "scenario.json: parallel.tp: 3 does not divide heads (64)"},
+      {[](json& d) { d["parallel"]["tp"] = 16; }, "scenario.json: parallel.tp: 16 does not divide kv_heads (8)"},
+      {[](json& d) { d["parallel"]["pp"] = 3; d["gpus"] = 48; },
+       "scenario.json: parallel.pp: 3 does not divide layers (80)"},
+      {[](json& d) { d["training"]["global_batch"] = 66; },
+       "scenario.json: training.global_batch: 66 is not a multiple of micro_batch*dp = 1*4 = 4"},
+      {[](json& d) { d["training"]["micro_batch"] = 3; },
+       "scenario.json: training.global_batch: 64 is not a multiple of micro_batch*dp = 3*4 = 12"},
+      {[](json& d) { d["training"]["seq_len"] = 8190; },
+       "scenario.json: training.seq_len: 8190 is not divisible by tp (8), which sequence_parallel requires"},
+  };
+  for (const Case& c : cases) {
+    json doc = base_scenario();
+    c.edit(doc);
+    INFO(doc.dump());
+    CHECK(std::string(parse_error(data, doc).what()) == c.message);
+  }
+  // Huge sizes are rejected, not overflowed.
+  json doc = base_scenario();
+  doc["parallel"]["tp"] = std::int64_t{1} << 40;
+  doc["parallel"]["pp"] = std::int64_t{1} << 40;
+  CHECK(parse_error(data, doc).path() == "gpus");
+}

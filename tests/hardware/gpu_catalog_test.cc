@@ -1,0 +1,41 @@
+#include <catch2/catch.hpp>
+
+#include "hardware/gpu.h"
+
+using namespace trainsim::hardware;
+
+// Datasheet figures (ecosystem.md §4.1), dense, GB = 1e9 bytes, NVLink per direction.
+TEST_CASE("catalog holds the datasheet GPUs") {
+  CHECK(gpu_catalog().size() == 6);
+  const GpuSpec* h100 = find_gpu("h100-sxm");
+  REQUIRE(h100 != nullptr);
+  CHECK(h100->bf16_flops == 989e12);
+  CHECK(h100->fp8_flops == 1979e12);
+  CHECK(h100->hbm_bytes == 80e9);
+  CHECK(h100->hbm_Bps == 3.35e12);
+  CHECK(h100->nvlink_Bps == 450e9);
+  CHECK(find_gpu("a100-sxm-40gb")->hbm_Bps == 1.555e12);
+  CHECK(find_gpu("a100-sxm-80gb")->fp8_flops == 0);
+  CHECK(find_gpu("h200-sxm")->hbm_bytes == 141e9);
+  CHECK(find_gpu("b200")->hbm_bytes == 180e9);
+  CHECK(find_gpu("gb200")->hbm_bytes == 186e9);
+  CHECK(find_gpu("gb200")->bf16_flops == 2500e12);
+  CHECK(find_gpu("b200")->nvlink_Bps == 900e9);
+  CHECK(find_gpu("tpu-v5") == nullptr);
+}
+
+TEST_CASE("every GPU has its compute-model parameters in range") {
+  for (const GpuSpec& g : gpu_catalog()) {
+    INFO(g.id);
+    CHECK(g.gemm_efficiency > 0.5);
+    CHECK(g.gemm_efficiency < 0.9);
+    CHECK(g.gemm_half_dim > 0);
+    CHECK(g.gemm_overhead_s >= 0);
+    CHECK(g.attention_efficiency > 0.4);
+    CHECK(g.attention_efficiency < 0.7);
+    CHECK(g.hbm_efficiency > 0.7);
+    CHECK(g.hbm_efficiency < 0.95);
+    CHECK(g.launch_s > 0);
+    CHECK(g.launch_s < 10e-6);
+  }
+}

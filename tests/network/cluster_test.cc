@@ -1,0 +1,201 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "network/analytical_network.h"
+#include "network/cluster.h"
+#include "util/error.h"
+
+using trainsim::network::AnalyticalNetwork;
+using trainsim::network::ClusterSpec;
+using trainsim::network::CollectiveOp;
+using trainsim::network::parse_cluster;
+using trainsim::util::InputError;
+using trainsim::util::JsonNode;
+
+namespace {
+
+std::string topology_file(const std::string& name) {
+  return (std::filesystem::path(TRAINSIM_SOURCE_DIR) / "topologies" / (name + ".json")).string();
+}
+
+ClusterSpec load_topology(const std::string& name) {
+  const std::string file = topology_file(name);
+  const nlohmann::json doc = trainsim::util::read_json_file(file);
+  return parse_cluster(JsonNode(doc, file));
+}
+
+// nccl-tests all-reduce busbw the model predicts for 8 GPUs of one node: S * 2(n-1)/n / t.
+double model_allreduce_busbw_GBps(const ClusterSpec& c, std::int64_t bytes, std::uint32_t gpus = 8,
+                                  std::uint32_t stride = 1) {
+  std::vector<std::uint32_t> ranks;
+  for (std::uint32_t i = 0; i < gpus; ++i) ranks.push_back(i * stride);
+  const double t = AnalyticalNetwork(c).collective_time_s(CollectiveOp::all_reduce, bytes, ranks);
+  return static_cast<double>(bytes) * 2.0 * (gpus - 1.0) / gpus / t / 1e9;
+}
+
+// published-runs.md §9c: 8-GPU in-place all-reduce busbw (GB/s), 16 MiB .. 8 GiB (powers of two).
+struct Curve {
+  const char* topology;
+  std::vector<double> busbw_GBps;
+};
+const std::vector<Curve> kMeasured = {
+    {"dgx-a100", {109.22, 132.77, 166.63, 174.18, 213.87, 221.58, 228.1, 230.22, 230.48, 231.58}},
+    {"dgx-h100", {234.45, 295.53, 361.78, 400.61, 423.38, 438.46, 466.35, 472.36, 475.54, 478.87}},
+    {"dgx-h200", {240.41, 300.91, 368.11, 412.45, 432.24, 442.72, 467.58, 472.57, 477.41, 479.98}},
+};
+constexpr int kFirstLog2Bytes = 24;  // 16 MiB
+
+nlohmann::json toy_topology() {
+  return nlohmann::json::parse(R"({
+    "name": "toy", "gpu": "h100-sxm", "gpus_per_node": 8,
+    "nvlink": {"allreduce_busbw_GBps": 480, "busbw_GBps": 370, "p2p_GBps": 380, "latency_us": 3.4},
+    "nic": {"per_node": 8, "busbw_GBps": 47, "latency_us": 14},
+    "collective_base_latency_us": 8.4,
+    "sources": {"nvlink": "somewhere"}
+  })");
+}
+
+InputError parse_error(const nlohmann::json& doc) {
+  try {
+    (void)parse_cluster(JsonNode(doc, "topo.json"));
+  } catch (const InputError& e) {
+    return e;
+  }
+  FAIL("parse_cluster accepted a bad topology");
+  return InputError("", "", "");
+}
+
+}  // namespace
+
+TEST_CASE("every shipped topology parses, with GB/s and microseconds converted to SI", "[network]") {
+  for (const char* name : {"dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72"}) {
+    INFO(name);
+    const ClusterSpec c = load_topology(name);
+    CHECK(c.name == name);
+    CHECK(c.nvlink.allreduce_busbw_Bps >= c.nvlink.busbw_Bps);
+    CHECK(c.nvlink.busbw_Bps > c.nic.busbw_Bps * 4);
+    CHECK(c.nic.per_node == c.gpus_per_node);  // one NIC per GPU on every shipped system
+  }
+  const ClusterSpec h100 = load_topology("dgx-h100");
+  CHECK(h100.gpu.id == "h100-sxm");
+  CHECK(h100.gpus_per_node == 8);
+  CHECK(h100.nvlink.allreduce_busbw_Bps == Approx(480e9));
+  CHECK(h100.nvlink.latency_s == Approx(3.4e-6));
+  CHECK(h100.nic.busbw_Bps == Approx(47e9));
+  CHECK(h100.nic.latency_s == Approx(14e-6));
+  CHECK(h100.collective_base_latency_s == Approx(8.4e-6));
+  CHECK(load_topology("dgx-a100").gpu.id == "a100-sxm-80gb");
+  CHECK(load_topology("dgx-a100-40gb").gpu.id == "a100-sxm-40gb");
+  CHECK(load_topology("gb200-nvl72").gpus_per_node == 72);
+  CHECK(load_topology("gb200-nvl72").nic.per_node == 72);
+}
+
+TEST_CASE("8-GPU all-reduce busbw at >= 1 GiB is within 5% of nccl-tests (A100, H100, H200)", "[network]") {
+  // The fit check: at large sizes latency no longer matters and the model must give the measured
+  // bus bandwidth (published-runs.md §9c).
+  for (const Curve& curve : kMeasured) {
+    const ClusterSpec c = load_topology(curve.topology);
+    for (int log2_bytes = 30; log2_bytes <= 33; ++log2_bytes) {
+      const double measured = curve.busbw_GBps[static_cast<std::size_t>(log2_bytes - kFirstLog2Bytes)];
+      const double modeled = model_allreduce_busbw_GBps(c, std::int64_t{1} << log2_bytes);
+      INFO(curve.topology << " at 2^" << log2_bytes << " bytes: model " << modeled << ", measured " << measured);
+      CHECK(std::fabs(modeled / measured - 1.0) < 0.05);
+    }
+  }
+}
+
+TEST_CASE("8-GPU all-reduce busbw at 16 MiB-512 MiB stays within the residuals in topologies/README.md",
+          "[network]") {
+  // Tensor-parallel all-reduces are tens of MB: the fitted ramp keeps the model within 14% there
+  // (A100's largest residual, +13.8% at 128 MiB, where the measurement dips); H100/H200 within 6%.
+  for (const Curve& curve : kMeasured) {
+    const ClusterSpec c = load_topology(curve.topology);
+    const double bound = std::string(curve.topology) == "dgx-a100" ? 0.14 : 0.06;
+    for (int log2_bytes = 24; log2_bytes < 30; ++log2_bytes) {
+      const double measured = curve.busbw_GBps[static_cast<std::size_t>(log2_bytes - kFirstLog2Bytes)];
+      const double modeled = model_allreduce_busbw_GBps(c, std::int64_t{1} << log2_bytes);
+      INFO(curve.topology << " at 2^" << log2_bytes << " bytes: model " << modeled << ", measured " << measured);
+      CHECK(std::fabs(modeled / measured - 1.0) < bound);
+    }
+  }
+  // Without the ramp the A100 64 MiB all-reduce would be 25% too fast (NCCL's ideal 56 us latency).
+  ClusterSpec no_ramp = load_topology("dgx-a100");
+  no_ramp.nvlink.ramp_latency_s = 0;
+  CHECK(model_allreduce_busbw_GBps(no_ramp, std::int64_t{1} << 26) > 166.63 * 1.2);
+}
+
+TEST_CASE("a DGX A100 all-reduce across nodes runs at 8 HDR NICs, the 192 GB/s NCCL measures", "[network]") {
+  // AddyLaddy, NVIDIA/nccl#812: multi-node DGX A100 all-reduce busbw 192 GB/s = 8 x 24 GB/s.
+  const ClusterSpec c = load_topology("dgx-a100");
+  CHECK(model_allreduce_busbw_GBps(c, std::int64_t{8} << 30, 32) == Approx(192).epsilon(0.02));
+}
+
+TEST_CASE("parse_cluster accepts the documented keys and rejects anything else", "[network]") {
+  const ClusterSpec c = parse_cluster(JsonNode(toy_topology(), "topo.json"));
+  CHECK(c.nvlink.ramp_latency_s == 0.0);  // optional, absent: pure latency + bandwidth
+
+  nlohmann::json doc = toy_topology();
+  doc.erase("sources");
+  CHECK_NOTHROW(parse_cluster(JsonNode(doc, "topo.json")));
+
+  doc = toy_topology();
+  doc["nvlink"]["ramp_latency_us"] = 15;
+  CHECK(parse_cluster(JsonNode(doc, "topo.json")).nvlink.ramp_latency_s == Approx(15e-6));
+
+  SECTION("unknown key") {
+    doc = toy_topology();
+    doc["nic"]["speed"] = 1;
+    const InputError e = parse_error(doc);
+    CHECK(e.path() == "nic.speed");
+    CHECK(e.problem() == "unknown key (expected one of: per_node, busbw_GBps, latency_us)");
+  }
+  SECTION("missing key") {
+    doc = toy_topology();
+    doc["nvlink"].erase("p2p_GBps");
+    const InputError e = parse_error(doc);
+    CHECK(e.path() == "nvlink.p2p_GBps");
+    CHECK(e.problem() == "missing required key");
+  }
+  SECTION("unknown GPU lists the catalog") {
+    doc = toy_topology();
+    doc["gpu"] = "x100";
+    const InputError e = parse_error(doc);
+    CHECK(e.file() == "topo.json");
+    CHECK(e.path() == "gpu");
+    CHECK_THAT(e.problem(), Catch::StartsWith("unknown GPU \"x100\" (known: "));
+    CHECK_THAT(e.problem(), Catch::Contains("h100-sxm"));
+  }
+  SECTION("non-positive bandwidth") {
+    doc = toy_topology();
+    doc["nic"]["busbw_GBps"] = 0;
+    CHECK(parse_error(doc).path() == "nic.busbw_GBps");
+  }
+  SECTION("negative latency") {
+    doc = toy_topology();
+    doc["collective_base_latency_us"] = -1;
+    CHECK(parse_error(doc).path() == "collective_base_latency_us");
+  }
+  SECTION("wrong type") {
+    doc = toy_topology();
+    doc["gpus_per_node"] = "8";
+    const InputError e = parse_error(doc);
+    CHECK(e.path() == "gpus_per_node");
+    CHECK(e.problem() == "expected an integer, got a string");
+  }
+  SECTION("sources must be strings") {
+    doc = toy_topology();
+    doc["sources"]["nvlink"] = 3;
+    CHECK(parse_error(doc).path() == "sources.nvlink");
+  }
+  SECTION("not an object") {
+    const InputError e = parse_error(nlohmann::json::array());
+    CHECK(e.problem() == "expected an object, got an array");
+  }
+}

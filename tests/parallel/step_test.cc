@@ -1,0 +1,151 @@
+// Step construction and simulation: Megatron's 1F1B order, pipeline bubbles and the memory
+// timeline, checked against hand-worked expectations.
+
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "config/scenario.h"
+#include "network/collective.h"
+#include "parallel/step_builder.h"
+#include "parallel/step_runner.h"
+#include "workload/ops.h"
+
+using namespace trainsim;
+using parallel::kActivations;
+
+namespace {
+
+config::Scenario scenario(const nlohmann::json& j) {
+  return config::parse_scenario(util::JsonNode(j, "test.json"), TRAINSIM_SOURCE_DIR);
+}
+
+// A GPT-like model whose layers dominate (tiny vocabulary), so stages cost nearly the same.
+nlohmann::json small_model() {
+  return {{"name", "uniform"}, {"layers", 16},  {"hidden", 4096}, {"heads", 32},  {"kv_heads", 32},
+          {"ffn_hidden", 16384}, {"vocab", 1024}, {"mlp", "gelu"}};
+}
+
+nlohmann::json base(std::int64_t gpus, std::int64_t tp, std::int64_t pp, std::int64_t gbs) {
+  return {{"model", small_model()},
+          {"cluster", "dgx-h100"},
+          {"gpus", gpus},
+          {"parallel", {{"tp", tp}, {"pp", pp}}},
+          {"training", {{"micro_batch", 1}, {"global_batch", gbs}, {"seq_len", 2048}}}};
+}
+
+std::vector<std::string> labels(const engine::Program& p, int stream) {
+  std::vector<std::string> out;
+  for (const auto& t : p.stream(stream)) out.push_back(p.label_name(t.label));
+  return out;
+}
+
+std::int64_t saved(const std::vector<workload::Op>& ops) {
+  std::int64_t s = 0;
+  for (const auto& op : ops) s += op.saved_bytes;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("1F1B: stage s runs pp-s-1 warm-up forwards, then one forward one backward, then drains") {
+  // pp 4, 6 micro-batches: stage 1 receives 2 activations, then alternates activation / gradient
+  // 4 times, then receives the last 2 gradients.
+  auto sc = scenario(base(4, 1, 4, 6));
+  hardware::ComputeModel cm(sc.cluster.gpu);
+  auto plan = parallel::build_step(sc, cm);
+  const std::string f = "recv_forward", b = "recv_backward";
+  CHECK(labels(plan.programs[1], parallel::kPpRecv) == std::vector<std::string>{f, f, f, b, f, b, f, b, f, b, b, b});
+  // The last stage has no warm-up: it alternates from the start and never receives gradients.
+  CHECK(labels(plan.programs[3], parallel::kPpRecv) == std::vector<std::string>(6, f));
+  // The first stage sends activations forward and receives gradients.
+  CHECK(labels(plan.programs[0], parallel::kPpSend) == std::vector<std::string>(6, "send_forward"));
+}
+
+TEST_CASE("pipeline bubble: with equal stages the idle share is (p-1)/(m+p-1) of the step") {
+  // 1F1B over p stages and m micro-batches of equal cost t_f + t_b takes (m + p - 1)(t_f + t_b);
+  // every stage idles (p - 1)(t_f + t_b) of it. Embedding, head and messages make the stages
+  // slightly unequal, hence the tolerance.
+  for (std::int64_t m : {4, 8, 16}) {
+    auto sc = scenario(base(4, 1, 4, m));
+    auto r = parallel::simulate_step(sc);
+    const double expected = 3.0 / static_cast<double>(m + 3);
+    CHECK(r.mean.bubble_s / r.step_time_s == Approx(expected).epsilon(0.08));
+  }
+}
+
+TEST_CASE("memory timeline: stage s of 1F1B holds pp-s micro-batches of activations at its peak") {
+  // No recompute: each in-flight micro-batch keeps every layer's saved activations until its
+  // backward. Stage 0 (with the embedding) peaks with 4 in flight, the last stage (with the
+  // head's logits) with 1.
+  auto sc = scenario(base(4, 1, 4, 8));
+  auto r = parallel::simulate_step(sc);
+  workload::LayerConfig lc;
+  lc.seq_len = 2048;
+  const std::int64_t layer = saved(workload::layer_forward(sc.model, lc));
+  const std::int64_t emb = saved(workload::embedding_forward(sc.model, lc));
+  const std::int64_t head = saved(workload::head_forward(sc.model, lc));
+  CHECK(r.memory[0].peak_breakdown_bytes[kActivations] == 4 * (emb + 4 * layer));
+  CHECK(r.memory[1].peak_breakdown_bytes[kActivations] == 3 * (4 * layer));
+  CHECK(r.memory[2].peak_breakdown_bytes[kActivations] == 2 * (4 * layer));
+  CHECK(r.memory[3].peak_breakdown_bytes[kActivations] == 4 * layer + head);
+  CHECK(r.peak_rank == 0);
+}
+
+TEST_CASE("memory: weights, fp32 gradients and Adam states per parameter; ZeRO-1 shards the states over DP") {
+  // 2 B bf16 weight + 4 B fp32 gradient + 12 B optimizer states (fp32 master, two moments):
+  // 18 B/param, or 6 + 12/dp with the distributed optimizer (Megatron's theoretical memory).
+  auto j = base(16, 1, 1, 16);
+  auto plain = parallel::simulate_step(scenario(j));
+  j["parallel"]["zero"] = 1;
+  auto zero1 = parallel::simulate_step(scenario(j));
+  auto sc = scenario(j);
+  const std::int64_t params = 16 * workload::layer_params_per_rank(sc.model, 1) +
+                              workload::embedding_params_per_rank(sc.model, 1) + workload::head_params_per_rank(sc.model, 1);
+  CHECK(plain.memory[0].peak_breakdown_bytes[parallel::kWeights] == 2 * params);
+  CHECK(plain.memory[0].peak_breakdown_bytes[parallel::kGradients] == 4 * params);
+  CHECK(plain.memory[0].peak_breakdown_bytes[parallel::kOptimizer] == 12 * params);
+  CHECK(zero1.memory[0].peak_breakdown_bytes[parallel::kOptimizer] == 12 * ((params + 15) / 16));
+}
+
+TEST_CASE("recompute trades time for memory: full keeps only layer inputs and reruns the forward") {
+  auto j = base(8, 8, 1, 4);
+  auto none = parallel::simulate_step(scenario(j));
+  j["training"]["recompute"] = "full";
+  auto full = parallel::simulate_step(scenario(j));
+  j["training"]["recompute"] = "selective";
+  auto selective = parallel::simulate_step(scenario(j));
+  CHECK(full.step_time_s > selective.step_time_s);
+  CHECK(selective.step_time_s >= none.step_time_s);
+  CHECK(full.memory[0].peak_breakdown_bytes[kActivations] < selective.memory[0].peak_breakdown_bytes[kActivations]);
+  CHECK(selective.memory[0].peak_breakdown_bytes[kActivations] <= none.memory[0].peak_breakdown_bytes[kActivations]);
+}
+
+TEST_CASE("TP communication: all-reduce without sequence parallelism, all-gather/reduce-scatter with it") {
+  auto count = [](const engine::Program& p, network::CollectiveOp op) {
+    int n = 0;
+    for (const auto& t : p.stream(parallel::kTpComm)) n += t.op == static_cast<std::uint16_t>(op);
+    return n;
+  };
+  auto j = base(8, 8, 1, 1);
+  auto sc = scenario(j);
+  hardware::ComputeModel cm(sc.cluster.gpu);
+  auto plain = parallel::build_step(sc, cm);
+  // 16 layers x (2 forward + 2 backward) all-reduces, plus embedding and loss reductions.
+  CHECK(count(plain.programs[0], network::CollectiveOp::all_reduce) >= 64);
+  CHECK(count(plain.programs[0], network::CollectiveOp::reduce_scatter) == 0);
+  j["parallel"]["sequence_parallel"] = true;
+  auto sp = parallel::build_step(scenario(j), cm);
+  CHECK(count(sp.programs[0], network::CollectiveOp::all_gather) >= 32);
+  CHECK(count(sp.programs[0], network::CollectiveOp::reduce_scatter) >= 32);
+}
+
+TEST_CASE("data parallelism: gradients are all-reduced, or reduce-scattered and re-gathered with ZeRO-1") {
+  auto j = base(16, 8, 1, 2);
+  auto sc = scenario(j);
+  hardware::ComputeModel cm(sc.cluster.gpu);
+  CHECK(labels(parallel::build_step(sc, cm).programs[0], parallel::kDpComm) == std::vector<std::string>{"grad_all_reduce"});
+  j["parallel"]["zero"] = 1;
+  CHECK(labels(parallel::build_step(scenario(j), cm).programs[0], parallel::kDpComm) ==
+        std::vector<std::string>{"grad_reduce_scatter", "param_all_gather"});
+}

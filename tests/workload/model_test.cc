@@ -1,0 +1,170 @@
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <string>
+
+#include "util/error.h"
+#include "util/json_node.h"
+#include "workload/model.h"
+
+using trainsim::util::InputError;
+using trainsim::util::JsonNode;
+using namespace trainsim::workload;
+
+namespace {
+
+ModelSpec parse(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text);
+  return parse_model(JsonNode(j, "m.json"));
+}
+
+ModelSpec parse_hf(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text);
+  JsonNode node(j, "config.json");
+  REQUIRE(is_hf_config(node));
+  return parse_hf_config(node, "fallback");
+}
+
+std::string error_of(auto&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+const char* kLlama31_8b = R"({
+  "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+  "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+  "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+  "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+  "rope_scaling": {"factor": 8.0, "rope_type": "llama3"}, "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16"})";
+
+}  // namespace
+
+// Llama 3.1 8B: 32 x (attention 4096·(4096 + 2·1024 + 4096) + SwiGLU 3·4096·14336 + 2 norms)
+// + untied 128256 x 4096 embedding and head + final norm = 8,030,261,248 (ecosystem.md §1.2).
+TEST_CASE("Llama parameter counts match the published totals") {
+  ModelSpec m8 = parse_hf(kLlama31_8b);
+  CHECK(m8.total_params() == 8'030'261'248);
+  ModelSpec m70 = parse(R"({"name": "l70", "layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8,
+                            "ffn_hidden": 28672, "vocab": 128256, "mlp": "swiglu"})");
+  CHECK(m70.total_params() == 70'553'706'496);
+}
+
+// Narayanan et al. 2021: a GPT layer holds 12h² + 13h parameters (weights, biases, 2 LayerNorms).
+TEST_CASE("GPT layer parameters are 12h^2 + 13h") {
+  ModelSpec m = parse(R"({"name": "g", "layers": 96, "hidden": 12288, "heads": 96, "kv_heads": 96,
+                          "ffn_hidden": 49152, "vocab": 51200, "mlp": "gelu", "tied_embeddings": true})");
+  const std::int64_t h = 12288;
+  CHECK(m.params_per_layer() == 12 * h * h + 13 * h);
+  CHECK(m.total_params() == 96 * (12 * h * h + 13 * h) + 51200 * h + 2 * h);
+}
+
+TEST_CASE("every model file in models/ parses") {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(TRAINSIM_SOURCE_DIR) + "/models")) {
+    if (entry.path().extension() != ".json") continue;
+    nlohmann::json j = trainsim::util::read_json_file(entry.path().string());
+    ModelSpec m = parse_model(JsonNode(j, entry.path().string()));
+    CHECK(m.name == entry.path().stem().string());
+    ++count;
+  }
+  CHECK(count >= 14);
+}
+
+TEST_CASE("model JSON defaults and validation") {
+  ModelSpec m = parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2,
+                          "ffn_hidden": 256, "vocab": 100, "mlp": "swiglu"})");
+  CHECK(m.head_dim == 16);
+  CHECK_FALSE(m.tied_embeddings);
+  CHECK(m.dropout == 0.0);
+
+  CHECK(error_of([] { parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4,
+                                "ffn_hidden": 256, "vocab": 100, "mlp": "gelu", "colour": 1})"); }) ==
+        "m.json: colour: unknown key (expected one of: name, layers, hidden, heads, kv_heads, ffn_hidden, "
+        "vocab, mlp, tied_embeddings, head_dim, dropout)");
+  CHECK(error_of([] { parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 8,
+                                "ffn_hidden": 256, "vocab": 100, "mlp": "gelu"})"); }) ==
+        "m.json: kv_heads: exceeds heads (4)");
+  CHECK(error_of([] { parse(R"({"name": "x", "layers": 2, "hidden": 96, "heads": 6, "kv_heads": 4,
+                                "ffn_hidden": 256, "vocab": 100, "mlp": "gelu"})"); }) ==
+        "m.json: kv_heads: does not divide heads (6)");
+  CHECK(error_of([] { parse(R"({"name": "x", "layers": 0, "hidden": 64, "heads": 4, "kv_heads": 4,
+                                "ffn_hidden": 256, "vocab": 100, "mlp": "gelu"})"); }) ==
+        "m.json: layers: must be a positive integer, got 0");
+  CHECK(error_of([] { parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4,
+                                "ffn_hidden": 256, "vocab": 100, "mlp": "relu"})"); }) ==
+        "m.json: mlp: unknown mlp \"relu\" (expected gelu or swiglu)");
+  CHECK(error_of([] { parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4,
+                                "ffn_hidden": 256, "vocab": 100, "mlp": "gelu", "dropout": 1})"); }) ==
+        "m.json: dropout: must be below 1, got 1");
+  CHECK(error_of([] { parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4,
+                                "vocab": 100, "mlp": "gelu"})"); }) == "m.json: ffn_hidden: missing required key");
+}
+
+TEST_CASE("Hugging Face Llama config reads its keys and ignores the rest") {
+  ModelSpec m = parse_hf(kLlama31_8b);
+  CHECK(m.name == "fallback");
+  CHECK(m.layers == 32);
+  CHECK(m.hidden == 4096);
+  CHECK(m.heads == 32);
+  CHECK(m.kv_heads == 8);
+  CHECK(m.head_dim == 128);
+  CHECK(m.ffn_hidden == 14336);
+  CHECK(m.vocab == 128256);
+  CHECK(m.mlp == MlpKind::swiglu);
+  CHECK_FALSE(m.tied_embeddings);
+
+  // Missing num_key_value_heads means MHA; text_config nesting is followed.
+  ModelSpec mha = parse_hf(R"({"model_type": "mllama", "text_config": {"num_hidden_layers": 2,
+      "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 10}})");
+  CHECK(mha.kv_heads == 4);
+  CHECK(mha.head_dim == 16);
+}
+
+TEST_CASE("Hugging Face GPT-2 config: n_inner null is 4 n_embd, embeddings tied") {
+  ModelSpec m = parse_hf(R"({"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12,
+                             "n_inner": null, "vocab_size": 50257, "n_positions": 1024,
+                             "activation_function": "gelu_new", "resid_pdrop": 0.1})");
+  CHECK(m.layers == 12);
+  CHECK(m.ffn_hidden == 3072);
+  CHECK(m.kv_heads == 12);
+  CHECK(m.head_dim == 64);
+  CHECK(m.mlp == MlpKind::gelu);
+  CHECK(m.tied_embeddings);
+  CHECK(m.dropout == Approx(0.1));
+}
+
+TEST_CASE("Hugging Face errors name the JSON path") {
+  CHECK(error_of([] { parse_hf(R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
+      "num_attention_heads": 4, "vocab_size": 10})"); }) == "config.json: intermediate_size: missing required key");
+  CHECK(error_of([] { parse_hf(R"({"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 64,
+      "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 10, "num_local_experts": 8})"); }) ==
+        "config.json: num_local_experts: mixture-of-experts models are not supported yet");
+  CHECK(error_of([] { parse_hf(R"({"model_type": "deepseek_v3", "n_routed_experts": 256})"); }) ==
+        "config.json: n_routed_experts: mixture-of-experts models are not supported yet");
+}
+
+TEST_CASE("trainsim's own format is not mistaken for a Hugging Face config") {
+  nlohmann::json j = nlohmann::json::parse(R"({"name": "x", "layers": 1})");
+  CHECK_FALSE(is_hf_config(JsonNode(j, "m.json")));
+}
+
+// NeMo's GPT count seq·(24Lh² + 12Lhs + 48Lh² + 6Vh) equals Korthikanti's
+// 72·s·L·h²·(1 + s/(6h) + V/(12hL)); the Llama form is seq·(12Lh²(1 + G/A + s/h) + 18LFh + 6Vh).
+TEST_CASE("model FLOPs per sequence follow the NeMo / Korthikanti formulas") {
+  ModelSpec gpt = parse(R"({"name": "g", "layers": 96, "hidden": 12288, "heads": 96, "kv_heads": 96,
+                            "ffn_hidden": 49152, "vocab": 51200, "mlp": "gelu"})");
+  const double s = 2048, L = 96, h = 12288, V = 51200;
+  CHECK(model_flops_per_sequence(gpt, 2048) == Approx(s * (24 * L * h * h + 12 * L * h * s + 48 * L * h * h + 6 * V * h)));
+  CHECK(model_flops_per_sequence(gpt, 2048) ==
+        Approx(72 * s * L * h * h * (1 + s / (6 * h) + V / (12 * h * L))).epsilon(1e-12));
+
+  ModelSpec llama = parse_hf(kLlama31_8b);
+  const double s2 = 8192, L2 = 32, h2 = 4096, G = 8, A = 32, F = 14336, V2 = 128256;
+  CHECK(model_flops_per_sequence(llama, 8192) ==
+        Approx(s2 * (12 * L2 * h2 * h2 * (1 + G / A + s2 / h2) + 18 * L2 * F * h2 + 6 * V2 * h2)).epsilon(1e-12));
+}

@@ -1,0 +1,246 @@
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "workload/ops.h"
+
+using namespace trainsim::workload;
+
+namespace {
+
+ModelSpec gpt(std::int64_t layers, std::int64_t hidden, std::int64_t heads) {
+  ModelSpec m;
+  m.name = "gpt";
+  m.layers = layers;
+  m.hidden = hidden;
+  m.heads = heads;
+  m.kv_heads = heads;
+  m.head_dim = hidden / heads;
+  m.ffn_hidden = 4 * hidden;
+  m.vocab = 51200;
+  m.mlp = MlpKind::gelu;
+  m.tied_embeddings = true;
+  m.dropout = 0.1;
+  return m;
+}
+
+ModelSpec llama70b() {
+  ModelSpec m;
+  m.name = "llama3.1-70b";
+  m.layers = 80;
+  m.hidden = 8192;
+  m.heads = 64;
+  m.kv_heads = 8;
+  m.head_dim = 128;
+  m.ffn_hidden = 28672;
+  m.vocab = 128256;
+  m.mlp = MlpKind::swiglu;
+  return m;
+}
+
+double saved(const std::vector<Op>& ops, bool core_only = false) {
+  double sum = 0;
+  for (const Op& op : ops) {
+    if (!core_only || op.attention_core) sum += static_cast<double>(op.saved_bytes);
+  }
+  return sum;
+}
+
+double flops_of(const std::vector<Op>& ops, OpKind kind) {
+  double sum = 0;
+  for (const Op& op : ops) {
+    if (op.kind == kind) sum += op.flops;
+  }
+  return sum;
+}
+
+int count_comm(const std::vector<Op>& ops, Comm c) {
+  int n = 0;
+  for (const Op& op : ops) n += op.kind == OpKind::tp_comm && op.comm == c ? 1 : 0;
+  return n;
+}
+
+struct Paper {
+  const char* name;
+  std::int64_t heads, hidden, layers, micro_batch;
+};
+
+}  // namespace
+
+// Korthikanti et al. 2022, Eqs. 1, 2 and 4, for the four models of their Table 3 (t = 8,
+// s = 2048, softmax attention with dropout, 16-bit activations and 1-byte masks): one layer keeps
+// sbh(34 + 5as/h) without TP, sbh(10 + 24/t + 5as/(ht)) with TP and sbh/t(34 + 5as/h) with TP+SP;
+// the attention-core ops hold exactly 5as²b/t, so selective recompute leaves sbh(10 + 24/t).
+// (Approx only absorbs the rounding of the formulas' non-integer 5as/h; the sums are integers.)
+TEST_CASE("saved activations reproduce Korthikanti et al. 2022") {
+  for (const Paper& p : {Paper{"22B", 64, 6144, 48, 4}, Paper{"175B", 96, 12288, 96, 1},
+                         Paper{"530B", 128, 20480, 105, 1}, Paper{"1T", 160, 25600, 128, 1}}) {
+    INFO(p.name);
+    const ModelSpec m = gpt(p.layers, p.hidden, p.heads);
+    const double s = 2048, b = static_cast<double>(p.micro_batch), h = static_cast<double>(p.hidden);
+    const double a = static_cast<double>(p.heads), t = 8;
+    const double sbh = s * b * h;
+    LayerConfig c;
+    c.micro_batch = p.micro_batch;
+    c.seq_len = 2048;
+    c.attention = AttentionImpl::softmax;
+
+    c.tp = 1;
+    CHECK(saved(layer_forward(m, c)) == Approx(sbh * (34 + 5 * a * s / h)).epsilon(1e-12));
+    c.tp = 8;
+    CHECK(saved(layer_forward(m, c)) == Approx(sbh * (10 + 24 / t + 5 * a * s / (h * t))).epsilon(1e-12));
+    CHECK(saved(layer_forward(m, c), true) == 5 * a * s * s * b / t);
+    CHECK(saved(layer_forward(m, c)) - saved(layer_forward(m, c), true) == sbh * (10 + 24 / t));
+    c.sequence_parallel = true;
+    CHECK(saved(layer_forward(m, c)) == Approx(sbh / t * (34 + 5 * a * s / h)).epsilon(1e-12));
+    CHECK(saved(layer_forward(m, c)) - saved(layer_forward(m, c), true) == 34 * sbh / t);
+    CHECK(static_cast<double>(layer_input_bytes(m, c)) == 2 * sbh / t);
+    c.sequence_parallel = false;
+    CHECK(static_cast<double>(layer_input_bytes(m, c)) == 2 * sbh);
+  }
+}
+
+// The same rules applied to Llama-3.1-70B (GQA, SwiGLU, no dropout, flash attention, t = 8):
+// replicated: norm inputs 4sbh + QKV and fc1 inputs 4sbh; split: Q, K, V 2sb(h + 2·h/8), output
+// projection input 2sbh, SwiGLU input 4sbF, down-projection input 2sbF; flash keeps only its
+// fp32 logsumexp 4·b·a·s (divided by t).
+TEST_CASE("saved activations for GQA, SwiGLU, no dropout and flash attention") {
+  const ModelSpec m = llama70b();
+  LayerConfig c;
+  c.micro_batch = 1;
+  c.seq_len = 8192;
+  c.tp = 8;
+  const double s = 8192, h = 8192, F = 28672, t = 8, kv = 8 * 128;
+  const double expected = s * h * 8 + (2 * s * (h + 2 * kv) + 2 * s * h + 4 * s * F + 2 * s * F) / t + 4 * 64 * s / t;
+  CHECK(saved(layer_forward(m, c)) == expected);
+  CHECK(saved(layer_forward(m, c), true) == 4 * 64 * s / t);
+}
+
+// ecosystem.md §6.4: one layer's forward GEMM + attention FLOPs, summed over the TP group with
+// full (non-causal) attention: GPT-3 24Th² + 4Bs²h; GQA/SwiGLU 4Th²(1 + n_kv/n_q) + 4Bs²h + 6Thf.
+// Backward GEMMs (data and weight gradients) are twice the forward GEMMs.
+TEST_CASE("layer FLOPs match the textbook counts") {
+  LayerConfig c;
+  c.micro_batch = 2;
+  c.seq_len = 2048;
+  c.causal = false;
+  c.tp = 8;
+  for (AttentionImpl impl : {AttentionImpl::flash, AttentionImpl::softmax}) {
+    c.attention = impl;
+    const ModelSpec g = gpt(96, 12288, 96);
+    const double B = 2, s = 2048, T = B * s, h = 12288;
+    auto fwd = layer_forward(g, c);
+    CHECK((flops_of(fwd, OpKind::gemm) + flops_of(fwd, OpKind::attention)) * 8 ==
+          Approx(24 * T * h * h + 4 * B * s * s * h).epsilon(1e-12));
+    CHECK(flops_of(layer_backward(g, c), OpKind::gemm) == Approx(2 * flops_of(fwd, OpKind::gemm)).epsilon(1e-12));
+
+    const ModelSpec l = llama70b();
+    const double hl = 8192, f = 28672;
+    auto lf = layer_forward(l, c);
+    CHECK((flops_of(lf, OpKind::gemm) + flops_of(lf, OpKind::attention)) * 8 ==
+          Approx(4 * T * hl * hl * (1 + 8.0 / 64) + 4 * B * s * s * hl + 6 * T * hl * f).epsilon(1e-12));
+    CHECK(flops_of(layer_backward(l, c), OpKind::gemm) == Approx(2 * flops_of(lf, OpKind::gemm)).epsilon(1e-12));
+  }
+}
+
+// FlashAttention's convention: causal halves the forward; backward is 2.5x forward.
+TEST_CASE("flash attention FLOPs: causal halves, backward is 2.5x") {
+  const ModelSpec g = gpt(1, 4096, 32);
+  LayerConfig c;
+  c.seq_len = 4096;
+  auto fwd = layer_forward(g, c);
+  auto bwd = layer_backward(g, c);
+  const double full = 4.0 * 4096 * 4096 * 32 * 128;
+  CHECK(flops_of(fwd, OpKind::attention) == full / 2);
+  CHECK(flops_of(bwd, OpKind::attention) == 2.5 * full / 2);
+}
+
+// Megatron's TP communication: without SP two all-reduces forward and two backward; with SP two
+// all-gathers and two reduce-scatters forward, four all-gathers and two reduce-scatters backward;
+// none at t = 1. Each moves the full b·s·h tensor.
+TEST_CASE("tensor-parallel communication sits where Megatron puts it") {
+  const ModelSpec g = gpt(1, 4096, 32);
+  LayerConfig c;
+  c.micro_batch = 2;
+  c.tp = 4;
+  auto fwd = layer_forward(g, c);
+  auto bwd = layer_backward(g, c);
+  CHECK(count_comm(fwd, Comm::all_reduce) == 2);
+  CHECK(count_comm(bwd, Comm::all_reduce) == 2);
+  for (const Op& op : fwd) {
+    if (op.kind == OpKind::tp_comm) CHECK(op.comm_bytes == 2 * 2048 * 4096 * 2);
+  }
+  c.sequence_parallel = true;
+  fwd = layer_forward(g, c);
+  bwd = layer_backward(g, c);
+  CHECK(count_comm(fwd, Comm::all_gather) == 2);
+  CHECK(count_comm(fwd, Comm::reduce_scatter) == 2);
+  CHECK(count_comm(fwd, Comm::all_reduce) == 0);
+  CHECK(count_comm(bwd, Comm::all_gather) == 4);
+  CHECK(count_comm(bwd, Comm::reduce_scatter) == 2);
+  c.tp = 1;
+  c.sequence_parallel = false;
+  for (const Op& op : layer_forward(g, c)) CHECK(op.kind != OpKind::tp_comm);
+  for (const Op& op : layer_backward(g, c)) CHECK(op.kind != OpKind::tp_comm);
+}
+
+// Under SP the norm and dropout kernels touch s/t tokens; without it every rank does the full
+// sequence (replicated). GEMMs see the full sequence either way.
+TEST_CASE("sequence parallelism shrinks the memory-bound regions by t") {
+  const ModelSpec g = gpt(1, 4096, 32);
+  LayerConfig c;
+  c.tp = 8;
+  auto find = [](const std::vector<Op>& ops, const std::string& name) {
+    for (const Op& op : ops) {
+      if (op.name == name) return op;
+    }
+    FAIL("no op " << name);
+    return Op{};
+  };
+  const Op norm = find(layer_forward(g, c), "input_layernorm");
+  const Op qkv = find(layer_forward(g, c), "qkv");
+  c.sequence_parallel = true;
+  CHECK(find(layer_forward(g, c), "input_layernorm").bytes == norm.bytes / 8);
+  CHECK(find(layer_forward(g, c), "qkv").flops == qkv.flops);
+  CHECK(qkv.gemm.m == 2048);
+  CHECK(qkv.gemm.n == 3 * 4096 / 8);
+  CHECK(qkv.gemm.k == 4096);
+}
+
+// The head keeps its norm input, its GEMM input and the fp32 logits 4·b·s·v/t (Korthikanti §4.3).
+TEST_CASE("output layer keeps fp32 logits") {
+  const ModelSpec g = gpt(1, 4096, 32);
+  LayerConfig c;
+  c.tp = 8;
+  c.sequence_parallel = true;
+  const double s = 2048, h = 4096, v = 51200, t = 8;
+  CHECK(saved(head_forward(g, c)) == 4 * s * h / t + 4 * s * v / t);
+  int all_reduces = 0;
+  for (const Op& op : head_forward(g, c)) {
+    if (op.kind == OpKind::tp_comm && op.comm == Comm::all_reduce) {
+      ++all_reduces;
+      CHECK(op.comm_bytes == 2048 * 4);
+    }
+  }
+  CHECK(all_reduces == 3);
+  CHECK(saved(embedding_forward(g, c)) == s * h / t);
+}
+
+// Adam moves 30 bytes per parameter: fp32 weight, m and v read and written, fp32 grad read,
+// bf16 weight written.
+TEST_CASE("optimizer step is memory-bound at 30 bytes per parameter") {
+  const Op op = optimizer_step(1'000'000);
+  CHECK(op.kind == OpKind::memory);
+  CHECK(op.bytes == 30e6);
+}
+
+// Per-rank parameters: weight matrices split by t; norms and row-parallel biases replicated.
+TEST_CASE("parameters per TP rank add up to the model") {
+  const ModelSpec l = llama70b();
+  CHECK(layer_params_per_rank(l, 8) * 8 - 7 * 2 * 8192 == l.params_per_layer());
+  CHECK(embedding_params_per_rank(l, 8) * 8 == l.embedding_params());
+  CHECK(head_params_per_rank(l, 8) == 8192 + 128256 / 8 * 8192);
+  const ModelSpec g = gpt(96, 12288, 96);
+  CHECK(layer_params_per_rank(g, 1) == g.params_per_layer());
+  CHECK(head_params_per_rank(g, 8) == 2 * 12288);
+}
