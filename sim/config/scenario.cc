@@ -28,7 +28,10 @@ struct Choices {
 
 std::string join(const std::vector<std::string_view>& names) {
   std::string out;
-  for (std::string_view n : names) out += (out.empty() ? "" : ", ") + std::string(n);
+  for (std::string_view n : names) {
+    if (!out.empty()) out += ", ";
+    out += n;
+  }
   return out;
 }
 
@@ -60,7 +63,10 @@ std::string known_names(const fs::path& dir) {
   }
   std::sort(names.begin(), names.end());
   std::string out;
-  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  for (const std::string& n : names) {
+    if (!out.empty()) out += ", ";
+    out += n;
+  }
   return out.empty() ? std::string("none") : out;
 }
 

@@ -248,7 +248,10 @@ void Executor::report_deadlock() const {
       }
       auto list = [](const std::vector<std::uint32_t>& v) {
         std::string out;
-        for (std::size_t i = 0; i < v.size() && i < 16; ++i) out += (i ? "," : "") + std::to_string(v[i]);
+        for (std::size_t i = 0; i < v.size() && i < 16; ++i) {
+          if (i) out += ',';
+          out += fmt::format("{}", v[i]);
+        }
         if (v.size() > 16) out += fmt::format(",... ({} in all)", v.size());
         return out;
       };

@@ -21,7 +21,10 @@ hardware::GpuSpec parse_gpu(const util::JsonNode& node) {
   const std::string id = node.as_string();
   if (const hardware::GpuSpec* gpu = hardware::find_gpu(id)) return *gpu;
   std::string known;
-  for (const hardware::GpuSpec& g : hardware::gpu_catalog()) known += (known.empty() ? "" : ", ") + g.id;
+  for (const hardware::GpuSpec& g : hardware::gpu_catalog()) {
+    if (!known.empty()) known += ", ";
+    known += g.id;
+  }
   node.fail(fmt::format("unknown GPU \"{}\" (known: {})", id, known));
 }
 

@@ -60,7 +60,10 @@ void JsonNode::reject_unknown(std::initializer_list<std::string_view> allowed) c
     for (std::string_view a : allowed) known = known || a == it.key();
     if (!known) {
       std::string list;
-      for (std::string_view a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+      for (std::string_view a : allowed) {
+        if (!list.empty()) list += ", ";
+        list += a;
+      }
       throw InputError(file_, join_path(path_, it.key()),
                        fmt::format("unknown key (expected one of: {})", list));
     }

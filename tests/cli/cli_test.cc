@@ -199,7 +199,7 @@ TEST_CASE("bad input: one line naming file, JSON path and problem; exit code 2")
     j["gpus"] = 24;
     CHECK(rejected(j).find("parallel.pp: 3 does not divide layers (32)") != std::string::npos);
     j = good_scenario();
-    j["training"]["global_batch"] = 12;
+    j["training"]["global_batch"] = 30;  // dp = 16 / (2·2) = 4; 30 is not a multiple of 1·4
     CHECK(rejected(j).find("training.global_batch: ") != std::string::npos);
   }
   SECTION("features accepted by the format but not built yet") {
