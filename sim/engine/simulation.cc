@@ -1,5 +1,6 @@
 #include "engine/simulation.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "util/error.h"
@@ -8,48 +9,58 @@ namespace trainsim::engine {
 
 void Simulation::at(Time at, Callback cb) {
   TRAINSIM_ASSERT(at >= now_);
-  heap_.push_back(Event{at, next_seq_++, std::move(cb)});
+  std::uint32_t slot;
+  if (free_slots_.empty()) {
+    slot = static_cast<std::uint32_t>(slots_.size());
+    slots_.push_back(std::move(cb));
+  } else {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+    slots_[slot] = std::move(cb);
+  }
+  heap_.push_back(Key{at, next_seq_++, slot});
   sift_up(heap_.size() - 1);
 }
 
 void Simulation::sift_up(std::size_t i) {
-  Event e = std::move(heap_[i]);
+  const Key e = heap_[i];
   while (i > 0) {
-    std::size_t parent = (i - 1) / 2;
+    std::size_t parent = (i - 1) / kArity;
     if (!later(heap_[parent], e)) break;
-    heap_[i] = std::move(heap_[parent]);
+    heap_[i] = heap_[parent];
     i = parent;
   }
-  heap_[i] = std::move(e);
+  heap_[i] = e;
 }
 
 void Simulation::sift_down(std::size_t i) {
   const std::size_t n = heap_.size();
-  Event e = std::move(heap_[i]);
+  const Key e = heap_[i];
   for (;;) {
-    std::size_t child = 2 * i + 1;
-    if (child >= n) break;
-    if (child + 1 < n && later(heap_[child], heap_[child + 1])) ++child;
-    if (!later(e, heap_[child])) break;
-    heap_[i] = std::move(heap_[child]);
-    i = child;
+    const std::size_t first = kArity * i + 1;
+    if (first >= n) break;
+    std::size_t best = first;
+    const std::size_t last = std::min(first + kArity, n);
+    for (std::size_t c = first + 1; c < last; ++c)
+      if (later(heap_[best], heap_[c])) best = c;
+    if (!later(e, heap_[best])) break;
+    heap_[i] = heap_[best];
+    i = best;
   }
-  heap_[i] = std::move(e);
+  heap_[i] = e;
 }
 
 std::uint64_t Simulation::run() {
   std::uint64_t count = 0;
   while (!heap_.empty()) {
-    Event top = std::move(heap_.front());
-    if (heap_.size() > 1) {
-      heap_.front() = std::move(heap_.back());
-      heap_.pop_back();
-      sift_down(0);
-    } else {
-      heap_.pop_back();
-    }
+    const Key top = heap_.front();
+    heap_.front() = heap_.back();
+    heap_.pop_back();
+    if (!heap_.empty()) sift_down(0);
     now_ = top.time;
-    top.cb();
+    Callback cb = std::move(slots_[top.slot]);
+    free_slots_.push_back(top.slot);
+    cb();
     ++count;
   }
   return count;

@@ -22,20 +22,25 @@ class Simulation {
   std::size_t pending() const { return heap_.size(); }
 
  private:
-  struct Event {
+  // A 4-ary min-heap (shallower than binary, children share a cache line) of small trivially-copyable keys; callbacks stay put in a slab and are moved once
+  // in and once out, so reordering the heap never touches them.
+  struct Key {
     Time time;
     std::uint64_t seq;
-    Callback cb;
+    std::uint32_t slot;
   };
-  static bool later(const Event& a, const Event& b) {
+  static bool later(const Key& a, const Key& b) {
     return a.time != b.time ? a.time > b.time : a.seq > b.seq;
   }
   void sift_up(std::size_t i);
   void sift_down(std::size_t i);
+  static constexpr std::size_t kArity = 4;
 
   Time now_;
   std::uint64_t next_seq_ = 0;
-  std::vector<Event> heap_;
+  std::vector<Key> heap_;
+  std::vector<Callback> slots_;
+  std::vector<std::uint32_t> free_slots_;
 };
 
 }  // namespace trainsim::engine

@@ -1,7 +1,6 @@
 #include "network/analytical_network.h"
 
 #include <algorithm>
-#include <map>
 
 #include "engine/simulation.h"
 #include "util/error.h"
@@ -9,23 +8,6 @@
 namespace trainsim::network {
 
 namespace {
-
-// How a group sits on the cluster: how many nodes it touches and how many of its ranks share the
-// least populated node (that node's NICs bound a hierarchical ring).
-struct Placement {
-  std::int64_t nodes = 0;
-  std::int64_t min_ranks_per_node = 0;
-};
-
-Placement place(const ClusterSpec& cluster, std::span<const std::uint32_t> ranks) {
-  std::map<std::int64_t, std::int64_t> per_node;
-  for (std::uint32_t r : ranks) ++per_node[cluster.node_of(r)];
-  Placement p;
-  p.nodes = static_cast<std::int64_t>(per_node.size());
-  p.min_ranks_per_node = per_node.begin()->second;
-  for (const auto& [node, count] : per_node) p.min_ranks_per_node = std::min(p.min_ranks_per_node, count);
-  return p;
-}
 
 // Ring steps NCCL's cost model charges (src/graph/tuning.cc, ecosystem.md §3.2): nsteps = 2(n-1)
 // for all-reduce, n-1 for all-gather / reduce-scatter, n otherwise; of those, 2(nodes-1) (all-reduce)
@@ -51,13 +33,37 @@ std::int64_t inter_node_steps(CollectiveOp op, std::int64_t nodes) {
 
 }  // namespace
 
+AnalyticalNetwork::Placement AnalyticalNetwork::place(std::span<const std::uint32_t> ranks) const {
+  // Ranks of a group are few and listed in increasing order, so counting runs of equal nodes works.
+  Placement p;
+  std::int64_t run = 0, node = -1;
+  auto close_run = [&p, &run] {
+    if (run > 0) p.min_ranks_per_node = p.nodes == 1 ? run : std::min(p.min_ranks_per_node, run);
+  };
+  for (std::uint32_t r : ranks) {
+    const std::int64_t n = cluster_.node_of(r);
+    TRAINSIM_ASSERT(n >= node);
+    if (n != node) {
+      close_run();
+      ++p.nodes;
+      node = n;
+      run = 0;
+    }
+    ++run;
+  }
+  close_run();
+  return p;
+}
+
 double AnalyticalNetwork::collective_time_s(CollectiveOp op, std::int64_t bytes,
                                             std::span<const std::uint32_t> ranks) const {
-  TRAINSIM_ASSERT(bytes >= 0);
-  const auto n = static_cast<std::int64_t>(ranks.size());
-  if (n <= 1 || bytes == 0) return 0.0;
+  return collective_time_s(op, bytes, static_cast<std::int64_t>(ranks.size()), place(ranks));
+}
 
-  const Placement p = place(cluster_, ranks);
+double AnalyticalNetwork::collective_time_s(CollectiveOp op, std::int64_t bytes, std::int64_t n,
+                                            const Placement& p) const {
+  TRAINSIM_ASSERT(bytes >= 0);
+  if (n <= 1 || bytes == 0) return 0.0;
   const std::int64_t steps = ring_steps(op, n);
   const std::int64_t inter_steps = p.nodes > 1 ? inter_node_steps(op, p.nodes) : 0;
   const bool has_nvlink_phase = p.nodes == 1 || p.min_ranks_per_node > 1;
@@ -109,7 +115,10 @@ void AnalyticalNetwork::start(const engine::CommRequest& req, engine::Simulation
     t = p2p_time_s(req.src, req.dst, req.bytes);
   } else {
     TRAINSIM_ASSERT(req.op <= static_cast<std::uint16_t>(CollectiveOp::broadcast));
-    t = collective_time_s(static_cast<CollectiveOp>(req.op), req.bytes, req.ranks);
+    if (req.group >= placements_.size()) placements_.resize(req.group + 1);
+    Placement& p = placements_[req.group];
+    if (p.nodes == 0) p = place(req.ranks);
+    t = collective_time_s(static_cast<CollectiveOp>(req.op), req.bytes, static_cast<std::int64_t>(req.ranks.size()), p);
   }
   sim.after(engine::Time::from_seconds(t), std::move(done));
 }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "engine/comm_model.h"
 #include "network/cluster.h"
@@ -23,8 +24,19 @@ class AnalyticalNetwork final : public engine::CommModel {
   double collective_time_s(CollectiveOp op, std::int64_t bytes, std::span<const std::uint32_t> ranks) const;
   double p2p_time_s(std::uint32_t src, std::uint32_t dst, std::int64_t bytes) const;
 
+  // How a group sits on the cluster: nodes it touches, and ranks on its least populated node
+  // (whose NICs bound a hierarchical ring).
+  struct Placement {
+    std::int64_t nodes = 0;
+    std::int64_t min_ranks_per_node = 0;
+  };
+  Placement place(std::span<const std::uint32_t> ranks) const;
+
  private:
+  double collective_time_s(CollectiveOp op, std::int64_t bytes, std::int64_t ranks, const Placement& p) const;
+
   ClusterSpec cluster_;
+  std::vector<Placement> placements_;  // by group id, filled as groups first communicate
 };
 
 }  // namespace trainsim::network
