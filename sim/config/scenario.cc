@@ -130,7 +130,8 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
   }
   if (auto v = node.find("zero")) {
     p.zero = v->as_nonnegative_int();
-    if (p.zero == 2 || p.zero == 3) v->fail(fmt::format("ZeRO stage {} is not supported yet (supported: 0, 1)", p.zero));
+    if (p.zero == 2 || p.zero == 3)
+      v->fail(fmt::format("ZeRO stage {} is not supported yet (supported: 0, 1)", p.zero));
     if (p.zero > 3) v->fail(fmt::format("must be 0, 1, 2 or 3, got {}", p.zero));
   }
   return p;
@@ -149,7 +150,7 @@ TrainingSpec parse_training(const util::JsonNode& node) {
   if (auto v = node.find("precision")) (void)parse_choice(*v, Choices{{"bf16"}, {"fp8"}});
   if (auto v = node.find("attention")) {
     constexpr std::array<workload::AttentionImpl, 2> kAttention = {workload::AttentionImpl::flash,
-                                                                    workload::AttentionImpl::softmax};
+                                                                   workload::AttentionImpl::softmax};
     t.attention = kAttention[parse_choice(*v, Choices{{"flash", "softmax"}, {}})];
   }
   return t;
@@ -171,8 +172,8 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
   // printed from doubles for the same reason.
   if (s.gpus % p.tp != 0 || (s.gpus / p.tp) % p.pp != 0 || (s.gpus / p.tp / p.pp) % p.cp != 0) {
     throw util::InputError(file, util::join_path(root.path(), "gpus"),
-                           fmt::format("{} is not a multiple of tp*pp*cp = {}*{}*{} = {}", s.gpus, p.tp, p.pp,
-                                       p.cp, product(p.tp, p.pp, p.cp)));
+                           fmt::format("{} is not a multiple of tp*pp*cp = {}*{}*{} = {}", s.gpus, p.tp, p.pp, p.cp,
+                                       product(p.tp, p.pp, p.cp)));
   }
   const std::string tp_path = util::join_path(parallel_path, "tp");
   if (m.heads % p.tp != 0) {
@@ -193,9 +194,9 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
   // Megatron switches sequence parallelism off when TP = 1 (arguments.py); so do we, silently.
   if (p.tp == 1) p.sequence_parallel = false;
   if (p.sequence_parallel && s.training.seq_len % p.tp != 0) {
-    throw util::InputError(file, util::join_path(training_path, "seq_len"),
-                           fmt::format("{} is not divisible by tp ({}), which sequence_parallel requires",
-                                       s.training.seq_len, p.tp));
+    throw util::InputError(
+        file, util::join_path(training_path, "seq_len"),
+        fmt::format("{} is not divisible by tp ({}), which sequence_parallel requires", s.training.seq_len, p.tp));
   }
 
   TrainingSpec& t = s.training;

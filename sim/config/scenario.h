@@ -20,11 +20,11 @@ struct ParallelSpec {
   std::int64_t tp = 1;
   std::int64_t pp = 1;
   std::int64_t cp = 1;
-  std::int64_t dp = 1;               // derived: gpus / (tp * pp * cp)
+  std::int64_t dp = 1;  // derived: gpus / (tp * pp * cp)
   bool sequence_parallel = false;
   Schedule schedule = Schedule::one_f_one_b;
   std::int64_t virtual_stages = 1;
-  std::int64_t zero = 0;             // 0: plain DP all-reduce; 1: distributed optimizer
+  std::int64_t zero = 0;  // 0: plain DP all-reduce; 1: distributed optimizer
 };
 
 struct TrainingSpec {

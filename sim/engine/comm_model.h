@@ -15,11 +15,11 @@ class Simulation;
 struct CommRequest {
   enum class Kind : std::uint8_t { collective, p2p };
   Kind kind = Kind::collective;
-  std::uint16_t op = 0;                 // collective op code (the network defines the codes)
+  std::uint16_t op = 0;  // collective op code (the network defines the codes)
   std::int64_t bytes = 0;
-  std::uint32_t group = 0;              // collective: group id
-  std::span<const std::uint32_t> ranks; // collective: members, in group order
-  std::uint32_t src = 0, dst = 0;       // p2p
+  std::uint32_t group = 0;               // collective: group id
+  std::span<const std::uint32_t> ranks;  // collective: members, in group order
+  std::uint32_t src = 0, dst = 0;        // p2p
 };
 
 class CommModel {

@@ -27,7 +27,8 @@ Time Executor::run() {
   const auto n = static_cast<std::uint32_t>(bindings_.size());
   for (std::uint32_t r = 0; r < n; ++r) {
     const Program& p = program_of(r);
-    for (int c = 0; c < kMaxMemCategories; ++c) change_mem(r, static_cast<std::uint8_t>(c), p.initial_mem_bytes[static_cast<std::size_t>(c)]);
+    for (int c = 0; c < kMaxMemCategories; ++c)
+      change_mem(r, static_cast<std::uint8_t>(c), p.initial_mem_bytes[static_cast<std::size_t>(c)]);
   }
   for (std::uint32_t r = 0; r < n; ++r) pump(r);
   events_ = sim_.run();
@@ -150,16 +151,18 @@ void Executor::arrive(std::uint32_t rank, int stream, const Task& task) {
   GroupState& gs = group_state_[g];
   auto members = groups_.members(g);
   if (gs.in_flight)
-    throw RunError(fmt::format("rank {} posted '{}' on group {}#{} while the group's previous collective was still running",
-                               rank, program_of(rank).label_name(task.label), groups_.kind_name(g), groups_.index_in_kind(g)));
+    throw RunError(
+        fmt::format("rank {} posted '{}' on group {}#{} while the group's previous collective was still running", rank,
+                    program_of(rank).label_name(task.label), groups_.kind_name(g), groups_.index_in_kind(g)));
   if (gs.arrived == 0) {
     gs.stream = static_cast<std::uint8_t>(stream);
     gs.op = task.op;
     gs.bytes = task.bytes;
     gs.first_rank = rank;
   } else if (gs.op != task.op || gs.bytes != task.bytes) {
-    throw RunError(fmt::format("ranks {} and {} disagree on the collective of group {}#{}: op {} of {} bytes vs op {} of {} bytes",
-                               gs.first_rank, rank, groups_.kind_name(g), groups_.index_in_kind(g), gs.op, gs.bytes, task.op, task.bytes));
+    throw RunError(fmt::format(
+        "ranks {} and {} disagree on the collective of group {}#{}: op {} of {} bytes vs op {} of {} bytes",
+        gs.first_rank, rank, groups_.kind_name(g), groups_.index_in_kind(g), gs.op, gs.bytes, task.op, task.bytes));
   }
   if (++gs.arrived < members.size()) return;
 
@@ -242,7 +245,8 @@ void Executor::report_deadlock() const {
       std::vector<std::uint32_t> waiting, missing;
       for (std::uint32_t m : groups_.members(g)) {
         const auto& ms = ranks_[m];
-        const bool arrived = (ms.occupied & (1u << s)) && ms.next[static_cast<std::size_t>(s)] < program_of(m).stream(s).size() &&
+        const bool arrived = (ms.occupied & (1u << s)) &&
+                             ms.next[static_cast<std::size_t>(s)] < program_of(m).stream(s).size() &&
                              program_of(m).stream(s)[ms.next[static_cast<std::size_t>(s)]].kind == TaskKind::collective;
         (arrived ? waiting : missing).push_back(m);
       }
@@ -256,11 +260,13 @@ void Executor::report_deadlock() const {
         return out;
       };
       lines.push_back(fmt::format("ranks {} wait in '{}' on group {}#{}, which ranks {} never post", list(waiting),
-                                  p.label_name(t.label), groups_.kind_name(g), groups_.index_in_kind(g), list(missing)));
+                                  p.label_name(t.label), groups_.kind_name(g), groups_.index_in_kind(g),
+                                  list(missing)));
     }
   }
   if (lines.empty()) lines.emplace_back("no operation can start");
-  throw RunError(fmt::format("deadlock at t={:.6f} s with {} of {} ranks unfinished: {}", sim_.now().seconds(), stuck, n, lines.front()));
+  throw RunError(fmt::format("deadlock at t={:.6f} s with {} of {} ranks unfinished: {}", sim_.now().seconds(), stuck,
+                             n, lines.front()));
 }
 
 }  // namespace trainsim::engine

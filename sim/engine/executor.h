@@ -34,9 +34,9 @@ class Observer {
 };
 
 struct RankStats {
-  Time finish;                                        // when its last task ended
-  std::array<Time, kMaxBuckets> bucket_time{};        // time per accounting bucket up to the global end
-  std::array<Time, kMaxStreams> stream_busy{};        // time each stream was running a task
+  Time finish;                                              // when its last task ended
+  std::array<Time, kMaxBuckets> bucket_time{};              // time per accounting bucket up to the global end
+  std::array<Time, kMaxStreams> stream_busy{};              // time each stream was running a task
   std::array<std::int64_t, kMaxMemCategories> mem_bytes{};  // at the end of the run
   std::int64_t peak_bytes = 0;
   Time peak_time;
@@ -47,8 +47,8 @@ class Executor {
  public:
   using BucketMap = std::array<std::uint8_t, 1u << kMaxStreams>;
 
-  Executor(Simulation& sim, CommModel& comm, const std::vector<Program>& programs,
-           const std::vector<Binding>& bindings, const GroupTable& groups, BucketMap buckets);
+  Executor(Simulation& sim, CommModel& comm, const std::vector<Program>& programs, const std::vector<Binding>& bindings,
+           const GroupTable& groups, BucketMap buckets);
 
   void set_observer(Observer* observer) { observer_ = observer; }
   // Runs all ranks to completion. Returns the time the last rank finished.
@@ -59,7 +59,7 @@ class Executor {
 
  private:
   struct RankState {
-    std::array<std::uint32_t, kMaxStreams> next{};   // head position == tasks completed
+    std::array<std::uint32_t, kMaxStreams> next{};  // head position == tasks completed
     std::array<Time, kMaxStreams> started{};
     std::array<std::uint32_t, kMaxSlots> delivered{};
     std::array<std::uint32_t, kMaxSlots> consumed{};

@@ -18,9 +18,9 @@
 namespace trainsim::engine {
 
 inline constexpr int kMaxStreams = 6;
-inline constexpr int kMaxSlots = 4;          // group slots and peer slots per rank
+inline constexpr int kMaxSlots = 4;  // group slots and peer slots per rank
 inline constexpr int kMaxMemCategories = 8;
-inline constexpr int kMaxBuckets = 8;        // time accounting classes (see Executor)
+inline constexpr int kMaxBuckets = 8;  // time accounting classes (see Executor)
 inline constexpr std::uint32_t kNone = UINT32_MAX;
 
 enum class TaskKind : std::uint8_t {
@@ -37,17 +37,17 @@ struct Dep {
 };
 
 struct Task {
-  Time duration;                      // compute only
-  std::int64_t bytes = 0;             // collective/send payload (nccl-tests size convention)
-  std::int64_t mem_alloc_bytes = 0;   // allocated when the task starts
-  std::int64_t mem_free_bytes = 0;    // freed when the task ends
-  std::uint32_t label = 0;            // index into Program::labels()
+  Time duration;                     // compute only
+  std::int64_t bytes = 0;            // collective/send payload (nccl-tests size convention)
+  std::int64_t mem_alloc_bytes = 0;  // allocated when the task starts
+  std::int64_t mem_free_bytes = 0;   // freed when the task ends
+  std::uint32_t label = 0;           // index into Program::labels()
   std::uint32_t dep_begin = 0;
   std::uint16_t dep_count = 0;
-  std::uint16_t op = 0;               // collective: op code, opaque to the engine
+  std::uint16_t op = 0;  // collective: op code, opaque to the engine
   std::uint8_t stream = 0;
   TaskKind kind = TaskKind::compute;
-  std::uint8_t slot = 0;              // collective: group slot; send/recv: peer slot
+  std::uint8_t slot = 0;  // collective: group slot; send/recv: peer slot
   std::uint8_t mem_category = 0;
 };
 
@@ -55,7 +55,9 @@ class Program {
  public:
   // Appends `task` to the end of its stream with the given dependencies; returns where it landed.
   Dep add(Task task, std::span<const Dep> deps = {});
-  Dep add(Task task, std::initializer_list<Dep> deps) { return add(task, std::span<const Dep>(deps.begin(), deps.size())); }
+  Dep add(Task task, std::initializer_list<Dep> deps) {
+    return add(task, std::span<const Dep>(deps.begin(), deps.size()));
+  }
   // Interns an op name; tasks refer to it by index.
   std::uint32_t label(std::string_view name);
 

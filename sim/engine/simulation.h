@@ -22,16 +22,14 @@ class Simulation {
   std::size_t pending() const { return heap_.size(); }
 
  private:
-  // A 4-ary min-heap (shallower than binary, children share a cache line) of small trivially-copyable keys; callbacks stay put in a slab and are moved once
-  // in and once out, so reordering the heap never touches them.
+  // A 4-ary min-heap (shallower than binary, children share a cache line) of small trivially-copyable keys; callbacks
+  // stay put in a slab and are moved once in and once out, so reordering the heap never touches them.
   struct Key {
     Time time;
     std::uint64_t seq;
     std::uint32_t slot;
   };
-  static bool later(const Key& a, const Key& b) {
-    return a.time != b.time ? a.time > b.time : a.seq > b.seq;
-  }
+  static bool later(const Key& a, const Key& b) { return a.time != b.time ? a.time > b.time : a.seq > b.seq; }
   void sift_up(std::size_t i);
   void sift_down(std::size_t i);
   static constexpr std::size_t kArity = 4;

@@ -29,8 +29,8 @@ double interpolate_log(std::span<const Point> pts, double x) {
 
 // Attention throughput relative to 16k tokens, causal, head dim 128: the mean of A100
 // FlashAttention-2 fwd+bwd and H100 cuDNN/FA3 fwd (published-runs.md §9b), which agree to 5%.
-constexpr std::array<Point, 6> kAttentionSeqCurve{{
-    {512, 0.525}, {1024, 0.713}, {2048, 0.845}, {4096, 0.932}, {8192, 0.971}, {16384, 1.0}}};
+constexpr std::array<Point, 6> kAttentionSeqCurve{
+    {{512, 0.525}, {1024, 0.713}, {2048, 0.845}, {4096, 0.932}, {8192, 0.971}, {16384, 1.0}}};
 // Head dim 64 vs 128: A100 FlashAttention-2 causal fwd+bwd at 16k, 171 / 189.
 constexpr std::array<Point, 2> kAttentionHeadDimCurve{{{64, 0.905}, {128, 1.0}}};
 constexpr double kMinAttentionFactor = 0.1;

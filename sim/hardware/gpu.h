@@ -9,20 +9,20 @@
 namespace trainsim::hardware {
 
 struct GpuSpec {
-  std::string id;                 // a100-sxm-40gb, a100-sxm-80gb, h100-sxm, h200-sxm, b200, gb200
+  std::string id;  // a100-sxm-40gb, a100-sxm-80gb, h100-sxm, h200-sxm, b200, gb200
   std::string name;
-  double bf16_flops = 0;          // dense peak FLOP/s
-  double fp8_flops = 0;           // dense peak FLOP/s; 0 if the GPU has no FP8
-  double hbm_bytes = 0;           // capacity
-  double hbm_Bps = 0;             // peak bandwidth
-  double nvlink_Bps = 0;          // per direction
+  double bf16_flops = 0;  // dense peak FLOP/s
+  double fp8_flops = 0;   // dense peak FLOP/s; 0 if the GPU has no FP8
+  double hbm_bytes = 0;   // capacity
+  double hbm_Bps = 0;     // peak bandwidth
+  double nvlink_Bps = 0;  // per direction
   // Compute-model parameters (see compute_model.h for how each is used).
-  double gemm_efficiency = 0;     // ceiling for large GEMMs, fraction of bf16_flops
-  double gemm_half_dim = 0;       // x0 of the per-dimension saturation g(x) = x / (x + x0)
-  double gemm_overhead_s = 0;     // fixed cost per GEMM beyond launch
+  double gemm_efficiency = 0;       // ceiling for large GEMMs, fraction of bf16_flops
+  double gemm_half_dim = 0;         // x0 of the per-dimension saturation g(x) = x / (x + x0)
+  double gemm_overhead_s = 0;       // fixed cost per GEMM beyond launch
   double attention_efficiency = 0;  // fused attention, fraction of bf16_flops at long sequences
-  double hbm_efficiency = 0;      // achieved fraction of hbm_Bps for streaming kernels
-  double launch_s = 0;            // per-kernel launch overhead
+  double hbm_efficiency = 0;        // achieved fraction of hbm_Bps for streaming kernels
+  double launch_s = 0;              // per-kernel launch overhead
 };
 
 std::span<const GpuSpec> gpu_catalog();

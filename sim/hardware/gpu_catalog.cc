@@ -35,8 +35,8 @@ constexpr double kA100Hbm = 1.61 / 2.039;                       // [HBM] 0.790
 constexpr double kH100Hbm = 2.90 / 3.35;                        // [HBM] 0.866
 constexpr double kH200Hbm = 4.01 / 4.80;                        // [HBM] 0.835
 
-GpuSpec make(const char* id, const char* name, double bf16_tflops, double fp8_tflops, double hbm_gb,
-             double hbm_TBps, double nvlink_GBps) {
+GpuSpec make(const char* id, const char* name, double bf16_tflops, double fp8_tflops, double hbm_gb, double hbm_TBps,
+             double nvlink_GBps) {
   GpuSpec g;
   g.id = id;
   g.name = name;
@@ -77,8 +77,8 @@ std::array<GpuSpec, 6> build() {
   b200.gemm_efficiency = 0.776 * kMamfRatio;   // [MAMF] B200 77.6% → 0.741
   gb200.gemm_efficiency = 0.729 * kMamfRatio;  // [MAMF] GB200 72.9% → 0.696
   for (GpuSpec* g : {&b200, &gb200}) {
-    g->gemm_half_dim = kHopperHalfDim;                        // [A] no Blackwell sweep
-    g->gemm_overhead_s = kHopperGemmFixed_s - kLaunch_s;      // [A]
+    g->gemm_half_dim = kHopperHalfDim;                    // [A] no Blackwell sweep
+    g->gemm_overhead_s = kHopperGemmFixed_s - kLaunch_s;  // [A]
     // [A] no Blackwell attention measurement: H100's fraction scaled by the GEMM ceiling ratio.
     g->attention_efficiency = kH100Attention * g->gemm_efficiency / h100.gemm_efficiency;
     g->hbm_efficiency = kH200Hbm;  // [A] HBM3e like H200

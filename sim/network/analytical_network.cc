@@ -76,8 +76,8 @@ double AnalyticalNetwork::collective_time_s(CollectiveOp op, std::int64_t bytes,
   const double size = static_cast<double>(bytes);
   if (p.nodes == 1) {
     // One NVLink domain: a ring (or NVLS for all-reduce where NCCL uses it) at the measured busbw.
-    const double busbw_Bps = op == CollectiveOp::all_reduce ? cluster_.nvlink.allreduce_busbw_Bps
-                                                            : cluster_.nvlink.busbw_Bps;
+    const double busbw_Bps =
+        op == CollectiveOp::all_reduce ? cluster_.nvlink.allreduce_busbw_Bps : cluster_.nvlink.busbw_Bps;
     return latency_s + size * busbw_factor(op, n) / busbw_Bps;
   }
 
@@ -88,8 +88,8 @@ double AnalyticalNetwork::collective_time_s(CollectiveOp op, std::int64_t bytes,
     const double ppn = static_cast<double>(p.min_ranks_per_node);
     const double nics_per_gpu =
         std::min(1.0, static_cast<double>(cluster_.nic.per_node) / static_cast<double>(cluster_.gpus_per_node));
-    const double inter_s = size * (static_cast<double>(n) - ppn) / static_cast<double>(n) /
-                           (cluster_.nic.busbw_Bps * nics_per_gpu);
+    const double inter_s =
+        size * (static_cast<double>(n) - ppn) / static_cast<double>(n) / (cluster_.nic.busbw_Bps * nics_per_gpu);
     const double intra_s = size * (ppn - 1.0) / static_cast<double>(n) / cluster_.nvlink.busbw_Bps;
     return latency_s + std::max(inter_s, intra_s);
   }

@@ -27,8 +27,8 @@ struct ClusterSpec {
   } nvlink;
   struct Nic {
     std::int64_t per_node = 8;
-    double busbw_Bps = 0;            // achieved NCCL bandwidth of one NIC
-    double latency_s = 0;            // per inter-node ring step
+    double busbw_Bps = 0;  // achieved NCCL bandwidth of one NIC
+    double latency_s = 0;  // per inter-node ring step
   } nic;
   double collective_base_latency_s = 0;  // fixed NCCL launch/setup latency per collective
 

@@ -40,18 +40,22 @@ constexpr std::int64_t kOptimizerBytes = 12;
 
 network::CollectiveOp collective_of(workload::Comm c) {
   switch (c) {
-    case workload::Comm::all_reduce: return network::CollectiveOp::all_reduce;
-    case workload::Comm::all_gather: return network::CollectiveOp::all_gather;
-    case workload::Comm::reduce_scatter: return network::CollectiveOp::reduce_scatter;
-    case workload::Comm::none: break;
+    case workload::Comm::all_reduce:
+      return network::CollectiveOp::all_reduce;
+    case workload::Comm::all_gather:
+      return network::CollectiveOp::all_gather;
+    case workload::Comm::reduce_scatter:
+      return network::CollectiveOp::reduce_scatter;
+    case workload::Comm::none:
+      break;
   }
   TRAINSIM_ASSERT(false);
 }
 
 enum class Saves : std::uint8_t {
-  all,           // allocate every op's saved bytes
-  none,          // allocate nothing (full recompute keeps only the layer input)
-  non_core,      // selective recompute: everything but the attention core
+  all,       // allocate every op's saved bytes
+  none,      // allocate nothing (full recompute keeps only the layer input)
+  non_core,  // selective recompute: everything but the attention core
 };
 
 // Appends ops to one stage's program: compute ops between communication points become one
@@ -252,13 +256,16 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   };
   if (dp > 1) {
     if (par.zero >= 1)
-      w.add(dp_collective(network::CollectiveOp::reduce_scatter, kDpGroup, params * kGradBytes, "grad_reduce_scatter"), true);
+      w.add(dp_collective(network::CollectiveOp::reduce_scatter, kDpGroup, params * kGradBytes, "grad_reduce_scatter"),
+            true);
     else
       w.add(dp_collective(network::CollectiveOp::all_reduce, kDpGroup, params * kGradBytes, "grad_all_reduce"), true);
   }
   if (sc.model.tied_embeddings && pp > 1 && (first || last)) {
     const std::int64_t emb = workload::embedding_params_per_rank(sc.model, par.tp);
-    w.add(dp_collective(network::CollectiveOp::all_reduce, kEmbeddingGroup, emb * kGradBytes, "embedding_grad_all_reduce"), true);
+    w.add(dp_collective(network::CollectiveOp::all_reduce, kEmbeddingGroup, emb * kGradBytes,
+                        "embedding_grad_all_reduce"),
+          true);
   }
   const std::int64_t opt_params = par.zero >= 1 ? (params + dp - 1) / dp : params;
   Op step = workload::optimizer_step(opt_params);

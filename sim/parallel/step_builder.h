@@ -21,7 +21,13 @@ enum Stream : std::uint8_t { kCompute = 0, kTpComm = 1, kDpComm = 2, kPpSend = 3
 enum GroupSlot : std::uint8_t { kTpGroup = 0, kDpGroup = 1, kEmbeddingGroup = 2 };
 enum PeerSlot : std::uint8_t { kPrevStage = 0, kNextStage = 1 };
 // Memory categories.
-enum MemCategory : std::uint8_t { kWeights = 0, kGradients = 1, kOptimizer = 2, kActivations = 3, kMemCategoryCount = 4 };
+enum MemCategory : std::uint8_t {
+  kWeights = 0,
+  kGradients = 1,
+  kOptimizer = 2,
+  kActivations = 3,
+  kMemCategoryCount = 4
+};
 
 const char* stream_name(int stream);
 const char* mem_category_name(int category);

@@ -15,10 +15,10 @@ namespace trainsim::parallel {
 // How one rank spent the step. The parts add up to the step time.
 struct TimeBreakdown {
   double compute_s = 0;
-  double tp_exposed_s = 0;   // TP communication while no compute ran
-  double pp_exposed_s = 0;   // pipeline sends while no compute or TP communication ran
-  double dp_exposed_s = 0;   // data-parallel communication while nothing else ran
-  double bubble_s = 0;       // nothing ran: pipeline bubbles and waiting on peers
+  double tp_exposed_s = 0;  // TP communication while no compute ran
+  double pp_exposed_s = 0;  // pipeline sends while no compute or TP communication ran
+  double dp_exposed_s = 0;  // data-parallel communication while nothing else ran
+  double bubble_s = 0;      // nothing ran: pipeline bubbles and waiting on peers
 };
 
 struct RankMemory {
@@ -29,12 +29,12 @@ struct RankMemory {
 
 struct StepResult {
   double step_time_s = 0;
-  TimeBreakdown mean;                  // averaged over ranks
+  TimeBreakdown mean;  // averaged over ranks
   std::vector<TimeBreakdown> ranks;
   std::vector<RankMemory> memory;
-  std::uint32_t peak_rank = 0;         // rank with the largest memory peak (lowest index on ties)
+  std::uint32_t peak_rank = 0;  // rank with the largest memory peak (lowest index on ties)
   std::uint64_t events = 0;
-  std::size_t tasks = 0;               // tasks in all programs (shared by ranks of a stage)
+  std::size_t tasks = 0;  // tasks in all programs (shared by ranks of a stage)
 };
 
 StepResult simulate_step(const config::Scenario& scenario);

@@ -12,9 +12,12 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 const char* recompute_name(config::Recompute r) {
   switch (r) {
-    case config::Recompute::none: return "none";
-    case config::Recompute::selective: return "selective";
-    case config::Recompute::full: return "full";
+    case config::Recompute::none:
+      return "none";
+    case config::Recompute::selective:
+      return "selective";
+    case config::Recompute::full:
+      return "full";
   }
   return "?";
 }
@@ -39,8 +42,8 @@ Metrics compute_metrics(const config::Scenario& sc, const parallel::StepResult& 
   const double tokens = static_cast<double>(sc.training.global_batch * sc.training.seq_len);
   m.tokens_per_s = tokens / r.step_time_s;
   m.tokens_per_s_per_gpu = m.tokens_per_s / gpus;
-  const double flops = workload::model_flops_per_sequence(sc.model, sc.training.seq_len) *
-                       static_cast<double>(sc.training.global_batch);
+  const double flops =
+      workload::model_flops_per_sequence(sc.model, sc.training.seq_len) * static_cast<double>(sc.training.global_batch);
   m.model_tflops_per_gpu = flops / r.step_time_s / gpus / 1e12;
   m.mfu = m.model_tflops_per_gpu * 1e12 / sc.cluster.gpu.bf16_flops;
   m.bubble_fraction = r.mean.bubble_s / r.step_time_s;
@@ -55,7 +58,8 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
   const parallel::RankMemory& peak = r.memory[r.peak_rank];
   nlohmann::json breakdown = nlohmann::json::object();
   for (int c = 0; c < parallel::kMemCategoryCount; ++c)
-    breakdown[parallel::mem_category_name(c)] = static_cast<double>(peak.peak_breakdown_bytes[static_cast<std::size_t>(c)]) / kGiB;
+    breakdown[parallel::mem_category_name(c)] =
+        static_cast<double>(peak.peak_breakdown_bytes[static_cast<std::size_t>(c)]) / kGiB;
   const auto& p = sc.parallel;
   return nlohmann::json{
       {"scenario",
@@ -105,30 +109,34 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   const parallel::RankMemory& peak = r.memory[r.peak_rank];
   const double step = r.step_time_s;
   auto pct = [step](double s) { return 100.0 * s / step; };
-  auto gib = [&peak](int c) { return static_cast<double>(peak.peak_breakdown_bytes[static_cast<std::size_t>(c)]) / kGiB; };
+  auto gib = [&peak](int c) {
+    return static_cast<double>(peak.peak_breakdown_bytes[static_cast<std::size_t>(c)]) / kGiB;
+  };
   std::string out;
   out += fmt::format("{} on {} x {} ({})\n", sc.model.name, sc.gpus, sc.cluster.gpu.name, sc.cluster.name);
-  out += fmt::format("layout        tp {} · pp {} · dp {} · cp {} · sequence parallel {} · zero {} · 1F1B\n", p.tp, p.pp,
-                     p.dp, p.cp, p.sequence_parallel && p.tp > 1 ? "on" : "off", p.zero);
+  out += fmt::format("layout        tp {} · pp {} · dp {} · cp {} · sequence parallel {} · zero {} · 1F1B\n", p.tp,
+                     p.pp, p.dp, p.cp, p.sequence_parallel && p.tp > 1 ? "on" : "off", p.zero);
   out += fmt::format("batch         {} sequences of {} tokens = {} micro-batches of {} per pipeline · recompute {}\n",
-                     sc.training.global_batch, sc.training.seq_len, sc.training.num_micro_batches, sc.training.micro_batch,
-                     recompute_name(sc.training.recompute));
+                     sc.training.global_batch, sc.training.seq_len, sc.training.num_micro_batches,
+                     sc.training.micro_batch, recompute_name(sc.training.recompute));
   out += fmt::format("step time     {:.3f} s\n", m.step_time_s);
-  out += fmt::format("throughput    {} tokens/s · {:.1f} tokens/s/GPU\n", thousands(m.tokens_per_s), m.tokens_per_s_per_gpu);
+  out += fmt::format("throughput    {} tokens/s · {:.1f} tokens/s/GPU\n", thousands(m.tokens_per_s),
+                     m.tokens_per_s_per_gpu);
   out += fmt::format("model FLOPs   {:.1f} TFLOP/s/GPU · MFU {:.1f}% of {:.0f} TFLOP/s dense BF16 (NeMo count)\n",
                      m.model_tflops_per_gpu, 100.0 * m.mfu, sc.cluster.gpu.bf16_flops / 1e12);
   out += fmt::format("time          compute {:.1f}% · exposed TP {:.1f}% · PP {:.1f}% · DP {:.1f}% · bubble {:.1f}%\n",
-                     pct(r.mean.compute_s), pct(r.mean.tp_exposed_s), pct(r.mean.pp_exposed_s), pct(r.mean.dp_exposed_s),
-                     pct(r.mean.bubble_s));
-  out += fmt::format("memory peak   {:.1f} GiB of {:.1f} GiB on rank {} at {:.3f} s: weights {:.1f} · gradients {:.1f} · "
-                     "optimizer {:.1f} · activations {:.1f} GiB\n",
-                     m.peak_gib, m.capacity_gib, r.peak_rank, peak.peak_time_s, gib(parallel::kWeights),
-                     gib(parallel::kGradients), gib(parallel::kOptimizer), gib(parallel::kActivations));
+                     pct(r.mean.compute_s), pct(r.mean.tp_exposed_s), pct(r.mean.pp_exposed_s),
+                     pct(r.mean.dp_exposed_s), pct(r.mean.bubble_s));
+  out += fmt::format(
+      "memory peak   {:.1f} GiB of {:.1f} GiB on rank {} at {:.3f} s: weights {:.1f} · gradients {:.1f} · "
+      "optimizer {:.1f} · activations {:.1f} GiB\n",
+      m.peak_gib, m.capacity_gib, r.peak_rank, peak.peak_time_s, gib(parallel::kWeights), gib(parallel::kGradients),
+      gib(parallel::kOptimizer), gib(parallel::kActivations));
   if (m.fits)
     out += "fits          yes\n";
   else
-    out += fmt::format("fits          NO: DOES NOT FIT: rank {} needs {:.1f} GiB, the GPU has {:.1f} GiB\n", r.peak_rank,
-                       m.peak_gib, m.capacity_gib);
+    out += fmt::format("fits          NO: DOES NOT FIT: rank {} needs {:.1f} GiB, the GPU has {:.1f} GiB\n",
+                       r.peak_rank, m.peak_gib, m.capacity_gib);
   return out;
 }
 

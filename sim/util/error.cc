@@ -22,7 +22,8 @@ InputError::InputError(std::string file, std::string path, std::string problem)
     : std::runtime_error(compose(file, path, problem)),
       file_(std::move(file)),
       path_(std::move(path)),
-      problem_(std::move(problem)) {}
+      problem_(std::move(problem)) {
+}
 
 void assert_fail(const char* expr, const char* file, int line) {
   std::fprintf(stderr, "trainsim: internal error: assertion '%s' failed at %s:%d\n", expr, file, line);

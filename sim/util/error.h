@@ -22,9 +22,9 @@ class InputError : public std::runtime_error {
 };
 
 // An invariant of the program broke: a bug in trainsim, never the user's input.
-#define TRAINSIM_ASSERT(cond)                                                       \
-  do {                                                                              \
-    if (!(cond)) ::trainsim::util::assert_fail(#cond, __FILE__, __LINE__);          \
+#define TRAINSIM_ASSERT(cond)                                              \
+  do {                                                                     \
+    if (!(cond)) ::trainsim::util::assert_fail(#cond, __FILE__, __LINE__); \
   } while (false)
 
 [[noreturn]] void assert_fail(const char* expr, const char* file, int line);

@@ -27,9 +27,12 @@ std::string join_path(std::string_view parent, std::string_view key) {
 }
 
 JsonNode::JsonNode(const nlohmann::json& value, std::string file, std::string path)
-    : value_(&value), file_(std::move(file)), path_(std::move(path)) {}
+    : value_(&value), file_(std::move(file)), path_(std::move(path)) {
+}
 
-void JsonNode::fail(const std::string& problem) const { throw InputError(file_, path_, problem); }
+void JsonNode::fail(const std::string& problem) const {
+  throw InputError(file_, path_, problem);
+}
 
 void JsonNode::expect_object() const {
   if (!value_->is_object()) fail(fmt::format("expected an object, got {}", type_name(*value_)));
@@ -64,8 +67,7 @@ void JsonNode::reject_unknown(std::initializer_list<std::string_view> allowed) c
         if (!list.empty()) list += ", ";
         list += a;
       }
-      throw InputError(file_, join_path(path_, it.key()),
-                       fmt::format("unknown key (expected one of: {})", list));
+      throw InputError(file_, join_path(path_, it.key()), fmt::format("unknown key (expected one of: {})", list));
     }
   }
 }

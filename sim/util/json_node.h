@@ -35,10 +35,10 @@ class JsonNode {
   std::string as_string() const;
   bool as_bool() const;
   double as_number() const;
-  double as_positive_number() const;      // > 0
-  double as_nonnegative_number() const;   // >= 0
+  double as_positive_number() const;     // > 0
+  double as_nonnegative_number() const;  // >= 0
   std::int64_t as_int() const;
-  std::int64_t as_positive_int() const;   // >= 1
+  std::int64_t as_positive_int() const;  // >= 1
   std::int64_t as_nonnegative_int() const;
 
   [[noreturn]] void fail(const std::string& problem) const;

@@ -6,10 +6,16 @@ namespace trainsim::workload {
 
 namespace {
 
-std::int64_t q_dim(const ModelSpec& m) { return m.heads * m.head_dim; }
-std::int64_t kv_dim(const ModelSpec& m) { return m.kv_heads * m.head_dim; }
+std::int64_t q_dim(const ModelSpec& m) {
+  return m.heads * m.head_dim;
+}
+std::int64_t kv_dim(const ModelSpec& m) {
+  return m.kv_heads * m.head_dim;
+}
 // LayerNorm (gelu/GPT models) has weight and bias; RMSNorm (swiglu/Llama models) a weight only.
-std::int64_t norm_params(const ModelSpec& m) { return m.mlp == MlpKind::gelu ? 2 * m.hidden : m.hidden; }
+std::int64_t norm_params(const ModelSpec& m) {
+  return m.mlp == MlpKind::gelu ? 2 * m.hidden : m.hidden;
+}
 
 // Checks shared by both formats; `node` names the file for the error.
 void validate(const ModelSpec& m, const util::JsonNode& node) {
@@ -95,7 +101,9 @@ std::int64_t ModelSpec::params_per_layer() const {
   return weights + small;
 }
 
-std::int64_t ModelSpec::embedding_params() const { return vocab * hidden; }
+std::int64_t ModelSpec::embedding_params() const {
+  return vocab * hidden;
+}
 
 std::int64_t ModelSpec::total_params() const {
   std::int64_t output = tied_embeddings ? 0 : vocab * hidden;
@@ -104,8 +112,8 @@ std::int64_t ModelSpec::total_params() const {
 
 ModelSpec parse_model(const util::JsonNode& node) {
   node.expect_object();
-  node.reject_unknown({"name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp",
-                       "tied_embeddings", "head_dim", "dropout"});
+  node.reject_unknown({"name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "tied_embeddings",
+                       "head_dim", "dropout"});
   ModelSpec m;
   m.name = node.at("name").as_string();
   m.layers = node.at("layers").as_positive_int();
@@ -153,7 +161,7 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
     }
   }
   ModelSpec m = node.has("n_layer") || node.has("n_embd") ? parse_hf_gpt2(node, fallback_name)
-                                                           : parse_hf_llama(node, fallback_name);
+                                                          : parse_hf_llama(node, fallback_name);
   validate(m, node);
   return m;
 }

@@ -18,12 +18,12 @@ struct ModelSpec {
   std::int64_t hidden = 0;
   std::int64_t heads = 0;
   std::int64_t kv_heads = 0;
-  std::int64_t head_dim = 0;      // hidden / heads unless the model says otherwise
+  std::int64_t head_dim = 0;  // hidden / heads unless the model says otherwise
   std::int64_t ffn_hidden = 0;
   std::int64_t vocab = 0;
   MlpKind mlp = MlpKind::gelu;
   bool tied_embeddings = false;
-  double dropout = 0.0;           // hidden and attention dropout probability; 0 = no dropout kernels
+  double dropout = 0.0;  // hidden and attention dropout probability; 0 = no dropout kernels
 
   // Parameter counts (embedding = vocab * hidden; the output layer adds another unless tied).
   std::int64_t params_per_layer() const;

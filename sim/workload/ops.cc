@@ -51,7 +51,9 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
   return x;
 }
 
-std::int64_t to_bytes(double v) { return static_cast<std::int64_t>(v); }
+std::int64_t to_bytes(double v) {
+  return static_cast<std::int64_t>(v);
+}
 
 Op gemm(std::string name, double m, double n, double k, double d, double saved = 0, double batch = 1) {
   Op op;
@@ -95,7 +97,7 @@ Op flash(const Dims& x, const LayerConfig& c, bool backward) {
   op.kind = OpKind::attention;
   op.name = backward ? "core_attention_backward" : "core_attention";
   op.attention = {static_cast<std::int64_t>(x.b * x.heads), c.seq_len, c.seq_len,
-                  static_cast<std::int64_t>(x.hd), c.causal, backward};
+                  static_cast<std::int64_t>(x.hd),          c.causal,  backward};
   // FlashAttention's count: 4·b·s²·heads·hd forward, halved when causal; backward 2.5× forward.
   const double fwd = 4 * x.b * x.s * x.s * x.heads * x.hd * (c.causal ? 0.5 : 1.0);
   op.flops = backward ? 2.5 * fwd : fwd;
@@ -108,7 +110,9 @@ Op flash(const Dims& x, const LayerConfig& c, bool backward) {
 }
 
 // Tokens x width for one activation tensor.
-double act(double tokens, double width, double d) { return tokens * width * d; }
+double act(double tokens, double width, double d) {
+  return tokens * width * d;
+}
 
 }  // namespace
 
@@ -117,7 +121,7 @@ std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
   const bool tp = c.tp > 1;
   const double full = act(x.tokens, x.h, x.d);  // b·s·h·dtype: tp_comm size (nccl-tests convention)
   const double region_act = act(x.region, x.h, x.d);
-  const double mask = x.region * x.h;           // 1-byte dropout mask over the hidden state
+  const double mask = x.region * x.h;  // 1-byte dropout mask over the hidden state
   const std::string norm = x.swiglu ? "rmsnorm" : "layernorm";
   std::vector<Op> ops;
 

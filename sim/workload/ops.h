@@ -43,9 +43,9 @@ struct AttentionShape {
 struct Op {
   std::string name;
   OpKind kind = OpKind::memory;
-  double flops = 0;              // executed (causal attention counts the half it computes)
-  double bytes = 0;              // HBM bytes read + written
-  std::int32_t kernels = 1;      // kernel launches the op stands for
+  double flops = 0;          // executed (causal attention counts the half it computes)
+  double bytes = 0;          // HBM bytes read + written
+  std::int32_t kernels = 1;  // kernel launches the op stands for
   GemmShape gemm;
   AttentionShape attention;
   Comm comm = Comm::none;        // tp_comm only

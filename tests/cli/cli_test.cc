@@ -214,7 +214,7 @@ TEST_CASE("bad input: one line naming file, JSON path and problem; exit code 2")
 
 TEST_CASE("an inline model and a Hugging Face config.json work where a model name does") {
   auto j = good_scenario();
-  j["model"] = {{"name", "tiny"}, {"layers", 4},      {"hidden", 1024}, {"heads", 16},
+  j["model"] = {{"name", "tiny"}, {"layers", 4},        {"hidden", 1024}, {"heads", 16},
                 {"kv_heads", 4},  {"ffn_hidden", 4096}, {"vocab", 32000}, {"mlp", "swiglu"}};
   j["parallel"] = {{"tp", 2}, {"pp", 2}};
   CHECK(run(fmt::format("run '{}' --json", write("inline.json", j.dump()).string())).code == 0);

@@ -7,8 +7,8 @@
 #include <functional>
 #include <string>
 
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include "config/scenario.h"
 #include "util/error.h"
@@ -38,7 +38,8 @@ class DataDir {
     fs::create_directories(root_ / "scenarios");
     write("models/test-70b.json", model_json().dump());
     write("models/hf-llama.json", hf_json().dump());
-    fs::copy_file(fs::path(TRAINSIM_SOURCE_DIR) / "topologies" / "dgx-h100.json", root_ / "topologies" / "dgx-h100.json");
+    fs::copy_file(fs::path(TRAINSIM_SOURCE_DIR) / "topologies" / "dgx-h100.json",
+                  root_ / "topologies" / "dgx-h100.json");
   }
   ~DataDir() {
     std::error_code ec;
@@ -55,7 +56,7 @@ class DataDir {
   }
 
   static json model_json() {
-    return {{"name", "test-70b"}, {"layers", 80},     {"hidden", 8192}, {"heads", 64},
+    return {{"name", "test-70b"}, {"layers", 80},        {"hidden", 8192},  {"heads", 64},
             {"kv_heads", 8},      {"ffn_hidden", 28672}, {"vocab", 128256}, {"mlp", "swiglu"}};
   }
   static json hf_json() {
@@ -108,10 +109,11 @@ TEST_CASE("a full scenario resolves named model and cluster and derives dp and m
   // Megatron: dp = gpus / (tp pp cp); micro-batches per step = global / (micro x dp) (ecosystem.md §2.1).
   DataDir data;
   json doc = base_scenario();
-  doc["parallel"] = {{"tp", 8},          {"pp", 4},          {"cp", 1},   {"sequence_parallel", true},
-                     {"schedule", "1f1b"}, {"virtual_stages", 1}, {"zero", 1}};
+  doc["parallel"] = {
+      {"tp", 8},  {"pp", 4}, {"cp", 1}, {"sequence_parallel", true}, {"schedule", "1f1b"}, {"virtual_stages", 1},
+      {"zero", 1}};
   doc["gpus"] = 1024;
-  doc["training"] = {{"micro_batch", 1},     {"global_batch", 1024}, {"seq_len", 8192},
+  doc["training"] = {{"micro_batch", 1},         {"global_batch", 1024}, {"seq_len", 8192},
                      {"recompute", "selective"}, {"precision", "bf16"},  {"attention", "flash"}};
   const Scenario s = parse(data, doc);
   CHECK(s.file == "scenario.json");
@@ -193,10 +195,10 @@ TEST_CASE("model and cluster may be names, paths or inline objects", "[config]")
     CHECK(parse(data, doc).model.name == "test-70b");
   }
   SECTION("a path relative to the scenario file") {
-    data.write("scenarios/my-cluster.json",
-               std::string(std::istreambuf_iterator<char>(
-                               std::ifstream(data.root() / "topologies" / "dgx-h100.json").rdbuf()),
-                           {}));
+    data.write(
+        "scenarios/my-cluster.json",
+        std::string(std::istreambuf_iterator<char>(std::ifstream(data.root() / "topologies" / "dgx-h100.json").rdbuf()),
+                    {}));
     json doc = base_scenario();
     doc["cluster"] = "my-cluster.json";
     const std::string file = data.write("scenarios/s.json", doc.dump());
@@ -337,8 +339,7 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
       {[](json& d) { d.erase("training"); }, "training", "missing required key"},
       {[](json& d) { d["training"].erase("global_batch"); }, "training.global_batch", "missing required key"},
       {[](json& d) { d["training"].erase("seq_len"); }, "training.seq_len", "missing required key"},
-      {[](json& d) { d["gpu"] = 8; }, "gpu",
-       "unknown key (expected one of: model, cluster, gpus, parallel, training)"},
+      {[](json& d) { d["gpu"] = 8; }, "gpu", "unknown key (expected one of: model, cluster, gpus, parallel, training)"},
       {[](json& d) { d["parallel"]["dp"] = 4; }, "parallel.dp",
        "unknown key (expected one of: tp, pp, cp, sequence_parallel, schedule, virtual_stages, zero)"},
       {[](json& d) { d["training"]["optimizer"] = "adam"; }, "training.optimizer",
@@ -400,8 +401,10 @@ TEST_CASE("settings trainsim knows but does not simulate yet are refused on thei
        "virtual pipeline stages (2) are not supported yet; use 1"},
       {[](json& d) { d["parallel"]["cp"] = 2; }, "parallel.cp",
        "context parallelism (cp = 2) is not supported yet; use 1"},
-      {[](json& d) { d["parallel"]["zero"] = 2; }, "parallel.zero", "ZeRO stage 2 is not supported yet (supported: 0, 1)"},
-      {[](json& d) { d["parallel"]["zero"] = 3; }, "parallel.zero", "ZeRO stage 3 is not supported yet (supported: 0, 1)"},
+      {[](json& d) { d["parallel"]["zero"] = 2; }, "parallel.zero",
+       "ZeRO stage 2 is not supported yet (supported: 0, 1)"},
+      {[](json& d) { d["parallel"]["zero"] = 3; }, "parallel.zero",
+       "ZeRO stage 3 is not supported yet (supported: 0, 1)"},
       {[](json& d) { d["training"]["precision"] = "fp8"; }, "training.precision",
        "\"fp8\" is not supported yet (supported: bf16)"},
   };
@@ -424,10 +427,16 @@ TEST_CASE("impossible layouts name the numbers that do not fit", "[config]") {
   };
   const std::vector<Case> cases = {
       {[](json& d) { d["gpus"] = 60; }, "scenario.json: gpus: 60 is not a multiple of tp*pp*cp = 8*2*1 = 16"},
-      {[](json& d) { d["parallel"]["tp"] = 3; d["gpus"] = 48; },
+      {[](json& d) {
+         d["parallel"]["tp"] = 3;
+         d["gpus"] = 48;
+       },
        "scenario.json: parallel.tp: 3 does not divide heads (64)"},
       {[](json& d) { d["parallel"]["tp"] = 16; }, "scenario.json: parallel.tp: 16 does not divide kv_heads (8)"},
-      {[](json& d) { d["parallel"]["pp"] = 3; d["gpus"] = 48; },
+      {[](json& d) {
+         d["parallel"]["pp"] = 3;
+         d["gpus"] = 48;
+       },
        "scenario.json: parallel.pp: 3 does not divide layers (80)"},
       {[](json& d) { d["training"]["global_batch"] = 66; },
        "scenario.json: training.global_batch: 66 is not a multiple of micro_batch*dp = 1*4 = 4"},

@@ -1,9 +1,9 @@
 #include <catch2/catch.hpp>
 
-#include <csignal>
-#include <cstdio>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <csignal>
+#include <cstdio>
 
 #include "hardware/compute_model.h"
 
@@ -66,10 +66,10 @@ TEST_CASE("the A100 GEMM fit reproduces the cuBLASLt sweep") {
     std::int64_t m, n, k;
     double measured;
   };
-  for (const Point& p : {Point{1024, 1024, 1024, 119.4}, Point{2048, 2048, 2048, 221.8},
-                         Point{4096, 4096, 4096, 228}, Point{8192, 8192, 8192, 253.7},
-                         Point{16384, 16384, 16384, 256.5}, Point{1024, 2145, 1024, 132.8},
-                         Point{6144, 12288, 12288, 250.8}, Point{802816, 192, 768, 157.8}}) {
+  for (const Point& p :
+       {Point{1024, 1024, 1024, 119.4}, Point{2048, 2048, 2048, 221.8}, Point{4096, 4096, 4096, 228},
+        Point{8192, 8192, 8192, 253.7}, Point{16384, 16384, 16384, 256.5}, Point{1024, 2145, 1024, 132.8},
+        Point{6144, 12288, 12288, 250.8}, Point{802816, 192, 768, 157.8}}) {
     INFO(p.m << "x" << p.n << "x" << p.k);
     CHECK(tflops(cm, p.m, p.n, p.k) == Approx(p.measured).epsilon(0.14));
   }

@@ -111,8 +111,7 @@ TEST_CASE("8-GPU all-reduce busbw at >= 1 GiB is within 5% of nccl-tests (A100, 
   }
 }
 
-TEST_CASE("8-GPU all-reduce busbw at 16 MiB-512 MiB stays within the residuals in topologies/README.md",
-          "[network]") {
+TEST_CASE("8-GPU all-reduce busbw at 16 MiB-512 MiB stays within the residuals in topologies/README.md", "[network]") {
   // Tensor-parallel all-reduces are tens of MB: the fitted ramp keeps the model within 14% there
   // (A100's largest residual, +13.8% at 128 MiB, where the measurement dips); H100/H200 within 6%.
   for (const Curve& curve : kMeasured) {

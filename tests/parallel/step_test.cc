@@ -22,8 +22,8 @@ config::Scenario scenario(const nlohmann::json& j) {
 
 // A GPT-like model whose layers dominate (tiny vocabulary), so stages cost nearly the same.
 nlohmann::json small_model() {
-  return {{"name", "uniform"}, {"layers", 16},  {"hidden", 4096}, {"heads", 32},  {"kv_heads", 32},
-          {"ffn_hidden", 16384}, {"vocab", 1024}, {"mlp", "gelu"}};
+  return {{"name", "uniform"}, {"layers", 16},        {"hidden", 4096}, {"heads", 32},
+          {"kv_heads", 32},    {"ffn_hidden", 16384}, {"vocab", 1024},  {"mlp", "gelu"}};
 }
 
 nlohmann::json base(std::int64_t gpus, std::int64_t tp, std::int64_t pp, std::int64_t gbs) {
@@ -101,7 +101,8 @@ TEST_CASE("memory: weights, fp32 gradients and Adam states per parameter; ZeRO-1
   auto zero1 = parallel::simulate_step(scenario(j));
   auto sc = scenario(j);
   const std::int64_t params = 16 * workload::layer_params_per_rank(sc.model, 1) +
-                              workload::embedding_params_per_rank(sc.model, 1) + workload::head_params_per_rank(sc.model, 1);
+                              workload::embedding_params_per_rank(sc.model, 1) +
+                              workload::head_params_per_rank(sc.model, 1);
   CHECK(plain.memory[0].peak_breakdown_bytes[parallel::kWeights] == 2 * params);
   CHECK(plain.memory[0].peak_breakdown_bytes[parallel::kGradients] == 4 * params);
   CHECK(plain.memory[0].peak_breakdown_bytes[parallel::kOptimizer] == 12 * params);
@@ -144,7 +145,8 @@ TEST_CASE("data parallelism: gradients are all-reduced, or reduce-scattered and 
   auto j = base(16, 8, 1, 2);
   auto sc = scenario(j);
   hardware::ComputeModel cm(sc.cluster.gpu);
-  CHECK(labels(parallel::build_step(sc, cm).programs[0], parallel::kDpComm) == std::vector<std::string>{"grad_all_reduce"});
+  CHECK(labels(parallel::build_step(sc, cm).programs[0], parallel::kDpComm) ==
+        std::vector<std::string>{"grad_all_reduce"});
   j["parallel"]["zero"] = 1;
   CHECK(labels(parallel::build_step(scenario(j), cm).programs[0], parallel::kDpComm) ==
         std::vector<std::string>{"grad_reduce_scatter", "param_all_gather"});

@@ -82,27 +82,36 @@ TEST_CASE("model JSON defaults and validation") {
   CHECK_FALSE(m.tied_embeddings);
   CHECK(m.dropout == 0.0);
 
-  CHECK(error_of([] { parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4,
-                                "ffn_hidden": 256, "vocab": 100, "mlp": "gelu", "colour": 1})"); }) ==
+  CHECK(error_of([] {
+          parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4,
+                                "ffn_hidden": 256, "vocab": 100, "mlp": "gelu", "colour": 1})");
+        }) ==
         "m.json: colour: unknown key (expected one of: name, layers, hidden, heads, kv_heads, ffn_hidden, "
         "vocab, mlp, tied_embeddings, head_dim, dropout)");
-  CHECK(error_of([] { parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 8,
-                                "ffn_hidden": 256, "vocab": 100, "mlp": "gelu"})"); }) ==
-        "m.json: kv_heads: exceeds heads (4)");
-  CHECK(error_of([] { parse(R"({"name": "x", "layers": 2, "hidden": 96, "heads": 6, "kv_heads": 4,
-                                "ffn_hidden": 256, "vocab": 100, "mlp": "gelu"})"); }) ==
-        "m.json: kv_heads: does not divide heads (6)");
-  CHECK(error_of([] { parse(R"({"name": "x", "layers": 0, "hidden": 64, "heads": 4, "kv_heads": 4,
-                                "ffn_hidden": 256, "vocab": 100, "mlp": "gelu"})"); }) ==
-        "m.json: layers: must be a positive integer, got 0");
-  CHECK(error_of([] { parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4,
-                                "ffn_hidden": 256, "vocab": 100, "mlp": "relu"})"); }) ==
-        "m.json: mlp: unknown mlp \"relu\" (expected gelu or swiglu)");
-  CHECK(error_of([] { parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4,
-                                "ffn_hidden": 256, "vocab": 100, "mlp": "gelu", "dropout": 1})"); }) ==
-        "m.json: dropout: must be below 1, got 1");
-  CHECK(error_of([] { parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4,
-                                "vocab": 100, "mlp": "gelu"})"); }) == "m.json: ffn_hidden: missing required key");
+  CHECK(error_of([] {
+          parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 8,
+                                "ffn_hidden": 256, "vocab": 100, "mlp": "gelu"})");
+        }) == "m.json: kv_heads: exceeds heads (4)");
+  CHECK(error_of([] {
+          parse(R"({"name": "x", "layers": 2, "hidden": 96, "heads": 6, "kv_heads": 4,
+                                "ffn_hidden": 256, "vocab": 100, "mlp": "gelu"})");
+        }) == "m.json: kv_heads: does not divide heads (6)");
+  CHECK(error_of([] {
+          parse(R"({"name": "x", "layers": 0, "hidden": 64, "heads": 4, "kv_heads": 4,
+                                "ffn_hidden": 256, "vocab": 100, "mlp": "gelu"})");
+        }) == "m.json: layers: must be a positive integer, got 0");
+  CHECK(error_of([] {
+          parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4,
+                                "ffn_hidden": 256, "vocab": 100, "mlp": "relu"})");
+        }) == "m.json: mlp: unknown mlp \"relu\" (expected gelu or swiglu)");
+  CHECK(error_of([] {
+          parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4,
+                                "ffn_hidden": 256, "vocab": 100, "mlp": "gelu", "dropout": 1})");
+        }) == "m.json: dropout: must be below 1, got 1");
+  CHECK(error_of([] {
+          parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4,
+                                "vocab": 100, "mlp": "gelu"})");
+        }) == "m.json: ffn_hidden: missing required key");
 }
 
 TEST_CASE("Hugging Face Llama config reads its keys and ignores the rest") {
@@ -139,11 +148,14 @@ TEST_CASE("Hugging Face GPT-2 config: n_inner null is 4 n_embd, embeddings tied"
 }
 
 TEST_CASE("Hugging Face errors name the JSON path") {
-  CHECK(error_of([] { parse_hf(R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
-      "num_attention_heads": 4, "vocab_size": 10})"); }) == "config.json: intermediate_size: missing required key");
-  CHECK(error_of([] { parse_hf(R"({"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 64,
-      "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 10, "num_local_experts": 8})"); }) ==
-        "config.json: num_local_experts: mixture-of-experts models are not supported yet");
+  CHECK(error_of([] {
+          parse_hf(R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
+      "num_attention_heads": 4, "vocab_size": 10})");
+        }) == "config.json: intermediate_size: missing required key");
+  CHECK(error_of([] {
+          parse_hf(R"({"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 64,
+      "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 10, "num_local_experts": 8})");
+        }) == "config.json: num_local_experts: mixture-of-experts models are not supported yet");
   CHECK(error_of([] { parse_hf(R"({"model_type": "deepseek_v3", "n_routed_experts": 256})"); }) ==
         "config.json: n_routed_experts: mixture-of-experts models are not supported yet");
 }
@@ -159,7 +171,8 @@ TEST_CASE("model FLOPs per sequence follow the NeMo / Korthikanti formulas") {
   ModelSpec gpt = parse(R"({"name": "g", "layers": 96, "hidden": 12288, "heads": 96, "kv_heads": 96,
                             "ffn_hidden": 49152, "vocab": 51200, "mlp": "gelu"})");
   const double s = 2048, L = 96, h = 12288, V = 51200;
-  CHECK(model_flops_per_sequence(gpt, 2048) == Approx(s * (24 * L * h * h + 12 * L * h * s + 48 * L * h * h + 6 * V * h)));
+  CHECK(model_flops_per_sequence(gpt, 2048) ==
+        Approx(s * (24 * L * h * h + 12 * L * h * s + 48 * L * h * h + 6 * V * h)));
   CHECK(model_flops_per_sequence(gpt, 2048) ==
         Approx(72 * s * L * h * h * (1 + s / (6 * h) + V / (12 * h * L))).epsilon(1e-12));
 
