@@ -1,9 +1,11 @@
 // The trainsim command. Only this file prints errors and chooses exit codes:
-//   0 success, 2 bad input (one line naming file, JSON path and problem), 3 the simulation could
-//   not finish (deadlock report), 1 anything else.
+//   0 success, 1 an accuracy gate failed (validate --gate) or an unexpected error, 2 bad input (one
+//   line naming file, JSON path and problem), 3 the simulation could not finish (deadlock report).
 
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <vector>
 #include <string>
 
 #include <fmt/format.h>
@@ -16,6 +18,7 @@
 #include "parallel/step_runner.h"
 #include "report/summary.h"
 #include "util/error.h"
+#include "validate/validate.h"
 
 namespace {
 
@@ -30,6 +33,30 @@ int run_command(const std::string& scenario_file, bool json) {
   else
     fmt::print("{}", report::to_text(scenario, result));
   return 0;
+}
+
+int validate_command(const std::string& dir_arg, bool json, bool markdown, const std::string& gate) {
+  using namespace trainsim;
+  const auto data_dir = config::default_data_dir();
+  const std::filesystem::path dir = dir_arg.empty() ? data_dir / "validation" / "records" : std::filesystem::path(dir_arg);
+  const auto records = validate::load_records(dir);
+  std::vector<validate::Outcome> outcomes;
+  outcomes.reserve(records.size());
+  for (const auto& r : records) {
+    spdlog::info("validating {}", r.id);
+    outcomes.push_back(validate::evaluate(r, data_dir));
+  }
+  const auto summary = validate::summarize(outcomes);
+  if (json)
+    fmt::print("{}\n", validate::to_json(outcomes, summary).dump(2));
+  else if (markdown)
+    fmt::print("{}", validate::to_markdown(outcomes, summary));
+  else
+    fmt::print("{}", validate::to_text(outcomes, summary));
+  if (gate.empty()) return 0;
+  const auto violations = validate::check_gate(summary, gate);
+  for (const auto& v : violations) std::fprintf(stderr, "trainsim: accuracy gate %s: %s\n", gate.c_str(), v.c_str());
+  return violations.empty() ? 0 : 1;
 }
 
 }  // namespace
@@ -49,6 +76,16 @@ int main(int argc, char** argv) {
   run->add_option("scenario", scenario_file, "Scenario JSON file (see configs/README.md for the keys)")->required();
   run->add_flag("--json", json, "Print one JSON object instead of the human summary");
 
+  std::string validate_dir, gate_file;
+  bool validate_json = false, validate_markdown = false;
+  CLI::App* validate = app.add_subcommand(
+      "validate", "Re-simulate published, measured runs and report the prediction error of each, with the MAPE");
+  validate->add_option("dir", validate_dir, "Directory of validation records (default: validation/records of the data dir)");
+  auto* vj = validate->add_flag("--json", validate_json, "Print one JSON object");
+  validate->add_flag("--markdown", validate_markdown, "Print Markdown tables")->excludes(vj);
+  validate->add_option("--gate", gate_file,
+                       "Accuracy gate file (e.g. validation/gate.json): exit 1 when a MAPE or worst error exceeds it");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -61,6 +98,7 @@ int main(int argc, char** argv) {
 
   try {
     if (run->parsed()) return run_command(scenario_file, json);
+    if (validate->parsed()) return validate_command(validate_dir, validate_json, validate_markdown, gate_file);
   } catch (const trainsim::util::InputError& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;

@@ -1,0 +1,75 @@
+#pragma once
+// `trainsim validate`: re-simulates published, measured runs (validation/records/*.json, generated
+// from the reference data by tools/gen-validation) and reports how far each prediction is from the
+// measurement, with the mean absolute percentage error (MAPE) per quantity.
+//
+// Record kinds: "step" (a training step's time), "layer" (one transformer layer's forward and
+// backward time), "memory" (the first pipeline stage's weights+gradients+optimizer states and
+// activations). A record whose scenario uses a feature trainsim does not simulate yet is listed as
+// skipped with the reason, never dropped.
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace trainsim::validate {
+
+struct Record {
+  std::string file;
+  std::string id;
+  std::string kind;  // step | layer | memory
+  std::string source;
+  std::string conversion;
+  std::vector<std::string> assumptions;
+  nlohmann::json scenario;
+  nlohmann::json measured;
+  std::optional<std::string> skip;
+};
+
+// One compared quantity of a record.
+struct Comparison {
+  std::string quantity;  // "step_time_s", "layer_ms", "memory_gib"
+  double measured = 0;
+  double predicted = 0;
+  double error() const { return (predicted - measured) / measured; }
+};
+
+struct Outcome {
+  const Record* record = nullptr;
+  std::vector<Comparison> comparisons;  // empty when skipped
+  std::string skipped;                  // the reason, when skipped
+  std::string detail;                   // e.g. the memory split
+};
+
+struct QuantitySummary {
+  std::string quantity;
+  int covered = 0;
+  double mape = 0;        // mean of |error|
+  double worst = 0;       // largest |error|
+  std::string worst_id;
+};
+
+struct Summary {
+  int records = 0;
+  int skipped = 0;
+  std::vector<QuantitySummary> quantities;
+  const QuantitySummary* find(const std::string& quantity) const;
+};
+
+// Reads every *.json in `dir` (sorted by file name); bad records are InputErrors.
+std::vector<Record> load_records(const std::filesystem::path& dir);
+Outcome evaluate(const Record& record, const std::filesystem::path& data_dir);
+Summary summarize(const std::vector<Outcome>& outcomes);
+
+std::string to_text(const std::vector<Outcome>& outcomes, const Summary& summary);
+std::string to_markdown(const std::vector<Outcome>& outcomes, const Summary& summary);
+nlohmann::json to_json(const std::vector<Outcome>& outcomes, const Summary& summary);
+
+// A gate file holds the accuracy the model has reached: {"step_time_s": {"max_mape_pct": 8.5,
+// "max_worst_pct": 20}, ...}. Returns one line per violated bound (empty when all hold).
+std::vector<std::string> check_gate(const Summary& summary, const std::filesystem::path& gate_file);
+
+}  // namespace trainsim::validate

@@ -1,0 +1,128 @@
+// The validation harness: records load strictly, each kind is compared with the right simulated
+// quantity, unsupported scenarios are listed as skipped, and the gate fails when accuracy drops.
+
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "util/error.h"
+#include "validate/validate.h"
+
+namespace fs = std::filesystem;
+using namespace trainsim;
+
+namespace {
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / fmt::format("trainsim-validate-test-{}-{}", ::getpid(), name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+validate::Record named(std::string id) {
+  validate::Record r;
+  r.id = std::move(id);
+  return r;
+}
+
+void write(const fs::path& p, const nlohmann::json& j) { std::ofstream(p) << j.dump(2); }
+
+nlohmann::json model() {
+  return {{"name", "GPT 22B"}, {"layers", 48},       {"hidden", 6144}, {"heads", 64},     {"kv_heads", 64},
+          {"ffn_hidden", 24576}, {"vocab", 51200}, {"mlp", "gelu"},  {"dropout", 0.1}, {"tied_embeddings", true}};
+}
+
+nlohmann::json record(const std::string& id, const std::string& kind, nlohmann::json measured) {
+  return {{"id", id},
+          {"kind", kind},
+          {"source", "test"},
+          {"conversion", "measured directly"},
+          {"assumptions", {"none"}},
+          {"scenario",
+           {{"model", model()},
+            {"cluster", "dgx-a100"},
+            {"gpus", 8},
+            {"parallel", {{"tp", 8}}},
+            {"training", {{"micro_batch", 4}, {"global_batch", 4}, {"seq_len", 2048}, {"attention", "softmax"}}}}},
+          {"measured", measured}};
+}
+
+}  // namespace
+
+TEST_CASE("every kind of record is compared with its simulated quantity; unsupported ones are skipped") {
+  const fs::path dir = fresh_dir("kinds");
+  write(dir / "a_step.json", record("a_step", "step", {{"step_time_s", 1.0}}));
+  write(dir / "b_layer.json", record("b_layer", "layer", {{"layer_forward_ms", 7.7}, {"layer_backward_ms", 11.9}}));
+  write(dir / "c_memory.json", record("c_memory", "memory", {{"static_gib", 45.5}, {"activations_gib", 59.25}}));
+  auto zero3 = record("d_zero3", "step", {{"step_time_s", 1.0}});
+  zero3["scenario"]["parallel"]["zero"] = 3;
+  write(dir / "d_zero3.json", zero3);
+  auto skipped = record("e_skip", "step", {{"step_time_s", 1.0}});
+  skipped["skip"] = "no layout given";
+  write(dir / "e_skip.json", skipped);
+
+  const auto records = validate::load_records(dir);
+  REQUIRE(records.size() == 5);
+  std::vector<validate::Outcome> outcomes;
+  for (const auto& r : records) outcomes.push_back(validate::evaluate(r, TRAINSIM_SOURCE_DIR));
+
+  REQUIRE(outcomes[0].comparisons.size() == 1);
+  CHECK(outcomes[0].comparisons[0].quantity == "step_time_s");
+  CHECK(outcomes[0].comparisons[0].predicted > 0);
+  REQUIRE(outcomes[1].comparisons.size() == 2);  // forward and backward
+  CHECK(outcomes[1].comparisons[0].quantity == "layer_ms");
+  CHECK(outcomes[1].comparisons[1].predicted > outcomes[1].comparisons[0].predicted);  // backward > forward
+  REQUIRE(outcomes[2].comparisons.size() == 1);
+  CHECK(outcomes[2].comparisons[0].quantity == "memory_gib");
+  CHECK(outcomes[2].comparisons[0].measured == Approx(45.5 + 59.25));
+  CHECK(outcomes[3].skipped.find("scenario.parallel.zero") != std::string::npos);
+  CHECK(outcomes[3].skipped.find("not supported yet") != std::string::npos);
+  CHECK(outcomes[4].skipped == "no layout given");
+
+  const auto summary = validate::summarize(outcomes);
+  CHECK(summary.records == 5);
+  CHECK(summary.skipped == 2);
+  REQUIRE(summary.find("step_time_s") != nullptr);
+  // One step run: MAPE equals its absolute error.
+  CHECK(summary.find("step_time_s")->mape == Approx(std::fabs(outcomes[0].comparisons[0].error())));
+  const std::string text = validate::to_text(outcomes, summary);
+  CHECK(text.find("d_zero3") != std::string::npos);
+  CHECK(text.find("skipped") != std::string::npos);
+  CHECK(validate::to_markdown(outcomes, summary).find("| quantity |") != std::string::npos);
+}
+
+TEST_CASE("MAPE is the mean of absolute relative errors, the worst run the largest") {
+  const validate::Record a = named("a"), b = named("b");
+  validate::Outcome oa{&a, {{"step_time_s", 10.0, 11.0}}, "", ""};  // +10%
+  validate::Outcome ob{&b, {{"step_time_s", 10.0, 7.0}}, "", ""};   // -30%
+  const auto s = validate::summarize({oa, ob});
+  CHECK(s.find("step_time_s")->mape == Approx(0.2));
+  CHECK(s.find("step_time_s")->worst == Approx(0.3));
+  CHECK(s.find("step_time_s")->worst_id == "b");
+
+  const fs::path dir = fresh_dir("gate");
+  write(dir / "ok.json", {{"step_time_s", {{"max_mape_pct", 21}, {"max_worst_pct", 31}}}});
+  CHECK(validate::check_gate(s, dir / "ok.json").empty());
+  write(dir / "tight.json", {{"step_time_s", {{"max_mape_pct", 19}, {"max_worst_pct", 25}}}});
+  CHECK(validate::check_gate(s, dir / "tight.json").size() == 2);
+  write(dir / "typo.json", {{"step_time_s", {{"max_mape", 19}}}});
+  CHECK_THROWS_AS(validate::check_gate(s, dir / "typo.json"), util::InputError);
+}
+
+TEST_CASE("a record with an unknown key or kind is an input error naming the file") {
+  const fs::path dir = fresh_dir("bad");
+  auto r = record("bad", "step", {{"step_time_s", 1.0}});
+  r["measured_by"] = "me";
+  write(dir / "bad.json", r);
+  CHECK_THROWS_WITH(validate::load_records(dir), Catch::Contains("bad.json: measured_by: unknown key"));
+  r.erase("measured_by");
+  r["kind"] = "throughput";
+  write(dir / "bad.json", r);
+  CHECK_THROWS_WITH(validate::load_records(dir), Catch::Contains("kind: unknown kind"));
+}
