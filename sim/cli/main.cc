@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -22,11 +22,13 @@
 
 namespace {
 
-int run_command(const std::string& scenario_file, bool json) {
+int run_command(const std::string& scenario_file, bool json, bool all_ranks) {
   using namespace trainsim;
   const auto scenario = config::load_scenario(scenario_file, config::default_data_dir());
   spdlog::info("simulating {} ranks", scenario.gpus);
-  const auto result = parallel::simulate_step(scenario);
+  parallel::BuildOptions options;
+  options.all_ranks = all_ranks;
+  const auto result = parallel::simulate_step(scenario, options);
   spdlog::info("{} tasks in {} programs, {} events", result.tasks, scenario.parallel.pp, result.events);
   if (json)
     fmt::print("{}\n", report::to_json(scenario, result).dump(2));
@@ -38,7 +40,8 @@ int run_command(const std::string& scenario_file, bool json) {
 int validate_command(const std::string& dir_arg, bool json, bool markdown, const std::string& gate) {
   using namespace trainsim;
   const auto data_dir = config::default_data_dir();
-  const std::filesystem::path dir = dir_arg.empty() ? data_dir / "validation" / "records" : std::filesystem::path(dir_arg);
+  const std::filesystem::path dir =
+      dir_arg.empty() ? data_dir / "validation" / "records" : std::filesystem::path(dir_arg);
   const auto records = validate::load_records(dir);
   std::vector<validate::Outcome> outcomes;
   outcomes.reserve(records.size());
@@ -75,12 +78,16 @@ int main(int argc, char** argv) {
   CLI::App* run = app.add_subcommand("run", "Simulate one training step of a scenario and print the prediction");
   run->add_option("scenario", scenario_file, "Scenario JSON file (see configs/README.md for the keys)")->required();
   run->add_flag("--json", json, "Print one JSON object instead of the human summary");
+  bool all_ranks = false;
+  run->add_flag("--all-ranks", all_ranks,
+                "Simulate every rank instead of one representative per class of identical ranks (same result, slower)");
 
   std::string validate_dir, gate_file;
   bool validate_json = false, validate_markdown = false;
   CLI::App* validate = app.add_subcommand(
       "validate", "Re-simulate published, measured runs and report the prediction error of each, with the MAPE");
-  validate->add_option("dir", validate_dir, "Directory of validation records (default: validation/records of the data dir)");
+  validate->add_option("dir", validate_dir,
+                       "Directory of validation records (default: validation/records of the data dir)");
   auto* vj = validate->add_flag("--json", validate_json, "Print one JSON object");
   validate->add_flag("--markdown", validate_markdown, "Print Markdown tables")->excludes(vj);
   validate->add_option("--gate", gate_file,
@@ -97,7 +104,7 @@ int main(int argc, char** argv) {
   spdlog::set_level(verbose ? spdlog::level::info : spdlog::level::warn);
 
   try {
-    if (run->parsed()) return run_command(scenario_file, json);
+    if (run->parsed()) return run_command(scenario_file, json, all_ranks);
     if (validate->parsed()) return validate_command(validate_dir, validate_json, validate_markdown, gate_file);
   } catch (const trainsim::util::InputError& e) {
     std::fprintf(stderr, "%s\n", e.what());

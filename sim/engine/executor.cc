@@ -94,8 +94,8 @@ bool Executor::try_start(std::uint32_t rank, int stream) {
       CommRequest req;
       req.kind = CommRequest::Kind::p2p;
       req.bytes = task.bytes;
-      req.src = rank;
-      req.dst = peer;
+      req.src = cluster_rank(rank);
+      req.dst = cluster_rank(peer);
       comm_.start(req, sim_, [this, rank, stream, peer] {
         finish(rank, stream);
         deliver(rank, peer);
@@ -176,7 +176,7 @@ void Executor::arrive(std::uint32_t rank, int stream, const Task& task) {
   req.op = gs.op;
   req.bytes = gs.bytes;
   req.group = g;
-  req.ranks = members;
+  req.ranks = groups_.placement(g);
   comm_.start(req, sim_, [this, g] { finish_collective(g); });
 }
 

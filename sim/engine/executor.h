@@ -78,6 +78,9 @@ class Executor {
   };
 
   const Program& program_of(std::uint32_t rank) const { return programs_[bindings_[rank].program]; }
+  std::uint32_t cluster_rank(std::uint32_t rank) const {
+    return bindings_[rank].cluster_rank == kNone ? rank : bindings_[rank].cluster_rank;
+  }
   void pump(std::uint32_t rank);
   bool try_start(std::uint32_t rank, int stream);
   void set_busy(std::uint32_t rank, std::uint8_t busy);

@@ -44,10 +44,15 @@ std::uint32_t GroupTable::kind_id(std::string_view name) {
   return static_cast<std::uint32_t>(kind_names_.size() - 1);
 }
 
-std::uint32_t GroupTable::add(std::span<const std::uint32_t> ranks, std::uint32_t kind) {
+std::uint32_t GroupTable::add(std::span<const std::uint32_t> members, std::uint32_t kind,
+                              std::span<const std::uint32_t> placement) {
   TRAINSIM_ASSERT(kind < kind_names_.size());
-  members_.insert(members_.end(), ranks.begin(), ranks.end());
+  TRAINSIM_ASSERT(!members.empty());
+  members_.insert(members_.end(), members.begin(), members.end());
   offsets_.push_back(static_cast<std::uint32_t>(members_.size()));
+  if (placement.empty()) placement = members;
+  placement_.insert(placement_.end(), placement.begin(), placement.end());
+  placement_offsets_.push_back(static_cast<std::uint32_t>(placement_.size()));
   kinds_.push_back(kind);
   index_in_kind_.push_back(kind_counts_[kind]++);
   return static_cast<std::uint32_t>(kinds_.size() - 1);

@@ -79,15 +79,23 @@ class Program {
 };
 
 // Process groups as compressed member lists: nothing is quadratic in the number of ranks.
+// `members` are the simulated ranks that rendezvous in the group's collectives; `placement` is the
+// whole group in cluster rank numbers, what the CommModel times. They differ in a symmetric run,
+// where one simulated rank stands for a class of identical ranks (its group of 8 is timed as 8).
 class GroupTable {
  public:
-  // `kind` names the group family ("tp", "dp", ...), used in messages.
-  std::uint32_t add(std::span<const std::uint32_t> ranks, std::uint32_t kind);
+  // `kind` names the group family ("tp", "dp", ...), used in messages. An empty `placement` means
+  // the members themselves, numbered as in the cluster.
+  std::uint32_t add(std::span<const std::uint32_t> members, std::uint32_t kind,
+                    std::span<const std::uint32_t> placement = {});
   std::uint32_t kind_id(std::string_view name);
 
   std::size_t size() const { return offsets_.size() - 1; }
   std::span<const std::uint32_t> members(std::uint32_t g) const {
     return {members_.data() + offsets_[g], offsets_[g + 1] - offsets_[g]};
+  }
+  std::span<const std::uint32_t> placement(std::uint32_t g) const {
+    return {placement_.data() + placement_offsets_[g], placement_offsets_[g + 1] - placement_offsets_[g]};
   }
   const std::string& kind_name(std::uint32_t g) const { return kind_names_[kinds_[g]]; }
   // Index of the group among groups of the same kind (for names like dp#3).
@@ -96,6 +104,8 @@ class GroupTable {
  private:
   std::vector<std::uint32_t> offsets_{0};
   std::vector<std::uint32_t> members_;
+  std::vector<std::uint32_t> placement_offsets_{0};
+  std::vector<std::uint32_t> placement_;
   std::vector<std::uint32_t> kinds_;
   std::vector<std::uint32_t> index_in_kind_;
   std::vector<std::uint32_t> kind_counts_;
@@ -105,6 +115,7 @@ class GroupTable {
 // What one rank runs and what its slots refer to.
 struct Binding {
   std::uint32_t program = 0;
+  std::uint32_t cluster_rank = kNone;  // the rank's number in the cluster; kNone: its index
   std::array<std::uint32_t, kMaxSlots> group{kNone, kNone, kNone, kNone};
   std::array<std::uint32_t, kMaxSlots> peer{kNone, kNone, kNone, kNone};
 };

@@ -280,7 +280,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
 
 }  // namespace
 
-StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& compute) {
+StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& compute, const BuildOptions& options) {
   const auto& par = sc.parallel;
   TRAINSIM_ASSERT(par.tp * par.pp * par.cp * par.dp == sc.gpus);
   TRAINSIM_ASSERT(sc.model.layers % par.pp == 0);
@@ -321,16 +321,30 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
     build_stage_program(sc, st, s, ops, compute, plan.programs[static_cast<std::size_t>(s)]);
   }
 
-  // Groups in Megatron's rank order; each rank's slots point at its groups and pipeline peers.
+  // Groups in Megatron's rank order; each simulated rank's slots point at its groups and peers.
   RankGrid grid(par.tp, par.cp, par.dp, par.pp);
   const auto n = static_cast<std::uint32_t>(sc.gpus);
-  plan.bindings.resize(n);
+  const bool all = options.all_ranks;
+  // Simulated index of a cluster rank, or kNone when a representative stands for it.
+  auto local_of = [&](std::uint32_t r) -> std::uint32_t {
+    if (all) return r;
+    const Coords c = grid.coords(r);
+    return c.tp == 0 && c.cp == 0 && c.dp == 0 ? static_cast<std::uint32_t>(c.pp) : engine::kNone;
+  };
+  const std::uint32_t simulated = all ? n : static_cast<std::uint32_t>(par.pp);
+  plan.bindings.resize(simulated);
+  std::vector<std::uint32_t> local;
+  auto add_group = [&](std::span<const std::uint32_t> members, std::uint32_t kind_id, GroupSlot slot) {
+    local.clear();
+    for (std::uint32_t r : members)
+      if (const std::uint32_t l = local_of(r); l != engine::kNone) local.push_back(l);
+    if (local.empty()) return;
+    const std::uint32_t g = plan.groups.add(local, kind_id, members);
+    for (std::uint32_t l : local) plan.bindings[l].group[slot] = g;
+  };
   auto bind = [&](std::string_view kind, GroupSlot slot) {
     const std::uint32_t kind_id = plan.groups.kind_id(kind);
-    for (const auto& members : grid.groups(kind == "dp" ? "dp-cp" : kind)) {
-      const std::uint32_t g = plan.groups.add(members, kind_id);
-      for (std::uint32_t r : members) plan.bindings[r].group[slot] = g;
-    }
+    for (const auto& members : grid.groups(kind == "dp" ? "dp-cp" : kind)) add_group(members, kind_id, slot);
   };
   bind("tp", kTpGroup);
   bind("dp", kDpGroup);
@@ -338,23 +352,25 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
     const std::uint32_t kind_id = plan.groups.kind_id("embedding");
     for (const auto& pipeline : grid.groups("pp")) {
       const std::uint32_t pair[2] = {pipeline.front(), pipeline.back()};
-      const std::uint32_t g = plan.groups.add(pair, kind_id);
-      for (std::uint32_t r : pair) plan.bindings[r].group[kEmbeddingGroup] = g;
+      add_group(pair, kind_id, kEmbeddingGroup);
     }
   }
   for (std::uint32_t r = 0; r < n; ++r) {
+    const std::uint32_t l = local_of(r);
+    if (l == engine::kNone) continue;
     Coords c = grid.coords(r);
-    engine::Binding& b = plan.bindings[r];
+    engine::Binding& b = plan.bindings[l];
     b.program = static_cast<std::uint32_t>(c.pp);
+    b.cluster_rank = r;
     if (c.pp > 0) {
       Coords prev = c;
       --prev.pp;
-      b.peer[kPrevStage] = grid.rank(prev);
+      b.peer[kPrevStage] = local_of(grid.rank(prev));
     }
     if (c.pp + 1 < par.pp) {
       Coords next = c;
       ++next.pp;
-      b.peer[kNextStage] = grid.rank(next);
+      b.peer[kNextStage] = local_of(grid.rank(next));
     }
   }
   return plan;

@@ -42,11 +42,20 @@ struct StagePlan {
 
 struct StepPlan {
   std::vector<engine::Program> programs;  // index = pipeline stage
-  std::vector<engine::Binding> bindings;  // index = rank
+  std::vector<engine::Binding> bindings;  // index = simulated rank; cluster_rank says which GPU
   engine::GroupTable groups;
   std::vector<StagePlan> stages;
 };
 
-StepPlan build_step(const config::Scenario& scenario, const hardware::ComputeModel& compute);
+struct BuildOptions {
+  // Simulate every rank. Otherwise one representative per class of identical ranks is simulated:
+  // the ranks with tp = cp = dp = 0, one per pipeline stage. Ranks of a TP, CP or DP group run the
+  // same program with the same timing, so with the analytical network (no link sharing) the step
+  // time and every rank's memory are exactly those of the full run; tests check it.
+  bool all_ranks = false;
+};
+
+StepPlan build_step(const config::Scenario& scenario, const hardware::ComputeModel& compute,
+                    const BuildOptions& options = {});
 
 }  // namespace trainsim::parallel

@@ -27,9 +27,9 @@ engine::Executor::BucketMap bucket_map() {
 
 }  // namespace
 
-StepResult simulate_step(const config::Scenario& scenario) {
+StepResult simulate_step(const config::Scenario& scenario, const BuildOptions& options) {
   hardware::ComputeModel compute(scenario.cluster.gpu);
-  StepPlan plan = build_step(scenario, compute);
+  StepPlan plan = build_step(scenario, compute, options);
   network::AnalyticalNetwork net(scenario.cluster);
   engine::Simulation sim;
   engine::Executor ex(sim, net, plan.programs, plan.bindings, plan.groups, bucket_map());
@@ -40,10 +40,13 @@ StepResult simulate_step(const config::Scenario& scenario) {
   out.events = ex.events();
   for (const auto& p : plan.programs) out.tasks += p.task_count();
   const std::size_t n = ex.rank_count();
+  out.all_ranks = options.all_ranks;
   out.ranks.resize(n);
   out.memory.resize(n);
+  out.cluster_rank.resize(n);
   for (std::uint32_t r = 0; r < n; ++r) {
     const engine::RankStats& s = ex.stats(r);
+    out.cluster_rank[r] = plan.bindings[r].cluster_rank;
     TimeBreakdown& t = out.ranks[r];
     t.compute_s = s.bucket_time[kBusyCompute].seconds();
     t.tp_exposed_s = s.bucket_time[kBusyTp].seconds();

@@ -30,13 +30,16 @@ struct RankMemory {
 struct StepResult {
   double step_time_s = 0;
   TimeBreakdown mean;  // averaged over ranks
+  // Per simulated rank (all ranks, or one per class of identical ranks; see BuildOptions).
+  std::vector<std::uint32_t> cluster_rank;
   std::vector<TimeBreakdown> ranks;
   std::vector<RankMemory> memory;
-  std::uint32_t peak_rank = 0;  // rank with the largest memory peak (lowest index on ties)
+  std::uint32_t peak_rank = 0;  // simulated rank with the largest memory peak (lowest on ties)
+  bool all_ranks = false;
   std::uint64_t events = 0;
   std::size_t tasks = 0;  // tasks in all programs (shared by ranks of a stage)
 };
 
-StepResult simulate_step(const config::Scenario& scenario);
+StepResult simulate_step(const config::Scenario& scenario, const BuildOptions& options = {});
 
 }  // namespace trainsim::parallel

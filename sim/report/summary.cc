@@ -94,12 +94,16 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
         {"bubble", r.mean.bubble_s}}},
       {"memory",
        {{"peak_gib", m.peak_gib},
-        {"peak_rank", r.peak_rank},
+        {"peak_rank", r.cluster_rank[r.peak_rank]},
         {"peak_time_s", peak.peak_time_s},
         {"capacity_gib", m.capacity_gib},
         {"fits", m.fits},
         {"breakdown_gib", breakdown}}},
-      {"simulation", {{"ranks", r.ranks.size()}, {"tasks", r.tasks}, {"events", r.events}}},
+      {"simulation",
+       {{"ranks_simulated", r.ranks.size()},
+        {"mode", r.all_ranks ? "all-ranks" : "symmetric"},
+        {"tasks", r.tasks},
+        {"events", r.events}}},
   };
 }
 
@@ -130,13 +134,13 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   out += fmt::format(
       "memory peak   {:.1f} GiB of {:.1f} GiB on rank {} at {:.3f} s: weights {:.1f} · gradients {:.1f} · "
       "optimizer {:.1f} · activations {:.1f} GiB\n",
-      m.peak_gib, m.capacity_gib, r.peak_rank, peak.peak_time_s, gib(parallel::kWeights), gib(parallel::kGradients),
-      gib(parallel::kOptimizer), gib(parallel::kActivations));
+      m.peak_gib, m.capacity_gib, r.cluster_rank[r.peak_rank], peak.peak_time_s, gib(parallel::kWeights),
+      gib(parallel::kGradients), gib(parallel::kOptimizer), gib(parallel::kActivations));
   if (m.fits)
     out += "fits          yes\n";
   else
     out += fmt::format("fits          NO: DOES NOT FIT: rank {} needs {:.1f} GiB, the GPU has {:.1f} GiB\n",
-                       r.peak_rank, m.peak_gib, m.capacity_gib);
+                       r.cluster_rank[r.peak_rank], m.peak_gib, m.capacity_gib);
   return out;
 }
 

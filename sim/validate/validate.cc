@@ -34,9 +34,9 @@ double ops_time_s(const std::vector<workload::Op>& ops, const hardware::ComputeM
     if (core_only && !op.attention_core) continue;
     if (op.kind == workload::OpKind::tp_comm) {
       if (tp == 1) continue;
-      const auto what = op.comm == workload::Comm::all_reduce       ? network::CollectiveOp::all_reduce
-                        : op.comm == workload::Comm::all_gather     ? network::CollectiveOp::all_gather
-                                                                    : network::CollectiveOp::reduce_scatter;
+      const auto what = op.comm == workload::Comm::all_reduce   ? network::CollectiveOp::all_reduce
+                        : op.comm == workload::Comm::all_gather ? network::CollectiveOp::all_gather
+                                                                : network::CollectiveOp::reduce_scatter;
       t += net.collective_time_s(what, op.comm_bytes, group);
     } else {
       t += compute.time_s(op);
@@ -83,7 +83,9 @@ void evaluate_memory(const Record& r, const config::Scenario& sc, Outcome& out) 
                            act_gib, m_act);
 }
 
-std::string pct(double v) { return fmt::format("{:+.1f}%", 100.0 * v); }
+std::string pct(double v) {
+  return fmt::format("{:+.1f}%", 100.0 * v);
+}
 
 std::string value(const Comparison& c) {
   return c.quantity == "step_time_s" ? fmt::format("{:.3f} s", c.measured) : fmt::format("{:.2f}", c.measured);
@@ -232,7 +234,8 @@ nlohmann::json to_json(const std::vector<Outcome>& outcomes, const Summary& summ
     } else {
       nlohmann::json cs = nlohmann::json::array();
       for (const Comparison& c : o.comparisons)
-        cs.push_back({{"quantity", c.quantity}, {"measured", c.measured}, {"predicted", c.predicted}, {"error", c.error()}});
+        cs.push_back(
+            {{"quantity", c.quantity}, {"measured", c.measured}, {"predicted", c.predicted}, {"error", c.error()}});
       j["comparisons"] = cs;
       if (!o.detail.empty()) j["detail"] = o.detail;
     }
@@ -259,7 +262,8 @@ std::vector<std::string> check_gate(const Summary& summary, const fs::path& gate
       continue;
     }
     if (auto m = bound.find("max_mape_pct"); m && 100 * q->mape > m->as_positive_number())
-      violations.push_back(fmt::format("{}: MAPE {:.2f}% exceeds the gate's {}%", it.key(), 100 * q->mape, m->as_number()));
+      violations.push_back(
+          fmt::format("{}: MAPE {:.2f}% exceeds the gate's {}%", it.key(), 100 * q->mape, m->as_number()));
     if (auto w = bound.find("max_worst_pct"); w && 100 * q->worst > w->as_positive_number())
       violations.push_back(fmt::format("{}: worst error {:.2f}% ({}) exceeds the gate's {}%", it.key(), 100 * q->worst,
                                        q->worst_id, w->as_number()));

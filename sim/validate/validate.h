@@ -47,8 +47,8 @@ struct Outcome {
 struct QuantitySummary {
   std::string quantity;
   int covered = 0;
-  double mape = 0;        // mean of |error|
-  double worst = 0;       // largest |error|
+  double mape = 0;   // mean of |error|
+  double worst = 0;  // largest |error|
   std::string worst_id;
 };
 

@@ -200,8 +200,9 @@ TEST_CASE("a collective that one member never posts stops the run with the ranks
   GroupTable groups;
   std::vector<std::uint32_t> members{0, 1};
   const auto g = groups.add(members, groups.kind_id("dp"));
-  bindings[0] = Binding{0, {g, kNone, kNone, kNone}, {}};
-  bindings[1] = Binding{1, {g, kNone, kNone, kNone}, {}};
+  bindings[0].group[0] = g;
+  bindings[1].program = 1;
+  bindings[1].group[0] = g;
   Simulation sim;
   FixedComm comm;
   Executor ex(sim, comm, programs, bindings, groups, buckets());

@@ -151,3 +151,34 @@ TEST_CASE("data parallelism: gradients are all-reduced, or reduce-scattered and 
   CHECK(labels(parallel::build_step(scenario(j), cm).programs[0], parallel::kDpComm) ==
         std::vector<std::string>{"grad_reduce_scatter", "param_all_gather"});
 }
+
+TEST_CASE("a symmetric run (one rank per class) gives exactly the full run's step time and memory") {
+  // Ranks that differ only in their TP, CP or DP coordinate run the same program at the same times,
+  // so simulating one of each class must reproduce the full run to the picosecond.
+  auto gpt = small_model();
+  gpt["tied_embeddings"] = true;
+  gpt["dropout"] = 0.1;
+  for (auto [gpus, tp, pp, zero, sp] : {std::tuple{16, 2, 2, 0, false}, std::tuple{64, 4, 4, 1, true},
+                                        std::tuple{32, 8, 2, 1, true}, std::tuple{16, 1, 1, 0, false}}) {
+    auto j = base(gpus, tp, pp, 8 * (gpus / (tp * pp)));
+    j["model"] = gpt;
+    j["parallel"]["zero"] = zero;
+    j["parallel"]["sequence_parallel"] = sp;
+    const auto sc = scenario(j);
+    parallel::BuildOptions all;
+    all.all_ranks = true;
+    const auto full = parallel::simulate_step(sc, all);
+    const auto sym = parallel::simulate_step(sc);
+    INFO("gpus " << gpus << " tp " << tp << " pp " << pp);
+    CHECK(sym.ranks.size() == static_cast<std::size_t>(pp));
+    CHECK(full.ranks.size() == static_cast<std::size_t>(gpus));
+    CHECK(sym.step_time_s == full.step_time_s);
+    CHECK(sym.mean.bubble_s == Approx(full.mean.bubble_s).epsilon(1e-12));
+    CHECK(sym.memory[sym.peak_rank].peak_bytes == full.memory[full.peak_rank].peak_bytes);
+    for (std::size_t i = 0; i < sym.ranks.size(); ++i) {
+      const std::uint32_t c = sym.cluster_rank[i];
+      CHECK(sym.memory[i].peak_bytes == full.memory[c].peak_bytes);
+      CHECK(sym.ranks[i].compute_s == full.ranks[c].compute_s);
+    }
+  }
+}

@@ -31,10 +31,12 @@ validate::Record named(std::string id) {
   return r;
 }
 
-void write(const fs::path& p, const nlohmann::json& j) { std::ofstream(p) << j.dump(2); }
+void write(const fs::path& p, const nlohmann::json& j) {
+  std::ofstream(p) << j.dump(2);
+}
 
 nlohmann::json model() {
-  return {{"name", "GPT 22B"}, {"layers", 48},       {"hidden", 6144}, {"heads", 64},     {"kv_heads", 64},
+  return {{"name", "GPT 22B"},   {"layers", 48},   {"hidden", 6144}, {"heads", 64},    {"kv_heads", 64},
           {"ffn_hidden", 24576}, {"vocab", 51200}, {"mlp", "gelu"},  {"dropout", 0.1}, {"tied_embeddings", true}};
 }
 
