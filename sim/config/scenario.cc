@@ -109,7 +109,8 @@ workload::ModelSpec parse_model_any(const util::JsonNode& node, const std::strin
 }
 
 ParallelSpec parse_parallel(const util::JsonNode& node) {
-  node.reject_unknown({"tp", "pp", "cp", "sequence_parallel", "schedule", "virtual_stages", "zero"});
+  node.reject_unknown({"tp", "pp", "cp", "sequence_parallel", "schedule", "virtual_stages", "zero",
+                       "overlap_grad_reduce", "overlap_param_gather", "dp_bucket_mb", "tp_comm_overlap"});
   ParallelSpec p;
   if (auto v = node.find("tp")) p.tp = v->as_positive_int();
   if (auto v = node.find("pp")) p.pp = v->as_positive_int();
@@ -133,6 +134,19 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
     if (p.zero == 2 || p.zero == 3)
       v->fail(fmt::format("ZeRO stage {} is not supported yet (supported: 0, 1)", p.zero));
     if (p.zero > 3) v->fail(fmt::format("must be 0, 1, 2 or 3, got {}", p.zero));
+  }
+  if (auto v = node.find("overlap_grad_reduce")) p.overlap_grad_reduce = v->as_bool();
+  if (auto v = node.find("overlap_param_gather")) {
+    p.overlap_param_gather = v->as_bool();
+    // Megatron: --overlap-param-gather requires the distributed optimizer and --overlap-grad-reduce.
+    if (p.overlap_param_gather && p.zero < 1) v->fail("requires the distributed optimizer (zero >= 1)");
+    if (p.overlap_param_gather && !p.overlap_grad_reduce) v->fail("requires overlap_grad_reduce");
+  }
+  if (auto v = node.find("dp_bucket_mb")) p.dp_bucket_mb = v->as_positive_number();
+  if (auto v = node.find("tp_comm_overlap")) {
+    p.tp_comm_overlap = v->as_bool();
+    // Megatron: --tp-comm-overlap requires --sequence-parallel.
+    if (p.tp_comm_overlap && !p.sequence_parallel) v->fail("requires sequence_parallel");
   }
   return p;
 }

@@ -25,6 +25,16 @@ struct ParallelSpec {
   Schedule schedule = Schedule::one_f_one_b;
   std::int64_t virtual_stages = 1;
   std::int64_t zero = 0;  // 0: plain DP all-reduce; 1: distributed optimizer
+  // Megatron's --overlap-grad-reduce: gradients reduced in buckets during the last backward.
+  bool overlap_grad_reduce = false;
+  // Megatron's --overlap-param-gather: the distributed optimizer's parameter all-gather runs in
+  // buckets ahead of the next step's forward instead of after the optimizer.
+  bool overlap_param_gather = false;
+  // Gradient bucket size in MB (0: Megatron's default of max(40M, 1M x dp) parameters, fp32).
+  double dp_bucket_mb = 0;
+  // Transformer Engine's --tp-comm-overlap: TP all-gathers and reduce-scatters run concurrently with
+  // the GEMM that consumes or produces them.
+  bool tp_comm_overlap = false;
 };
 
 struct TrainingSpec {

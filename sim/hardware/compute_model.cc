@@ -51,7 +51,8 @@ double ComputeModel::gemm_efficiency(const workload::GemmShape& shape) const {
 double ComputeModel::attention_efficiency(const workload::AttentionShape& shape) const {
   const double seq = interpolate_log(kAttentionSeqCurve, static_cast<double>(shape.seq_kv));
   const double hd = interpolate_log(kAttentionHeadDimCurve, static_cast<double>(shape.head_dim));
-  return gpu_.attention_efficiency * std::max(seq * hd, kMinAttentionFactor);
+  const double pass = shape.backward ? gpu_.attention_backward_ratio : 1.0;
+  return gpu_.attention_efficiency * pass * std::max(seq * hd, kMinAttentionFactor);
 }
 
 double ComputeModel::time_s(const workload::Op& op) const {

@@ -17,12 +17,13 @@ struct GpuSpec {
   double hbm_Bps = 0;     // peak bandwidth
   double nvlink_Bps = 0;  // per direction
   // Compute-model parameters (see compute_model.h for how each is used).
-  double gemm_efficiency = 0;       // ceiling for large GEMMs, fraction of bf16_flops
-  double gemm_half_dim = 0;         // x0 of the per-dimension saturation g(x) = x / (x + x0)
-  double gemm_overhead_s = 0;       // fixed cost per GEMM beyond launch
-  double attention_efficiency = 0;  // fused attention, fraction of bf16_flops at long sequences
-  double hbm_efficiency = 0;        // achieved fraction of hbm_Bps for streaming kernels
-  double launch_s = 0;              // per-kernel launch overhead
+  double gemm_efficiency = 0;           // ceiling for large GEMMs, fraction of bf16_flops
+  double gemm_half_dim = 0;             // x0 of the per-dimension saturation g(x) = x / (x + x0)
+  double gemm_overhead_s = 0;           // fixed cost per GEMM beyond launch
+  double attention_efficiency = 0;      // fused attention, fraction of bf16_flops at long sequences
+  double attention_backward_ratio = 1;  // backward efficiency relative to forward
+  double hbm_efficiency = 0;            // achieved fraction of hbm_Bps for streaming kernels
+  double launch_s = 0;                  // per-kernel launch overhead
 };
 
 std::span<const GpuSpec> gpu_catalog();

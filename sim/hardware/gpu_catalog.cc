@@ -31,9 +31,15 @@ constexpr double kHopperHalfDim = 130;                          // [FIT8] H100 1
 constexpr double kHopperGemmFixed_s = 5.5e-6;                   // [FIT8] t0, launch included
 constexpr double kA100Attention = 189.0 / 312.0;                // [FA] 0.606
 constexpr double kH100Attention = (539.0 + 616.0) / 2 / 989.0;  // [FA] 0.584
-constexpr double kA100Hbm = 1.61 / 2.039;                       // [HBM] 0.790
-constexpr double kH100Hbm = 2.90 / 3.35;                        // [HBM] 0.866
-constexpr double kH200Hbm = 4.01 / 4.80;                        // [HBM] 0.835
+// [FA] Backward vs forward rate of FlashAttention-2 on H100, causal, head dim 128, from its fwd and
+// fwd+bwd curves (published-runs.md §9b; fwd+bwd counts 3.5x the forward FLOPs, so the backward
+// rate is 2.5 / (3.5/fwd_bwd - 1/fwd)): 0.85 at 2k, 0.89 at 4k, 0.90 at 8k, 0.97 at 16k; mean 0.90.
+// The cuDNN / FA3 forward numbers above have no published backward, so they get the same ratio.
+// A100's figure is already a fwd+bwd rate and stays at 1.
+constexpr double kHopperAttentionBackwardRatio = 0.90;
+constexpr double kA100Hbm = 1.61 / 2.039;  // [HBM] 0.790
+constexpr double kH100Hbm = 2.90 / 3.35;   // [HBM] 0.866
+constexpr double kH200Hbm = 4.01 / 4.80;   // [HBM] 0.835
 
 GpuSpec make(const char* id, const char* name, double bf16_tflops, double fp8_tflops, double hbm_gb, double hbm_TBps,
              double nvlink_GBps) {
@@ -70,6 +76,7 @@ std::array<GpuSpec, 6> build() {
     g->gemm_half_dim = kHopperHalfDim;
     g->gemm_overhead_s = kHopperGemmFixed_s - kLaunch_s;
     g->attention_efficiency = kH100Attention;  // H200: Azure FA2 329 vs H100 328, same kernels
+    g->attention_backward_ratio = kHopperAttentionBackwardRatio;
   }
   h100.hbm_efficiency = kH100Hbm;
   h200.hbm_efficiency = kH200Hbm;
@@ -81,7 +88,8 @@ std::array<GpuSpec, 6> build() {
     g->gemm_overhead_s = kHopperGemmFixed_s - kLaunch_s;  // [A]
     // [A] no Blackwell attention measurement: H100's fraction scaled by the GEMM ceiling ratio.
     g->attention_efficiency = kH100Attention * g->gemm_efficiency / h100.gemm_efficiency;
-    g->hbm_efficiency = kH200Hbm;  // [A] HBM3e like H200
+    g->attention_backward_ratio = kHopperAttentionBackwardRatio;  // [A]
+    g->hbm_efficiency = kH200Hbm;                                 // [A] HBM3e like H200
   }
   return {a100_40, a100_80, h100, h200, b200, gb200};
 }

@@ -62,8 +62,8 @@ enum class Saves : std::uint8_t {
 // compute task; each tp_comm op a collective on the TP stream that the next compute waits for.
 class StageWriter {
  public:
-  StageWriter(Program& program, const hardware::ComputeModel& compute, bool tp_comm)
-      : p_(program), compute_(compute), tp_comm_(tp_comm) {}
+  StageWriter(Program& program, const hardware::ComputeModel& compute, bool tp_comm, bool tp_overlap)
+      : p_(program), compute_(compute), tp_comm_(tp_comm), tp_overlap_(tp_overlap) {}
 
   // The next task waits for `d` as well.
   void after(Dep d) { pending_.push_back(d); }
@@ -73,27 +73,27 @@ class StageWriter {
     for (const Op& op : ops) {
       if (core_only && !op.attention_core) continue;
       if (op.kind == workload::OpKind::tp_comm) {
-        if (!tp_comm_) continue;
-        flush();
-        Task t;
-        t.stream = kTpComm;
-        t.kind = TaskKind::collective;
-        t.slot = kTpGroup;
-        t.op = static_cast<std::uint16_t>(collective_of(op.comm));
-        t.bytes = op.comm_bytes;
-        t.label = p_.label(fmt::format("{} {}", phase, op.name));
-        if (last_) pending_.push_back(*last_);
-        push(t);
+        if (tp_comm_) tp_collective(op, phase);
         continue;
       }
-      if (seg_first_.empty()) seg_first_ = op.name;
-      seg_last_ = op.name;
-      seg_phase_ = phase;
-      seg_s_ += compute_.time_s(op);
       const bool keep = saves == Saves::all || (saves == Saves::non_core && !op.attention_core);
-      if (keep) seg_alloc_ += op.saved_bytes;
+      const std::int64_t saved = keep ? op.saved_bytes : 0;
+      if (overlapped_ && op.kind == workload::OpKind::gemm) {
+        // The GEMM that consumes an overlapped all-gather runs as its own task beside it.
+        flush();
+        accumulate(op, phase, saved);
+        flush();
+        pending_.push_back(*overlapped_);
+        overlapped_.reset();
+        continue;
+      }
+      accumulate(op, phase, saved);
     }
     flush();
+    if (overlapped_) {
+      pending_.push_back(*overlapped_);
+      overlapped_.reset();
+    }
   }
 
   // Adds a task of another kind (send, recv, collective on the DP stream) after the last task.
@@ -101,6 +101,15 @@ class StageWriter {
     flush();
     if (depends_on_last && last_) pending_.push_back(*last_);
     return push(t);
+  }
+
+  // Adds a task that starts after the last task but that later tasks do not wait for (a bucket's
+  // gradient reduction during backward, a collective overlapped with a GEMM).
+  Dep side(Task t) {
+    flush();
+    std::vector<Dep> deps = pending_;
+    if (last_) deps.push_back(*last_);
+    return p_.add(t, deps);
   }
 
   void compute_task(std::string_view name, double seconds) {
@@ -125,21 +134,84 @@ class StageWriter {
   }
 
   std::optional<Dep> last() const { return last_; }
-  Program& program() { return p_; }
 
  private:
+  Task tp_task(const Op& op, std::string_view phase) {
+    Task t;
+    t.stream = kTpComm;
+    t.kind = TaskKind::collective;
+    t.slot = kTpGroup;
+    t.op = static_cast<std::uint16_t>(collective_of(op.comm));
+    t.bytes = op.comm_bytes;
+    t.label = p_.label(fmt::format("{} {}", phase, op.name));
+    return t;
+  }
+
+  // Without overlap a TP collective is exposed: it follows the last compute and the next compute
+  // waits for it. With Transformer Engine's overlap (sequence parallelism) an all-gather runs beside
+  // the GEMM that consumes it and a reduce-scatter beside the GEMM that produces it, chunk by chunk;
+  // whatever follows waits for both.
+  void tp_collective(const Op& op, std::string_view phase) {
+    if (tp_overlap_ && op.comm == workload::Comm::all_gather) {
+      flush();
+      overlapped_ = side(tp_task(op, phase));
+      return;
+    }
+    if (tp_overlap_ && op.comm == workload::Comm::reduce_scatter && tail_gemm_) {
+      Segment gemm = split_tail();
+      flush();
+      const Dep c = side(tp_task(op, phase));
+      seg_ = gemm;
+      flush();
+      pending_.push_back(c);
+      return;
+    }
+    flush();
+    if (last_) pending_.push_back(*last_);
+    push(tp_task(op, phase));
+  }
+
+  struct Segment {
+    std::string first, last, phase;
+    double s = 0;
+    std::int64_t alloc = 0;
+  };
+
+  void accumulate(const Op& op, std::string_view phase, std::int64_t saved) {
+    const double t = compute_.time_s(op);
+    if (seg_.first.empty()) seg_.first = op.name;
+    before_tail_ = seg_.last;
+    seg_.last = op.name;
+    seg_.phase = phase;
+    seg_.s += t;
+    seg_.alloc += saved;
+    tail_gemm_ = op.kind == workload::OpKind::gemm;
+    tail_ = Segment{op.name, op.name, std::string(phase), t, saved};
+  }
+
+  // Removes the trailing GEMM from the open segment and returns it as a segment of its own.
+  Segment split_tail() {
+    seg_.s -= tail_.s;
+    seg_.alloc -= tail_.alloc;
+    if (seg_.first == tail_.first && before_tail_.empty()) seg_.first.clear();
+    seg_.last = before_tail_;
+    if (seg_.first.empty()) seg_ = Segment{};
+    tail_gemm_ = false;
+    return tail_;
+  }
+
   void flush() {
-    if (seg_first_.empty() && seg_alloc_ == 0) return;
+    tail_gemm_ = false;
+    before_tail_.clear();
+    if (seg_.first.empty() && seg_.alloc == 0 && seg_alloc_ == 0) return;
     Task t;
     t.stream = kCompute;
-    t.duration = engine::Time::from_seconds(seg_s_);
-    t.mem_alloc_bytes = seg_alloc_;
+    t.duration = engine::Time::from_seconds(seg_.s);
+    t.mem_alloc_bytes = seg_.alloc + seg_alloc_;
     t.mem_category = kActivations;
-    const std::string name = seg_first_ == seg_last_ ? seg_first_ : fmt::format("{}..{}", seg_first_, seg_last_);
-    t.label = p_.label(fmt::format("{} {}", seg_phase_, name));
-    seg_first_.clear();
-    seg_last_.clear();
-    seg_s_ = 0;
+    const std::string name = seg_.first == seg_.last ? seg_.first : fmt::format("{}..{}", seg_.first, seg_.last);
+    t.label = p_.label(fmt::format("{} {}", seg_.phase, name));
+    seg_ = Segment{};
     seg_alloc_ = 0;
     // Compute runs in program order: after the previous task, whatever stream it was on.
     if (last_) pending_.push_back(*last_);
@@ -156,11 +228,15 @@ class StageWriter {
   Program& p_;
   const hardware::ComputeModel& compute_;
   bool tp_comm_;
+  bool tp_overlap_;
   std::vector<Dep> pending_;
   std::optional<Dep> last_;
-  std::string seg_first_, seg_last_, seg_phase_;
-  double seg_s_ = 0;
-  std::int64_t seg_alloc_ = 0;
+  std::optional<Dep> overlapped_;  // an all-gather the next GEMM runs beside
+  Segment seg_;                    // compute ops merged into the next compute task
+  Segment tail_;                   // the last op added to seg_
+  std::string before_tail_;        // seg_.last before the tail was added
+  bool tail_gemm_ = false;
+  std::int64_t seg_alloc_ = 0;  // extra allocation for the next compute task (layer inputs)
 };
 
 std::int64_t sum_saved(const std::vector<Op>& ops) {
@@ -181,7 +257,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   const std::int64_t pp = par.pp;
   const std::int64_t m = sc.training.num_micro_batches;
   const bool first = stage_index == 0, last = stage_index == pp - 1;
-  StageWriter w(p, compute, par.tp > 1);
+  StageWriter w(p, compute, par.tp > 1, par.tp_comm_overlap && par.sequence_parallel && par.tp > 1);
 
   const Saves fwd_saves = recompute == config::Recompute::full        ? Saves::none
                           : recompute == config::Recompute::selective ? Saves::non_core
@@ -201,32 +277,117 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   // Pipeline messages carry one micro-batch of hidden states (sequence-sharded under SP).
   const std::int64_t p2p_bytes = ops.input_bytes;
 
+  auto dp_collective = [&p](network::CollectiveOp op, std::uint8_t slot, std::int64_t bytes, std::string_view name) {
+    Task t;
+    t.kind = TaskKind::collective;
+    t.stream = kDpComm;
+    t.slot = slot;
+    t.op = static_cast<std::uint16_t>(op);
+    t.bytes = bytes;
+    t.label = p.label(name);
+    return t;
+  };
+
+  // Gradient buckets, as Megatron's DDP forms them: parameters in backward order (output layer,
+  // layers last to first, embedding) filled into buckets of bucket_size parameters (default
+  // max(40M, 1M x dp), distributed.py). Unit u is the output layer, a layer or the embedding.
+  const std::int64_t params = stage.params_per_rank;
+  const std::int64_t dp = par.dp * par.cp;
+  const std::int64_t layer_params = workload::layer_params_per_rank(sc.model, par.tp);
+  const std::int64_t emb_params = stage.has_embedding ? workload::embedding_params_per_rank(sc.model, par.tp) : 0;
+  std::vector<std::int64_t> unit_params;  // backward order
+  if (stage.has_head) unit_params.push_back(params - stage.layers * layer_params - emb_params);
+  for (std::int64_t l = 0; l < stage.layers; ++l) unit_params.push_back(layer_params);
+  if (stage.has_embedding) unit_params.push_back(emb_params);
+  const bool overlap_grad = par.overlap_grad_reduce && dp > 1;
+  const double bucket_limit =
+      par.dp_bucket_mb > 0 ? par.dp_bucket_mb * 1e6 / kGradBytes : std::max(40e6, 1e6 * static_cast<double>(dp));
+  std::vector<std::size_t> bucket_of(unit_params.size());
+  std::vector<std::int64_t> bucket_params;
+  std::vector<bool> closes_bucket(unit_params.size(), false);
+  for (std::size_t u = 0, acc = 0; u < unit_params.size(); ++u) {
+    if (acc == 0) bucket_params.push_back(0);
+    bucket_of[u] = bucket_params.size() - 1;
+    bucket_params.back() += unit_params[u];
+    acc += static_cast<std::size_t>(unit_params[u]);
+    if (!overlap_grad || static_cast<double>(acc) >= bucket_limit || u + 1 == unit_params.size()) {
+      closes_bucket[u] = overlap_grad || u + 1 == unit_params.size();
+      if (overlap_grad) acc = 0;
+    }
+  }
+  const auto grad_op = par.zero >= 1 ? network::CollectiveOp::reduce_scatter : network::CollectiveOp::all_reduce;
+  const char* grad_name = par.zero >= 1 ? "grad_reduce_scatter" : "grad_all_reduce";
+  std::vector<Dep> grad_deps;
+  // With --overlap-grad-reduce each bucket is reduced as soon as the last micro-batch's backward has
+  // produced all its gradients, while backward goes on.
+  auto unit_done = [&](std::size_t u, bool last_micro_batch) {
+    if (!overlap_grad || !last_micro_batch || !closes_bucket[u]) return;
+    const std::int64_t bytes = bucket_params[bucket_of[u]] * kGradBytes;
+    grad_deps.push_back(
+        w.side(dp_collective(grad_op, kDpGroup, bytes, fmt::format("{} bucket {}", grad_name, bucket_of[u]))));
+  };
+  // With --overlap-param-gather the distributed optimizer's all-gather of the updated parameters
+  // runs bucket by bucket ahead of the next step's forward; in this steady-state step it is issued
+  // at the start and each layer's first forward waits for its bucket.
+  const bool overlap_gather = par.overlap_param_gather && par.zero >= 1 && dp > 1;
+  std::vector<std::optional<Dep>> gathered(bucket_params.size());
+  if (overlap_gather) {
+    for (std::size_t b = bucket_params.size(); b-- > 0;)
+      gathered[b] = w.side(dp_collective(network::CollectiveOp::all_gather, kDpGroup, bucket_params[b] * kWeightBytes,
+                                         fmt::format("param_all_gather bucket {}", b)));
+  }
+  auto unit_needed = [&](std::size_t u, bool first_micro_batch) {
+    if (overlap_gather && first_micro_batch) w.after(*gathered[bucket_of[u]]);
+  };
+
+  const std::size_t head_unit = 0;
+  const std::size_t first_layer_unit = stage.has_head ? 1 : 0;
+  const std::size_t emb_unit = unit_params.size() - 1;
+  // Unit of layer l (forward numbering within the stage).
+  auto layer_unit = [&](std::int64_t l) { return first_layer_unit + static_cast<std::size_t>(stage.layers - 1 - l); };
+
+  // Megatron zeroes the gradient buffer when a step starts.
+  w.compute_task("zero_grad_buffer", compute.time_s(workload::zero_grad_buffer(params)));
+
+  std::int64_t forwards = 0, backwards = 0;
   auto forward = [&] {
+    const bool first_mb = forwards++ == 0;
     if (!first) w.after(w.add(p2p(TaskKind::recv, kPpRecv, kPrevStage, p2p_bytes, "recv_forward"), false));
-    if (stage.has_embedding) w.emit(ops.emb_fwd, "forward", Saves::all);
+    if (stage.has_embedding) {
+      unit_needed(emb_unit, first_mb);
+      w.emit(ops.emb_fwd, "forward", Saves::all);
+    }
     for (std::int64_t l = 0; l < stage.layers; ++l) {
+      unit_needed(layer_unit(l), first_mb);
       if (recompute == config::Recompute::full) w.alloc(ops.input_bytes);
       w.emit(ops.layer_fwd, "forward", fwd_saves);
     }
-    if (stage.has_head) w.emit(ops.head_fwd, "forward", Saves::all);
+    if (stage.has_head) {
+      unit_needed(head_unit, first_mb);
+      w.emit(ops.head_fwd, "forward", Saves::all);
+    }
     // Megatron's 1F1B p2p calls block, so the next compute waits for the send to finish.
     if (!last) w.after(w.add(p2p(TaskKind::send, kPpSend, kNextStage, p2p_bytes, "send_forward"), true));
   };
   auto backward = [&] {
+    const bool last_mb = ++backwards == m;
     if (!last) w.after(w.add(p2p(TaskKind::recv, kPpRecv, kNextStage, p2p_bytes, "recv_backward"), false));
     if (stage.has_head) {
       w.emit(ops.head_bwd, "backward", Saves::none);
       w.free_at_last(sum_saved(ops.head_fwd));
+      unit_done(head_unit, last_mb);
     }
-    for (std::int64_t l = 0; l < stage.layers; ++l) {
+    for (std::int64_t l = stage.layers - 1; l >= 0; --l) {
       if (recompute == config::Recompute::full) w.emit(ops.layer_fwd, "recompute", Saves::all);
       if (recompute == config::Recompute::selective) w.emit(ops.layer_fwd, "recompute", Saves::all, /*core_only=*/true);
       w.emit(ops.layer_bwd, "backward", Saves::none);
       w.free_at_last(layer_free);
+      unit_done(layer_unit(l), last_mb);
     }
     if (stage.has_embedding) {
       w.emit(ops.emb_bwd, "backward", Saves::none);
       w.free_at_last(sum_saved(ops.emb_fwd));
+      unit_done(emb_unit, last_mb);
     }
     if (!first) w.after(w.add(p2p(TaskKind::send, kPpSend, kPrevStage, p2p_bytes, "send_backward"), true));
   };
@@ -241,26 +402,10 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   }
   for (std::int64_t i = 0; i < warmup; ++i) backward();
 
-  // Gradient reduction over data parallelism, then the optimizer step.
-  const std::int64_t params = stage.params_per_rank;
-  const std::int64_t dp = par.dp * par.cp;
-  auto dp_collective = [&p](network::CollectiveOp op, std::uint8_t slot, std::int64_t bytes, const char* name) {
-    Task t;
-    t.kind = TaskKind::collective;
-    t.stream = kDpComm;
-    t.slot = slot;
-    t.op = static_cast<std::uint16_t>(op);
-    t.bytes = bytes;
-    t.label = p.label(name);
-    return t;
-  };
-  if (dp > 1) {
-    if (par.zero >= 1)
-      w.add(dp_collective(network::CollectiveOp::reduce_scatter, kDpGroup, params * kGradBytes, "grad_reduce_scatter"),
-            true);
-    else
-      w.add(dp_collective(network::CollectiveOp::all_reduce, kDpGroup, params * kGradBytes, "grad_all_reduce"), true);
-  }
+  // Gradient reduction over data parallelism (all at once unless overlapped above), the shared
+  // embedding's all-reduce between first and last stage, then the optimizer step.
+  if (dp > 1 && !overlap_grad) w.add(dp_collective(grad_op, kDpGroup, params * kGradBytes, grad_name), true);
+  for (const Dep& d : grad_deps) w.after(d);
   if (sc.model.tied_embeddings && pp > 1 && (first || last)) {
     const std::int64_t emb = workload::embedding_params_per_rank(sc.model, par.tp);
     w.add(dp_collective(network::CollectiveOp::all_reduce, kEmbeddingGroup, emb * kGradBytes,
@@ -270,7 +415,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   const std::int64_t opt_params = par.zero >= 1 ? (params + dp - 1) / dp : params;
   Op step = workload::optimizer_step(opt_params);
   w.compute_task("optimizer adam_step", compute.time_s(step));
-  if (dp > 1 && par.zero >= 1)
+  if (dp > 1 && par.zero >= 1 && !overlap_gather)
     w.add(dp_collective(network::CollectiveOp::all_gather, kDpGroup, params * kWeightBytes, "param_all_gather"), true);
 
   p.initial_mem_bytes[kWeights] = params * kWeightBytes;

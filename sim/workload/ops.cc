@@ -292,12 +292,15 @@ std::vector<Op> head_forward(const ModelSpec& m, const LayerConfig& c) {
   ops.push_back(memory(x.swiglu ? "final_rmsnorm" : "final_layernorm", 2 * region_act, region_act));
   if (tp && x.sp) ops.push_back(comm("output_input_all_gather", Comm::all_gather, full));
   ops.push_back(gemm("output_layer", x.tokens, vocab, x.h, x.d, region_act));
-  // Vocab-parallel cross-entropy in fp32 (Megatron's vocab_parallel_cross_entropy): a max pass,
-  // then exp and the sums into an fp32 softmax it keeps for backward (4·b·s·v/t bytes), with an
-  // all-reduce of the max, of the target logit and of the sum of exponentials.
-  ops.push_back(memory("cross_entropy_max", logits * x.d));
+  // Megatron's unfused vocab-parallel cross-entropy (core/tensor_parallel/cross_entropy.py, with
+  // GPTModel's [b, s] transpose of the logits), bytes per logit element: transpose copy 2+2, cast to
+  // fp32 2+4, max 4, subtract max in place 4+4, exp in place 4+4, sum 4, divide by the sum in place
+  // 4+4 = 42; the fp32 softmax (4 B) is kept for backward. Three all-reduces of one fp32 per token
+  // (max, target logit, sum of exponentials) under TP.
+  ops.push_back(memory("logits_transpose", logits * 2 * x.d));
+  ops.push_back(memory("cross_entropy_max", logits * (x.d + 4 + 4), 0, 2));
   if (tp) ops.push_back(comm("cross_entropy_max_all_reduce", Comm::all_reduce, stats));
-  ops.push_back(memory("cross_entropy_softmax", logits * (x.d + 4), logits * 4, 2));
+  ops.push_back(memory("cross_entropy_softmax", logits * (8 + 8 + 4 + 8), logits * 4, 4));
   if (tp) {
     ops.push_back(comm("cross_entropy_target_all_reduce", Comm::all_reduce, stats));
     ops.push_back(comm("cross_entropy_sum_all_reduce", Comm::all_reduce, stats));
@@ -314,8 +317,9 @@ std::vector<Op> head_backward(const ModelSpec& m, const LayerConfig& c) {
   const double vocab = static_cast<double>((m.vocab + c.tp - 1) / c.tp);
   const double logits = x.tokens * vocab;
   std::vector<Op> ops;
-  // Reads the fp32 softmax, writes the bf16 logit grad.
-  ops.push_back(memory("cross_entropy_backward", logits * (4 + x.d)));
+  // The saved fp32 softmax becomes the gradient in place (one-hot subtract, scale by the loss grad:
+  // 4+4), then autograd casts it to bf16 (4+2) and undoes the transpose (2+2): 18 bytes per logit.
+  ops.push_back(memory("cross_entropy_backward", logits * (8 + 4 + 3 * x.d), 0, 3));
   if (tp && x.sp) ops.push_back(comm("output_input_all_gather", Comm::all_gather, full));
   ops.push_back(gemm("output_layer_dgrad", x.tokens, x.h, vocab, x.d));
   if (tp) {
@@ -330,8 +334,15 @@ std::vector<Op> head_backward(const ModelSpec& m, const LayerConfig& c) {
 // Bytes per parameter: fp32 master weight read + write (8), first moment read + write (8), second
 // moment read + write (8), fp32 gradient read (4), bf16 weight written (2) = 30.
 Op optimizer_step(std::int64_t params) {
-  constexpr double kAdamBytesPerParam = 30;
-  return memory("adam_step", kAdamBytesPerParam * static_cast<double>(params));
+  // Adam (30 bytes per parameter, above) plus the gradient-norm pass of clip_grad_norm, which reads
+  // the fp32 gradients once more (4).
+  constexpr double kAdamBytesPerParam = 30 + 4;
+  return memory("adam_step", kAdamBytesPerParam * static_cast<double>(params), 0, 2);
+}
+
+Op zero_grad_buffer(std::int64_t params) {
+  // Megatron zeroes the fp32 gradient buffer (main_grad) at the start of every step.
+  return memory("zero_grad_buffer", 4 * static_cast<double>(params));
 }
 
 std::int64_t layer_params_per_rank(const ModelSpec& m, std::int64_t tp) {

@@ -80,6 +80,8 @@ std::vector<Op> head_backward(const ModelSpec& m, const LayerConfig& c);
 // Adam step over `params` parameters held by this rank: fp32 master weights, two moments, the
 // fp32 gradient, and the bf16 copy written back.
 Op optimizer_step(std::int64_t params);
+// The fp32 gradient buffer of `params` parameters set to zero at the start of a step.
+Op zero_grad_buffer(std::int64_t params);
 
 // Parameters one TP rank holds for one layer / the embedding / the output layer. The output layer
 // counts the final norm, plus its vocab-parallel weight unless embeddings are tied (then the

@@ -202,6 +202,17 @@ TEST_CASE("bad input: one line naming file, JSON path and problem; exit code 2")
     j["training"]["global_batch"] = 30;  // dp = 16 / (2·2) = 4; 30 is not a multiple of 1·4
     CHECK(rejected(j).find("training.global_batch: ") != std::string::npos);
   }
+  SECTION("overlap switches that Megatron refuses without their prerequisites") {
+    auto j = good_scenario();
+    j["parallel"]["zero"] = 0;
+    j["parallel"]["overlap_grad_reduce"] = true;
+    j["parallel"]["overlap_param_gather"] = true;
+    CHECK(rejected(j).find("parallel.overlap_param_gather: requires the distributed optimizer") != std::string::npos);
+    j = good_scenario();
+    j["parallel"]["sequence_parallel"] = false;
+    j["parallel"]["tp_comm_overlap"] = true;
+    CHECK(rejected(j).find("parallel.tp_comm_overlap: requires sequence_parallel") != std::string::npos);
+  }
   SECTION("features accepted by the format but not built yet") {
     auto j = good_scenario();
     j["parallel"]["schedule"] = "interleaved";

@@ -341,7 +341,9 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
       {[](json& d) { d["training"].erase("seq_len"); }, "training.seq_len", "missing required key"},
       {[](json& d) { d["gpu"] = 8; }, "gpu", "unknown key (expected one of: model, cluster, gpus, parallel, training)"},
       {[](json& d) { d["parallel"]["dp"] = 4; }, "parallel.dp",
-       "unknown key (expected one of: tp, pp, cp, sequence_parallel, schedule, virtual_stages, zero)"},
+       "unknown key (expected one of: tp, pp, cp, sequence_parallel, schedule, virtual_stages, zero, "
+       "overlap_grad_reduce, "
+       "overlap_param_gather, dp_bucket_mb, tp_comm_overlap)"},
       {[](json& d) { d["training"]["optimizer"] = "adam"; }, "training.optimizer",
        "unknown key (expected one of: micro_batch, global_batch, seq_len, recompute, precision, attention)"},
       {[](json& d) { d["gpus"] = "64"; }, "gpus", "expected an integer, got a string"},

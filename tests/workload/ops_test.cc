@@ -226,12 +226,29 @@ TEST_CASE("output layer keeps fp32 logits") {
   CHECK(saved(embedding_forward(g, c)) == s * h / t);
 }
 
-// Adam moves 30 bytes per parameter: fp32 weight, m and v read and written, fp32 grad read,
-// bf16 weight written.
-TEST_CASE("optimizer step is memory-bound at 30 bytes per parameter") {
+// Adam moves 30 bytes per parameter: fp32 weight, m and v read and written (24), fp32 grad read
+// (4), bf16 weight written (2); the gradient-norm pass reads the fp32 grad once more (4).
+TEST_CASE("optimizer step is memory-bound at 34 bytes per parameter") {
   const Op op = optimizer_step(1'000'000);
   CHECK(op.kind == OpKind::memory);
-  CHECK(op.bytes == 30e6);
+  CHECK(op.bytes == (24 + 4 + 2 + 4) * 1e6);
+  CHECK(zero_grad_buffer(1'000'000).bytes == 4e6);
+}
+
+// Megatron's unfused vocab-parallel cross-entropy streams the logits many times: per logit element
+// 42 bytes forward (transpose, fp32 cast, max, subtract, exp, sum, divide) and 18 backward.
+TEST_CASE("cross-entropy traffic follows Megatron's unfused kernels") {
+  const ModelSpec g = gpt(96, 12288, 96);
+  LayerConfig c;
+  c.tp = 8;
+  const double logits = 2048.0 * (51200 / 8);
+  double fwd = 0, bwd = 0;
+  for (const Op& op : head_forward(g, c))
+    if (op.name.rfind("cross_entropy", 0) == 0 || op.name == "logits_transpose") fwd += op.bytes;
+  for (const Op& op : head_backward(g, c))
+    if (op.name == "cross_entropy_backward") bwd += op.bytes;
+  CHECK(fwd == Approx(42 * logits + 3 * 4 * 2048));  // + the per-token loss pass
+  CHECK(bwd == Approx(18 * logits));
 }
 
 // Per-rank parameters: weight matrices split by t; norms and row-parallel biases replicated.
