@@ -237,3 +237,30 @@ TEST_CASE("an inline model and a Hugging Face config.json work where a model nam
   INFO(r.err);
   CHECK(r.code == 0);
 }
+
+TEST_CASE("accuracy gate: the published runs stay as close as validation/gate.json records") {
+  // validation/gate.json holds the MAPE and worst error the models have reached on the published,
+  // measured runs in validation/records (validation/README.md); a change that makes them worse fails.
+  Result r = run("validate --gate validation/gate.json --json");
+  INFO(r.err);
+  CHECK(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["summary"]["quantities"]["step_time_s"]["covered"].get<int>() >= 24);
+  // Records the simulator cannot run yet are listed as skipped, never dropped.
+  int listed = 0, skipped = 0;
+  for (const auto& run : j["runs"]) {
+    ++listed;
+    skipped += run.contains("skipped");
+  }
+  CHECK(listed == j["summary"]["records"].get<int>());
+  CHECK(skipped == j["summary"]["skipped"].get<int>());
+}
+
+TEST_CASE("validate prints a table with the MAPE line, and Markdown for CI") {
+  Result text = run("validate");
+  CHECK(text.code == 0);
+  CHECK(text.out.find("step_time_s  MAPE") != std::string::npos);
+  Result md = run("validate --markdown");
+  CHECK(md.code == 0);
+  CHECK(md.out.find("| run | kind | measured | predicted | error | note |") != std::string::npos);
+}
