@@ -187,14 +187,14 @@ Summary summarize(const std::vector<Outcome>& outcomes) {
 }
 
 std::string to_text(const std::vector<Outcome>& outcomes, const Summary& summary) {
-  std::string out = fmt::format("{:<48} {:<7} {:>12} {:>12} {:>8}\n", "run", "kind", "measured", "predicted", "error");
+  std::string out = fmt::format("{:<52} {:<7} {:>12} {:>12} {:>8}\n", "run", "kind", "measured", "predicted", "error");
   for (const Outcome& o : outcomes) {
     if (!o.skipped.empty()) {
-      out += fmt::format("{:<48} {:<7} skipped: {}\n", o.record->id, o.record->kind, o.skipped);
+      out += fmt::format("{:<52} {:<7} skipped: {}\n", o.record->id, o.record->kind, o.skipped);
       continue;
     }
     for (const Comparison& c : o.comparisons)
-      out += fmt::format("{:<48} {:<7} {:>12} {:>12.3f} {:>8}\n", o.record->id, o.record->kind, value(c), c.predicted,
+      out += fmt::format("{:<52} {:<7} {:>12} {:>12.3f} {:>8}\n", o.record->id, o.record->kind, value(c), c.predicted,
                          pct(c.error()));
   }
   out += fmt::format("\n{} records: {} run, {} skipped\n", summary.records, summary.records - summary.skipped,
