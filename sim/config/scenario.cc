@@ -161,7 +161,10 @@ TrainingSpec parse_training(const util::JsonNode& node) {
     constexpr std::array<Recompute, 3> kRecompute = {Recompute::none, Recompute::selective, Recompute::full};
     t.recompute = kRecompute[parse_choice(*v, Choices{{"none", "selective", "full"}, {}})];
   }
-  if (auto v = node.find("precision")) (void)parse_choice(*v, Choices{{"bf16"}, {"fp8"}});
+  if (auto v = node.find("precision")) {
+    constexpr std::array<Precision, 2> kPrecision = {Precision::bf16, Precision::fp16};
+    t.precision = kPrecision[parse_choice(*v, Choices{{"bf16", "fp16"}, {"fp8"}})];
+  }
   if (auto v = node.find("attention")) {
     constexpr std::array<workload::AttentionImpl, 2> kAttention = {workload::AttentionImpl::flash,
                                                                    workload::AttentionImpl::softmax};

@@ -15,6 +15,9 @@ namespace trainsim::config {
 
 enum class Recompute : std::uint8_t { none, selective, full };
 enum class Schedule : std::uint8_t { one_f_one_b };
+// Mixed precision as Megatron-LM runs it: bf16 accumulates and reduces gradients in fp32 (forced by
+// arguments.py for bf16); fp16 keeps them in fp16 unless told otherwise. Both use the 16-bit peak.
+enum class Precision : std::uint8_t { bf16, fp16 };
 
 struct ParallelSpec {
   std::int64_t tp = 1;
@@ -43,6 +46,7 @@ struct TrainingSpec {
   std::int64_t seq_len = 2048;
   Recompute recompute = Recompute::none;
   workload::AttentionImpl attention = workload::AttentionImpl::flash;
+  Precision precision = Precision::bf16;
   std::int64_t num_micro_batches = 1;  // derived: global_batch / (micro_batch * dp), per pipeline
 };
 

@@ -30,12 +30,12 @@ const char* mem_category_name(int category) {
 
 namespace {
 
-// Bytes per parameter under Megatron's mixed precision with the Adam optimizer: bf16 weights,
-// fp32 gradient buffer (main_grad; Megatron accumulates and reduces bf16 gradients in fp32), and
-// fp32 master weights plus two fp32 moments (12 bytes, sharded over DP by the distributed
-// optimizer). Megatron-LM docs/theoretical memory: 18 bytes/param, or 6 + 12/dp with ZeRO-1.
+// Bytes per parameter under Megatron's mixed precision with the Adam optimizer: 16-bit weights, a
+// gradient buffer (main_grad: fp32 with bf16, where Megatron forces gradient accumulation and
+// reduction in fp32; fp16 with fp16, its default), and fp32 master weights plus two fp32 moments
+// (12 bytes, sharded over DP by the distributed optimizer). Megatron-LM docs/theoretical memory:
+// 18 bytes/param with bf16, or 6 + 12/dp with ZeRO-1.
 constexpr std::int64_t kWeightBytes = 2;
-constexpr std::int64_t kGradBytes = 4;
 constexpr std::int64_t kOptimizerBytes = 12;
 
 network::CollectiveOp collective_of(workload::Comm c) {
@@ -148,9 +148,13 @@ class StageWriter {
   }
 
   // Without overlap a TP collective is exposed: it follows the last compute and the next compute
-  // waits for it. With Transformer Engine's overlap (sequence parallelism) an all-gather runs beside
-  // the GEMM that consumes it and a reduce-scatter beside the GEMM that produces it, chunk by chunk;
-  // whatever follows waits for both.
+  // waits for it. (Megatron issues the backward input-grad all-reduce / reduce-scatter and the
+  // saved-input all-gather asynchronously beside the next GEMM, but Korthikanti et al.'s measured
+  // layer times show little of that gain: modelled as full overlap, Table 4's backward times come
+  // out 9-12% fast. The communication kernels contend with the GEMM for SMs and HBM; until an
+  // overlap slowdown is calibrated, they stay exposed.) With Transformer Engine's overlap (sequence
+  // parallelism) an all-gather runs beside the GEMM that consumes it and a reduce-scatter beside the
+  // GEMM that produces it, chunk by chunk; whatever follows waits for both.
   void tp_collective(const Op& op, std::string_view phase) {
     if (tp_overlap_ && op.comm == workload::Comm::all_gather) {
       flush();
@@ -257,6 +261,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   const std::int64_t pp = par.pp;
   const std::int64_t m = sc.training.num_micro_batches;
   const bool first = stage_index == 0, last = stage_index == pp - 1;
+  const std::int64_t grad_bytes = sc.training.precision == config::Precision::fp16 ? 2 : 4;
   StageWriter w(p, compute, par.tp > 1, par.tp_comm_overlap && par.sequence_parallel && par.tp > 1);
 
   const Saves fwd_saves = recompute == config::Recompute::full        ? Saves::none
@@ -300,8 +305,8 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   for (std::int64_t l = 0; l < stage.layers; ++l) unit_params.push_back(layer_params);
   if (stage.has_embedding) unit_params.push_back(emb_params);
   const bool overlap_grad = par.overlap_grad_reduce && dp > 1;
-  const double bucket_limit =
-      par.dp_bucket_mb > 0 ? par.dp_bucket_mb * 1e6 / kGradBytes : std::max(40e6, 1e6 * static_cast<double>(dp));
+  const double bucket_limit = par.dp_bucket_mb > 0 ? par.dp_bucket_mb * 1e6 / static_cast<double>(grad_bytes)
+                                                   : std::max(40e6, 1e6 * static_cast<double>(dp));
   std::vector<std::size_t> bucket_of(unit_params.size());
   std::vector<std::int64_t> bucket_params;
   std::vector<bool> closes_bucket(unit_params.size(), false);
@@ -322,7 +327,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   // produced all its gradients, while backward goes on.
   auto unit_done = [&](std::size_t u, bool last_micro_batch) {
     if (!overlap_grad || !last_micro_batch || !closes_bucket[u]) return;
-    const std::int64_t bytes = bucket_params[bucket_of[u]] * kGradBytes;
+    const std::int64_t bytes = bucket_params[bucket_of[u]] * grad_bytes;
     grad_deps.push_back(
         w.side(dp_collective(grad_op, kDpGroup, bytes, fmt::format("{} bucket {}", grad_name, bucket_of[u]))));
   };
@@ -404,11 +409,11 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
 
   // Gradient reduction over data parallelism (all at once unless overlapped above), the shared
   // embedding's all-reduce between first and last stage, then the optimizer step.
-  if (dp > 1 && !overlap_grad) w.add(dp_collective(grad_op, kDpGroup, params * kGradBytes, grad_name), true);
+  if (dp > 1 && !overlap_grad) w.add(dp_collective(grad_op, kDpGroup, params * grad_bytes, grad_name), true);
   for (const Dep& d : grad_deps) w.after(d);
   if (sc.model.tied_embeddings && pp > 1 && (first || last)) {
     const std::int64_t emb = workload::embedding_params_per_rank(sc.model, par.tp);
-    w.add(dp_collective(network::CollectiveOp::all_reduce, kEmbeddingGroup, emb * kGradBytes,
+    w.add(dp_collective(network::CollectiveOp::all_reduce, kEmbeddingGroup, emb * grad_bytes,
                         "embedding_grad_all_reduce"),
           true);
   }
@@ -419,7 +424,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
     w.add(dp_collective(network::CollectiveOp::all_gather, kDpGroup, params * kWeightBytes, "param_all_gather"), true);
 
   p.initial_mem_bytes[kWeights] = params * kWeightBytes;
-  p.initial_mem_bytes[kGradients] = params * kGradBytes;
+  p.initial_mem_bytes[kGradients] = params * grad_bytes;
   p.initial_mem_bytes[kOptimizer] = (par.zero >= 1 ? (params + dp - 1) / dp : params) * kOptimizerBytes;
 }
 

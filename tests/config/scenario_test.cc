@@ -370,7 +370,7 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
       {[](json& d) { d["training"]["attention"] = "xformers"; }, "training.attention",
        "unknown value \"xformers\" (expected one of: flash, softmax)"},
       {[](json& d) { d["training"]["precision"] = "fp32"; }, "training.precision",
-       "unknown value \"fp32\" (expected one of: bf16, fp8)"},
+       "unknown value \"fp32\" (expected one of: bf16, fp16, fp8)"},
       {[](json& d) { d["parallel"]["schedule"] = "1F1B"; }, "parallel.schedule",
        "unknown value \"1F1B\" (expected one of: 1f1b, gpipe, interleaved, zb-h1)"},
   };
@@ -408,7 +408,7 @@ TEST_CASE("settings trainsim knows but does not simulate yet are refused on thei
       {[](json& d) { d["parallel"]["zero"] = 3; }, "parallel.zero",
        "ZeRO stage 3 is not supported yet (supported: 0, 1)"},
       {[](json& d) { d["training"]["precision"] = "fp8"; }, "training.precision",
-       "\"fp8\" is not supported yet (supported: bf16)"},
+       "\"fp8\" is not supported yet (supported: bf16, fp16)"},
   };
   for (const Case& c : cases) {
     json doc = base_scenario();

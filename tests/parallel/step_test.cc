@@ -240,3 +240,15 @@ TEST_CASE("symmetric runs stay exact with every overlap switched on") {
   all.all_ranks = true;
   CHECK(parallel::simulate_step(sc).step_time_s == parallel::simulate_step(sc, all).step_time_s);
 }
+
+TEST_CASE("fp16 keeps fp16 gradients (16 bytes/param), bf16 fp32 ones (18 bytes/param), as Megatron does") {
+  auto j = base(16, 1, 1, 16);
+  const auto bf16 = parallel::simulate_step(scenario(j));
+  j["training"]["precision"] = "fp16";
+  const auto fp16 = parallel::simulate_step(scenario(j));
+  const auto grads = [](const parallel::StepResult& r) {
+    return r.memory[0].peak_breakdown_bytes[parallel::kGradients];
+  };
+  CHECK(grads(bf16) == 2 * grads(fp16));
+  CHECK(fp16.mean.dp_exposed_s < bf16.mean.dp_exposed_s);  // half the bytes to all-reduce
+}
