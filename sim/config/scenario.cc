@@ -120,15 +120,16 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
   }
   if (auto v = node.find("sequence_parallel")) p.sequence_parallel = v->as_bool();
   if (auto v = node.find("schedule")) {
-    (void)parse_choice(*v, Choices{{"1f1b"}, {"gpipe", "interleaved", "zb-h1"}});
-    p.schedule = Schedule::one_f_one_b;
+    constexpr std::array<Schedule, 3> kSchedule = {Schedule::one_f_one_b, Schedule::gpipe, Schedule::interleaved};
+    p.schedule = kSchedule[parse_choice(*v, Choices{{"1f1b", "gpipe", "interleaved"}, {"zb-h1"}})];
   }
   if (auto v = node.find("virtual_stages")) {
     p.virtual_stages = v->as_positive_int();
-    if (p.virtual_stages > 1) {
-      v->fail(fmt::format("virtual pipeline stages ({}) are not supported yet; use 1", p.virtual_stages));
-    }
+    if (p.virtual_stages > 1 && p.schedule != Schedule::interleaved)
+      v->fail(fmt::format("{} virtual stages need \"schedule\": \"interleaved\"", p.virtual_stages));
   }
+  if (p.schedule == Schedule::interleaved && p.virtual_stages < 2)
+    node.at("schedule").fail("the interleaved schedule needs virtual_stages >= 2 (Megatron: VPP 1 disables it)");
   if (auto v = node.find("zero")) {
     p.zero = v->as_nonnegative_int();
     if (p.zero == 2 || p.zero == 3)
@@ -206,6 +207,15 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     throw util::InputError(file, util::join_path(parallel_path, "pp"),
                            fmt::format("{} does not divide layers ({})", p.pp, m.layers));
   }
+  if (p.schedule == Schedule::interleaved) {
+    if (p.pp < 2)
+      throw util::InputError(file, util::join_path(parallel_path, "schedule"),
+                             "the interleaved schedule needs pp >= 2");
+    if (m.layers % (p.pp * p.virtual_stages) != 0)
+      throw util::InputError(
+          file, util::join_path(parallel_path, "virtual_stages"),
+          fmt::format("pp*virtual_stages = {}*{} does not divide layers ({})", p.pp, p.virtual_stages, m.layers));
+  }
   p.dp = s.gpus / p.tp / p.pp / p.cp;
 
   // Megatron switches sequence parallelism off when TP = 1 (arguments.py); so do we, silently.
@@ -223,6 +233,14 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
                                        t.micro_batch, p.dp, product(t.micro_batch, p.dp)));
   }
   t.num_micro_batches = t.global_batch / t.micro_batch / p.dp;
+  // Megatron's interleaved schedule needs the micro-batches per pipeline to be a multiple of pp.
+  if (p.schedule == Schedule::interleaved && t.num_micro_batches % p.pp != 0) {
+    throw util::InputError(
+        file, util::join_path(training_path, "global_batch"),
+        fmt::format("gives {} micro-batches per pipeline, which the interleaved schedule needs to be "
+                    "a multiple of pp ({})",
+                    t.num_micro_batches, p.pp));
+  }
 }
 
 Scenario parse_scenario_in(const util::JsonNode& root, const fs::path& data_dir, const fs::path& scenario_dir) {

@@ -14,7 +14,7 @@
 namespace trainsim::config {
 
 enum class Recompute : std::uint8_t { none, selective, full };
-enum class Schedule : std::uint8_t { one_f_one_b };
+enum class Schedule : std::uint8_t { one_f_one_b, gpipe, interleaved };
 // Mixed precision as Megatron-LM runs it: bf16 accumulates and reduces gradients in fp32 (forced by
 // arguments.py for bf16); fp16 keeps them in fp16 unless told otherwise. Both use the 16-bit peak.
 enum class Precision : std::uint8_t { bf16, fp16 };

@@ -96,9 +96,10 @@ bool Executor::try_start(std::uint32_t rank, int stream) {
       req.bytes = task.bytes;
       req.src = cluster_rank(rank);
       req.dst = cluster_rank(peer);
-      comm_.start(req, sim_, [this, rank, stream, peer] {
+      const std::uint8_t slot = task.slot;
+      comm_.start(req, sim_, [this, rank, stream, peer, slot] {
         finish(rank, stream);
-        deliver(rank, peer);
+        deliver(rank, slot, peer);
       });
       return false;
     }
@@ -188,16 +189,16 @@ void Executor::finish_collective(std::uint32_t group) {
   for (std::uint32_t m : groups_.members(group)) finish(m, stream);
 }
 
-void Executor::deliver(std::uint32_t from, std::uint32_t to) {
-  const Binding& b = bindings_[to];
-  for (std::size_t s = 0; s < kMaxSlots; ++s) {
-    if (b.peer[s] == from) {
-      ++ranks_[to].delivered[s];
-      pump(to);
-      return;
-    }
-  }
-  throw RunError(fmt::format("rank {} sent a message to rank {}, which has no peer slot for it", from, to));
+void Executor::deliver(std::uint32_t from, std::uint8_t slot, std::uint32_t to) {
+  // Peer slots come in pairs: what a rank sends on slot s arrives on the receiver's slot s ^ 1 (a
+  // stage's "next" is its successor's "prev"), so two ranks that are each other's prev and next
+  // (a two-stage ring) keep the directions apart.
+  const std::uint8_t in = slot ^ 1u;
+  if (bindings_[to].peer[in] != from)
+    throw RunError(fmt::format("rank {} sent a message on slot {} to rank {}, whose slot {} is not rank {}", from, slot,
+                               to, in, from));
+  ++ranks_[to].delivered[in];
+  pump(to);
 }
 
 void Executor::change_mem(std::uint32_t rank, std::uint8_t category, std::int64_t delta) {

@@ -88,7 +88,7 @@ class Executor {
   void finish(std::uint32_t rank, int stream, bool then_pump = true);
   void arrive(std::uint32_t rank, int stream, const Task& task);
   void finish_collective(std::uint32_t group);
-  void deliver(std::uint32_t from, std::uint32_t to);
+  void deliver(std::uint32_t from, std::uint8_t slot, std::uint32_t to);
   void change_mem(std::uint32_t rank, std::uint8_t category, std::int64_t delta);
   [[noreturn]] void report_deadlock() const;
 

@@ -47,7 +47,7 @@ struct Task {
   std::uint16_t op = 0;  // collective: op code, opaque to the engine
   std::uint8_t stream = 0;
   TaskKind kind = TaskKind::compute;
-  std::uint8_t slot = 0;  // collective: group slot; send/recv: peer slot
+  std::uint8_t slot = 0;  // collective: group slot; send/recv: peer slot (a send on s lands on the peer's s ^ 1)
   std::uint8_t mem_category = 0;
 };
 

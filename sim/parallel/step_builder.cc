@@ -254,6 +254,40 @@ struct LayerOps {
   std::int64_t input_bytes = 0;
 };
 
+struct ScheduleStep {
+  bool forward = true;
+  std::int64_t chunk = 0;
+};
+
+// The order in which pipeline rank r runs the forward and backward passes of its m micro-batches
+// (per model chunk), as Megatron-LM's schedules.py does:
+//   gpipe:       all m forwards, then all m backwards.
+//   1f1b:        min(p - r - 1, m) warm-up forwards, then one forward and one backward alternately,
+//                then the remaining backwards (PipeDream-Flush).
+//   interleaved: v chunks per rank, m·v passes each way; warm-up (p - r - 1)·2 + (v - 1)·p forwards;
+//                the k-th forward runs chunk (k / p) mod v, the k-th backward chunk v - 1 - (k / p) mod v.
+std::vector<ScheduleStep> schedule(config::Schedule kind, std::int64_t p, std::int64_t v, std::int64_t m,
+                                   std::int64_t r) {
+  std::vector<ScheduleStep> out;
+  if (kind == config::Schedule::gpipe) {
+    for (std::int64_t i = 0; i < m; ++i) out.push_back({true, 0});
+    for (std::int64_t i = 0; i < m; ++i) out.push_back({false, 0});
+    return out;
+  }
+  const std::int64_t total = m * v;
+  const std::int64_t warmup =
+      kind == config::Schedule::interleaved ? std::min((p - r - 1) * 2 + (v - 1) * p, total) : std::min(p - r - 1, m);
+  auto fwd = [&](std::int64_t k) { return ScheduleStep{true, (k / p) % v}; };
+  auto bwd = [&](std::int64_t k) { return ScheduleStep{false, v - 1 - (k / p) % v}; };
+  for (std::int64_t k = 0; k < warmup; ++k) out.push_back(fwd(k));
+  for (std::int64_t i = 0; i < total - warmup; ++i) {
+    out.push_back(fwd(warmup + i));
+    out.push_back(bwd(i));
+  }
+  for (std::int64_t k = total - warmup; k < total; ++k) out.push_back(bwd(k));
+  return out;
+}
+
 void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std::int64_t stage_index,
                          const LayerOps& ops, const hardware::ComputeModel& compute, Program& p) {
   const auto& par = sc.parallel;
@@ -293,119 +327,147 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
     return t;
   };
 
-  // Gradient buckets, as Megatron's DDP forms them: parameters in backward order (output layer,
-  // layers last to first, embedding) filled into buckets of bucket_size parameters (default
-  // max(40M, 1M x dp), distributed.py). Unit u is the output layer, a layer or the embedding.
+  // The rank's model chunks: one, or virtual_stages with the interleaved schedule (chunk c of
+  // pipeline rank r holds the layers of virtual stage c * pp + r). The embedding lives in chunk 0 of
+  // the first rank, the output layer in the last chunk of the last rank.
+  const std::int64_t v = stage.chunks;
+  const std::int64_t chunk_layers = stage.layers / v;
+  auto has_embedding = [&](std::int64_t c) { return stage.has_embedding && c == 0; };
+  auto has_head = [&](std::int64_t c) { return stage.has_head && c == v - 1; };
+
+  // Gradient buckets, as Megatron's DDP forms them for each model chunk: parameters in backward
+  // order (output layer, layers last to first, embedding) filled into buckets of bucket_size
+  // parameters (default max(40M, 1M x dp), distributed.py).
   const std::int64_t params = stage.params_per_rank;
   const std::int64_t dp = par.dp * par.cp;
   const std::int64_t layer_params = workload::layer_params_per_rank(sc.model, par.tp);
   const std::int64_t emb_params = stage.has_embedding ? workload::embedding_params_per_rank(sc.model, par.tp) : 0;
-  std::vector<std::int64_t> unit_params;  // backward order
-  if (stage.has_head) unit_params.push_back(params - stage.layers * layer_params - emb_params);
-  for (std::int64_t l = 0; l < stage.layers; ++l) unit_params.push_back(layer_params);
-  if (stage.has_embedding) unit_params.push_back(emb_params);
+  const std::int64_t head_params = params - stage.layers * layer_params - emb_params;
   const bool overlap_grad = par.overlap_grad_reduce && dp > 1;
   const double bucket_limit = par.dp_bucket_mb > 0 ? par.dp_bucket_mb * 1e6 / static_cast<double>(grad_bytes)
                                                    : std::max(40e6, 1e6 * static_cast<double>(dp));
-  std::vector<std::size_t> bucket_of(unit_params.size());
-  std::vector<std::int64_t> bucket_params;
-  std::vector<bool> closes_bucket(unit_params.size(), false);
-  for (std::size_t u = 0, acc = 0; u < unit_params.size(); ++u) {
-    if (acc == 0) bucket_params.push_back(0);
-    bucket_of[u] = bucket_params.size() - 1;
-    bucket_params.back() += unit_params[u];
-    acc += static_cast<std::size_t>(unit_params[u]);
-    if (!overlap_grad || static_cast<double>(acc) >= bucket_limit || u + 1 == unit_params.size()) {
-      closes_bucket[u] = overlap_grad || u + 1 == unit_params.size();
-      if (overlap_grad) acc = 0;
+  struct ChunkBuckets {
+    std::vector<std::int64_t> unit_params;  // backward order: [head], layers last to first, [embedding]
+    std::vector<std::size_t> bucket_of;
+    std::vector<bool> closes_bucket;
+    std::vector<std::int64_t> bucket_params;
+    std::vector<std::optional<Dep>> gathered;
+    std::size_t first_bucket_id = 0;  // for labels
+  };
+  std::vector<ChunkBuckets> chunks(static_cast<std::size_t>(v));
+  std::size_t bucket_ids = 0;
+  for (std::int64_t c = 0; c < v; ++c) {
+    ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
+    if (has_head(c)) cb.unit_params.push_back(head_params);
+    for (std::int64_t l = 0; l < chunk_layers; ++l) cb.unit_params.push_back(layer_params);
+    if (has_embedding(c)) cb.unit_params.push_back(emb_params);
+    cb.bucket_of.resize(cb.unit_params.size());
+    cb.closes_bucket.assign(cb.unit_params.size(), false);
+    cb.first_bucket_id = bucket_ids;
+    double acc = 0;
+    for (std::size_t u = 0; u < cb.unit_params.size(); ++u) {
+      if (acc == 0) cb.bucket_params.push_back(0);
+      cb.bucket_of[u] = cb.bucket_params.size() - 1;
+      cb.bucket_params.back() += cb.unit_params[u];
+      acc += static_cast<double>(cb.unit_params[u]);
+      const bool end = u + 1 == cb.unit_params.size();
+      if ((overlap_grad && acc >= bucket_limit) || end) {
+        cb.closes_bucket[u] = true;
+        acc = 0;
+      }
     }
+    bucket_ids += cb.bucket_params.size();
+    cb.gathered.resize(cb.bucket_params.size());
   }
   const auto grad_op = par.zero >= 1 ? network::CollectiveOp::reduce_scatter : network::CollectiveOp::all_reduce;
   const char* grad_name = par.zero >= 1 ? "grad_reduce_scatter" : "grad_all_reduce";
   std::vector<Dep> grad_deps;
-  // With --overlap-grad-reduce each bucket is reduced as soon as the last micro-batch's backward has
-  // produced all its gradients, while backward goes on.
-  auto unit_done = [&](std::size_t u, bool last_micro_batch) {
-    if (!overlap_grad || !last_micro_batch || !closes_bucket[u]) return;
-    const std::int64_t bytes = bucket_params[bucket_of[u]] * grad_bytes;
-    grad_deps.push_back(
-        w.side(dp_collective(grad_op, kDpGroup, bytes, fmt::format("{} bucket {}", grad_name, bucket_of[u]))));
+  // With --overlap-grad-reduce each bucket is reduced as soon as the chunk's last micro-batch's
+  // backward has produced all its gradients, while backward goes on.
+  auto unit_done = [&](std::int64_t c, std::size_t u, bool last_micro_batch) {
+    const ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
+    if (!overlap_grad || !last_micro_batch || !cb.closes_bucket[u]) return;
+    const std::size_t b = cb.bucket_of[u];
+    grad_deps.push_back(w.side(dp_collective(grad_op, kDpGroup, cb.bucket_params[b] * grad_bytes,
+                                             fmt::format("{} bucket {}", grad_name, cb.first_bucket_id + b))));
   };
   // With --overlap-param-gather the distributed optimizer's all-gather of the updated parameters
   // runs bucket by bucket ahead of the next step's forward; in this steady-state step it is issued
   // at the start and each layer's first forward waits for its bucket.
   const bool overlap_gather = par.overlap_param_gather && par.zero >= 1 && dp > 1;
-  std::vector<std::optional<Dep>> gathered(bucket_params.size());
   if (overlap_gather) {
-    for (std::size_t b = bucket_params.size(); b-- > 0;)
-      gathered[b] = w.side(dp_collective(network::CollectiveOp::all_gather, kDpGroup, bucket_params[b] * kWeightBytes,
-                                         fmt::format("param_all_gather bucket {}", b)));
+    for (std::int64_t c = 0; c < v; ++c) {
+      ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
+      for (std::size_t b = cb.bucket_params.size(); b-- > 0;)
+        cb.gathered[b] =
+            w.side(dp_collective(network::CollectiveOp::all_gather, kDpGroup, cb.bucket_params[b] * kWeightBytes,
+                                 fmt::format("param_all_gather bucket {}", cb.first_bucket_id + b)));
+    }
   }
-  auto unit_needed = [&](std::size_t u, bool first_micro_batch) {
-    if (overlap_gather && first_micro_batch) w.after(*gathered[bucket_of[u]]);
+  auto unit_needed = [&](std::int64_t c, std::size_t u, bool first_micro_batch) {
+    const ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
+    if (overlap_gather && first_micro_batch) w.after(*cb.gathered[cb.bucket_of[u]]);
   };
-
-  const std::size_t head_unit = 0;
-  const std::size_t first_layer_unit = stage.has_head ? 1 : 0;
-  const std::size_t emb_unit = unit_params.size() - 1;
-  // Unit of layer l (forward numbering within the stage).
-  auto layer_unit = [&](std::int64_t l) { return first_layer_unit + static_cast<std::size_t>(stage.layers - 1 - l); };
+  auto head_unit = [](std::int64_t) { return std::size_t{0}; };
+  auto layer_unit = [&](std::int64_t c, std::int64_t l) {  // l: forward numbering within the chunk
+    return (has_head(c) ? 1u : 0u) + static_cast<std::size_t>(chunk_layers - 1 - l);
+  };
+  auto emb_unit = [&](std::int64_t c) { return chunks[static_cast<std::size_t>(c)].unit_params.size() - 1; };
 
   // Megatron zeroes the gradient buffer when a step starts.
   w.compute_task("zero_grad_buffer", compute.time_s(workload::zero_grad_buffer(params)));
 
-  std::int64_t forwards = 0, backwards = 0;
-  auto forward = [&] {
-    const bool first_mb = forwards++ == 0;
-    if (!first) w.after(w.add(p2p(TaskKind::recv, kPpRecv, kPrevStage, p2p_bytes, "recv_forward"), false));
-    if (stage.has_embedding) {
-      unit_needed(emb_unit, first_mb);
+  std::vector<std::int64_t> forwards(static_cast<std::size_t>(v), 0), backwards(static_cast<std::size_t>(v), 0);
+  auto forward = [&](std::int64_t c) {
+    const bool first_mb = forwards[static_cast<std::size_t>(c)]++ == 0;
+    if (!(first && c == 0)) w.after(w.add(p2p(TaskKind::recv, kPpRecv, kPrevStage, p2p_bytes, "recv_forward"), false));
+    if (has_embedding(c)) {
+      unit_needed(c, emb_unit(c), first_mb);
       w.emit(ops.emb_fwd, "forward", Saves::all);
     }
-    for (std::int64_t l = 0; l < stage.layers; ++l) {
-      unit_needed(layer_unit(l), first_mb);
+    for (std::int64_t l = 0; l < chunk_layers; ++l) {
+      unit_needed(c, layer_unit(c, l), first_mb);
       if (recompute == config::Recompute::full) w.alloc(ops.input_bytes);
       w.emit(ops.layer_fwd, "forward", fwd_saves);
     }
-    if (stage.has_head) {
-      unit_needed(head_unit, first_mb);
+    if (has_head(c)) {
+      unit_needed(c, head_unit(c), first_mb);
       w.emit(ops.head_fwd, "forward", Saves::all);
     }
-    // Megatron's 1F1B p2p calls block, so the next compute waits for the send to finish.
-    if (!last) w.after(w.add(p2p(TaskKind::send, kPpSend, kNextStage, p2p_bytes, "send_forward"), true));
+    // Megatron's p2p calls block, so the next compute waits for the send to finish.
+    if (!(last && c == v - 1))
+      w.after(w.add(p2p(TaskKind::send, kPpSend, kNextStage, p2p_bytes, "send_forward"), true));
   };
-  auto backward = [&] {
-    const bool last_mb = ++backwards == m;
-    if (!last) w.after(w.add(p2p(TaskKind::recv, kPpRecv, kNextStage, p2p_bytes, "recv_backward"), false));
-    if (stage.has_head) {
+  auto backward = [&](std::int64_t c) {
+    const bool last_mb = ++backwards[static_cast<std::size_t>(c)] == m;
+    if (!(last && c == v - 1))
+      w.after(w.add(p2p(TaskKind::recv, kPpRecv, kNextStage, p2p_bytes, "recv_backward"), false));
+    if (has_head(c)) {
       w.emit(ops.head_bwd, "backward", Saves::none);
       w.free_at_last(sum_saved(ops.head_fwd));
-      unit_done(head_unit, last_mb);
+      unit_done(c, head_unit(c), last_mb);
     }
-    for (std::int64_t l = stage.layers - 1; l >= 0; --l) {
+    for (std::int64_t l = chunk_layers - 1; l >= 0; --l) {
       if (recompute == config::Recompute::full) w.emit(ops.layer_fwd, "recompute", Saves::all);
       if (recompute == config::Recompute::selective) w.emit(ops.layer_fwd, "recompute", Saves::all, /*core_only=*/true);
       w.emit(ops.layer_bwd, "backward", Saves::none);
       w.free_at_last(layer_free);
-      unit_done(layer_unit(l), last_mb);
+      unit_done(c, layer_unit(c, l), last_mb);
     }
-    if (stage.has_embedding) {
+    if (has_embedding(c)) {
       w.emit(ops.emb_bwd, "backward", Saves::none);
       w.free_at_last(sum_saved(ops.emb_fwd));
-      unit_done(emb_unit, last_mb);
+      unit_done(c, emb_unit(c), last_mb);
     }
-    if (!first) w.after(w.add(p2p(TaskKind::send, kPpSend, kPrevStage, p2p_bytes, "send_backward"), true));
+    if (!(first && c == 0)) w.after(w.add(p2p(TaskKind::send, kPpSend, kPrevStage, p2p_bytes, "send_backward"), true));
   };
 
-  // 1F1B (PipeDream-Flush, Megatron's default): stage s runs min(pp - s - 1, m) warm-up forwards,
-  // then alternates one forward and one backward, then drains the remaining backwards.
-  const std::int64_t warmup = std::min(pp - stage_index - 1, m);
-  for (std::int64_t i = 0; i < warmup; ++i) forward();
-  for (std::int64_t i = 0; i < m - warmup; ++i) {
-    forward();
-    backward();
+  for (const ScheduleStep& step : schedule(par.schedule, pp, v, m, stage_index)) {
+    if (step.forward)
+      forward(step.chunk);
+    else
+      backward(step.chunk);
   }
-  for (std::int64_t i = 0; i < warmup; ++i) backward();
 
   // Gradient reduction over data parallelism (all at once unless overlapped above), the shared
   // embedding's all-reduce between first and last stage, then the optimizer step.
@@ -457,8 +519,8 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   plan.programs.resize(static_cast<std::size_t>(par.pp));
   for (std::int64_t s = 0; s < par.pp; ++s) {
     StagePlan& st = plan.stages[static_cast<std::size_t>(s)];
-    st.first_layer = s * per_stage;
     st.layers = per_stage;
+    st.chunks = par.schedule == config::Schedule::interleaved ? par.virtual_stages : 1;
     st.has_embedding = s == 0;
     st.has_head = s == par.pp - 1;
     st.params_per_rank = st.layers * workload::layer_params_per_rank(sc.model, par.tp);
@@ -512,14 +574,17 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
     engine::Binding& b = plan.bindings[l];
     b.program = static_cast<std::uint32_t>(c.pp);
     b.cluster_rank = r;
-    if (c.pp > 0) {
+    // The interleaved schedule passes activations from the last rank back to the first (into its
+    // next chunk), so the pipeline is a ring.
+    const bool ring = par.schedule == config::Schedule::interleaved;
+    if (c.pp > 0 || ring) {
       Coords prev = c;
-      --prev.pp;
+      prev.pp = (c.pp + par.pp - 1) % par.pp;
       b.peer[kPrevStage] = local_of(grid.rank(prev));
     }
-    if (c.pp + 1 < par.pp) {
+    if (c.pp + 1 < par.pp || ring) {
       Coords next = c;
-      ++next.pp;
+      next.pp = (c.pp + 1) % par.pp;
       b.peer[kNextStage] = local_of(grid.rank(next));
     }
   }

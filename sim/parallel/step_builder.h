@@ -33,8 +33,8 @@ const char* stream_name(int stream);
 const char* mem_category_name(int category);
 
 struct StagePlan {
-  std::int64_t first_layer = 0;
-  std::int64_t layers = 0;
+  std::int64_t layers = 0;  // on this pipeline rank, over all its model chunks
+  std::int64_t chunks = 1;  // model chunks (virtual stages) on the rank
   bool has_embedding = false;
   bool has_head = false;
   std::int64_t params_per_rank = 0;  // parameters one rank of this stage holds

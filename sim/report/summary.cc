@@ -10,6 +10,18 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
+std::string schedule_name(const config::ParallelSpec& p) {
+  switch (p.schedule) {
+    case config::Schedule::one_f_one_b:
+      return "1f1b";
+    case config::Schedule::gpipe:
+      return "gpipe";
+    case config::Schedule::interleaved:
+      return fmt::format("interleaved x{}", p.virtual_stages);
+  }
+  return "?";
+}
+
 const char* recompute_name(config::Recompute r) {
   switch (r) {
     case config::Recompute::none:
@@ -74,7 +86,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
         {"dp", p.dp},
         {"sequence_parallel", p.sequence_parallel && p.tp > 1},
         {"zero", p.zero},
-        {"schedule", "1f1b"},
+        {"schedule", schedule_name(p)},
         {"micro_batch", sc.training.micro_batch},
         {"global_batch", sc.training.global_batch},
         {"micro_batches", sc.training.num_micro_batches},
@@ -118,8 +130,8 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   };
   std::string out;
   out += fmt::format("{} on {} x {} ({})\n", sc.model.name, sc.gpus, sc.cluster.gpu.name, sc.cluster.name);
-  out += fmt::format("layout        tp {} · pp {} · dp {} · cp {} · sequence parallel {} · zero {} · 1F1B\n", p.tp,
-                     p.pp, p.dp, p.cp, p.sequence_parallel && p.tp > 1 ? "on" : "off", p.zero);
+  out += fmt::format("layout        tp {} · pp {} · dp {} · cp {} · sequence parallel {} · zero {} · {}\n", p.tp, p.pp,
+                     p.dp, p.cp, p.sequence_parallel && p.tp > 1 ? "on" : "off", p.zero, schedule_name(p));
   out += fmt::format("batch         {} sequences of {} tokens = {} micro-batches of {} per pipeline · recompute {}\n",
                      sc.training.global_batch, sc.training.seq_len, sc.training.num_micro_batches,
                      sc.training.micro_batch, recompute_name(sc.training.recompute));

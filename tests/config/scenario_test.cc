@@ -393,14 +393,12 @@ TEST_CASE("settings trainsim knows but does not simulate yet are refused on thei
     std::string problem;
   };
   const std::vector<Case> cases = {
-      {[](json& d) { d["parallel"]["schedule"] = "gpipe"; }, "parallel.schedule",
-       "\"gpipe\" is not supported yet (supported: 1f1b)"},
-      {[](json& d) { d["parallel"]["schedule"] = "interleaved"; }, "parallel.schedule",
-       "\"interleaved\" is not supported yet (supported: 1f1b)"},
       {[](json& d) { d["parallel"]["schedule"] = "zb-h1"; }, "parallel.schedule",
-       "\"zb-h1\" is not supported yet (supported: 1f1b)"},
+       "\"zb-h1\" is not supported yet (supported: 1f1b, gpipe, interleaved)"},
       {[](json& d) { d["parallel"]["virtual_stages"] = 2; }, "parallel.virtual_stages",
-       "virtual pipeline stages (2) are not supported yet; use 1"},
+       "2 virtual stages need \"schedule\": \"interleaved\""},
+      {[](json& d) { d["parallel"]["schedule"] = "interleaved"; }, "parallel.schedule",
+       "the interleaved schedule needs virtual_stages >= 2 (Megatron: VPP 1 disables it)"},
       {[](json& d) { d["parallel"]["cp"] = 2; }, "parallel.cp",
        "context parallelism (cp = 2) is not supported yet; use 1"},
       {[](json& d) { d["parallel"]["zero"] = 2; }, "parallel.zero",
