@@ -132,8 +132,6 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
     node.at("schedule").fail("the interleaved schedule needs virtual_stages >= 2 (Megatron: VPP 1 disables it)");
   if (auto v = node.find("zero")) {
     p.zero = v->as_nonnegative_int();
-    if (p.zero == 2 || p.zero == 3)
-      v->fail(fmt::format("ZeRO stage {} is not supported yet (supported: 0, 1)", p.zero));
     if (p.zero > 3) v->fail(fmt::format("must be 0, 1, 2 or 3, got {}", p.zero));
   }
   if (auto v = node.find("overlap_grad_reduce")) p.overlap_grad_reduce = v->as_bool();
@@ -167,9 +165,9 @@ TrainingSpec parse_training(const util::JsonNode& node) {
     t.precision = kPrecision[parse_choice(*v, Choices{{"bf16", "fp16"}, {"fp8"}})];
   }
   if (auto v = node.find("attention")) {
-    constexpr std::array<workload::AttentionImpl, 2> kAttention = {workload::AttentionImpl::flash,
-                                                                   workload::AttentionImpl::softmax};
-    t.attention = kAttention[parse_choice(*v, Choices{{"flash", "softmax"}, {}})];
+    constexpr std::array<workload::AttentionImpl, 3> kAttention = {
+        workload::AttentionImpl::flash, workload::AttentionImpl::flash2, workload::AttentionImpl::softmax};
+    t.attention = kAttention[parse_choice(*v, Choices{{"flash", "flash2", "softmax"}, {}})];
   }
   return t;
 }

@@ -51,8 +51,12 @@ double ComputeModel::gemm_efficiency(const workload::GemmShape& shape) const {
 double ComputeModel::attention_efficiency(const workload::AttentionShape& shape) const {
   const double seq = interpolate_log(kAttentionSeqCurve, static_cast<double>(shape.seq_kv));
   const double hd = interpolate_log(kAttentionHeadDimCurve, static_cast<double>(shape.head_dim));
-  const double pass = shape.backward ? gpu_.attention_backward_ratio : 1.0;
-  return gpu_.attention_efficiency * pass * std::max(seq * hd, kMinAttentionFactor);
+  // FlashAttention-2's figure is a fwd+bwd rate, used for both passes; the fused kernels' figure is
+  // a forward rate with its own backward ratio.
+  const bool fa2 = shape.impl == workload::AttentionImpl::flash2;
+  const double base = fa2 ? gpu_.flash2_efficiency : gpu_.attention_efficiency;
+  const double pass = shape.backward && !fa2 ? gpu_.attention_backward_ratio : 1.0;
+  return base * pass * std::max(seq * hd, kMinAttentionFactor);
 }
 
 double ComputeModel::time_s(const workload::Op& op) const {

@@ -37,9 +37,12 @@ constexpr double kH100Attention = (539.0 + 616.0) / 2 / 989.0;  // [FA] 0.584
 // The cuDNN / FA3 forward numbers above have no published backward, so they get the same ratio.
 // A100's figure is already a fwd+bwd rate and stays at 1.
 constexpr double kHopperAttentionBackwardRatio = 0.90;
-constexpr double kA100Hbm = 1.61 / 2.039;  // [HBM] 0.790
-constexpr double kH100Hbm = 2.90 / 3.35;   // [HBM] 0.866
-constexpr double kH200Hbm = 4.01 / 4.80;   // [HBM] 0.835
+// [FA] FlashAttention-2 fwd+bwd, causal, head dim 128, 16k tokens (published-runs.md §9b): A100 189,
+// H100 328 TFLOP/s. H200: Azure FA2 329 vs H100 328 (same kernels). On A100 this is also `flash`.
+constexpr double kH100Flash2 = 328.0 / 989.0;  // 0.332
+constexpr double kA100Hbm = 1.61 / 2.039;      // [HBM] 0.790
+constexpr double kH100Hbm = 2.90 / 3.35;       // [HBM] 0.866
+constexpr double kH200Hbm = 4.01 / 4.80;       // [HBM] 0.835
 
 GpuSpec make(const char* id, const char* name, double bf16_tflops, double fp8_tflops, double hbm_gb, double hbm_TBps,
              double nvlink_GBps) {
@@ -69,6 +72,7 @@ std::array<GpuSpec, 6> build() {
     g->gemm_half_dim = kAmpereHalfDim;
     g->gemm_overhead_s = kAmpereGemmFixed_s - kLaunch_s;
     g->attention_efficiency = kA100Attention;
+    g->flash2_efficiency = kA100Attention;
     g->hbm_efficiency = kA100Hbm;  // [A] for the 40 GB part: same fraction as the 80 GB one
   }
   for (GpuSpec* g : {&h100, &h200}) {
@@ -77,6 +81,7 @@ std::array<GpuSpec, 6> build() {
     g->gemm_overhead_s = kHopperGemmFixed_s - kLaunch_s;
     g->attention_efficiency = kH100Attention;  // H200: Azure FA2 329 vs H100 328, same kernels
     g->attention_backward_ratio = kHopperAttentionBackwardRatio;
+    g->flash2_efficiency = kH100Flash2;
   }
   h100.hbm_efficiency = kH100Hbm;
   h200.hbm_efficiency = kH200Hbm;
@@ -88,8 +93,9 @@ std::array<GpuSpec, 6> build() {
     g->gemm_overhead_s = kHopperGemmFixed_s - kLaunch_s;  // [A]
     // [A] no Blackwell attention measurement: H100's fraction scaled by the GEMM ceiling ratio.
     g->attention_efficiency = kH100Attention * g->gemm_efficiency / h100.gemm_efficiency;
-    g->attention_backward_ratio = kHopperAttentionBackwardRatio;  // [A]
-    g->hbm_efficiency = kH200Hbm;                                 // [A] HBM3e like H200
+    g->attention_backward_ratio = kHopperAttentionBackwardRatio;                     // [A]
+    g->flash2_efficiency = kH100Flash2 * g->gemm_efficiency / h100.gemm_efficiency;  // [A] as above
+    g->hbm_efficiency = kH200Hbm;                                                    // [A] HBM3e like H200
   }
   return {a100_40, a100_80, h100, h200, b200, gb200};
 }

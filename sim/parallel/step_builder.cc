@@ -1,5 +1,6 @@
 #include "parallel/step_builder.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 
@@ -19,7 +20,7 @@ using engine::TaskKind;
 using workload::Op;
 
 const char* stream_name(int stream) {
-  static constexpr const char* kNames[] = {"compute", "tp-comm", "dp-comm", "pp-send", "pp-recv"};
+  static constexpr const char* kNames[] = {"compute", "tp-comm", "dp-comm", "pp-send", "pp-recv", "dp-gather"};
   return stream >= 0 && stream < kStreamCount ? kNames[stream] : "?";
 }
 
@@ -131,6 +132,19 @@ class StageWriter {
     TRAINSIM_ASSERT(t.mem_alloc_bytes == 0 || t.mem_category == kActivations);
     t.mem_category = kActivations;
     t.mem_free_bytes += bytes;
+  }
+
+  // A zero-time marker after the last task that frees `bytes` of `category` (a gathered layer's
+  // parameters once its compute is done).
+  void release(std::int64_t bytes, MemCategory category, std::string_view name) {
+    flush();
+    if (last_) pending_.push_back(*last_);
+    Task t;
+    t.stream = kCompute;
+    t.mem_free_bytes = bytes;
+    t.mem_category = category;
+    t.label = p_.label(name);
+    push(t);
   }
 
   std::optional<Dep> last() const { return last_; }
@@ -371,7 +385,8 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
       cb.bucket_params.back() += cb.unit_params[u];
       acc += static_cast<double>(cb.unit_params[u]);
       const bool end = u + 1 == cb.unit_params.size();
-      if ((overlap_grad && acc >= bucket_limit) || end) {
+      // ZeRO-3 reduces each FSDP unit (a layer, the embedding, the output layer) on its own.
+      if (par.zero >= 3 || ((overlap_grad || par.zero == 2) && acc >= bucket_limit) || end) {
         cb.closes_bucket[u] = true;
         acc = 0;
       }
@@ -383,10 +398,14 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   const char* grad_name = par.zero >= 1 ? "grad_reduce_scatter" : "grad_all_reduce";
   std::vector<Dep> grad_deps;
   // With --overlap-grad-reduce each bucket is reduced as soon as the chunk's last micro-batch's
-  // backward has produced all its gradients, while backward goes on.
+  // backward has produced all its gradients, while backward goes on. With sharded gradients (ZeRO-2
+  // and 3) there is no full gradient buffer to accumulate into, so every micro-batch's backward
+  // reduce-scatters its buckets (FSDP without no_sync).
+  const bool sharded_grads = par.zero >= 2 && dp > 1;
   auto unit_done = [&](std::int64_t c, std::size_t u, bool last_micro_batch) {
     const ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
-    if (!overlap_grad || !last_micro_batch || !cb.closes_bucket[u]) return;
+    if (!cb.closes_bucket[u]) return;
+    if (!sharded_grads && !(overlap_grad && last_micro_batch)) return;
     const std::size_t b = cb.bucket_of[u];
     grad_deps.push_back(w.side(dp_collective(grad_op, kDpGroup, cb.bucket_params[b] * grad_bytes,
                                              fmt::format("{} bucket {}", grad_name, cb.first_bucket_id + b))));
@@ -394,7 +413,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   // With --overlap-param-gather the distributed optimizer's all-gather of the updated parameters
   // runs bucket by bucket ahead of the next step's forward; in this steady-state step it is issued
   // at the start and each layer's first forward waits for its bucket.
-  const bool overlap_gather = par.overlap_param_gather && par.zero >= 1 && dp > 1;
+  const bool overlap_gather = par.overlap_param_gather && par.zero >= 1 && par.zero < 3 && dp > 1;
   if (overlap_gather) {
     for (std::int64_t c = 0; c < v; ++c) {
       ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
@@ -417,22 +436,73 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   // Megatron zeroes the gradient buffer when a step starts.
   w.compute_task("zero_grad_buffer", compute.time_s(workload::zero_grad_buffer(params)));
 
+  // ZeRO-3 / FSDP FULL_SHARD: each unit's parameters are all-gathered (bf16) before its forward and
+  // again before its backward, one unit ahead of the compute (FSDP's forward and backward prefetch),
+  // and freed when the unit's compute is done; the gather buffer is counted with the weights.
+  const bool gather_params = par.zero >= 3 && dp > 1;
+  std::vector<std::optional<Dep>> pass_gathers;
+  auto gather = [&](std::int64_t c, std::size_t u) {
+    if (!pass_gathers[u]) {
+      const std::int64_t bytes = chunks[static_cast<std::size_t>(c)].unit_params[u] * kWeightBytes;
+      Task t = dp_collective(network::CollectiveOp::all_gather, kDpGatherGroup, bytes, "fsdp_param_all_gather");
+      t.stream = kDpGather;
+      t.mem_alloc_bytes = bytes;
+      t.mem_category = kWeights;
+      pass_gathers[u] = w.side(t);
+    }
+    return *pass_gathers[u];
+  };
+  // Before unit order[i] of a pass: its gather (issued now if not prefetched) and the next one's.
+  auto enter_unit = [&](std::int64_t c, const std::vector<std::size_t>& order, std::size_t i) {
+    if (!gather_params) return;
+    const Dep mine = gather(c, order[i]);
+    if (i + 1 < order.size()) gather(c, order[i + 1]);
+    w.after(mine);
+  };
+  auto leave_unit = [&](std::int64_t c, std::size_t u) {
+    if (gather_params)
+      w.release(chunks[static_cast<std::size_t>(c)].unit_params[u] * kWeightBytes, kWeights, "fsdp_free_params");
+  };
+  auto start_pass = [&](std::int64_t c) {
+    pass_gathers.assign(chunks[static_cast<std::size_t>(c)].unit_params.size(), std::nullopt);
+  };
+  // Units of chunk c in backward order are 0..U-1; forward runs them in reverse.
+  auto backward_order = [&](std::int64_t c) {
+    std::vector<std::size_t> order(chunks[static_cast<std::size_t>(c)].unit_params.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    return order;
+  };
+  auto forward_order = [&](std::int64_t c) {
+    auto order = backward_order(c);
+    std::reverse(order.begin(), order.end());
+    return order;
+  };
+
   std::vector<std::int64_t> forwards(static_cast<std::size_t>(v), 0), backwards(static_cast<std::size_t>(v), 0);
   auto forward = [&](std::int64_t c) {
     const bool first_mb = forwards[static_cast<std::size_t>(c)]++ == 0;
     if (!(first && c == 0)) w.after(w.add(p2p(TaskKind::recv, kPpRecv, kPrevStage, p2p_bytes, "recv_forward"), false));
+    start_pass(c);
+    const auto order = forward_order(c);
+    std::size_t i = 0;
     if (has_embedding(c)) {
       unit_needed(c, emb_unit(c), first_mb);
+      enter_unit(c, order, i++);
       w.emit(ops.emb_fwd, "forward", Saves::all);
+      leave_unit(c, emb_unit(c));
     }
     for (std::int64_t l = 0; l < chunk_layers; ++l) {
       unit_needed(c, layer_unit(c, l), first_mb);
+      enter_unit(c, order, i++);
       if (recompute == config::Recompute::full) w.alloc(ops.input_bytes);
       w.emit(ops.layer_fwd, "forward", fwd_saves);
+      leave_unit(c, layer_unit(c, l));
     }
     if (has_head(c)) {
       unit_needed(c, head_unit(c), first_mb);
+      enter_unit(c, order, i++);
       w.emit(ops.head_fwd, "forward", Saves::all);
+      leave_unit(c, head_unit(c));
     }
     // Megatron's p2p calls block, so the next compute waits for the send to finish.
     if (!(last && c == v - 1))
@@ -442,21 +512,30 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
     const bool last_mb = ++backwards[static_cast<std::size_t>(c)] == m;
     if (!(last && c == v - 1))
       w.after(w.add(p2p(TaskKind::recv, kPpRecv, kNextStage, p2p_bytes, "recv_backward"), false));
+    start_pass(c);
+    const auto order = backward_order(c);
+    std::size_t i = 0;
     if (has_head(c)) {
+      enter_unit(c, order, i++);
       w.emit(ops.head_bwd, "backward", Saves::none);
       w.free_at_last(sum_saved(ops.head_fwd));
+      leave_unit(c, head_unit(c));
       unit_done(c, head_unit(c), last_mb);
     }
     for (std::int64_t l = chunk_layers - 1; l >= 0; --l) {
+      enter_unit(c, order, i++);
       if (recompute == config::Recompute::full) w.emit(ops.layer_fwd, "recompute", Saves::all);
       if (recompute == config::Recompute::selective) w.emit(ops.layer_fwd, "recompute", Saves::all, /*core_only=*/true);
       w.emit(ops.layer_bwd, "backward", Saves::none);
       w.free_at_last(layer_free);
+      leave_unit(c, layer_unit(c, l));
       unit_done(c, layer_unit(c, l), last_mb);
     }
     if (has_embedding(c)) {
+      enter_unit(c, order, i++);
       w.emit(ops.emb_bwd, "backward", Saves::none);
       w.free_at_last(sum_saved(ops.emb_fwd));
+      leave_unit(c, emb_unit(c));
       unit_done(c, emb_unit(c), last_mb);
     }
     if (!(first && c == 0)) w.after(w.add(p2p(TaskKind::send, kPpSend, kPrevStage, p2p_bytes, "send_backward"), true));
@@ -471,7 +550,8 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
 
   // Gradient reduction over data parallelism (all at once unless overlapped above), the shared
   // embedding's all-reduce between first and last stage, then the optimizer step.
-  if (dp > 1 && !overlap_grad) w.add(dp_collective(grad_op, kDpGroup, params * grad_bytes, grad_name), true);
+  if (dp > 1 && !overlap_grad && !sharded_grads)
+    w.add(dp_collective(grad_op, kDpGroup, params * grad_bytes, grad_name), true);
   for (const Dep& d : grad_deps) w.after(d);
   if (sc.model.tied_embeddings && pp > 1 && (first || last)) {
     const std::int64_t emb = workload::embedding_params_per_rank(sc.model, par.tp);
@@ -482,11 +562,13 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   const std::int64_t opt_params = par.zero >= 1 ? (params + dp - 1) / dp : params;
   Op step = workload::optimizer_step(opt_params);
   w.compute_task("optimizer adam_step", compute.time_s(step));
-  if (dp > 1 && par.zero >= 1 && !overlap_gather)
+  if (dp > 1 && par.zero >= 1 && par.zero < 3 && !overlap_gather)
     w.add(dp_collective(network::CollectiveOp::all_gather, kDpGroup, params * kWeightBytes, "param_all_gather"), true);
 
-  p.initial_mem_bytes[kWeights] = params * kWeightBytes;
-  p.initial_mem_bytes[kGradients] = params * grad_bytes;
+  // ZeRO-2 shards the gradients, ZeRO-3 the weights too (Megatron's theoretical-memory accounting).
+  auto shard = [dp](std::int64_t n) { return (n + dp - 1) / dp; };
+  p.initial_mem_bytes[kWeights] = (par.zero >= 3 ? shard(params) : params) * kWeightBytes;
+  p.initial_mem_bytes[kGradients] = (par.zero >= 2 ? shard(params) : params) * grad_bytes;
   p.initial_mem_bytes[kOptimizer] = (par.zero >= 1 ? (params + dp - 1) / dp : params) * kOptimizerBytes;
 }
 
@@ -556,10 +638,12 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   };
   auto bind = [&](std::string_view kind, GroupSlot slot) {
     const std::uint32_t kind_id = plan.groups.kind_id(kind);
-    for (const auto& members : grid.groups(kind == "dp" ? "dp-cp" : kind)) add_group(members, kind_id, slot);
+    const std::string_view grid_kind = kind == "dp" || kind == "dp-gather" ? "dp-cp" : kind;
+    for (const auto& members : grid.groups(grid_kind)) add_group(members, kind_id, slot);
   };
   bind("tp", kTpGroup);
   bind("dp", kDpGroup);
+  if (par.zero >= 3) bind("dp-gather", kDpGatherGroup);
   if (sc.model.tied_embeddings && par.pp > 1) {
     const std::uint32_t kind_id = plan.groups.kind_id("embedding");
     for (const auto& pipeline : grid.groups("pp")) {

@@ -16,9 +16,19 @@
 namespace trainsim::parallel {
 
 // Streams of every rank.
-enum Stream : std::uint8_t { kCompute = 0, kTpComm = 1, kDpComm = 2, kPpSend = 3, kPpRecv = 4, kStreamCount = 5 };
+enum Stream : std::uint8_t {
+  kCompute = 0,
+  kTpComm = 1,
+  kDpComm = 2,  // gradient reductions, ZeRO-1/2 parameter all-gathers
+  kPpSend = 3,
+  kPpRecv = 4,
+  kDpGather = 5,  // ZeRO-3 parameter all-gathers (FSDP runs them on their own stream)
+  kStreamCount = 6
+};
 // Group slots and peer slots of every rank's Binding.
-enum GroupSlot : std::uint8_t { kTpGroup = 0, kDpGroup = 1, kEmbeddingGroup = 2 };
+// kDpGatherGroup is the DP group again, as a second communicator for the gather stream (a group
+// runs one collective at a time).
+enum GroupSlot : std::uint8_t { kTpGroup = 0, kDpGroup = 1, kEmbeddingGroup = 2, kDpGatherGroup = 3 };
 enum PeerSlot : std::uint8_t { kPrevStage = 0, kNextStage = 1 };
 // Memory categories.
 enum MemCategory : std::uint8_t {

@@ -16,11 +16,11 @@ engine::Executor::BucketMap bucket_map() {
   engine::Executor::BucketMap map{};
   for (std::size_t mask = 0; mask < map.size(); ++mask) {
     auto busy = [mask](int s) { return (mask >> s) & 1u; };
-    map[mask] = busy(kCompute)  ? kBusyCompute
-                : busy(kTpComm) ? kBusyTp
-                : busy(kPpSend) ? kBusyPp
-                : busy(kDpComm) ? kBusyDp
-                                : kIdle;
+    map[mask] = busy(kCompute)                     ? kBusyCompute
+                : busy(kTpComm)                    ? kBusyTp
+                : busy(kPpSend)                    ? kBusyPp
+                : busy(kDpComm) || busy(kDpGather) ? kBusyDp
+                                                   : kIdle;
   }
   return map;
 }

@@ -94,6 +94,13 @@ std::string value(const Comparison& c) {
 }  // namespace
 
 const QuantitySummary* Summary::find(const std::string& quantity) const {
+  // "step_time_s:<source>" names one source's step times.
+  const std::string prefix = "step_time_s:";
+  if (quantity.rfind(prefix, 0) == 0) {
+    for (const auto& q : step_time_by_source)
+      if (q.quantity == quantity.substr(prefix.size())) return &q;
+    return nullptr;
+  }
   for (const auto& q : quantities)
     if (q.quantity == quantity) return &q;
   return nullptr;
@@ -163,25 +170,35 @@ Outcome evaluate(const Record& r, const fs::path& data_dir) {
 
 Summary summarize(const std::vector<Outcome>& outcomes) {
   Summary s;
-  std::map<std::string, QuantitySummary> by;
+  std::map<std::string, QuantitySummary> by, by_source;
+  auto add = [](QuantitySummary& q, const std::string& name, double error, const std::string& id) {
+    q.quantity = name;
+    ++q.covered;
+    const double e = std::fabs(error);
+    q.mape += e;
+    if (e > q.worst) {
+      q.worst = e;
+      q.worst_id = id;
+    }
+  };
   for (const Outcome& o : outcomes) {
     ++s.records;
     if (!o.skipped.empty()) ++s.skipped;
     for (const Comparison& c : o.comparisons) {
-      QuantitySummary& q = by[c.quantity];
-      q.quantity = c.quantity;
-      ++q.covered;
-      const double e = std::fabs(c.error());
-      q.mape += e;
-      if (e > q.worst) {
-        q.worst = e;
-        q.worst_id = o.record->id;
+      add(by[c.quantity], c.quantity, c.error(), o.record->id);
+      if (c.quantity == "step_time_s") {
+        const std::string source = o.record->id.substr(0, o.record->id.find('_'));
+        add(by_source[source], source, c.error(), o.record->id);
       }
     }
   }
   for (auto& [name, q] : by) {
     q.mape /= q.covered;
     s.quantities.push_back(q);
+  }
+  for (auto& [name, q] : by_source) {
+    q.mape /= q.covered;
+    s.step_time_by_source.push_back(q);
   }
   return s;
 }
@@ -202,6 +219,10 @@ std::string to_text(const std::vector<Outcome>& outcomes, const Summary& summary
   for (const auto& q : summary.quantities)
     out += fmt::format("{:<12} MAPE {:.1f}% over {} comparisons; worst {} ({:.1f}%)\n", q.quantity, 100 * q.mape,
                        q.covered, q.worst_id, 100 * q.worst);
+  out += "step time by source:";
+  for (const auto& q : summary.step_time_by_source)
+    out += fmt::format(" {} {:.1f}% ({})", q.quantity, 100 * q.mape, q.covered);
+  out += "\n";
   return out;
 }
 
@@ -220,6 +241,10 @@ std::string to_markdown(const std::vector<Outcome>& outcomes, const Summary& sum
                      summary.skipped);
   out += "| quantity | comparisons | MAPE | worst run | worst error |\n|---|---|---|---|---|\n";
   for (const auto& q : summary.quantities)
+    out += fmt::format("| {} | {} | {:.1f}% | {} | {:.1f}% |\n", q.quantity, q.covered, 100 * q.mape, q.worst_id,
+                       100 * q.worst);
+  out += "\n| step time, by source | runs | MAPE | worst run | worst error |\n|---|---|---|---|---|\n";
+  for (const auto& q : summary.step_time_by_source)
     out += fmt::format("| {} | {} | {:.1f}% | {} | {:.1f}% |\n", q.quantity, q.covered, 100 * q.mape, q.worst_id,
                        100 * q.worst);
   return out;
@@ -241,11 +266,18 @@ nlohmann::json to_json(const std::vector<Outcome>& outcomes, const Summary& summ
     }
     runs.push_back(j);
   }
-  nlohmann::json qs = nlohmann::json::object();
-  for (const auto& q : summary.quantities)
-    qs[q.quantity] = {{"covered", q.covered}, {"mape", q.mape}, {"worst", q.worst}, {"worst_id", q.worst_id}};
+  auto to_obj = [](const std::vector<QuantitySummary>& list) {
+    nlohmann::json obj = nlohmann::json::object();
+    for (const auto& q : list)
+      obj[q.quantity] = {{"covered", q.covered}, {"mape", q.mape}, {"worst", q.worst}, {"worst_id", q.worst_id}};
+    return obj;
+  };
   return {{"runs", runs},
-          {"summary", {{"records", summary.records}, {"skipped", summary.skipped}, {"quantities", qs}}}};
+          {"summary",
+           {{"records", summary.records},
+            {"skipped", summary.skipped},
+            {"quantities", to_obj(summary.quantities)},
+            {"step_time_by_source", to_obj(summary.step_time_by_source)}}}};
 }
 
 std::vector<std::string> check_gate(const Summary& summary, const fs::path& gate_file) {

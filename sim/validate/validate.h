@@ -56,6 +56,8 @@ struct Summary {
   int records = 0;
   int skipped = 0;
   std::vector<QuantitySummary> quantities;
+  // Step time by source (the record id up to its first '_': narayanan2021, mcore, mpt, ...).
+  std::vector<QuantitySummary> step_time_by_source;
   const QuantitySummary* find(const std::string& quantity) const;
 };
 
@@ -69,7 +71,8 @@ std::string to_markdown(const std::vector<Outcome>& outcomes, const Summary& sum
 nlohmann::json to_json(const std::vector<Outcome>& outcomes, const Summary& summary);
 
 // A gate file holds the accuracy the model has reached: {"step_time_s": {"max_mape_pct": 8.5,
-// "max_worst_pct": 20}, ...}. Returns one line per violated bound (empty when all hold).
+// "max_worst_pct": 20, "min_covered": 30}, "step_time_s:mpt": {...}, ...}; a key is a quantity or
+// "step_time_s:<source>". Returns one line per violated bound (empty when all hold).
 std::vector<std::string> check_gate(const Summary& summary, const std::filesystem::path& gate_file);
 
 }  // namespace trainsim::validate

@@ -96,8 +96,13 @@ Op flash(const Dims& x, const LayerConfig& c, bool backward) {
   Op op;
   op.kind = OpKind::attention;
   op.name = backward ? "core_attention_backward" : "core_attention";
-  op.attention = {static_cast<std::int64_t>(x.b * x.heads), c.seq_len, c.seq_len,
-                  static_cast<std::int64_t>(x.hd),          c.causal,  backward};
+  op.attention = {static_cast<std::int64_t>(x.b * x.heads),
+                  c.seq_len,
+                  c.seq_len,
+                  static_cast<std::int64_t>(x.hd),
+                  c.causal,
+                  backward,
+                  c.attention};
   // FlashAttention's count: 4·b·s²·heads·hd forward, halved when causal; backward 2.5× forward.
   const double fwd = 4 * x.b * x.s * x.s * x.heads * x.hd * (c.causal ? 0.5 : 1.0);
   op.flops = backward ? 2.5 * fwd : fwd;
@@ -134,7 +139,7 @@ std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
   // Llama-family (swiglu) models rotate Q and K; GPT models add learned positions at the embedding.
   if (x.swiglu) ops.push_back(memory("rotary_embedding", 2 * act(x.tokens, x.q + x.kv, x.d)));
 
-  if (c.attention == AttentionImpl::flash) {
+  if (c.attention != AttentionImpl::softmax) {
     ops.push_back(flash(x, c, false));
   } else {
     const double batch = x.b * x.heads;
@@ -219,7 +224,7 @@ std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c) {
   ops.push_back(gemm("attention_output_dgrad", x.tokens, x.q, x.h, x.d));
   ops.push_back(gemm("attention_output_wgrad", x.q, x.h, x.tokens, x.d));
 
-  if (c.attention == AttentionImpl::flash) {
+  if (c.attention != AttentionImpl::softmax) {
     ops.push_back(flash(x, c, true));
   } else {
     const double batch = x.b * x.heads;
