@@ -110,7 +110,8 @@ workload::ModelSpec parse_model_any(const util::JsonNode& node, const std::strin
 
 ParallelSpec parse_parallel(const util::JsonNode& node) {
   node.reject_unknown({"tp", "pp", "cp", "sequence_parallel", "schedule", "virtual_stages", "zero",
-                       "overlap_grad_reduce", "overlap_param_gather", "dp_bucket_mb", "tp_comm_overlap"});
+                       "overlap_grad_reduce", "overlap_param_gather", "dp_bucket_mb", "tp_comm_overlap",
+                       "first_stage_layers", "last_stage_layers"});
   ParallelSpec p;
   if (auto v = node.find("tp")) p.tp = v->as_positive_int();
   if (auto v = node.find("pp")) p.pp = v->as_positive_int();
@@ -142,6 +143,8 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
     if (p.overlap_param_gather && !p.overlap_grad_reduce) v->fail("requires overlap_grad_reduce");
   }
   if (auto v = node.find("dp_bucket_mb")) p.dp_bucket_mb = v->as_positive_number();
+  if (auto v = node.find("first_stage_layers")) p.first_stage_layers = v->as_positive_int();
+  if (auto v = node.find("last_stage_layers")) p.last_stage_layers = v->as_positive_int();
   if (auto v = node.find("tp_comm_overlap")) {
     p.tp_comm_overlap = v->as_bool();
     // Megatron: --tp-comm-overlap requires --sequence-parallel.
@@ -151,7 +154,8 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
 }
 
 TrainingSpec parse_training(const util::JsonNode& node) {
-  node.reject_unknown({"micro_batch", "global_batch", "seq_len", "recompute", "precision", "attention"});
+  node.reject_unknown(
+      {"micro_batch", "global_batch", "seq_len", "recompute", "recompute_layers", "precision", "attention"});
   TrainingSpec t;
   if (auto v = node.find("micro_batch")) t.micro_batch = v->as_positive_int();
   t.global_batch = node.at("global_batch").as_positive_int();
@@ -163,6 +167,10 @@ TrainingSpec parse_training(const util::JsonNode& node) {
   if (auto v = node.find("precision")) {
     constexpr std::array<Precision, 2> kPrecision = {Precision::bf16, Precision::fp16};
     t.precision = kPrecision[parse_choice(*v, Choices{{"bf16", "fp16"}, {"fp8"}})];
+  }
+  if (auto v = node.find("recompute_layers")) {
+    t.recompute_layers = v->as_positive_int();
+    if (t.recompute != Recompute::full) v->fail("applies to \"recompute\": \"full\" only");
   }
   if (auto v = node.find("attention")) {
     constexpr std::array<workload::AttentionImpl, 3> kAttention = {
@@ -201,7 +209,31 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
   if (m.ffn_hidden % p.tp != 0) {
     throw util::InputError(file, tp_path, fmt::format("{} does not divide ffn_hidden ({})", p.tp, m.ffn_hidden));
   }
-  if (m.layers % p.pp != 0) {
+  const bool uneven = p.first_stage_layers > 0 || p.last_stage_layers > 0;
+  if (uneven) {
+    // Megatron: the stages between the first and the last split the remaining layers evenly.
+    const std::string key = p.first_stage_layers > 0 ? "first_stage_layers" : "last_stage_layers";
+    const std::string path = util::join_path(parallel_path, key);
+    if (p.pp < 2) throw util::InputError(file, path, "uneven stages need pp >= 2");
+    if (p.schedule == Schedule::interleaved)
+      throw util::InputError(file, path, "uneven stages with the interleaved schedule are not supported yet");
+    const std::int64_t fixed = p.first_stage_layers + p.last_stage_layers;
+    const std::int64_t rest_stages = p.pp - (p.first_stage_layers > 0) - (p.last_stage_layers > 0);
+    if (rest_stages == 0 && fixed != m.layers)
+      throw util::InputError(file, path,
+                             fmt::format("with pp = 2, first_stage_layers + last_stage_layers ({}) must equal "
+                                         "layers ({})",
+                                         fixed, m.layers));
+    if (rest_stages > 0 && fixed >= m.layers)
+      throw util::InputError(file, path,
+                             fmt::format("first + last stage layers ({}) leave no layers for the other {} stages "
+                                         "(the model has {})",
+                                         fixed, rest_stages, m.layers));
+    if (rest_stages > 0 && (m.layers - fixed) % rest_stages != 0)
+      throw util::InputError(file, path,
+                             fmt::format("the other {} stages cannot split the remaining {} layers evenly", rest_stages,
+                                         m.layers - fixed));
+  } else if (m.layers % p.pp != 0) {
     throw util::InputError(file, util::join_path(parallel_path, "pp"),
                            fmt::format("{} does not divide layers ({})", p.pp, m.layers));
   }
@@ -260,6 +292,15 @@ Scenario parse_scenario_in(const util::JsonNode& root, const fs::path& data_dir,
 fs::path default_data_dir() {
   if (const char* env = std::getenv("TRAINSIM_DATA_DIR"); env != nullptr && *env != '\0') return fs::path(env);
   return fs::path(TRAINSIM_SOURCE_DIR);
+}
+
+std::int64_t stage_layers(const Scenario& sc, std::int64_t stage) {
+  const ParallelSpec& p = sc.parallel;
+  if (stage == 0 && p.first_stage_layers > 0) return p.first_stage_layers;
+  if (stage == p.pp - 1 && p.last_stage_layers > 0) return p.last_stage_layers;
+  const std::int64_t fixed = p.first_stage_layers + p.last_stage_layers;
+  const std::int64_t rest = p.pp - (p.first_stage_layers > 0) - (p.last_stage_layers > 0);
+  return (sc.model.layers - fixed) / rest;
 }
 
 Scenario load_scenario(const std::string& file, const fs::path& data_dir) {

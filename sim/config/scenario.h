@@ -35,6 +35,10 @@ struct ParallelSpec {
   bool overlap_param_gather = false;
   // Gradient bucket size in MB (0: Megatron's default of max(40M, 1M x dp) parameters, fp32).
   double dp_bucket_mb = 0;
+  // Megatron's --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers (0: even);
+  // the other stages split the remaining layers evenly.
+  std::int64_t first_stage_layers = 0;
+  std::int64_t last_stage_layers = 0;
   // Transformer Engine's --tp-comm-overlap: TP all-gathers and reduce-scatters run concurrently with
   // the GEMM that consumes or produces them.
   bool tp_comm_overlap = false;
@@ -47,6 +51,9 @@ struct TrainingSpec {
   Recompute recompute = Recompute::none;
   workload::AttentionImpl attention = workload::AttentionImpl::flash;
   Precision precision = Precision::bf16;
+  // Full recompute of only the first N layers of each stage (Megatron --recompute-method block
+  // --recompute-num-layers N); 0: every layer.
+  std::int64_t recompute_layers = 0;
   std::int64_t num_micro_batches = 1;  // derived: global_batch / (micro_batch * dp), per pipeline
 };
 
@@ -62,6 +69,9 @@ struct Scenario {
 // Where named models and topologies live: <data_dir>/models/NAME.json, <data_dir>/topologies/NAME.json.
 // Defaults to the source tree the binary was built from; TRAINSIM_DATA_DIR overrides it.
 std::filesystem::path default_data_dir();
+
+// Transformer layers on pipeline stage `stage` (uneven first/last stages as the scenario says).
+std::int64_t stage_layers(const Scenario& scenario, std::int64_t stage);
 
 Scenario load_scenario(const std::string& file, const std::filesystem::path& data_dir);
 Scenario parse_scenario(const util::JsonNode& root, const std::filesystem::path& data_dir);

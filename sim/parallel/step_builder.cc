@@ -312,11 +312,18 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   const std::int64_t grad_bytes = sc.training.precision == config::Precision::fp16 ? 2 : 4;
   StageWriter w(p, compute, par.tp > 1, par.tp_comm_overlap && par.sequence_parallel && par.tp > 1);
 
-  const Saves fwd_saves = recompute == config::Recompute::full        ? Saves::none
-                          : recompute == config::Recompute::selective ? Saves::non_core
-                                                                      : Saves::all;
+  // Full recompute applies to the first recompute_layers layers of each model chunk (Megatron's
+  // --recompute-method block; all of them by default, as uniform with one layer per group); the
+  // others keep their activations.
+  auto full_recompute = [&](std::int64_t l) {
+    return recompute == config::Recompute::full &&
+           (sc.training.recompute_layers == 0 || l < sc.training.recompute_layers);
+  };
+  auto fwd_saves = [&](std::int64_t l) {
+    return full_recompute(l) ? Saves::none : recompute == config::Recompute::selective ? Saves::non_core : Saves::all;
+  };
   const std::int64_t layer_saved = sum_saved(ops.layer_fwd);
-  const std::int64_t layer_free = layer_saved + (recompute == config::Recompute::full ? ops.input_bytes : 0);
+  auto layer_free = [&](std::int64_t l) { return layer_saved + (full_recompute(l) ? ops.input_bytes : 0); };
 
   auto p2p = [&p](TaskKind kind, std::uint8_t stream, std::uint8_t slot, std::int64_t bytes, const char* name) {
     Task t;
@@ -494,8 +501,8 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
     for (std::int64_t l = 0; l < chunk_layers; ++l) {
       unit_needed(c, layer_unit(c, l), first_mb);
       enter_unit(c, order, i++);
-      if (recompute == config::Recompute::full) w.alloc(ops.input_bytes);
-      w.emit(ops.layer_fwd, "forward", fwd_saves);
+      if (full_recompute(l)) w.alloc(ops.input_bytes);
+      w.emit(ops.layer_fwd, "forward", fwd_saves(l));
       leave_unit(c, layer_unit(c, l));
     }
     if (has_head(c)) {
@@ -524,10 +531,10 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
     }
     for (std::int64_t l = chunk_layers - 1; l >= 0; --l) {
       enter_unit(c, order, i++);
-      if (recompute == config::Recompute::full) w.emit(ops.layer_fwd, "recompute", Saves::all);
+      if (full_recompute(l)) w.emit(ops.layer_fwd, "recompute", Saves::all);
       if (recompute == config::Recompute::selective) w.emit(ops.layer_fwd, "recompute", Saves::all, /*core_only=*/true);
       w.emit(ops.layer_bwd, "backward", Saves::none);
-      w.free_at_last(layer_free);
+      w.free_at_last(layer_free(l));
       leave_unit(c, layer_unit(c, l));
       unit_done(c, layer_unit(c, l), last_mb);
     }
@@ -577,7 +584,6 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
 StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& compute, const BuildOptions& options) {
   const auto& par = sc.parallel;
   TRAINSIM_ASSERT(par.tp * par.pp * par.cp * par.dp == sc.gpus);
-  TRAINSIM_ASSERT(sc.model.layers % par.pp == 0);
   StepPlan plan;
 
   workload::LayerConfig lc;
@@ -596,12 +602,11 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   ops.head_bwd = workload::head_backward(sc.model, lc);
   ops.input_bytes = workload::layer_input_bytes(sc.model, lc);
 
-  const std::int64_t per_stage = sc.model.layers / par.pp;
   plan.stages.resize(static_cast<std::size_t>(par.pp));
   plan.programs.resize(static_cast<std::size_t>(par.pp));
   for (std::int64_t s = 0; s < par.pp; ++s) {
     StagePlan& st = plan.stages[static_cast<std::size_t>(s)];
-    st.layers = per_stage;
+    st.layers = config::stage_layers(sc, s);
     st.chunks = par.schedule == config::Schedule::interleaved ? par.virtual_stages : 1;
     st.has_embedding = s == 0;
     st.has_head = s == par.pp - 1;

@@ -202,6 +202,18 @@ TEST_CASE("bad input: one line naming file, JSON path and problem; exit code 2")
     j["training"]["global_batch"] = 30;  // dp = 16 / (2·2) = 4; 30 is not a multiple of 1·4
     CHECK(rejected(j).find("training.global_batch: ") != std::string::npos);
   }
+  SECTION("uneven stages that do not add up") {
+    auto j = good_scenario();  // 32 layers, pp 2
+    j["parallel"]["first_stage_layers"] = 10;
+    j["parallel"]["last_stage_layers"] = 20;
+    CHECK(rejected(j).find("first_stage_layers + last_stage_layers (30) must equal layers (32)") != std::string::npos);
+    j = good_scenario();
+    j["gpus"] = 32;
+    j["parallel"]["pp"] = 4;
+    j["parallel"]["first_stage_layers"] = 5;  // 27 left for 3 stages: fine; 4 would leave 28
+    j["parallel"]["last_stage_layers"] = 4;
+    CHECK(rejected(j).find("the other 2 stages cannot split the remaining 23 layers evenly") != std::string::npos);
+  }
   SECTION("interleaving that Megatron refuses") {
     auto j = good_scenario();  // 32 layers, pp 2, 16 micro-batches per pipeline
     j["parallel"]["schedule"] = "interleaved";

@@ -329,3 +329,37 @@ TEST_CASE("ZeRO-2 shards gradients, ZeRO-3 weights too; ZeRO-3 gathers each laye
   all.all_ranks = true;
   CHECK(parallel::simulate_step(scenario(j), all).step_time_s == z3.step_time_s);
 }
+
+TEST_CASE("uneven pipeline stages: first and last stages take the layers given, the rest split evenly") {
+  // 16 layers on 4 stages with 2 on the first and 2 on the last: the middle two get 6 each, and the
+  // first stage (4 micro-batches in flight under 1F1B) keeps 4 x (embedding + 2 layers).
+  auto j = base(4, 1, 4, 8);
+  j["parallel"]["first_stage_layers"] = 2;
+  j["parallel"]["last_stage_layers"] = 2;
+  const auto sc = scenario(j);
+  hardware::ComputeModel cm(sc.cluster.gpu);
+  const auto plan = parallel::build_step(sc, cm);
+  std::vector<std::int64_t> layers;
+  for (const auto& st : plan.stages) layers.push_back(st.layers);
+  CHECK(layers == std::vector<std::int64_t>{2, 6, 6, 2});
+  const auto r = parallel::simulate_step(sc);
+  workload::LayerConfig lc;
+  lc.seq_len = 2048;
+  CHECK(r.memory[0].peak_breakdown_bytes[kActivations] ==
+        4 * (saved(workload::embedding_forward(sc.model, lc)) + 2 * saved(workload::layer_forward(sc.model, lc))));
+}
+
+TEST_CASE("recompute_layers: full recompute of only the first N layers lands between none and full") {
+  auto j = base(8, 8, 1, 4);
+  const auto none = parallel::simulate_step(scenario(j));
+  j["training"]["recompute"] = "full";
+  const auto full = parallel::simulate_step(scenario(j));
+  j["training"]["recompute_layers"] = 8;  // half of the 16 layers
+  const auto half = parallel::simulate_step(scenario(j));
+  CHECK(none.step_time_s < half.step_time_s);
+  CHECK(half.step_time_s < full.step_time_s);
+  // Half the layers rerun their forward: the extra time is half of full recompute's.
+  CHECK(half.step_time_s - none.step_time_s == Approx(0.5 * (full.step_time_s - none.step_time_s)).epsilon(0.05));
+  CHECK(full.memory[0].peak_breakdown_bytes[kActivations] < half.memory[0].peak_breakdown_bytes[kActivations]);
+  CHECK(half.memory[0].peak_breakdown_bytes[kActivations] < none.memory[0].peak_breakdown_bytes[kActivations]);
+}
