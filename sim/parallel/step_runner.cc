@@ -44,9 +44,11 @@ StepResult simulate_step(const config::Scenario& scenario, const BuildOptions& o
   out.ranks.resize(n);
   out.memory.resize(n);
   out.cluster_rank.resize(n);
+  out.stage.resize(n);
   for (std::uint32_t r = 0; r < n; ++r) {
     const engine::RankStats& s = ex.stats(r);
     out.cluster_rank[r] = plan.bindings[r].cluster_rank;
+    out.stage[r] = plan.bindings[r].program;
     TimeBreakdown& t = out.ranks[r];
     t.compute_s = s.bucket_time[kBusyCompute].seconds();
     t.tp_exposed_s = s.bucket_time[kBusyTp].seconds();

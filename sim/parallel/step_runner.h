@@ -32,6 +32,7 @@ struct StepResult {
   TimeBreakdown mean;  // averaged over ranks
   // Per simulated rank (all ranks, or one per class of identical ranks; see BuildOptions).
   std::vector<std::uint32_t> cluster_rank;
+  std::vector<std::uint32_t> stage;  // pipeline stage of each simulated rank
   std::vector<TimeBreakdown> ranks;
   std::vector<RankMemory> memory;
   std::uint32_t peak_rank = 0;  // simulated rank with the largest memory peak (lowest on ties)

@@ -1,5 +1,8 @@
 #include "report/summary.h"
 
+#include <algorithm>
+#include <vector>
+
 #include <fmt/format.h>
 
 #include "workload/model.h"
@@ -73,6 +76,37 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
     breakdown[parallel::mem_category_name(c)] =
         static_cast<double>(peak.peak_breakdown_bytes[static_cast<std::size_t>(c)]) / kGiB;
   const auto& p = sc.parallel;
+  // Per pipeline stage: where its ranks' time went (averaged over them) and their largest peak.
+  const auto stages = static_cast<std::size_t>(p.pp);
+  std::vector<parallel::TimeBreakdown> stage_time(stages);
+  std::vector<int> stage_ranks(stages, 0);
+  std::vector<std::int64_t> stage_peak(stages, 0);
+  for (std::size_t i = 0; i < r.ranks.size(); ++i) {
+    const std::size_t s = r.stage[i];
+    const parallel::TimeBreakdown& t = r.ranks[i];
+    stage_time[s].compute_s += t.compute_s;
+    stage_time[s].tp_exposed_s += t.tp_exposed_s;
+    stage_time[s].pp_exposed_s += t.pp_exposed_s;
+    stage_time[s].dp_exposed_s += t.dp_exposed_s;
+    stage_time[s].bubble_s += t.bubble_s;
+    ++stage_ranks[s];
+    stage_peak[s] = std::max(stage_peak[s], r.memory[i].peak_bytes);
+  }
+  nlohmann::json per_stage = nlohmann::json::array();
+  for (std::size_t s = 0; s < stages; ++s) {
+    const double k = 1.0 / stage_ranks[s];
+    const parallel::TimeBreakdown& t = stage_time[s];
+    per_stage.push_back({{"stage", s},
+                         {"layers", config::stage_layers(sc, static_cast<std::int64_t>(s))},
+                         {"bubble_fraction", t.bubble_s * k / r.step_time_s},
+                         {"time_breakdown_s",
+                          {{"compute", t.compute_s * k},
+                           {"tp_exposed", t.tp_exposed_s * k},
+                           {"pp_exposed", t.pp_exposed_s * k},
+                           {"dp_exposed", t.dp_exposed_s * k},
+                           {"bubble", t.bubble_s * k}}},
+                         {"memory_peak_gib", static_cast<double>(stage_peak[s]) / kGiB}});
+  }
   return nlohmann::json{
       {"scenario",
        {{"file", sc.file},
@@ -111,6 +145,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
         {"capacity_gib", m.capacity_gib},
         {"fits", m.fits},
         {"breakdown_gib", breakdown}}},
+      {"stages", per_stage},
       {"simulation",
        {{"ranks_simulated", r.ranks.size()},
         {"mode", r.all_ranks ? "all-ranks" : "symmetric"},

@@ -118,6 +118,14 @@ TEST_CASE("the same scenario gives byte-identical --json output") {
   CHECK(j["memory"].contains("peak_gib"));
   CHECK(j["memory"].contains("fits"));
   CHECK(j["memory"].contains("breakdown_gib"));
+  // One entry per pipeline stage; each stage's parts add up to the step too.
+  REQUIRE(j["stages"].size() == 2);
+  for (const auto& stage : j["stages"]) {
+    double sum = 0;
+    for (const auto& [k, v] : stage["time_breakdown_s"].items()) sum += v.get<double>();
+    CHECK(sum == Approx(j["step_time_s"].get<double>()).epsilon(1e-9));
+    CHECK(stage["layers"].get<int>() == 16);
+  }
 }
 
 TEST_CASE("the human summary names the prediction") {
