@@ -29,16 +29,6 @@ const char* mem_category_name(int category) {
   return category >= 0 && category < kMemCategoryCount ? kNames[category] : "?";
 }
 
-namespace {
-
-// Bytes per parameter under Megatron's mixed precision with the Adam optimizer: 16-bit weights, a
-// gradient buffer (main_grad: fp32 with bf16, where Megatron forces gradient accumulation and
-// reduction in fp32; fp16 with fp16, its default), and fp32 master weights plus two fp32 moments
-// (12 bytes, sharded over DP by the distributed optimizer). Megatron-LM docs/theoretical memory:
-// 18 bytes/param with bf16, or 6 + 12/dp with ZeRO-1.
-constexpr std::int64_t kWeightBytes = 2;
-constexpr std::int64_t kOptimizerBytes = 12;
-
 network::CollectiveOp collective_of(workload::Comm c) {
   switch (c) {
     case workload::Comm::all_reduce:
@@ -52,6 +42,16 @@ network::CollectiveOp collective_of(workload::Comm c) {
   }
   TRAINSIM_ASSERT(false);
 }
+
+namespace {
+
+// Bytes per parameter under Megatron's mixed precision with the Adam optimizer: 16-bit weights, a
+// gradient buffer (main_grad: fp32 with bf16, where Megatron forces gradient accumulation and
+// reduction in fp32; fp16 with fp16, its default), and fp32 master weights plus two fp32 moments
+// (12 bytes, sharded over DP by the distributed optimizer). Megatron-LM docs/theoretical memory:
+// 18 bytes/param with bf16, or 6 + 12/dp with ZeRO-1.
+constexpr std::int64_t kWeightBytes = 2;
+constexpr std::int64_t kOptimizerBytes = 12;
 
 enum class Saves : std::uint8_t {
   all,       // allocate every op's saved bytes

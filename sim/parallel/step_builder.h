@@ -12,6 +12,8 @@
 #include "config/scenario.h"
 #include "engine/program.h"
 #include "hardware/compute_model.h"
+#include "network/collective.h"
+#include "workload/ops.h"
 
 namespace trainsim::parallel {
 
@@ -41,6 +43,8 @@ enum MemCategory : std::uint8_t {
 
 const char* stream_name(int stream);
 const char* mem_category_name(int category);
+// The collective a tensor-parallel op of the workload runs.
+network::CollectiveOp collective_of(workload::Comm comm);
 
 struct StagePlan {
   std::int64_t layers = 0;  // on this pipeline rank, over all its model chunks

@@ -34,10 +34,7 @@ double ops_time_s(const std::vector<workload::Op>& ops, const hardware::ComputeM
     if (core_only && !op.attention_core) continue;
     if (op.kind == workload::OpKind::tp_comm) {
       if (tp == 1) continue;
-      const auto what = op.comm == workload::Comm::all_reduce   ? network::CollectiveOp::all_reduce
-                        : op.comm == workload::Comm::all_gather ? network::CollectiveOp::all_gather
-                                                                : network::CollectiveOp::reduce_scatter;
-      t += net.collective_time_s(what, op.comm_bytes, group);
+      t += net.collective_time_s(parallel::collective_of(op.comm), op.comm_bytes, group);
     } else {
       t += compute.time_s(op);
     }
