@@ -173,9 +173,10 @@ TrainingSpec parse_training(const util::JsonNode& node) {
     if (t.recompute != Recompute::full) v->fail("applies to \"recompute\": \"full\" only");
   }
   if (auto v = node.find("attention")) {
-    constexpr std::array<workload::AttentionImpl, 3> kAttention = {
-        workload::AttentionImpl::flash, workload::AttentionImpl::flash2, workload::AttentionImpl::softmax};
-    t.attention = kAttention[parse_choice(*v, Choices{{"flash", "flash2", "softmax"}, {}})];
+    constexpr std::array<workload::AttentionImpl, 4> kAttention = {
+        workload::AttentionImpl::flash, workload::AttentionImpl::flash2, workload::AttentionImpl::flash1,
+        workload::AttentionImpl::softmax};
+    t.attention = kAttention[parse_choice(*v, Choices{{"flash", "flash2", "flash1", "softmax"}, {}})];
   }
   return t;
 }

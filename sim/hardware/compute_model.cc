@@ -32,6 +32,11 @@ double interpolate_log(std::span<const Point> pts, double x) {
 constexpr std::array<Point, 6> kAttentionSeqCurve{
     {{512, 0.525}, {1024, 0.713}, {2048, 0.845}, {4096, 0.932}, {8192, 0.971}, {16384, 1.0}}};
 // Head dim 64 vs 128: A100 FlashAttention-2 causal fwd+bwd at 16k, 171 / 189.
+// FlashAttention (v1) relative to its 16k rate: A100, causal, head dim 128, fwd+bwd 55 / 62 / 69 / 76 / 80
+// / 83 TFLOP/s at 512 ... 16k (published-runs.md §9b). Flatter than FlashAttention-2's curve: v1
+// parallelises over batch x heads only, so it gains less from long sequences.
+constexpr std::array<Point, 6> kFlash1SeqCurve{
+    {{512, 55.0 / 83}, {1024, 62.0 / 83}, {2048, 69.0 / 83}, {4096, 76.0 / 83}, {8192, 80.0 / 83}, {16384, 1.0}}};
 constexpr std::array<Point, 2> kAttentionHeadDimCurve{{{64, 0.905}, {128, 1.0}}};
 constexpr double kMinAttentionFactor = 0.1;
 
@@ -49,13 +54,18 @@ double ComputeModel::gemm_efficiency(const workload::GemmShape& shape) const {
 }
 
 double ComputeModel::attention_efficiency(const workload::AttentionShape& shape) const {
-  const double seq = interpolate_log(kAttentionSeqCurve, static_cast<double>(shape.seq_kv));
+  const bool fa1 = shape.impl == workload::AttentionImpl::flash1;
+  const double seq = interpolate_log(fa1 ? std::span<const Point>(kFlash1SeqCurve) : kAttentionSeqCurve,
+                                     static_cast<double>(shape.seq_kv));
   const double hd = interpolate_log(kAttentionHeadDimCurve, static_cast<double>(shape.head_dim));
-  // FlashAttention-2's figure is a fwd+bwd rate, used for both passes; the fused kernels' figure is
-  // a forward rate with its own backward ratio.
-  const bool fa2 = shape.impl == workload::AttentionImpl::flash2;
-  const double base = fa2 ? gpu_.flash2_efficiency : gpu_.attention_efficiency;
-  const double pass = shape.backward && !fa2 ? gpu_.attention_backward_ratio : 1.0;
+  // The FlashAttention v1 / v2 figures are fwd+bwd rates, used for both passes; the fused kernels'
+  // figure is a forward rate with its own backward ratio.
+  double base = gpu_.attention_efficiency;
+  double pass = shape.backward ? gpu_.attention_backward_ratio : 1.0;
+  if (shape.impl == workload::AttentionImpl::flash2 || fa1) {
+    base = fa1 ? gpu_.flash1_efficiency : gpu_.flash2_efficiency;
+    pass = 1.0;
+  }
   return base * pass * std::max(seq * hd, kMinAttentionFactor);
 }
 

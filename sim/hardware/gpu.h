@@ -23,6 +23,7 @@ struct GpuSpec {
   double attention_efficiency = 0;      // fused attention, fraction of bf16_flops at long sequences
   double attention_backward_ratio = 1;  // backward efficiency relative to forward
   double flash2_efficiency = 0;         // FlashAttention-2 fwd+bwd, fraction of bf16_flops at long sequences
+  double flash1_efficiency = 0;         // FlashAttention (v1) fwd+bwd, fraction of bf16_flops at long sequences
   double hbm_efficiency = 0;            // achieved fraction of hbm_Bps for streaming kernels
   double launch_s = 0;                  // per-kernel launch overhead
 };

@@ -24,10 +24,11 @@ enum class Comm : std::uint8_t { none, all_reduce, all_gather, reduce_scatter };
 
 // How the attention core runs: one fused flash kernel (scores never stored) -- `flash`, the fastest
 // fused kernel of the GPU as Megatron / Transformer Engine use it (cuDNN or FlashAttention-3 on
-// Hopper and later, FlashAttention-2 on Ampere), or `flash2`, FlashAttention-2 everywhere (PyTorch
-// SDPA, Hugging Face, llm-foundry) -- or Megatron's older path (batched GEMMs with the s x s scores
-// materialised, fused scale-mask-softmax, dropout).
-enum class AttentionImpl : std::uint8_t { flash, flash2, softmax };
+// Hopper and later, FlashAttention-2 on Ampere), `flash2`, FlashAttention-2 everywhere (PyTorch
+// SDPA, Hugging Face, llm-foundry since 2024), `flash1`, the first-generation FlashAttention kernels
+// (flash-attn 1.x CUDA or its Triton port, as 2023 llm-foundry ran) -- or Megatron's older path
+// (batched GEMMs with the s x s scores materialised, fused scale-mask-softmax, dropout).
+enum class AttentionImpl : std::uint8_t { flash, flash2, flash1, softmax };
 
 struct GemmShape {
   std::int64_t m = 0, n = 0, k = 0;

@@ -8,6 +8,7 @@
 #include "hardware/compute_model.h"
 
 using namespace trainsim::hardware;
+using trainsim::workload::AttentionImpl;
 using trainsim::workload::AttentionShape;
 using trainsim::workload::GemmShape;
 using trainsim::workload::Op;
@@ -118,6 +119,27 @@ TEST_CASE("attention efficiency follows the published sequence-length curve") {
   const double e = h100.attention_efficiency(AttentionShape{16, 8192, 8192, 128, true, false});
   CHECK(e > 0.5);
   CHECK(e < 0.6);
+}
+
+// FlashAttention (v1) fwd+bwd on A100, causal, head dim 128 (published-runs.md §9b): 83 TFLOP/s at
+// 16k, 69 at 2k, 55 at 512, forward and backward alike. On H100 (no measurement) it keeps v1's
+// fraction of FlashAttention-2, 83/189.
+TEST_CASE("FlashAttention v1 follows its own published curve") {
+  ComputeModel cm(*find_gpu("a100-sxm-80gb"));
+  auto eff = [&](std::int64_t seq, bool backward) {
+    return cm.attention_efficiency(AttentionShape{16, seq, seq, 128, true, backward, AttentionImpl::flash1});
+  };
+  CHECK(eff(16384, false) * 312 == Approx(83).epsilon(0.01));
+  CHECK(eff(2048, false) * 312 == Approx(69).epsilon(0.01));
+  CHECK(eff(512, true) * 312 == Approx(55).epsilon(0.01));
+  CHECK(eff(2048, true) == Approx(eff(2048, false)));
+
+  ComputeModel h100(*find_gpu("h100-sxm"));
+  auto h100_eff = [&](AttentionImpl impl) {
+    return h100.attention_efficiency(AttentionShape{16, 16384, 16384, 128, true, false, impl});
+  };
+  CHECK(h100_eff(AttentionImpl::flash1) / h100_eff(AttentionImpl::flash2) == Approx(83.0 / 189.0));
+  CHECK(h100_eff(AttentionImpl::flash2) * 989 == Approx(328).epsilon(0.01));
 }
 
 // tp_comm ops belong to the network model: timing one as compute is a bug and aborts.
