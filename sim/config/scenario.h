@@ -14,7 +14,9 @@
 namespace trainsim::config {
 
 enum class Recompute : std::uint8_t { none, selective, full };
-enum class Schedule : std::uint8_t { one_f_one_b, gpipe, interleaved };
+// zb_h1: zero-bubble ZB-H1 (Qi et al. 2023): backward split into input- and weight-gradient passes,
+// weight passes deferred into the bubbles, peak memory as 1F1B's.
+enum class Schedule : std::uint8_t { one_f_one_b, gpipe, interleaved, zb_h1 };
 // Mixed precision as Megatron-LM runs it: bf16 accumulates and reduces gradients in fp32 (forced by
 // arguments.py for bf16); fp16 keeps them in fp16 unless told otherwise. Both use the 16-bit peak.
 enum class Precision : std::uint8_t { bf16, fp16 };

@@ -268,31 +268,82 @@ struct LayerOps {
   std::int64_t input_bytes = 0;
 };
 
+// The backward ops split for zero-bubble schedules: the input-gradient pass, the weight-gradient
+// pass, and what the input pass keeps for the weight pass (the weight GEMMs' saved inputs and the
+// output gradients it writes for them).
+struct SplitBackward {
+  std::vector<Op> input, weight;
+  std::int64_t held_inputs = 0;  // of the forward's saved bytes
+  std::int64_t grad_outputs = 0;
+};
+
+SplitBackward split_backward(const std::vector<Op>& backward) {
+  SplitBackward out;
+  for (const Op& op : backward) {
+    (op.weight_grad ? out.weight : out.input).push_back(op);
+    out.grad_outputs += op.grad_output_bytes;
+    out.held_inputs += op.held_input_bytes;
+  }
+  return out;
+}
+
+enum class Pass : std::uint8_t {
+  forward,
+  backward,        // input and weight gradients together
+  backward_input,  // zb-h1: input gradients only, sent upstream at once
+  weight,          // zb-h1: the weight gradients of the oldest micro-batch whose input pass ran
+};
+
 struct ScheduleStep {
-  bool forward = true;
+  Pass pass = Pass::forward;
   std::int64_t chunk = 0;
 };
 
-// The order in which pipeline rank r runs the forward and backward passes of its m micro-batches
-// (per model chunk), as Megatron-LM's schedules.py does:
+// The order in which pipeline rank r runs the passes of its m micro-batches (per model chunk), as
+// Megatron-LM's schedules.py does:
 //   gpipe:       all m forwards, then all m backwards.
 //   1f1b:        min(p - r - 1, m) warm-up forwards, then one forward and one backward alternately,
 //                then the remaining backwards (PipeDream-Flush).
 //   interleaved: v chunks per rank, m·v passes each way; warm-up (p - r - 1)·2 + (v - 1)·p forwards;
 //                the k-th forward runs chunk (k / p) mod v, the k-th backward chunk v - 1 - (k / p) mod v.
+//   zb-h1:       1F1B's warm-up; then r forward / input-gradient pairs whose weight passes wait;
+//                then forward, input gradient, weight; then input gradient, weight; finally the r
+//                deferred weight passes, which fill the bubble 1F1B leaves at the end of rank r
+//                (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", ZB-H1; the order of the
+//                authors' reference schedule). At most p - r micro-batches are between forward and
+//                input gradient, as in 1F1B.
 std::vector<ScheduleStep> schedule(config::Schedule kind, std::int64_t p, std::int64_t v, std::int64_t m,
                                    std::int64_t r) {
   std::vector<ScheduleStep> out;
+  const ScheduleStep f{Pass::forward, 0}, b{Pass::backward, 0}, bi{Pass::backward_input, 0}, w{Pass::weight, 0};
   if (kind == config::Schedule::gpipe) {
-    for (std::int64_t i = 0; i < m; ++i) out.push_back({true, 0});
-    for (std::int64_t i = 0; i < m; ++i) out.push_back({false, 0});
+    out.insert(out.end(), static_cast<std::size_t>(m), f);
+    out.insert(out.end(), static_cast<std::size_t>(m), b);
+    return out;
+  }
+  if (kind == config::Schedule::zb_h1) {
+    std::int64_t forwards = std::min(p - r - 1, m), inputs = 0, deferred = 0;
+    out.insert(out.end(), static_cast<std::size_t>(forwards), f);
+    for (; forwards < m; ++forwards, ++inputs) {
+      out.push_back(f);
+      out.push_back(bi);
+      if (deferred < r)
+        ++deferred;
+      else
+        out.push_back(w);
+    }
+    for (; inputs < m; ++inputs) {
+      out.push_back(bi);
+      out.push_back(w);
+    }
+    out.insert(out.end(), static_cast<std::size_t>(deferred), w);
     return out;
   }
   const std::int64_t total = m * v;
   const std::int64_t warmup =
       kind == config::Schedule::interleaved ? std::min((p - r - 1) * 2 + (v - 1) * p, total) : std::min(p - r - 1, m);
-  auto fwd = [&](std::int64_t k) { return ScheduleStep{true, (k / p) % v}; };
-  auto bwd = [&](std::int64_t k) { return ScheduleStep{false, v - 1 - (k / p) % v}; };
+  auto fwd = [&](std::int64_t k) { return ScheduleStep{Pass::forward, (k / p) % v}; };
+  auto bwd = [&](std::int64_t k) { return ScheduleStep{Pass::backward, v - 1 - (k / p) % v}; };
   for (std::int64_t k = 0; k < warmup; ++k) out.push_back(fwd(k));
   for (std::int64_t i = 0; i < total - warmup; ++i) {
     out.push_back(fwd(warmup + i));
@@ -515,44 +566,87 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
     if (!(last && c == v - 1))
       w.after(w.add(p2p(TaskKind::send, kPpSend, kNextStage, p2p_bytes, "send_forward"), true));
   };
-  auto backward = [&](std::int64_t c) {
+  // Zero-bubble split: the input pass keeps the weight GEMMs' inputs and writes their output
+  // gradients; the weight pass, later, frees both.
+  const bool split = par.schedule == config::Schedule::zb_h1;
+  const SplitBackward layer_split = split_backward(ops.layer_bwd);
+  const SplitBackward head_split = split_backward(ops.head_bwd);
+  const SplitBackward emb_split = split_backward(ops.emb_bwd);
+  std::int64_t weight_passes = 0;
+
+  // One backward pass of chunk c: input and weight gradients (Pass::backward), or the input
+  // gradients alone (Pass::backward_input), whose weight pass `weight` runs later.
+  auto backward = [&](std::int64_t c, bool input_only) {
     const bool last_mb = ++backwards[static_cast<std::size_t>(c)] == m;
     if (!(last && c == v - 1))
       w.after(w.add(p2p(TaskKind::recv, kPpRecv, kNextStage, p2p_bytes, "recv_backward"), false));
     start_pass(c);
     const auto order = backward_order(c);
     std::size_t i = 0;
+    // Emits one unit's backward and frees what its forward saved (all of it, or all but what the
+    // weight pass needs, allocating the output gradients that pass will read).
+    auto unit = [&](const std::vector<Op>& full, const SplitBackward& sb, std::int64_t freed) {
+      if (!input_only) {
+        w.emit(full, "backward", Saves::none);
+        w.free_at_last(freed);
+        return;
+      }
+      w.alloc(sb.grad_outputs);
+      w.emit(sb.input, "backward_input", Saves::none);
+      w.free_at_last(freed - sb.held_inputs);
+    };
     if (has_head(c)) {
       enter_unit(c, order, i++);
-      w.emit(ops.head_bwd, "backward", Saves::none);
-      w.free_at_last(sum_saved(ops.head_fwd));
+      unit(ops.head_bwd, head_split, sum_saved(ops.head_fwd));
       leave_unit(c, head_unit(c));
-      unit_done(c, head_unit(c), last_mb);
+      if (!input_only) unit_done(c, head_unit(c), last_mb);
     }
     for (std::int64_t l = chunk_layers - 1; l >= 0; --l) {
       enter_unit(c, order, i++);
       if (full_recompute(l)) w.emit(ops.layer_fwd, "recompute", Saves::all);
       if (recompute == config::Recompute::selective) w.emit(ops.layer_fwd, "recompute", Saves::all, /*core_only=*/true);
-      w.emit(ops.layer_bwd, "backward", Saves::none);
-      w.free_at_last(layer_free(l));
+      unit(ops.layer_bwd, layer_split, layer_free(l));
       leave_unit(c, layer_unit(c, l));
-      unit_done(c, layer_unit(c, l), last_mb);
+      if (!input_only) unit_done(c, layer_unit(c, l), last_mb);
     }
     if (has_embedding(c)) {
       enter_unit(c, order, i++);
-      w.emit(ops.emb_bwd, "backward", Saves::none);
-      w.free_at_last(sum_saved(ops.emb_fwd));
+      unit(ops.emb_bwd, emb_split, sum_saved(ops.emb_fwd));
       leave_unit(c, emb_unit(c));
-      unit_done(c, emb_unit(c), last_mb);
+      if (!input_only) unit_done(c, emb_unit(c), last_mb);
     }
     if (!(first && c == 0)) w.after(w.add(p2p(TaskKind::send, kPpSend, kPrevStage, p2p_bytes, "send_backward"), true));
   };
+  // The weight pass of the oldest micro-batch whose input pass ran (zb-h1, one chunk): every unit's
+  // weight gradients, in backward order; then its gradients are complete for DP reduction.
+  auto weight = [&](std::int64_t c) {
+    TRAINSIM_ASSERT(split);
+    const bool last_mb = ++weight_passes == m;
+    auto unit = [&](const SplitBackward& sb, std::size_t u) {
+      w.emit(sb.weight, "weight_grad", Saves::none);
+      w.free_at_last(sb.held_inputs + sb.grad_outputs);
+      unit_done(c, u, last_mb);
+    };
+    if (has_head(c)) unit(head_split, head_unit(c));
+    for (std::int64_t l = chunk_layers - 1; l >= 0; --l) unit(layer_split, layer_unit(c, l));
+    if (has_embedding(c)) unit(emb_split, emb_unit(c));
+  };
 
   for (const ScheduleStep& step : schedule(par.schedule, pp, v, m, stage_index)) {
-    if (step.forward)
-      forward(step.chunk);
-    else
-      backward(step.chunk);
+    switch (step.pass) {
+      case Pass::forward:
+        forward(step.chunk);
+        break;
+      case Pass::backward:
+        backward(step.chunk, false);
+        break;
+      case Pass::backward_input:
+        backward(step.chunk, true);
+        break;
+      case Pass::weight:
+        weight(step.chunk);
+        break;
+    }
   }
 
   // Gradient reduction over data parallelism (all at once unless overlapped above), the shared

@@ -21,6 +21,8 @@ std::string schedule_name(const config::ParallelSpec& p) {
       return "gpipe";
     case config::Schedule::interleaved:
       return fmt::format("interleaved x{}", p.virtual_stages);
+    case config::Schedule::zb_h1:
+      return "zb-h1";
   }
   return "?";
 }

@@ -67,6 +67,17 @@ Op gemm(std::string name, double m, double n, double k, double d, double saved =
   return op;
 }
 
+// A weight-gradient GEMM dW[m x n] = X^T dY over k tokens: its own pass under zero-bubble schedules,
+// which hold X (`input` bytes as the forward saved it, sequence-sharded under SP) and dY (k x n,
+// written by the input-gradient pass) until it runs.
+Op wgrad(std::string name, double m, double n, double k, double d, double input) {
+  Op op = gemm(std::move(name), m, n, k, d);
+  op.weight_grad = true;
+  op.grad_output_bytes = to_bytes(k * n * d);
+  op.held_input_bytes = to_bytes(input);
+  return op;
+}
+
 Op memory(std::string name, double bytes, double saved = 0, std::int32_t kernels = 1) {
   Op op;
   op.name = std::move(name);
@@ -207,7 +218,7 @@ std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c) {
   if (x.drop) ops.push_back(memory("mlp_dropout_add_backward", region_act * 2 + mask));
   if (tp && x.sp) ops.push_back(comm("mlp_output_grad_all_gather", Comm::all_gather, full));
   ops.push_back(gemm("fc2_dgrad", x.tokens, x.f, x.h, x.d));
-  ops.push_back(gemm("fc2_wgrad", x.f, x.h, x.tokens, x.d));
+  ops.push_back(wgrad("fc2_wgrad", x.f, x.h, x.tokens, x.d, act(x.tokens, x.f, x.d)));
   const double fc1_width = x.swiglu ? 2 * x.f : x.f;
   // Activation backward reads its saved input and the output grad, writes the input grad.
   ops.push_back(x.swiglu ? memory("swiglu_backward", 5 * act(x.tokens, x.f, x.d))
@@ -215,14 +226,14 @@ std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c) {
   if (tp && x.sp) ops.push_back(comm("mlp_input_all_gather", Comm::all_gather, full));
   ops.push_back(gemm(x.swiglu ? "fc1_gate_up_dgrad" : "fc1_dgrad", x.tokens, x.h, fc1_width, x.d));
   input_grad_comm("mlp_input");
-  ops.push_back(gemm(x.swiglu ? "fc1_gate_up_wgrad" : "fc1_wgrad", x.h, fc1_width, x.tokens, x.d));
+  ops.push_back(wgrad(x.swiglu ? "fc1_gate_up_wgrad" : "fc1_wgrad", x.h, fc1_width, x.tokens, x.d, region_act));
   // Norm backward reads its input, the output grad and the residual grad it is summed with.
   ops.push_back(memory("post_attention_" + norm + "_backward", 4 * region_act, 0, 2));
 
   if (x.drop) ops.push_back(memory("attention_dropout_add_backward", region_act * 2 + mask));
   if (tp && x.sp) ops.push_back(comm("attention_output_grad_all_gather", Comm::all_gather, full));
   ops.push_back(gemm("attention_output_dgrad", x.tokens, x.q, x.h, x.d));
-  ops.push_back(gemm("attention_output_wgrad", x.q, x.h, x.tokens, x.d));
+  ops.push_back(wgrad("attention_output_wgrad", x.q, x.h, x.tokens, x.d, act(x.tokens, x.q, x.d)));
 
   if (c.attention != AttentionImpl::softmax) {
     ops.push_back(flash(x, c, true));
@@ -242,7 +253,7 @@ std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c) {
   if (tp && x.sp) ops.push_back(comm("qkv_input_all_gather", Comm::all_gather, full));
   ops.push_back(gemm("qkv_dgrad", x.tokens, x.h, qkv_width, x.d));
   input_grad_comm("qkv_input");
-  ops.push_back(gemm("qkv_wgrad", x.h, qkv_width, x.tokens, x.d));
+  ops.push_back(wgrad("qkv_wgrad", x.h, qkv_width, x.tokens, x.d, region_act));
   ops.push_back(memory("input_" + norm + "_backward", 4 * region_act, 0, 2));
   return ops;
 }
@@ -281,7 +292,10 @@ std::vector<Op> embedding_backward(const ModelSpec& m, const LayerConfig& c) {
   if (c.tp > 1 && x.sp) ops.push_back(comm("embedding_grad_all_gather", Comm::all_gather, full));
   // Scatter-add of the output grad into the rank's rows of the weight grad (read grad, read and
   // write the touched rows).
-  ops.push_back(memory("embedding_grad", 3 * full));
+  Op grad = memory("embedding_grad", 3 * full);
+  grad.weight_grad = true;
+  grad.grad_output_bytes = to_bytes(full);
+  ops.push_back(grad);
   return ops;
 }
 
@@ -331,7 +345,10 @@ std::vector<Op> head_backward(const ModelSpec& m, const LayerConfig& c) {
     ops.push_back(x.sp ? comm("output_input_grad_reduce_scatter", Comm::reduce_scatter, full)
                        : comm("output_input_grad_all_reduce", Comm::all_reduce, full));
   }
-  ops.push_back(gemm("output_layer_wgrad", vocab, x.h, x.tokens, x.d));
+  // dW[vocab x h] = dY^T X: here dY is the bf16 logits gradient, tokens x vocab.
+  Op out_wgrad = wgrad("output_layer_wgrad", vocab, x.h, x.tokens, x.d, region_act);
+  out_wgrad.grad_output_bytes = to_bytes(logits * x.d);
+  ops.push_back(out_wgrad);
   ops.push_back(memory(x.swiglu ? "final_rmsnorm_backward" : "final_layernorm_backward", 3 * region_act));
   return ops;
 }

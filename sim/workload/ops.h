@@ -57,6 +57,12 @@ struct Op {
   std::int64_t comm_bytes = 0;   // tp_comm: full (unsharded) tensor size, nccl-tests convention
   std::int64_t saved_bytes = 0;  // forward ops: activation bytes kept until the layer's backward
   bool attention_core = false;   // recomputed by selective recompute
+  // Backward ops that compute weight gradients (the W pass of zero-bubble schedules); what such an
+  // op reads that must outlive the input-gradient pass: the output gradient (written by that pass)
+  // and the input the forward saved.
+  bool weight_grad = false;
+  std::int64_t grad_output_bytes = 0;
+  std::int64_t held_input_bytes = 0;
 };
 
 struct LayerConfig {

@@ -246,6 +246,7 @@ TEST_CASE("bad input: one line naming file, JSON path and problem; exit code 2")
   SECTION("features accepted by the format but not built yet") {
     auto j = good_scenario();
     j["parallel"]["schedule"] = "zb-h1";
+    j["parallel"]["zero"] = 3;
     CHECK(rejected(j).find("not supported yet") != std::string::npos);
     j = good_scenario();
     j["training"]["precision"] = "fp8";

@@ -394,8 +394,13 @@ TEST_CASE("settings trainsim knows but does not simulate yet are refused on thei
     std::string problem;
   };
   const std::vector<Case> cases = {
-      {[](json& d) { d["parallel"]["schedule"] = "zb-h1"; }, "parallel.schedule",
-       "\"zb-h1\" is not supported yet (supported: 1f1b, gpipe, interleaved)"},
+      {[](json& d) {
+         d["parallel"]["schedule"] = "zb-h1";
+         d["parallel"]["zero"] = 3;
+       },
+       "parallel.zero",
+       "zero 3 with the zb-h1 schedule is not supported yet (its weight-gradient passes would re-gather each "
+       "layer)"},
       {[](json& d) { d["parallel"]["virtual_stages"] = 2; }, "parallel.virtual_stages",
        "2 virtual stages need \"schedule\": \"interleaved\""},
       {[](json& d) { d["parallel"]["schedule"] = "interleaved"; }, "parallel.schedule",
