@@ -115,10 +115,7 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
   ParallelSpec p;
   if (auto v = node.find("tp")) p.tp = v->as_positive_int();
   if (auto v = node.find("pp")) p.pp = v->as_positive_int();
-  if (auto v = node.find("cp")) {
-    p.cp = v->as_positive_int();
-    if (p.cp > 1) v->fail(fmt::format("context parallelism (cp = {}) is not supported yet; use 1", p.cp));
-  }
+  if (auto v = node.find("cp")) p.cp = v->as_positive_int();
   if (auto v = node.find("sequence_parallel")) p.sequence_parallel = v->as_bool();
   if (auto v = node.find("schedule")) {
     constexpr std::array<Schedule, 4> kSchedule = {Schedule::one_f_one_b, Schedule::gpipe, Schedule::interleaved,
@@ -254,12 +251,27 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
   }
   p.dp = s.gpus / p.tp / p.pp / p.cp;
 
+  // Context parallelism: Megatron splits the sequence into 2·cp chunks, rank i taking chunks i and
+  // 2·cp - 1 - i so that causal attention costs every rank the same; ring attention needs fused
+  // (flash) attention kernels.
+  if (p.cp > 1) {
+    const std::string cp_path = util::join_path(parallel_path, "cp");
+    if (s.training.seq_len % (2 * p.cp) != 0)
+      throw util::InputError(file, cp_path,
+                             fmt::format("cp = {} cannot split seq_len {} into 2*cp = {} equal chunks", p.cp,
+                                         s.training.seq_len, 2 * p.cp));
+    if (s.training.attention == workload::AttentionImpl::softmax)
+      throw util::InputError(file, cp_path,
+                             "context parallelism needs fused attention (training.attention flash, flash2 or "
+                             "flash1), not softmax");
+  }
   // Megatron switches sequence parallelism off when TP = 1 (arguments.py); so do we, silently.
   if (p.tp == 1) p.sequence_parallel = false;
-  if (p.sequence_parallel && s.training.seq_len % p.tp != 0) {
-    throw util::InputError(
-        file, util::join_path(training_path, "seq_len"),
-        fmt::format("{} is not divisible by tp ({}), which sequence_parallel requires", s.training.seq_len, p.tp));
+  if (p.sequence_parallel && (s.training.seq_len / p.cp) % p.tp != 0) {
+    throw util::InputError(file, util::join_path(training_path, "seq_len"),
+                           fmt::format("{} tokens per context-parallel rank are not divisible by tp ({}), which "
+                                       "sequence_parallel requires",
+                                       s.training.seq_len / p.cp, p.tp));
   }
 
   TrainingSpec& t = s.training;

@@ -17,8 +17,8 @@
 
 namespace trainsim::engine {
 
-inline constexpr int kMaxStreams = 6;
-inline constexpr int kMaxSlots = 4;  // group slots and peer slots per rank
+inline constexpr int kMaxStreams = 8;  // busy masks are 8 bits
+inline constexpr int kMaxSlots = 4;    // group slots and peer slots per rank
 inline constexpr int kMaxMemCategories = 8;
 inline constexpr int kMaxBuckets = 8;  // time accounting classes (see Executor)
 inline constexpr std::uint32_t kNone = UINT32_MAX;

@@ -20,7 +20,8 @@ using engine::TaskKind;
 using workload::Op;
 
 const char* stream_name(int stream) {
-  static constexpr const char* kNames[] = {"compute", "tp-comm", "dp-comm", "pp-send", "pp-recv", "dp-gather"};
+  static constexpr const char* kNames[] = {"compute", "tp-comm",   "dp-comm", "pp-send",
+                                           "pp-recv", "dp-gather", "cp-send", "cp-recv"};
   return stream >= 0 && stream < kStreamCount ? kNames[stream] : "?";
 }
 
@@ -266,6 +267,7 @@ std::int64_t sum_saved(const std::vector<Op>& ops) {
 struct LayerOps {
   std::vector<Op> layer_fwd, layer_bwd, emb_fwd, emb_bwd, head_fwd, head_bwd;
   std::int64_t input_bytes = 0;
+  std::int64_t ring_kv_bytes = 0;  // context parallelism: one K/V block
 };
 
 // The backward ops split for zero-bubble schedules: the input-gradient pass, the weight-gradient
@@ -397,6 +399,57 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
     t.bytes = bytes;
     t.label = p.label(name);
     return t;
+  };
+
+  // Context parallelism: each attention op becomes Megatron's ring attention over the cp ranks. At
+  // step j the rank computes its queries against the K/V block it holds (its own at j = 0) while it
+  // sends that block on to the next CP rank and receives the next one from the previous rank; step
+  // j + 1 waits for the block. With the causal load balancing every step does 1/cp of the rank's
+  // attention work, on blocks of s/cp tokens. The backward passes K/V and their gradients around
+  // the ring (twice the bytes) and sends the accumulated dK/dV home at the end.
+  const std::int64_t cp = par.cp;
+  const std::int64_t kv_bytes = cp > 1 ? ops.ring_kv_bytes : 0;
+  auto ring_attention = [&](const Op& op, std::string_view phase, Saves saves) {
+    const bool bwd = op.attention.backward;
+    Op step = op;
+    step.flops /= static_cast<double>(cp);
+    step.bytes /= static_cast<double>(cp);
+    step.attention.seq_q = step.attention.seq_kv = op.attention.seq_q;
+    std::optional<Dep> arrived;
+    for (std::int64_t j = 0; j < cp; ++j) {
+      if (arrived) w.after(*arrived);
+      if (j + 1 < cp) {
+        const std::int64_t bytes = bwd ? 2 * kv_bytes : kv_bytes;
+        w.side(p2p(TaskKind::send, kCpSend, kCpNext, bytes, bwd ? "send_kv_and_grad" : "send_kv"));
+        arrived = w.side(p2p(TaskKind::recv, kCpRecv, kCpPrev, bytes, bwd ? "recv_kv_and_grad" : "recv_kv"));
+      }
+      if (j == 1) step.saved_bytes = 0;  // the logsumexp is saved once
+      w.emit({step}, phase, saves);
+    }
+    if (bwd) {
+      w.side(p2p(TaskKind::send, kCpSend, kCpNext, kv_bytes, "send_kv_grad_home"));
+      w.after(w.side(p2p(TaskKind::recv, kCpRecv, kCpPrev, kv_bytes, "recv_kv_grad_home")));
+    }
+  };
+  // Emits a list of ops (a layer's forward or backward, or only its attention core with
+  // `core_only`), with ring attention in place of each attention op when cp > 1.
+  auto emit = [&](const std::vector<Op>& list, std::string_view phase, Saves saves, bool core_only = false) {
+    if (cp == 1) {
+      w.emit(list, phase, saves, core_only);
+      return;
+    }
+    std::vector<Op> run;
+    for (const Op& op : list) {
+      if (core_only && !op.attention_core) continue;
+      if (op.kind != workload::OpKind::attention) {
+        run.push_back(op);
+        continue;
+      }
+      w.emit(run, phase, saves);
+      run.clear();
+      ring_attention(op, phase, saves);
+    }
+    w.emit(run, phase, saves);
   };
 
   // The rank's model chunks: one, or virtual_stages with the interleaved schedule (chunk c of
@@ -553,7 +606,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
       unit_needed(c, layer_unit(c, l), first_mb);
       enter_unit(c, order, i++);
       if (full_recompute(l)) w.alloc(ops.input_bytes);
-      w.emit(ops.layer_fwd, "forward", fwd_saves(l));
+      emit(ops.layer_fwd, "forward", fwd_saves(l));
       leave_unit(c, layer_unit(c, l));
     }
     if (has_head(c)) {
@@ -587,12 +640,12 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
     // weight pass needs, allocating the output gradients that pass will read).
     auto unit = [&](const std::vector<Op>& full, const SplitBackward& sb, std::int64_t freed) {
       if (!input_only) {
-        w.emit(full, "backward", Saves::none);
+        emit(full, "backward", Saves::none);
         w.free_at_last(freed);
         return;
       }
       w.alloc(sb.grad_outputs);
-      w.emit(sb.input, "backward_input", Saves::none);
+      emit(sb.input, "backward_input", Saves::none);
       w.free_at_last(freed - sb.held_inputs);
     };
     if (has_head(c)) {
@@ -603,8 +656,8 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
     }
     for (std::int64_t l = chunk_layers - 1; l >= 0; --l) {
       enter_unit(c, order, i++);
-      if (full_recompute(l)) w.emit(ops.layer_fwd, "recompute", Saves::all);
-      if (recompute == config::Recompute::selective) w.emit(ops.layer_fwd, "recompute", Saves::all, /*core_only=*/true);
+      if (full_recompute(l)) emit(ops.layer_fwd, "recompute", Saves::all);
+      if (recompute == config::Recompute::selective) emit(ops.layer_fwd, "recompute", Saves::all, /*core_only=*/true);
       unit(ops.layer_bwd, layer_split, layer_free(l));
       leave_unit(c, layer_unit(c, l));
       if (!input_only) unit_done(c, layer_unit(c, l), last_mb);
@@ -684,6 +737,7 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   lc.micro_batch = sc.training.micro_batch;
   lc.seq_len = sc.training.seq_len;
   lc.tp = par.tp;
+  lc.cp = par.cp;
   lc.sequence_parallel = par.sequence_parallel && par.tp > 1;
   lc.causal = true;
   lc.attention = sc.training.attention;
@@ -695,6 +749,7 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   ops.head_fwd = workload::head_forward(sc.model, lc);
   ops.head_bwd = workload::head_backward(sc.model, lc);
   ops.input_bytes = workload::layer_input_bytes(sc.model, lc);
+  ops.ring_kv_bytes = workload::ring_attention_kv_bytes(sc.model, lc);
 
   plan.stages.resize(static_cast<std::size_t>(par.pp));
   plan.programs.resize(static_cast<std::size_t>(par.pp));
@@ -722,9 +777,9 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   auto local_of = [&](std::uint32_t r) -> std::uint32_t {
     if (all) return r;
     const Coords c = grid.coords(r);
-    return c.tp == 0 && c.cp == 0 && c.dp == 0 ? static_cast<std::uint32_t>(c.pp) : engine::kNone;
+    return c.tp == 0 && c.dp == 0 ? static_cast<std::uint32_t>(c.pp * par.cp + c.cp) : engine::kNone;
   };
-  const std::uint32_t simulated = all ? n : static_cast<std::uint32_t>(par.pp);
+  const std::uint32_t simulated = all ? n : static_cast<std::uint32_t>(par.pp * par.cp);
   plan.bindings.resize(simulated);
   std::vector<std::uint32_t> local;
   auto add_group = [&](std::span<const std::uint32_t> members, std::uint32_t kind_id, GroupSlot slot) {
@@ -769,6 +824,13 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
       Coords next = c;
       next.pp = (c.pp + 1) % par.pp;
       b.peer[kNextStage] = local_of(grid.rank(next));
+    }
+    if (par.cp > 1) {  // the ring of ring attention
+      Coords prev = c, next = c;
+      prev.cp = (c.cp + par.cp - 1) % par.cp;
+      next.cp = (c.cp + 1) % par.cp;
+      b.peer[kCpPrev] = local_of(grid.rank(prev));
+      b.peer[kCpNext] = local_of(grid.rank(next));
     }
   }
   return plan;

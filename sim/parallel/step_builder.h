@@ -25,13 +25,15 @@ enum Stream : std::uint8_t {
   kPpSend = 3,
   kPpRecv = 4,
   kDpGather = 5,  // ZeRO-3 parameter all-gathers (FSDP runs them on their own stream)
-  kStreamCount = 6
+  kCpSend = 6,    // context parallelism: ring-attention K/V blocks to the next CP rank
+  kCpRecv = 7,    // ... and from the previous one
+  kStreamCount = 8
 };
 // Group slots and peer slots of every rank's Binding.
 // kDpGatherGroup is the DP group again, as a second communicator for the gather stream (a group
 // runs one collective at a time).
 enum GroupSlot : std::uint8_t { kTpGroup = 0, kDpGroup = 1, kEmbeddingGroup = 2, kDpGatherGroup = 3 };
-enum PeerSlot : std::uint8_t { kPrevStage = 0, kNextStage = 1 };
+enum PeerSlot : std::uint8_t { kPrevStage = 0, kNextStage = 1, kCpPrev = 2, kCpNext = 3 };
 // Memory categories.
 enum MemCategory : std::uint8_t {
   kWeights = 0,
@@ -63,9 +65,10 @@ struct StepPlan {
 
 struct BuildOptions {
   // Simulate every rank. Otherwise one representative per class of identical ranks is simulated:
-  // the ranks with tp = cp = dp = 0, one per pipeline stage. Ranks of a TP, CP or DP group run the
-  // same program with the same timing, so with the analytical network (no link sharing) the step
-  // time and every rank's memory are exactly those of the full run; tests check it.
+  // the ranks with tp = dp = 0, one per pipeline stage and CP rank (CP ranks pass K/V blocks to
+  // each other, so the ring is simulated whole). Ranks of a TP or DP group run the same program
+  // with the same timing, so with the analytical network (no link sharing) the step time and every
+  // rank's memory are exactly those of the full run; tests check it.
   bool all_ranks = false;
 };
 

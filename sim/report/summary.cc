@@ -88,6 +88,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
     const parallel::TimeBreakdown& t = r.ranks[i];
     stage_time[s].compute_s += t.compute_s;
     stage_time[s].tp_exposed_s += t.tp_exposed_s;
+    stage_time[s].cp_exposed_s += t.cp_exposed_s;
     stage_time[s].pp_exposed_s += t.pp_exposed_s;
     stage_time[s].dp_exposed_s += t.dp_exposed_s;
     stage_time[s].bubble_s += t.bubble_s;
@@ -104,6 +105,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
                          {"time_breakdown_s",
                           {{"compute", t.compute_s * k},
                            {"tp_exposed", t.tp_exposed_s * k},
+                           {"cp_exposed", t.cp_exposed_s * k},
                            {"pp_exposed", t.pp_exposed_s * k},
                            {"dp_exposed", t.dp_exposed_s * k},
                            {"bubble", t.bubble_s * k}}},
@@ -137,6 +139,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
       {"time_breakdown_s",
        {{"compute", r.mean.compute_s},
         {"tp_exposed", r.mean.tp_exposed_s},
+        {"cp_exposed", r.mean.cp_exposed_s},
         {"pp_exposed", r.mean.pp_exposed_s},
         {"dp_exposed", r.mean.dp_exposed_s},
         {"bubble", r.mean.bubble_s}}},
@@ -177,9 +180,12 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
                      m.tokens_per_s_per_gpu);
   out += fmt::format("model FLOPs   {:.1f} TFLOP/s/GPU · MFU {:.1f}% of {:.0f} TFLOP/s dense BF16 (NeMo count)\n",
                      m.model_tflops_per_gpu, 100.0 * m.mfu, sc.cluster.gpu.bf16_flops / 1e12);
-  out += fmt::format("time          compute {:.1f}% · exposed TP {:.1f}% · PP {:.1f}% · DP {:.1f}% · bubble {:.1f}%\n",
-                     pct(r.mean.compute_s), pct(r.mean.tp_exposed_s), pct(r.mean.pp_exposed_s),
-                     pct(r.mean.dp_exposed_s), pct(r.mean.bubble_s));
+  std::string cp_part;
+  if (p.cp > 1) cp_part = fmt::format(" · CP {:.1f}%", pct(r.mean.cp_exposed_s));
+  out +=
+      fmt::format("time          compute {:.1f}% · exposed TP {:.1f}%{} · PP {:.1f}% · DP {:.1f}% · bubble {:.1f}%\n",
+                  pct(r.mean.compute_s), pct(r.mean.tp_exposed_s), cp_part, pct(r.mean.pp_exposed_s),
+                  pct(r.mean.dp_exposed_s), pct(r.mean.bubble_s));
   out += fmt::format(
       "memory peak   {:.1f} GiB of {:.1f} GiB on rank {} at {:.3f} s: weights {:.1f} · gradients {:.1f} · "
       "optimizer {:.1f} · activations {:.1f} GiB\n",

@@ -20,8 +20,9 @@ namespace trainsim::workload {
 namespace {
 
 struct Dims {
-  double b, s, t, d;   // micro-batch, sequence, TP size, bytes per activation element
-  double tokens;       // b·s: tokens every TP rank holds in the tensor-parallel region
+  double b, s, t, d;   // micro-batch, whole sequence, TP size, bytes per activation element
+  double sl;           // s / cp: the sequence this context-parallel rank holds
+  double tokens;       // b·sl: tokens every TP rank holds in the tensor-parallel region
   double region;       // tokens in the norm/dropout region: b·s/t under SP, else b·s (replicated)
   double h, q, kv, f;  // hidden; per-rank query, key/value and FFN widths
   double heads;        // query heads per rank
@@ -31,13 +32,15 @@ struct Dims {
 
 Dims dims(const ModelSpec& m, const LayerConfig& c) {
   TRAINSIM_ASSERT(c.tp >= 1 && m.heads % c.tp == 0 && m.kv_heads % c.tp == 0 && m.ffn_hidden % c.tp == 0);
-  TRAINSIM_ASSERT(!c.sequence_parallel || c.seq_len % c.tp == 0);
+  TRAINSIM_ASSERT(c.cp >= 1 && c.seq_len % c.cp == 0);
+  TRAINSIM_ASSERT(!c.sequence_parallel || (c.seq_len / c.cp) % c.tp == 0);
   Dims x{};
   x.b = static_cast<double>(c.micro_batch);
   x.s = static_cast<double>(c.seq_len);
   x.t = static_cast<double>(c.tp);
   x.d = static_cast<double>(c.dtype_bytes);
-  x.tokens = x.b * x.s;
+  x.sl = x.s / static_cast<double>(c.cp);
+  x.tokens = x.b * x.sl;
   x.sp = c.sequence_parallel && c.tp > 1;
   x.region = x.sp ? x.tokens / x.t : x.tokens;
   x.h = static_cast<double>(m.hidden);
@@ -108,16 +111,18 @@ Op flash(const Dims& x, const LayerConfig& c, bool backward) {
   op.kind = OpKind::attention;
   op.name = backward ? "core_attention_backward" : "core_attention";
   op.attention = {static_cast<std::int64_t>(x.b * x.heads),
-                  c.seq_len,
+                  static_cast<std::int64_t>(x.sl),
                   c.seq_len,
                   static_cast<std::int64_t>(x.hd),
                   c.causal,
                   backward,
                   c.attention};
   // FlashAttention's count: 4·b·s²·heads·hd forward, halved when causal; backward 2.5× forward.
-  const double fwd = 4 * x.b * x.s * x.s * x.heads * x.hd * (c.causal ? 0.5 : 1.0);
+  // With context parallelism each rank's sl = s/cp queries meet all s keys, causal work balanced
+  // over the ranks (Megatron's 2·cp chunks): 1/cp of the whole.
+  const double fwd = 4 * x.b * x.sl * x.s * x.heads * x.hd * (c.causal ? 0.5 : 1.0);
   op.flops = backward ? 2.5 * fwd : fwd;
-  const double lse = 4 * x.b * x.heads * x.s;  // fp32 logsumexp per query row
+  const double lse = 4 * x.b * x.heads * x.sl;  // fp32 logsumexp per query row
   // Forward reads Q, K, V and writes O; backward reads Q, K, V, O, dO and writes dQ, dK, dV.
   op.bytes = backward ? x.tokens * (4 * x.q + 4 * x.kv) * x.d + lse : x.tokens * (2 * x.q + 2 * x.kv) * x.d + lse;
   op.saved_bytes = backward ? 0 : to_bytes(lse);
@@ -154,6 +159,7 @@ std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
     ops.push_back(flash(x, c, false));
   } else {
     const double batch = x.b * x.heads;
+    TRAINSIM_ASSERT(c.cp == 1);               // context parallelism runs fused attention only
     const double scores = batch * x.s * x.s;  // elements of one s x s score tensor on this rank
     ops.push_back(core(gemm("attention_scores", x.s, x.s, x.hd, x.d, 0, batch)));
     ops.push_back(core(memory("scale_mask_softmax", 2 * scores * x.d, scores * x.d)));
@@ -256,6 +262,11 @@ std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c) {
   ops.push_back(wgrad("qkv_wgrad", x.h, qkv_width, x.tokens, x.d, region_act));
   ops.push_back(memory("input_" + norm + "_backward", 4 * region_act, 0, 2));
   return ops;
+}
+
+std::int64_t ring_attention_kv_bytes(const ModelSpec& m, const LayerConfig& c) {
+  const Dims x = dims(m, c);
+  return to_bytes(2 * x.tokens * x.kv * x.d);
 }
 
 std::int64_t layer_input_bytes(const ModelSpec& m, const LayerConfig& c) {

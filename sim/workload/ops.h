@@ -67,8 +67,9 @@ struct Op {
 
 struct LayerConfig {
   std::int64_t micro_batch = 1;
-  std::int64_t seq_len = 2048;
+  std::int64_t seq_len = 2048;  // the whole sequence; each context-parallel rank holds seq_len / cp of it
   std::int64_t tp = 1;
+  std::int64_t cp = 1;
   bool sequence_parallel = false;
   bool causal = true;
   AttentionImpl attention = AttentionImpl::flash;
@@ -80,6 +81,9 @@ std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c);
 std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c);
 // Bytes of the layer input (what full recompute keeps per layer; divided by tp under SP).
 std::int64_t layer_input_bytes(const ModelSpec& m, const LayerConfig& c);
+// Context parallelism (ring attention): the K and V of this rank's seq_len / cp tokens, per TP rank,
+// which travel one hop around the CP ring at each of the cp - 1 steps of the forward.
+std::int64_t ring_attention_kv_bytes(const ModelSpec& m, const LayerConfig& c);
 
 // First pipeline stage: token + position embedding lookup (vocab-parallel under TP).
 std::vector<Op> embedding_forward(const ModelSpec& m, const LayerConfig& c);

@@ -405,8 +405,6 @@ TEST_CASE("settings trainsim knows but does not simulate yet are refused on thei
        "2 virtual stages need \"schedule\": \"interleaved\""},
       {[](json& d) { d["parallel"]["schedule"] = "interleaved"; }, "parallel.schedule",
        "the interleaved schedule needs virtual_stages >= 2 (Megatron: VPP 1 disables it)"},
-      {[](json& d) { d["parallel"]["cp"] = 2; }, "parallel.cp",
-       "context parallelism (cp = 2) is not supported yet; use 1"},
       {[](json& d) { d["training"]["precision"] = "fp8"; }, "training.precision",
        "\"fp8\" is not supported yet (supported: bf16, fp16)"},
   };
@@ -445,7 +443,27 @@ TEST_CASE("impossible layouts name the numbers that do not fit", "[config]") {
       {[](json& d) { d["training"]["micro_batch"] = 3; },
        "scenario.json: training.global_batch: 64 is not a multiple of micro_batch*dp = 3*4 = 12"},
       {[](json& d) { d["training"]["seq_len"] = 8190; },
-       "scenario.json: training.seq_len: 8190 is not divisible by tp (8), which sequence_parallel requires"},
+       "scenario.json: training.seq_len: 8190 tokens per context-parallel rank are not divisible by tp (8), which "
+       "sequence_parallel requires"},
+      // Context parallelism: 2·cp equal chunks (Megatron's causal load balancing), fused attention,
+      // and SP over each CP rank's tokens.
+      {[](json& d) {
+         d["parallel"]["cp"] = 4;
+         d["training"]["seq_len"] = 8196;
+       },
+       "scenario.json: parallel.cp: cp = 4 cannot split seq_len 8196 into 2*cp = 8 equal chunks"},
+      {[](json& d) {
+         d["parallel"]["cp"] = 2;
+         d["training"]["attention"] = "softmax";
+       },
+       "scenario.json: parallel.cp: context parallelism needs fused attention (training.attention flash, flash2 "
+       "or flash1), not softmax"},
+      {[](json& d) {
+         d["parallel"]["cp"] = 4;
+         d["training"]["seq_len"] = 40;
+       },
+       "scenario.json: training.seq_len: 10 tokens per context-parallel rank are not divisible by tp (8), which "
+       "sequence_parallel requires"},
   };
   for (const Case& c : cases) {
     json doc = base_scenario();
