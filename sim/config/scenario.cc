@@ -167,8 +167,8 @@ TrainingSpec parse_training(const util::JsonNode& node) {
     t.recompute = kRecompute[parse_choice(*v, Choices{{"none", "selective", "full"}, {}})];
   }
   if (auto v = node.find("precision")) {
-    constexpr std::array<Precision, 2> kPrecision = {Precision::bf16, Precision::fp16};
-    t.precision = kPrecision[parse_choice(*v, Choices{{"bf16", "fp16"}, {"fp8"}})];
+    constexpr std::array<Precision, 3> kPrecision = {Precision::bf16, Precision::fp16, Precision::fp8};
+    t.precision = kPrecision[parse_choice(*v, Choices{{"bf16", "fp16", "fp8"}, {}})];
   }
   if (auto v = node.find("recompute_layers")) {
     t.recompute_layers = v->as_positive_int();
@@ -251,6 +251,9 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
   }
   p.dp = s.gpus / p.tp / p.pp / p.cp;
 
+  if (s.training.precision == Precision::fp8 && s.cluster.gpu.fp8_flops <= 0)
+    throw util::InputError(file, util::join_path(training_path, "precision"),
+                           fmt::format("{} has no FP8 tensor cores", s.cluster.gpu.name));
   // Context parallelism: Megatron splits the sequence into 2·cp chunks, rank i taking chunks i and
   // 2·cp - 1 - i so that causal attention costs every rank the same; ring attention needs fused
   // (flash) attention kernels.

@@ -19,7 +19,8 @@ enum class Recompute : std::uint8_t { none, selective, full };
 enum class Schedule : std::uint8_t { one_f_one_b, gpipe, interleaved, zb_h1 };
 // Mixed precision as Megatron-LM runs it: bf16 accumulates and reduces gradients in fp32 (forced by
 // arguments.py for bf16); fp16 keeps them in fp16 unless told otherwise. Both use the 16-bit peak.
-enum class Precision : std::uint8_t { bf16, fp16 };
+// fp8: Transformer Engine FP8 for the layers' linear GEMMs, bf16 elsewhere (gradients as bf16's).
+enum class Precision : std::uint8_t { bf16, fp16, fp8 };
 
 struct ParallelSpec {
   std::int64_t tp = 1;

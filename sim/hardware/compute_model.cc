@@ -76,7 +76,13 @@ double ComputeModel::time_s(const workload::Op& op) const {
   double fixed_s = op.kernels * gpu_.launch_s;
   switch (op.kind) {
     case workload::OpKind::gemm:
-      compute_s = op.flops / (gpu_.bf16_flops * gemm_efficiency(op.gemm));
+      if (op.fp8) {
+        TRAINSIM_ASSERT(gpu_.fp8_flops > 0);
+        compute_s =
+            op.flops / (gpu_.fp8_flops * gpu_.fp8_gemm_efficiency * gemm_efficiency(op.gemm) / gpu_.gemm_efficiency);
+      } else {
+        compute_s = op.flops / (gpu_.bf16_flops * gemm_efficiency(op.gemm));
+      }
       fixed_s += gpu_.gemm_overhead_s;
       break;
     case workload::OpKind::attention:

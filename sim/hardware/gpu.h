@@ -18,6 +18,7 @@ struct GpuSpec {
   double nvlink_Bps = 0;  // per direction
   // Compute-model parameters (see compute_model.h for how each is used).
   double gemm_efficiency = 0;           // ceiling for large GEMMs, fraction of bf16_flops
+  double fp8_gemm_efficiency = 0;       // ceiling for large FP8 GEMMs, fraction of fp8_flops (0: no FP8)
   double gemm_half_dim = 0;             // x0 of the per-dimension saturation g(x) = x / (x + x0)
   double gemm_overhead_s = 0;           // fixed cost per GEMM beyond launch
   double attention_efficiency = 0;      // fused attention, fraction of bf16_flops at long sequences

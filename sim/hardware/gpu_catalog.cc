@@ -6,7 +6,9 @@
 //   [DS]   datasheet figures, dense, as tabulated in /work/shared/reference/ecosystem.md §4.1
 //          (stas00/ml-engineering accelerator tables citing nvidia.com datasheets).
 //   [FIT]  fit of e_max·g(m)g(n)g(k) + t0 to the A100 cuBLASLt sweep (published-runs.md §9a).
-//   [FIT8] the same form fitted to the H100/H200 FP8 cuBLASLt sweep (§9a): x0 and t0 only.
+//   [FIT8] the same form fitted to the H100/H200 FP8 cuBLASLt sweep (§9a): x0 and t0, and the FP8
+//          ceiling e_max (16384³ and 6144x12288x12288 over g(m)g(n)g(k): H100 0.712 and 0.712, H200 0.707
+//          and 0.695).
 //   [MAMF] best-shape BF16 matmul (ecosystem.md §4.5) × 0.955, the ratio of the A100 fit
 //          ceiling (0.83) to the A100 MAMF (0.869): large GEMMs in training reach the same
 //          fraction of the best shape as on A100.
@@ -101,9 +103,15 @@ std::array<GpuSpec, 6> build() {
   }
   h100.hbm_efficiency = kH100Hbm;
   h200.hbm_efficiency = kH200Hbm;
+  // [FIT8][E2E] the sweep's FP8 ceiling, sustained as the BF16 one ([A]: the factor is fitted on BF16
+  // runs; FP8 GEMMs draw the same power budget).
+  h100.fp8_gemm_efficiency = 0.712 * kHopperSustained;
+  h200.fp8_gemm_efficiency = 0.70 * kHopperSustained;
 
-  b200.gemm_efficiency = 0.776 * kMamfRatio;   // [MAMF] B200 77.6% → 0.741
-  gb200.gemm_efficiency = 0.729 * kMamfRatio;  // [MAMF] GB200 72.9% → 0.696
+  b200.gemm_efficiency = 0.776 * kMamfRatio;       // [MAMF] B200 77.6% → 0.741
+  gb200.gemm_efficiency = 0.729 * kMamfRatio;      // [MAMF] GB200 72.9% → 0.696
+  b200.fp8_gemm_efficiency = 0.763 * kMamfRatio;   // [MAMF] B200 FP8 76.3% → 0.729
+  gb200.fp8_gemm_efficiency = 0.723 * kMamfRatio;  // [MAMF] GB200 FP8 72.3% → 0.690
   for (GpuSpec* g : {&b200, &gb200}) {
     g->gemm_half_dim = kHopperHalfDim;                    // [A] no Blackwell sweep
     g->gemm_overhead_s = kHopperGemmFixed_s - kLaunch_s;  // [A]

@@ -738,6 +738,7 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   lc.seq_len = sc.training.seq_len;
   lc.tp = par.tp;
   lc.cp = par.cp;
+  lc.fp8 = sc.training.precision == config::Precision::fp8;
   lc.sequence_parallel = par.sequence_parallel && par.tp > 1;
   lc.causal = true;
   lc.attention = sc.training.attention;

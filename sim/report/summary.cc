@@ -13,6 +13,10 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
+double peak_flops(const config::Scenario& sc) {
+  return sc.training.precision == config::Precision::fp8 ? sc.cluster.gpu.fp8_flops : sc.cluster.gpu.bf16_flops;
+}
+
 std::string schedule_name(const config::ParallelSpec& p) {
   switch (p.schedule) {
     case config::Schedule::one_f_one_b:
@@ -62,7 +66,8 @@ Metrics compute_metrics(const config::Scenario& sc, const parallel::StepResult& 
   const double flops =
       workload::model_flops_per_sequence(sc.model, sc.training.seq_len) * static_cast<double>(sc.training.global_batch);
   m.model_tflops_per_gpu = flops / r.step_time_s / gpus / 1e12;
-  m.mfu = m.model_tflops_per_gpu * 1e12 / sc.cluster.gpu.bf16_flops;
+  // NeMo's convention: FP8 runs against the FP8 peak.
+  m.mfu = m.model_tflops_per_gpu * 1e12 / peak_flops(sc);
   m.bubble_fraction = r.mean.bubble_s / r.step_time_s;
   m.peak_gib = static_cast<double>(r.memory[r.peak_rank].peak_bytes) / kGiB;
   m.capacity_gib = sc.cluster.gpu.hbm_bytes / kGiB;
@@ -178,8 +183,9 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   out += fmt::format("step time     {:.3f} s\n", m.step_time_s);
   out += fmt::format("throughput    {} tokens/s · {:.1f} tokens/s/GPU\n", thousands(m.tokens_per_s),
                      m.tokens_per_s_per_gpu);
-  out += fmt::format("model FLOPs   {:.1f} TFLOP/s/GPU · MFU {:.1f}% of {:.0f} TFLOP/s dense BF16 (NeMo count)\n",
-                     m.model_tflops_per_gpu, 100.0 * m.mfu, sc.cluster.gpu.bf16_flops / 1e12);
+  out += fmt::format("model FLOPs   {:.1f} TFLOP/s/GPU · MFU {:.1f}% of {:.0f} TFLOP/s dense {} (NeMo count)\n",
+                     m.model_tflops_per_gpu, 100.0 * m.mfu, peak_flops(sc) / 1e12,
+                     sc.training.precision == config::Precision::fp8 ? "FP8" : "BF16");
   std::string cp_part;
   if (p.cp > 1) cp_part = fmt::format(" · CP {:.1f}%", pct(r.mean.cp_exposed_s));
   out +=

@@ -195,6 +195,14 @@ std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
   }
   ops.push_back(x.drop ? memory("mlp_dropout_add", region_act * 3 + mask, mask)
                        : memory("mlp_residual_add", region_act * 3));
+  if (c.fp8) {
+    // TE fuses the casts of the QKV and fc1 inputs into the norms and of the fc2 input into the
+    // activation; the projection input is cast on its own (read 2, write 1 byte per element), and
+    // every GEMM input is also written transposed in FP8 for the weight gradient (1 byte).
+    const double cast = 3 * x.tokens * x.q + x.tokens * (2 * x.h + x.q + x.f);
+    ops.push_back(memory("fp8_cast_transpose", cast, 0, 4));
+    for (Op& op : ops) op.fp8 = op.kind == OpKind::gemm && !op.attention_core;
+  }
   return ops;
 }
 
@@ -261,6 +269,13 @@ std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c) {
   input_grad_comm("qkv_input");
   ops.push_back(wgrad("qkv_wgrad", x.h, qkv_width, x.tokens, x.d, region_act));
   ops.push_back(memory("input_" + norm + "_backward", 4 * region_act, 0, 2));
+  if (c.fp8) {
+    // Each GEMM's output gradient is cast and transposed to FP8 once for its data and weight
+    // gradients: read 2, write 1 + 1 bytes per element.
+    const double fc1_out = x.swiglu ? 2 * x.f : x.f;
+    ops.push_back(memory("fp8_grad_cast_transpose", 4 * x.tokens * (qkv_width + x.h + fc1_out + x.h), 0, 4));
+    for (Op& op : ops) op.fp8 = op.kind == OpKind::gemm && !op.attention_core;
+  }
   return ops;
 }
 

@@ -57,6 +57,7 @@ struct Op {
   std::int64_t comm_bytes = 0;   // tp_comm: full (unsharded) tensor size, nccl-tests convention
   std::int64_t saved_bytes = 0;  // forward ops: activation bytes kept until the layer's backward
   bool attention_core = false;   // recomputed by selective recompute
+  bool fp8 = false;              // gemm: runs in FP8 (Transformer Engine), at the FP8 peak
   // Backward ops that compute weight gradients (the W pass of zero-bubble schedules); what such an
   // op reads that must outlive the input-gradient pass: the output gradient (written by that pass)
   // and the input the forward saved.
@@ -74,6 +75,10 @@ struct LayerConfig {
   bool causal = true;
   AttentionImpl attention = AttentionImpl::flash;
   std::int64_t dtype_bytes = 2;  // activations and weights (bf16)
+  // Transformer Engine FP8: the layers' linear GEMMs (forward, data and weight gradients) run in FP8
+  // with their operands cast (and transposed) to FP8 by extra memory-bound kernels; attention, the
+  // output layer and everything else stay in BF16 (NeMo / Megatron defaults).
+  bool fp8 = false;
 };
 
 std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c);

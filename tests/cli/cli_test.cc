@@ -249,8 +249,13 @@ TEST_CASE("bad input: one line naming file, JSON path and problem; exit code 2")
     j["parallel"]["zero"] = 3;
     CHECK(rejected(j).find("not supported yet") != std::string::npos);
     j = good_scenario();
+    j["parallel"] = {
+        {"tp", 2}, {"pp", 2}, {"schedule", "interleaved"}, {"virtual_stages", 2}, {"first_stage_layers", 8}};
+    CHECK(rejected(j).find("not supported yet") != std::string::npos);
+    j = good_scenario();
+    j["cluster"] = "dgx-a100";
     j["training"]["precision"] = "fp8";
-    CHECK(rejected(j).find("training.precision: ") != std::string::npos);
+    CHECK(rejected(j).find("training.precision: NVIDIA A100 SXM4 80GB has no FP8 tensor cores") != std::string::npos);
   }
 }
 

@@ -38,8 +38,8 @@ class DataDir {
     fs::create_directories(root_ / "scenarios");
     write("models/test-70b.json", model_json().dump());
     write("models/hf-llama.json", hf_json().dump());
-    fs::copy_file(fs::path(TRAINSIM_SOURCE_DIR) / "topologies" / "dgx-h100.json",
-                  root_ / "topologies" / "dgx-h100.json");
+    for (const char* t : {"dgx-h100.json", "dgx-a100.json"})
+      fs::copy_file(fs::path(TRAINSIM_SOURCE_DIR) / "topologies" / t, root_ / "topologies" / t);
   }
   ~DataDir() {
     std::error_code ec;
@@ -312,7 +312,7 @@ TEST_CASE("unknown model and cluster names list what is known", "[config]") {
   doc["cluster"] = "dgx-h300";
   e = parse_error(data, doc);
   CHECK(e.path() == "cluster");
-  CHECK_THAT(e.problem(), Catch::Contains("(known: dgx-h100)"));
+  CHECK_THAT(e.problem(), Catch::Contains("(known: dgx-a100, dgx-h100)"));
 
   doc = base_scenario();
   doc["cluster"] = 7;
@@ -405,8 +405,11 @@ TEST_CASE("settings trainsim knows but does not simulate yet are refused on thei
        "2 virtual stages need \"schedule\": \"interleaved\""},
       {[](json& d) { d["parallel"]["schedule"] = "interleaved"; }, "parallel.schedule",
        "the interleaved schedule needs virtual_stages >= 2 (Megatron: VPP 1 disables it)"},
-      {[](json& d) { d["training"]["precision"] = "fp8"; }, "training.precision",
-       "\"fp8\" is not supported yet (supported: bf16, fp16)"},
+      {[](json& d) {
+         d["cluster"] = "dgx-a100";
+         d["training"]["precision"] = "fp8";
+       },
+       "training.precision", "NVIDIA A100 SXM4 80GB has no FP8 tensor cores"},
   };
   for (const Case& c : cases) {
     json doc = base_scenario();

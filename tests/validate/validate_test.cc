@@ -62,9 +62,10 @@ TEST_CASE("every kind of record is compared with its simulated quantity; unsuppo
   write(dir / "a_step.json", record("a_step", "step", {{"step_time_s", 1.0}}));
   write(dir / "b_layer.json", record("b_layer", "layer", {{"layer_forward_ms", 7.7}, {"layer_backward_ms", 11.9}}));
   write(dir / "c_memory.json", record("c_memory", "memory", {{"static_gib", 45.5}, {"activations_gib", 59.25}}));
-  auto fp8 = record("d_fp8", "step", {{"step_time_s", 1.0}});
-  fp8["scenario"]["training"]["precision"] = "fp8";
-  write(dir / "d_fp8.json", fp8);
+  auto zb = record("d_zb3", "step", {{"step_time_s", 1.0}});
+  zb["scenario"]["parallel"]["schedule"] = "zb-h1";
+  zb["scenario"]["parallel"]["zero"] = 3;
+  write(dir / "d_zb3.json", zb);
   auto skipped = record("e_skip", "step", {{"step_time_s", 1.0}});
   skipped["skip"] = "no layout given";
   write(dir / "e_skip.json", skipped);
@@ -83,7 +84,7 @@ TEST_CASE("every kind of record is compared with its simulated quantity; unsuppo
   REQUIRE(outcomes[2].comparisons.size() == 1);
   CHECK(outcomes[2].comparisons[0].quantity == "memory_gib");
   CHECK(outcomes[2].comparisons[0].measured == Approx(45.5 + 59.25));
-  CHECK(outcomes[3].skipped.find("scenario.training.precision") != std::string::npos);
+  CHECK(outcomes[3].skipped.find("scenario.parallel.zero") != std::string::npos);
   CHECK(outcomes[3].skipped.find("not supported yet") != std::string::npos);
   CHECK(outcomes[4].skipped == "no layout given");
 
@@ -94,7 +95,7 @@ TEST_CASE("every kind of record is compared with its simulated quantity; unsuppo
   // One step run: MAPE equals its absolute error.
   CHECK(summary.find("step_time_s")->mape == Approx(std::fabs(outcomes[0].comparisons[0].error())));
   const std::string text = validate::to_text(outcomes, summary);
-  CHECK(text.find("d_fp8") != std::string::npos);
+  CHECK(text.find("d_zb3") != std::string::npos);
   CHECK(text.find("skipped") != std::string::npos);
   CHECK(validate::to_markdown(outcomes, summary).find("| quantity |") != std::string::npos);
 }

@@ -261,3 +261,32 @@ TEST_CASE("parameters per TP rank add up to the model") {
   CHECK(layer_params_per_rank(g, 1) == g.params_per_layer());
   CHECK(head_params_per_rank(g, 8) == 2 * 12288);
 }
+
+// Transformer Engine FP8: the four linear GEMMs of a layer (forward, data and weight gradients) run
+// in FP8, the attention core and the output layer stay in BF16; the casts are extra memory-bound
+// kernels: forward 3 B per projection-input element plus 1 B per GEMM-input element (transposed
+// copies), backward 4 B per output-gradient element of the four GEMMs.
+TEST_CASE("fp8 marks the layers' linear GEMMs and adds their casts") {
+  const ModelSpec m = llama70b();
+  LayerConfig c;
+  c.seq_len = 4096;
+  c.tp = 8;
+  c.fp8 = true;
+  int fwd_fp8 = 0, bwd_fp8 = 0;
+  double cast_fwd = 0, cast_bwd = 0;
+  for (const Op& op : layer_forward(m, c)) {
+    fwd_fp8 += op.fp8 ? 1 : 0;
+    CHECK((op.fp8 == (op.kind == OpKind::gemm)));
+    if (op.name == "fp8_cast_transpose") cast_fwd = op.bytes;
+  }
+  for (const Op& op : layer_backward(m, c)) {
+    bwd_fp8 += op.fp8 ? 1 : 0;
+    if (op.name == "fp8_grad_cast_transpose") cast_bwd = op.bytes;
+  }
+  CHECK(fwd_fp8 == 4);
+  CHECK(bwd_fp8 == 8);
+  const double tokens = 4096, h = 8192, q = 8192.0 / 8, kv = 8 * 128.0 / 8, f = 28672.0 / 8;
+  CHECK(cast_fwd == Approx(3 * tokens * q + tokens * (2 * h + q + f)));
+  CHECK(cast_bwd == Approx(4 * tokens * ((q + 2 * kv) + h + 2 * f + h)));
+  for (const Op& op : head_forward(m, c)) CHECK_FALSE(op.fp8);
+}
