@@ -126,6 +126,17 @@ TEST_CASE("the same scenario gives byte-identical --json output") {
     CHECK(sum == Approx(j["step_time_s"].get<double>()).epsilon(1e-9));
     CHECK(stage["layers"].get<int>() == 16);
   }
+  // Every simulated rank's memory peak (symmetric run: one rank per stage); the largest is the
+  // one reported on top.
+  REQUIRE(j["memory"]["ranks"].size() == 2);
+  double largest = 0;
+  for (const auto& rank : j["memory"]["ranks"]) {
+    largest = std::max(largest, rank["peak_gib"].get<double>());
+    double held = 0;
+    for (const auto& [k, v] : rank["breakdown_gib"].items()) held += v.get<double>();
+    CHECK(held == Approx(rank["peak_gib"].get<double>()).epsilon(1e-9));
+  }
+  CHECK(largest == j["memory"]["peak_gib"].get<double>());
 }
 
 TEST_CASE("the human summary names the prediction") {

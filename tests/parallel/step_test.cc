@@ -526,3 +526,51 @@ TEST_CASE("context parallelism: the ring hides behind attention at long sequence
   CHECK(long_seq.mean.cp_exposed_s / long_seq.step_time_s < 0.01);
   CHECK(short_seq.mean.cp_exposed_s / short_seq.step_time_s > long_seq.mean.cp_exposed_s / long_seq.step_time_s);
 }
+
+TEST_CASE("activation memory per layer on the timeline matches Korthikanti et al. for 22B-1T in all recompute modes") {
+  // Korthikanti et al. 2022 (Eqs. 4-6), t = 8 with sequence parallelism, s = 2048, softmax attention
+  // with dropout: per layer sbh/t·(34 + 5as/h) without recompute, 34·sbh/t with selective recompute,
+  // 2·sbh/t (the layer input) with full recompute. Measured on the simulated timeline as the growth
+  // of the activation peak when the model gains one layer (embedding, head and the recomputed
+  // layer's working set cancel out). Table 3's configurations; micro-batch 4 for 22B, else 1.
+  struct Config {
+    const char* name;
+    std::int64_t heads, hidden, micro_batch;
+  };
+  for (const Config& m : {Config{"22B", 64, 6144, 4}, Config{"175B", 96, 12288, 1}, Config{"530B", 128, 20480, 1},
+                          Config{"1T", 160, 25600, 1}}) {
+    const double s = 2048, b = static_cast<double>(m.micro_batch), h = static_cast<double>(m.hidden);
+    const double a = static_cast<double>(m.heads), t = 8, sbh = s * b * h;
+    for (const char* mode : {"none", "selective", "full"}) {
+      INFO(m.name << " recompute " << mode);
+      auto peak = [&](std::int64_t layers) {
+        nlohmann::json j = {{"model",
+                             {{"name", m.name},
+                              {"layers", layers},
+                              {"hidden", m.hidden},
+                              {"heads", m.heads},
+                              {"kv_heads", m.heads},
+                              {"ffn_hidden", 4 * m.hidden},
+                              {"vocab", 51200},
+                              {"mlp", "gelu"},
+                              {"dropout", 0.1}}},
+                            {"cluster", "dgx-a100"},
+                            {"gpus", 8},
+                            {"parallel", {{"tp", 8}, {"sequence_parallel", true}}},
+                            {"training",
+                             {{"micro_batch", m.micro_batch},
+                              {"global_batch", m.micro_batch},
+                              {"seq_len", 2048},
+                              {"attention", "softmax"},
+                              {"recompute", mode}}}};
+        return static_cast<double>(parallel::simulate_step(scenario(j)).memory[0].peak_breakdown_bytes[kActivations]);
+      };
+      const double per_layer = peak(3) - peak(2);
+      const std::string r = mode;
+      const double expected = r == "none"        ? sbh / t * (34 + 5 * a * s / h)
+                              : r == "selective" ? 34 * sbh / t
+                                                 : 2 * sbh / t;
+      CHECK(per_layer == Approx(expected).epsilon(0.05));
+    }
+  }
+}
