@@ -25,6 +25,7 @@ namespace {
 int run_command(const std::string& scenario_file, bool json, bool all_ranks) {
   using namespace trainsim;
   const auto scenario = config::load_scenario(scenario_file, config::default_data_dir());
+  for (const auto& w : scenario.warnings) spdlog::warn("warning: {}", w);
   spdlog::info("simulating {} ranks", scenario.gpus);
   parallel::BuildOptions options;
   options.all_ranks = all_ranks;

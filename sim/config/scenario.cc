@@ -250,6 +250,10 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
           fmt::format("pp*virtual_stages = {}*{} does not divide layers ({})", p.pp, p.virtual_stages, m.layers));
   }
   p.dp = s.gpus / p.tp / p.pp / p.cp;
+  // ZeRO shards over the DP x CP ranks; with one of them it changes nothing (Megatron accepts it).
+  if (p.zero >= 1 && p.dp * p.cp == 1)
+    s.warnings.push_back(fmt::format("{}: {}: zero {} has no effect with dp*cp = 1 (nothing to shard over)", file,
+                                     util::join_path(parallel_path, "zero"), p.zero));
 
   if (s.training.precision == Precision::fp8 && s.cluster.gpu.fp8_flops <= 0)
     throw util::InputError(file, util::join_path(training_path, "precision"),

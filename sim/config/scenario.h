@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "network/cluster.h"
 #include "workload/model.h"
@@ -67,6 +68,8 @@ struct Scenario {
   std::int64_t gpus = 0;
   ParallelSpec parallel;
   TrainingSpec training;
+  // Legal but pointless settings, each "FILE: JSON path: what" (printed as warnings, never fatal).
+  std::vector<std::string> warnings;
 };
 
 // Where named models and topologies live: <data_dir>/models/NAME.json, <data_dir>/topologies/NAME.json.

@@ -171,6 +171,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
         {"breakdown_gib", breakdown},
         {"ranks", per_rank}}},
       {"stages", per_stage},
+      {"warnings", sc.warnings},
       {"simulation",
        {{"ranks_simulated", r.ranks.size()},
         {"mode", r.all_ranks ? "all-ranks" : "symmetric"},

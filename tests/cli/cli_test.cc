@@ -161,6 +161,21 @@ TEST_CASE("a layout that does not fit in memory completes and says so") {
   CHECK(nlohmann::json::parse(js.out)["memory"]["fits"] == false);
 }
 
+TEST_CASE("zero without data parallelism is a warning, not an error") {
+  auto j = good_scenario();
+  j["gpus"] = 4;
+  j["training"]["global_batch"] = 4;  // tp 2 x pp 2 = 4 GPUs: dp = 1
+  const fs::path p = write("zero_dp1.json", j.dump());
+  Result r = run(fmt::format("run '{}' --json", p.string()));
+  CHECK(r.code == 0);
+  CHECK(r.err.find("warning: " + p.string() + ": parallel.zero: zero 1 has no effect with dp*cp = 1") !=
+        std::string::npos);
+  CHECK(nlohmann::json::parse(r.out)["warnings"].size() == 1);
+  // With dp > 1 there is nothing to warn about.
+  Result ok = run(fmt::format("run '{}' --json", write("zero_dp4.json", good_scenario().dump()).string()));
+  CHECK(ok.err.empty());
+}
+
 TEST_CASE("bad input: one line naming file, JSON path and problem; exit code 2") {
   SECTION("malformed JSON") {
     const fs::path p = write("malformed.json", "{\"model\": \"gpt3-175b\",");
