@@ -218,8 +218,6 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     const std::string key = p.first_stage_layers > 0 ? "first_stage_layers" : "last_stage_layers";
     const std::string path = util::join_path(parallel_path, key);
     if (p.pp < 2) throw util::InputError(file, path, "uneven stages need pp >= 2");
-    if (p.schedule == Schedule::interleaved)
-      throw util::InputError(file, path, "uneven stages with the interleaved schedule are not supported yet");
     const std::int64_t fixed = p.first_stage_layers + p.last_stage_layers;
     const std::int64_t rest_stages = p.pp - (p.first_stage_layers > 0) - (p.last_stage_layers > 0);
     if (rest_stages == 0 && fixed != m.layers)
@@ -244,10 +242,19 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     if (p.pp < 2)
       throw util::InputError(file, util::join_path(parallel_path, "schedule"),
                              "the interleaved schedule needs pp >= 2");
-    if (m.layers % (p.pp * p.virtual_stages) != 0)
+    if (!uneven && m.layers % (p.pp * p.virtual_stages) != 0)
       throw util::InputError(
           file, util::join_path(parallel_path, "virtual_stages"),
           fmt::format("pp*virtual_stages = {}*{} does not divide layers ({})", p.pp, p.virtual_stages, m.layers));
+    // Uneven stages (Megatron-Core: --decoder-first/last-pipeline-num-layers with a virtual pipeline):
+    // every stage's layers split evenly over its virtual_stages model chunks.
+    for (std::int64_t st = 0; uneven && st < p.pp; ++st) {
+      const std::int64_t n = stage_layers(s, st);
+      if (n % p.virtual_stages != 0)
+        throw util::InputError(
+            file, util::join_path(parallel_path, "virtual_stages"),
+            fmt::format("{} virtual stages do not divide the {} layers of pipeline stage {}", p.virtual_stages, n, st));
+    }
   }
   p.dp = s.gpus / p.tp / p.pp / p.cp;
   // ZeRO shards over the DP x CP ranks; with one of them it changes nothing (Megatron accepts it).

@@ -276,8 +276,10 @@ TEST_CASE("bad input: one line naming file, JSON path and problem; exit code 2")
     CHECK(rejected(j).find("not supported yet") != std::string::npos);
     j = good_scenario();
     j["parallel"] = {
-        {"tp", 2}, {"pp", 2}, {"schedule", "interleaved"}, {"virtual_stages", 2}, {"first_stage_layers", 8}};
-    CHECK(rejected(j).find("not supported yet") != std::string::npos);
+        {"tp", 2}, {"pp", 2}, {"schedule", "interleaved"}, {"virtual_stages", 2}, {"first_stage_layers", 7}};
+    CHECK(
+        rejected(j).find("parallel.virtual_stages: 2 virtual stages do not divide the 7 layers of pipeline stage 0") !=
+        std::string::npos);
     j = good_scenario();
     j["cluster"] = "dgx-a100";
     j["training"]["precision"] = "fp8";

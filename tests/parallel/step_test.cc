@@ -9,6 +9,7 @@
 #include "network/collective.h"
 #include "parallel/step_builder.h"
 #include "parallel/step_runner.h"
+#include "util/error.h"
 #include "workload/ops.h"
 
 using namespace trainsim;
@@ -573,4 +574,27 @@ TEST_CASE("activation memory per layer on the timeline matches Korthikanti et al
       CHECK(per_layer == Approx(expected).epsilon(0.05));
     }
   }
+}
+
+TEST_CASE("uneven stages with the interleaved schedule: each stage's layers split over its chunks") {
+  // 16 layers over pp 4 as 2 / 6 / 6 / 2 (first and last stages lighter, as for the embedding and
+  // the output layer), 2 chunks per rank. The light stages wait on the heavy ones: they idle more.
+  auto j = base(8, 2, 4, 8);
+  j["parallel"]["schedule"] = "interleaved";
+  j["parallel"]["virtual_stages"] = 2;
+  j["parallel"]["first_stage_layers"] = 2;
+  j["parallel"]["last_stage_layers"] = 2;
+  const auto sc = scenario(j);
+  hardware::ComputeModel cm(sc.cluster.gpu);
+  const auto plan = parallel::build_step(sc, cm);
+  CHECK(plan.stages[0].layers == 2);
+  CHECK(plan.stages[1].layers == 6);
+  CHECK(plan.stages[0].chunks == 2);
+  const auto sym = parallel::simulate_step(sc);
+  CHECK(sym.step_time_s == parallel::simulate_step(sc, parallel::BuildOptions{true}).step_time_s);
+  CHECK(sym.ranks[0].bubble_s > sym.ranks[1].bubble_s);
+  // 3 layers on a stage cannot be split over 2 chunks.
+  j["parallel"]["first_stage_layers"] = 3;
+  j["parallel"]["last_stage_layers"] = 3;
+  CHECK_THROWS_AS(scenario(j), util::InputError);
 }
