@@ -15,6 +15,7 @@
 
 #include "config/scenario.h"
 #include "engine/executor.h"
+#include "network/sweep.h"
 #include "parallel/step_runner.h"
 #include "report/summary.h"
 #include "util/error.h"
@@ -63,6 +64,38 @@ int validate_command(const std::string& dir_arg, bool json, bool markdown, const
   return violations.empty() ? 0 : 1;
 }
 
+int collective_command(const std::string& cluster_name, const trainsim::network::SweepRequest& req,
+                       const std::string& network, bool json) {
+  using namespace trainsim;
+  if (network != "analytical")
+    throw util::InputError("--network", "",
+                           fmt::format("\"{}\": only the analytical network is built yet (the flow-level model "
+                                       "is planned)",
+                                       network));
+  const auto cluster = config::load_cluster(cluster_name, config::default_data_dir(), "--cluster");
+  // The topology describes one node and its fabric; any number of nodes can be asked for.
+  const auto rows = network::collective_sweep(cluster, std::int64_t{1} << 24, req);
+  if (json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& r : rows)
+      out.push_back({{"bytes", r.bytes},
+                     {"time_s", r.time_s},
+                     {"algbw_GBps", r.algbw_GBps},
+                     {"busbw_GBps", r.busbw_GBps},
+                     {"algo", r.algo}});
+    fmt::print("{}\n", out.dump(2));
+    return 0;
+  }
+  fmt::print("# trainsim collective: {} over {} GPUs of {} ({} network, algorithm {})\n", req.op, req.gpus,
+             cluster.name, network, network::to_string(req.algo));
+  fmt::print("# {:>14} {:>12} {:>10} {:>10}  {}\n", "size (B)", "time (us)", "algbw", "busbw", "algorithm");
+  fmt::print("# {:>14} {:>12} {:>10} {:>10}\n", "", "", "(GB/s)", "(GB/s)");
+  for (const auto& r : rows)
+    fmt::print("  {:>14} {:>12.2f} {:>10.2f} {:>10.2f}  {}\n", r.bytes, r.time_s * 1e6, r.algbw_GBps, r.busbw_GBps,
+               r.algo);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -94,6 +127,21 @@ int main(int argc, char** argv) {
   validate->add_option("--gate", gate_file,
                        "Accuracy gate file (e.g. validation/gate.json): exit 1 when a MAPE or worst error exceeds it");
 
+  std::string coll_cluster, coll_algo = "auto", coll_network = "analytical";
+  trainsim::network::SweepRequest coll;
+  bool coll_json = false;
+  CLI::App* collective = app.add_subcommand(
+      "collective", "Predict one collective over the first N GPUs of a cluster, 1 MiB to 16 GiB, like nccl-tests");
+  collective->add_option("--cluster", coll_cluster, "Topology name (topologies/NAME.json) or file")->required();
+  collective->add_option("--gpus", coll.gpus, "Number of GPUs (the first N of the cluster)")->required();
+  collective->add_option("--op", coll.op, "all_reduce, all_gather, reduce_scatter, all_to_all or send_recv")
+      ->required();
+  collective->add_option("--algo", coll_algo, "auto (what the simulation uses), ring, tree or nvls");
+  collective->add_option("--network", coll_network, "analytical (the flow-level model is planned)");
+  collective->add_option("--min-bytes", coll.min_bytes, "Smallest message, bytes (default 1 MiB)");
+  collective->add_option("--max-bytes", coll.max_bytes, "Largest message, bytes (default 16 GiB)");
+  collective->add_flag("--json", coll_json, "Print a JSON list of {bytes, time_s, algbw_GBps, busbw_GBps, algo}");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -107,6 +155,16 @@ int main(int argc, char** argv) {
   try {
     if (run->parsed()) return run_command(scenario_file, json, all_ranks);
     if (validate->parsed()) return validate_command(validate_dir, validate_json, validate_markdown, gate_file);
+    if (collective->parsed()) {
+      const auto algo = trainsim::network::algorithm_from_string(coll_algo);
+      if (!algo)
+        throw trainsim::util::InputError("--algo", "",
+                                         fmt::format("unknown algorithm \"{}\" (expected one of: auto, ring, tree, "
+                                                     "nvls)",
+                                                     coll_algo));
+      coll.algo = *algo;
+      return collective_command(coll_cluster, coll, coll_network, coll_json);
+    }
   } catch (const trainsim::util::InputError& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;

@@ -335,6 +335,13 @@ std::int64_t stage_layers(const Scenario& sc, std::int64_t stage) {
   return (sc.model.layers - fixed) / rest;
 }
 
+network::ClusterSpec load_cluster(const std::string& name_or_path, const fs::path& data_dir, const std::string& what) {
+  const nlohmann::json ref = name_or_path;
+  const util::JsonNode node(ref, what);
+  return parse_reference(node, data_dir, "topologies", fs::current_path(),
+                         [](const util::JsonNode& n, const std::string&) { return network::parse_cluster(n); });
+}
+
 Scenario load_scenario(const std::string& file, const fs::path& data_dir) {
   const nlohmann::json doc = util::read_json_file(file);
   const util::JsonNode root(doc, file);

@@ -76,6 +76,11 @@ struct Scenario {
 // Defaults to the source tree the binary was built from; TRAINSIM_DATA_DIR overrides it.
 std::filesystem::path default_data_dir();
 
+// A cluster by topology name (<data_dir>/topologies/NAME.json) or file path; errors name `what`
+// (e.g. the command-line option) as the file.
+network::ClusterSpec load_cluster(const std::string& name_or_path, const std::filesystem::path& data_dir,
+                                  const std::string& what);
+
 // Transformer layers on pipeline stage `stage` (uneven first/last stages as the scenario says).
 std::int64_t stage_layers(const Scenario& scenario, std::int64_t stage);
 

@@ -1,6 +1,7 @@
 #include "network/analytical_network.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "engine/simulation.h"
 #include "util/error.h"
@@ -26,6 +27,13 @@ std::int64_t ring_steps(CollectiveOp op, std::int64_t n) {
   TRAINSIM_ASSERT(false && "unknown CollectiveOp");
   return 0;
 }
+
+// NCCL 2.30.7 src/graph/tuning.cc (ecosystem.md §3.2): Tree/Simple base latency, NVLink and NET hop
+// latencies; tree all-reduce bus bandwidth = min(0.92 · ring busBw, per-channel caps).
+constexpr double kTreeBaseLatency_s = 8.4e-6;
+constexpr double kTreeNvlinkHop_s = 4.0e-6;
+constexpr double kTreeNetHop_s = 14e-6;
+constexpr double kTreeBandwidthRatio = 0.92;
 
 std::int64_t inter_node_steps(CollectiveOp op, std::int64_t nodes) {
   return op == CollectiveOp::all_reduce ? 2 * (nodes - 1) : nodes - 1;
@@ -99,6 +107,67 @@ double AnalyticalNetwork::collective_time_s(CollectiveOp op, std::int64_t bytes,
   const double nics = static_cast<double>(std::min(p.min_ranks_per_node, cluster_.nic.per_node));
   const double busbw_Bps = std::min(cluster_.nvlink.busbw_Bps, nics * cluster_.nic.busbw_Bps);
   return latency_s + size * busbw_factor(op, n) / busbw_Bps;
+}
+
+std::optional<AnalyticalNetwork::Timed> AnalyticalNetwork::collective(CollectiveOp op, std::int64_t bytes,
+                                                                      std::span<const std::uint32_t> ranks,
+                                                                      Algorithm algo) const {
+  const Placement p = place(ranks);
+  const auto n = static_cast<std::int64_t>(ranks.size());
+  const bool one_node = p.nodes == 1;
+  const bool nvls_here =
+      cluster_.nvlink.nvls && one_node && op != CollectiveOp::all_to_all && op != CollectiveOp::broadcast;
+  if (algo == Algorithm::automatic) {
+    // The simulation's choice: NVLS where the measured all-reduce figure is NVLS's, rings otherwise.
+    const Algorithm used = nvls_here && op == CollectiveOp::all_reduce ? Algorithm::nvls : Algorithm::ring;
+    return Timed{collective_time_s(op, bytes, n, p), used};
+  }
+  const double size = static_cast<double>(bytes);
+  const double ramp = one_node || p.min_ranks_per_node > 1 ? cluster_.nvlink.ramp_latency_s : 0.0;
+  // Ring bandwidth: NVLink ring inside a node (the all-reduce figure when it is a ring's), NICs of
+  // the least populated node across nodes, as in collective_time_s.
+  const double nics = static_cast<double>(std::min(p.min_ranks_per_node, cluster_.nic.per_node));
+  const double ring_intra_Bps = op == CollectiveOp::all_reduce && !cluster_.nvlink.nvls
+                                    ? cluster_.nvlink.allreduce_busbw_Bps
+                                    : cluster_.nvlink.busbw_Bps;
+  const double ring_Bps =
+      one_node ? ring_intra_Bps : std::min(cluster_.nvlink.busbw_Bps, nics * cluster_.nic.busbw_Bps);
+  switch (algo) {
+    case Algorithm::ring: {
+      if (op == CollectiveOp::all_to_all || op == CollectiveOp::broadcast) return std::nullopt;
+      const std::int64_t steps = ring_steps(op, n);
+      const std::int64_t inter = p.nodes > 1 ? inter_node_steps(op, p.nodes) : 0;
+      const double lat = cluster_.collective_base_latency_s +
+                         static_cast<double>(steps - inter) * cluster_.nvlink.latency_s +
+                         static_cast<double>(inter) * cluster_.nic.latency_s + ramp;
+      return Timed{lat + size * busbw_factor(op, n) / ring_Bps, Algorithm::ring};
+    }
+    case Algorithm::tree: {
+      // NCCL's tree all-reduce (tuning.cc): a chain inside each node, double binary trees across
+      // nodes; latency baseLat + 2((ppn - 1) intra hop + log2(nodes) NET hop), Simple protocol
+      // (8.4, 4.0 and 14 us); bus bandwidth 0.92 of the ring's.
+      if (op != CollectiveOp::all_reduce) return std::nullopt;
+      const double ppn = static_cast<double>(n / p.nodes);
+      const double lat =
+          kTreeBaseLatency_s +
+          2.0 * ((ppn - 1.0) * kTreeNvlinkHop_s + std::log2(static_cast<double>(p.nodes)) * kTreeNetHop_s) + ramp;
+      return Timed{lat + size * busbw_factor(op, n) / (kTreeBandwidthRatio * ring_Bps), Algorithm::tree};
+    }
+    case Algorithm::nvls: {
+      // NVLink SHARP: the switches reduce and multicast. All-reduce at the measured NVLS figure;
+      // all-gather / reduce-scatter at the ring figure measured for them on the same systems. The
+      // fixed time is the fitted one of the measured (NVLS) all-reduce curve.
+      if (!nvls_here) return std::nullopt;
+      const double bw =
+          op == CollectiveOp::all_reduce ? cluster_.nvlink.allreduce_busbw_Bps : cluster_.nvlink.busbw_Bps;
+      const double lat = cluster_.collective_base_latency_s +
+                         static_cast<double>(ring_steps(op, n)) * cluster_.nvlink.latency_s + ramp;
+      return Timed{lat + size * busbw_factor(op, n) / bw, Algorithm::nvls};
+    }
+    case Algorithm::automatic:
+      break;
+  }
+  return std::nullopt;
 }
 
 double AnalyticalNetwork::p2p_time_s(std::uint32_t src, std::uint32_t dst, std::int64_t bytes) const {

@@ -6,6 +6,7 @@
 // concurrent messages do not slow each other (the flow model does that).
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -22,6 +23,17 @@ class AnalyticalNetwork final : public engine::CommModel {
   void start(const engine::CommRequest& req, engine::Simulation& sim, engine::Callback done) override;
 
   double collective_time_s(CollectiveOp op, std::int64_t bytes, std::span<const std::uint32_t> ranks) const;
+
+  // One collective with a chosen algorithm (nccl-tests style, `trainsim collective`). `automatic` is
+  // the time the simulation uses; ring, tree (all-reduce only) and NVLS (all-reduce, all-gather,
+  // reduce-scatter inside one node of a GPU with NVLS) follow NCCL's cost model. Returns nothing
+  // when the algorithm cannot run that collective there.
+  struct Timed {
+    double time_s = 0;
+    Algorithm algo = Algorithm::ring;  // the one that ran (automatic resolved)
+  };
+  std::optional<Timed> collective(CollectiveOp op, std::int64_t bytes, std::span<const std::uint32_t> ranks,
+                                  Algorithm algo) const;
   double p2p_time_s(std::uint32_t src, std::uint32_t dst, std::int64_t bytes) const;
 
   // How a group sits on the cluster: nodes it touches, and ranks on its least populated node

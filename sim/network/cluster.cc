@@ -45,7 +45,8 @@ ClusterSpec parse_cluster(const util::JsonNode& node) {
   c.gpus_per_node = node.at("gpus_per_node").as_positive_int();
 
   const util::JsonNode nvlink = node.at("nvlink");
-  nvlink.reject_unknown({"allreduce_busbw_GBps", "busbw_GBps", "p2p_GBps", "latency_us", "ramp_latency_us"});
+  nvlink.reject_unknown({"allreduce_busbw_GBps", "busbw_GBps", "p2p_GBps", "latency_us", "ramp_latency_us", "nvls"});
+  if (nvlink.has("nvls")) c.nvlink.nvls = nvlink.at("nvls").as_bool();
   c.nvlink.allreduce_busbw_Bps = gbps(nvlink, "allreduce_busbw_GBps");
   c.nvlink.busbw_Bps = gbps(nvlink, "busbw_GBps");
   c.nvlink.p2p_Bps = gbps(nvlink, "p2p_GBps");

@@ -17,6 +17,7 @@ struct ClusterSpec {
   std::int64_t gpus_per_node = 8;  // NVLink domain size (72 for an NVL72 rack)
   struct NvLink {
     double allreduce_busbw_Bps = 0;  // achieved all-reduce bus bandwidth inside a node (NVLS where NCCL uses it)
+    bool nvls = false;               // NVLink SHARP in the switches (Hopper and later): allreduce_busbw is NVLS's
     double busbw_Bps = 0;            // achieved ring bus bandwidth (all-gather, reduce-scatter, ring all-reduce)
     double p2p_Bps = 0;              // achieved point-to-point bandwidth between two GPUs
     double latency_s = 0;            // per ring step

@@ -28,6 +28,27 @@ std::string_view to_string(CollectiveOp op) {
   return {};
 }
 
+std::string_view to_string(Algorithm algo) {
+  switch (algo) {
+    case Algorithm::automatic:
+      return "auto";
+    case Algorithm::ring:
+      return "ring";
+    case Algorithm::tree:
+      return "tree";
+    case Algorithm::nvls:
+      return "nvls";
+  }
+  TRAINSIM_ASSERT(false && "unknown Algorithm");
+  return {};
+}
+
+std::optional<Algorithm> algorithm_from_string(std::string_view name) {
+  for (Algorithm a : {Algorithm::automatic, Algorithm::ring, Algorithm::tree, Algorithm::nvls})
+    if (to_string(a) == name) return a;
+  return std::nullopt;
+}
+
 std::optional<CollectiveOp> collective_from_string(std::string_view name) {
   for (const OpName& entry : kOpNames) {
     if (entry.name == name) return entry.op;

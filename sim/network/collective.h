@@ -10,7 +10,14 @@ namespace trainsim::network {
 
 enum class CollectiveOp : std::uint16_t { all_reduce, all_gather, reduce_scatter, all_to_all, broadcast };
 
+// NCCL's collective algorithms as the models know them (ecosystem.md §3.1). `automatic` is the
+// model's default: what NCCL picks on the measured systems (NVLS all-reduce inside a Hopper node,
+// rings otherwise).
+enum class Algorithm : std::uint8_t { automatic, ring, tree, nvls };
+
 std::string_view to_string(CollectiveOp op);
+std::string_view to_string(Algorithm algo);
+std::optional<Algorithm> algorithm_from_string(std::string_view name);
 std::optional<CollectiveOp> collective_from_string(std::string_view name);
 // nccl-tests bus-bandwidth factor: busbw = algbw * factor (2(n-1)/n for all-reduce, ...).
 double busbw_factor(CollectiveOp op, std::int64_t ranks);

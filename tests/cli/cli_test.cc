@@ -328,3 +328,28 @@ TEST_CASE("validate prints a table with the MAPE line, and Markdown for CI") {
   CHECK(md.code == 0);
   CHECK(md.out.find("| run | kind | measured | predicted | error | note |") != std::string::npos);
 }
+
+TEST_CASE("collective: an nccl-tests-like table and --json, bad options exit 2") {
+  Result text = run("collective --cluster dgx-h100 --gpus 8 --op all_reduce");
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("all_reduce over 8 GPUs of dgx-h100") != std::string::npos);
+  CHECK(text.out.find("busbw") != std::string::npos);
+  Result js = run("collective --cluster dgx-h100 --gpus 8 --op all_gather --algo ring --json");
+  REQUIRE(js.code == 0);
+  const auto rows = nlohmann::json::parse(js.out);
+  REQUIRE(rows.size() == 15);  // 1 MiB to 16 GiB
+  for (const auto& r : rows) {
+    for (const char* key : {"bytes", "time_s", "algbw_GBps", "busbw_GBps", "algo"}) CHECK(r.contains(key));
+    CHECK(r["algo"] == "ring");
+  }
+  auto bad = [](const std::string& args, const std::string& message) {
+    Result r = run("collective " + args);
+    CHECK(r.code == 2);
+    CHECK(r.err.find(message) != std::string::npos);
+  };
+  bad("--cluster dgx-a100 --gpus 8 --op all_reduce --algo nvls", "--algo: nvls cannot run all_reduce");
+  bad("--cluster dgx-h100 --gpus 8 --op gather", "--op: unknown collective \"gather\"");
+  bad("--cluster dgx-h100 --gpus 8 --op all_reduce --algo fastest", "--algo: unknown algorithm \"fastest\"");
+  bad("--cluster dgx-h100 --gpus 8 --op all_reduce --network flow", "--network: \"flow\": only the analytical");
+  bad("--cluster dgx-h300 --gpus 8 --op all_reduce", "--cluster: \"dgx-h300\" is neither");
+}

@@ -1,0 +1,115 @@
+// `trainsim collective`'s sweep against published nccl-tests measurements (the targets:
+// within 10% at >= 64 MiB) and its algorithm rules.
+
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "network/cluster.h"
+#include "network/sweep.h"
+#include "util/error.h"
+#include "util/json_node.h"
+
+using namespace trainsim::network;
+
+namespace {
+
+ClusterSpec topology(const std::string& name) {
+  std::ifstream in(std::string(TRAINSIM_SOURCE_DIR) + "/topologies/" + name + ".json");
+  const auto doc = nlohmann::json::parse(in);
+  return parse_cluster(trainsim::util::JsonNode(doc, name + ".json"));
+}
+
+SweepRow at(const std::vector<SweepRow>& rows, std::int64_t bytes) {
+  for (const auto& r : rows)
+    if (r.bytes == bytes) return r;
+  FAIL("no row for " << bytes);
+  return {};
+}
+
+constexpr std::int64_t kMiB = std::int64_t{1} << 20;
+
+}  // namespace
+
+TEST_CASE("8x H100 all-reduce follows the published DGX H100 sweep within 10% from 64 MiB") {
+  // NVIDIA/dgxc-benchmarking nccl/README.md, DGX H100, all_reduce busbw (GB/s), published-runs.md §9c.
+  constexpr std::array<std::pair<std::int64_t, double>, 9> kMeasured{{{64 * kMiB, 361.67},
+                                                                      {128 * kMiB, 400.53},
+                                                                      {256 * kMiB, 422.25},
+                                                                      {512 * kMiB, 436.79},
+                                                                      {1024 * kMiB, 466.33},
+                                                                      {2048 * kMiB, 473.37},
+                                                                      {4096 * kMiB, 477.24},
+                                                                      {8192 * kMiB, 480.16},
+                                                                      {16384 * kMiB, 479.9}}};
+  SweepRequest req;
+  req.op = "all_reduce";
+  const auto rows = collective_sweep(topology("dgx-h100"), 1024, req);
+  CHECK(rows.front().bytes == kMiB);
+  CHECK(rows.back().bytes == 16384 * kMiB);
+  CHECK(rows.size() == 15);
+  for (const auto& [bytes, busbw] : kMeasured) {
+    INFO(bytes << " bytes");
+    CHECK(at(rows, bytes).busbw_GBps == Approx(busbw).epsilon(0.10));
+    CHECK(at(rows, bytes).algo == "nvls");
+  }
+  // nccl-tests' definitions: algbw = S/t, busbw = algbw * 2(n-1)/n.
+  const SweepRow& r = rows.back();
+  CHECK(r.algbw_GBps == Approx(static_cast<double>(r.bytes) / r.time_s / 1e9));
+  CHECK(r.busbw_GBps == Approx(r.algbw_GBps * 2 * 7 / 8));
+}
+
+TEST_CASE("ring on 8 H100 ~370 GB/s, 8 A100 ~230 GB/s, one NDR NIC ~46-48 GB/s") {
+  // ecosystem.md §3.4: H100 NCCL_ALGO=RING ~370 (sjeaugey, nccl-tests#212); A100 ~230
+  // (nccl-tests#149); one ConnectX-7 NDR 46-48 (nccl-tests#290, #267).
+  SweepRequest req;
+  req.op = "all_reduce";
+  req.min_bytes = req.max_bytes = 8192 * kMiB;
+  req.algo = Algorithm::ring;
+  CHECK(collective_sweep(topology("dgx-h100"), 1024, req).front().busbw_GBps == Approx(370).epsilon(0.10));
+  req.algo = Algorithm::automatic;
+  const auto a100 = collective_sweep(topology("dgx-a100"), 1024, req).front();
+  CHECK(a100.busbw_GBps == Approx(230).epsilon(0.10));
+  CHECK(a100.algo == "ring");  // no NVLS before Hopper
+  // Point to point across two nodes: one NIC.
+  req.op = "send_recv";
+  req.gpus = 16;
+  const auto nic = collective_sweep(topology("dgx-h100"), 1024, req).front();
+  CHECK(nic.busbw_GBps > 46 * 0.9);
+  CHECK(nic.busbw_GBps < 48 * 1.1);
+  CHECK(nic.algo == "p2p");
+}
+
+TEST_CASE("algorithms: tree wins small multi-node all-reduces, ring large ones; impossible choices are errors") {
+  // NCCL's tree latency grows with log2(nodes), the ring's with the ranks: on 64 H100 (8 nodes) a
+  // 1 MiB all-reduce is faster on the tree; at 16 GiB the ring's bandwidth (tree: 0.92 of it) wins.
+  SweepRequest req;
+  req.op = "all_reduce";
+  req.gpus = 64;
+  req.min_bytes = req.max_bytes = kMiB;
+  const auto h100 = topology("dgx-h100");
+  auto time = [&](Algorithm a, std::int64_t bytes) {
+    req.algo = a;
+    req.min_bytes = req.max_bytes = bytes;
+    return collective_sweep(h100, 1024, req).front().time_s;
+  };
+  CHECK(time(Algorithm::tree, kMiB) < time(Algorithm::ring, kMiB));
+  CHECK(time(Algorithm::ring, 16384 * kMiB) < time(Algorithm::tree, 16384 * kMiB));
+  CHECK(time(Algorithm::ring, 16384 * kMiB) / time(Algorithm::tree, 16384 * kMiB) == Approx(0.92).epsilon(0.01));
+  req.algo = Algorithm::nvls;  // NVLS is single-node
+  CHECK_THROWS_AS(collective_sweep(h100, 1024, req), trainsim::util::InputError);
+  req.gpus = 8;
+  req.op = "all_to_all";
+  CHECK_THROWS_AS(collective_sweep(h100, 1024, req), trainsim::util::InputError);
+  req.algo = Algorithm::automatic;
+  req.op = "broadcast";
+  CHECK_THROWS_AS(collective_sweep(h100, 1024, req), trainsim::util::InputError);
+  req.op = "all_reduce";
+  req.gpus = 1;
+  CHECK_THROWS_AS(collective_sweep(h100, 1024, req), trainsim::util::InputError);
+}
