@@ -44,14 +44,14 @@ std::vector<SweepRow> collective_sweep(const ClusterSpec& cluster, std::int64_t 
     } else {
       const auto timed = net.collective(*op, bytes, ranks, req.algo);
       if (!timed)
-        throw util::InputError("--algo", "",
-                               fmt::format("{} cannot run {} over {} GPUs of {}{}", to_string(req.algo), req.op,
-                                           req.gpus, cluster.name,
-                                           req.algo == Algorithm::nvls ? " (NVLS: one node of a GPU with NVLink "
-                                                                         "SHARP; all_reduce, all_gather, "
-                                                                         "reduce_scatter)"
-                                           : req.algo == Algorithm::tree ? " (tree: all_reduce only)"
-                                                                         : ""));
+        throw util::InputError(
+            "--algo", "",
+            fmt::format("{} cannot run {} over {} GPUs of {}{}", to_string(req.algo), req.op, req.gpus, cluster.name,
+                        req.algo == Algorithm::nvls   ? " (NVLS: one node of a GPU with NVLink "
+                                                        "SHARP; all_reduce, all_gather, "
+                                                        "reduce_scatter)"
+                        : req.algo == Algorithm::tree ? " (tree: all_reduce only)"
+                                                      : ""));
       row.time_s = timed->time_s;
       row.algo = std::string(to_string(timed->algo));
       factor = busbw_factor(*op, req.gpus);

@@ -1,0 +1,148 @@
+#include "network/flow_solver.h"
+
+#include <algorithm>
+
+#include "util/error.h"
+
+namespace trainsim::network {
+
+FlowSolver::FlowSolver(std::vector<double> link_capacity_Bps)
+    : capacity_(std::move(link_capacity_Bps)),
+      on_link_(capacity_.size()),
+      link_mark_(capacity_.size(), 0),
+      residual_(capacity_.size(), 0),
+      unfrozen_(capacity_.size(), 0) {
+  for (double c : capacity_) TRAINSIM_ASSERT(c > 0);
+}
+
+FlowSolver::FlowId FlowSolver::add(std::span<const LinkId> path, double cap_Bps) {
+  TRAINSIM_ASSERT(cap_Bps > 0);
+  FlowId id;
+  if (!free_.empty()) {
+    id = free_.back();
+    free_.pop_back();
+  } else {
+    id = static_cast<FlowId>(flows_.size());
+    flows_.emplace_back();
+    flow_mark_.push_back(0);
+  }
+  Flow& f = flows_[id];
+  f.path.assign(path.begin(), path.end());
+  f.cap = cap_Bps;
+  f.rate = 0;
+  f.active = true;
+  for (LinkId l : f.path) {
+    TRAINSIM_ASSERT(l < capacity_.size());
+    on_link_[l].push_back(id);
+  }
+  dirty_.push_back(id);
+  return id;
+}
+
+void FlowSolver::remove(FlowId id) {
+  TRAINSIM_ASSERT(active(id));
+  Flow& f = flows_[id];
+  for (LinkId l : f.path) {
+    auto& v = on_link_[l];
+    v.erase(std::find(v.begin(), v.end(), id));
+    removed_links_.push_back(l);
+  }
+  f.active = false;
+  f.rate = 0;
+  f.path.clear();
+  free_.push_back(id);
+}
+
+double FlowSolver::load(LinkId link) const {
+  double sum = 0;
+  for (FlowId f : on_link_[link]) sum += flows_[f].rate;
+  return sum;
+}
+
+// Breadth-first over flows and links from `seed`, marking with the current epoch.
+void FlowSolver::collect_component(FlowId seed, std::vector<FlowId>& flows, std::vector<LinkId>& links) {
+  if (flow_mark_[seed] == epoch_) return;
+  const std::size_t first = flows.size();
+  flow_mark_[seed] = epoch_;
+  flows.push_back(seed);
+  for (std::size_t i = first; i < flows.size(); ++i) {
+    for (LinkId l : flows_[flows[i]].path) {
+      if (link_mark_[l] == epoch_) continue;
+      link_mark_[l] = epoch_;
+      links.push_back(l);
+      for (FlowId g : on_link_[l]) {
+        if (flow_mark_[g] == epoch_) continue;
+        flow_mark_[g] = epoch_;
+        flows.push_back(g);
+      }
+    }
+  }
+}
+
+void FlowSolver::fill(const std::vector<FlowId>& flows, const std::vector<LinkId>& links) {
+  for (LinkId l : links) {
+    residual_[l] = capacity_[l];
+    unfrozen_[l] = static_cast<std::uint32_t>(on_link_[l].size());
+  }
+  std::vector<FlowId> open = flows;  // unfrozen flows
+  std::vector<char> frozen(flows_.size(), 0);
+  while (!open.empty()) {
+    // The smallest fair share over the component's links, and the smallest own cap.
+    double share = FlowSolver::kUncapped;
+    for (LinkId l : links)
+      if (unfrozen_[l] > 0) share = std::min(share, residual_[l] / unfrozen_[l]);
+    for (FlowId f : open) share = std::min(share, flows_[f].cap);
+    TRAINSIM_ASSERT(share < FlowSolver::kUncapped);
+    share = std::max(share, 0.0);
+    // Freeze the flows on bottleneck links and those at their cap, at `share`. A tolerance keeps
+    // links that fill at the same level (up to rounding) in the same round.
+    const double tol = share * 1e-12;
+    std::vector<FlowId> next;
+    for (FlowId f : open) {
+      const Flow& fl = flows_[f];
+      bool freeze = fl.cap <= share + tol;
+      for (LinkId l : fl.path) freeze = freeze || residual_[l] / unfrozen_[l] <= share + tol;
+      if (freeze) {
+        frozen[f] = 1;
+      } else {
+        next.push_back(f);
+      }
+    }
+    TRAINSIM_ASSERT(next.size() < open.size());
+    for (FlowId f : open) {
+      if (!frozen[f]) continue;
+      flows_[f].rate = share;
+      for (LinkId l : flows_[f].path) {
+        residual_[l] = std::max(0.0, residual_[l] - share);
+        --unfrozen_[l];
+      }
+    }
+    open.swap(next);
+  }
+}
+
+const std::vector<FlowSolver::FlowId>& FlowSolver::solve() {
+  changed_.clear();
+  ++epoch_;
+  std::vector<FlowId> flows;
+  std::vector<LinkId> links;
+  auto solve_from = [&](FlowId seed) {
+    flows.clear();
+    links.clear();
+    collect_component(seed, flows, links);
+    if (flows.empty()) return;
+    fill(flows, links);
+    changed_.insert(changed_.end(), flows.begin(), flows.end());
+  };
+  for (FlowId f : dirty_)
+    if (flows_[f].active) solve_from(f);
+  for (LinkId l : removed_links_)
+    for (FlowId f : on_link_[l]) solve_from(f);  // marked flows are skipped inside
+  dirty_.clear();
+  removed_links_.clear();
+  std::sort(changed_.begin(), changed_.end());
+  changed_.erase(std::unique(changed_.begin(), changed_.end()), changed_.end());
+  return changed_;
+}
+
+}  // namespace trainsim::network
