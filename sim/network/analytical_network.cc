@@ -68,18 +68,26 @@ double AnalyticalNetwork::collective_time_s(CollectiveOp op, std::int64_t bytes,
   return collective_time_s(op, bytes, static_cast<std::int64_t>(ranks.size()), place(ranks));
 }
 
-double AnalyticalNetwork::collective_time_s(CollectiveOp op, std::int64_t bytes, std::int64_t n,
-                                            const Placement& p) const {
-  TRAINSIM_ASSERT(bytes >= 0);
-  if (n <= 1 || bytes == 0) return 0.0;
+double AnalyticalNetwork::collective_latency_s(CollectiveOp op, std::int64_t n, const Placement& p) const {
   const std::int64_t steps = ring_steps(op, n);
   const std::int64_t inter_steps = p.nodes > 1 ? inter_node_steps(op, p.nodes) : 0;
   const bool has_nvlink_phase = p.nodes == 1 || p.min_ranks_per_node > 1;
-
   double latency_s = cluster_.collective_base_latency_s +
                      static_cast<double>(steps - inter_steps) * cluster_.nvlink.latency_s +
                      static_cast<double>(inter_steps) * cluster_.nic.latency_s;
   if (has_nvlink_phase) latency_s += cluster_.nvlink.ramp_latency_s;
+  return latency_s;
+}
+
+double AnalyticalNetwork::p2p_latency_s(std::uint32_t src, std::uint32_t dst) const {
+  return cluster_.node_of(src) == cluster_.node_of(dst) ? cluster_.nvlink.latency_s : cluster_.nic.latency_s;
+}
+
+double AnalyticalNetwork::collective_time_s(CollectiveOp op, std::int64_t bytes, std::int64_t n,
+                                            const Placement& p) const {
+  TRAINSIM_ASSERT(bytes >= 0);
+  if (n <= 1 || bytes == 0) return 0.0;
+  const double latency_s = collective_latency_s(op, n, p);
 
   const double size = static_cast<double>(bytes);
   if (p.nodes == 1) {

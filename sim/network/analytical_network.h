@@ -43,6 +43,10 @@ class AnalyticalNetwork final : public engine::CommModel {
     std::int64_t min_ranks_per_node = 0;
   };
   Placement place(std::span<const std::uint32_t> ranks) const;
+  // The fixed part of a collective's time (what it takes at 0 bytes beyond NCCL's setup), as in
+  // collective_time_s; the flow model adds it to the time its flows take.
+  double collective_latency_s(CollectiveOp op, std::int64_t ranks, const Placement& p) const;
+  double p2p_latency_s(std::uint32_t src, std::uint32_t dst) const;
 
  private:
   double collective_time_s(CollectiveOp op, std::int64_t bytes, std::int64_t ranks, const Placement& p) const;

@@ -38,7 +38,8 @@ void check_sources(const util::JsonNode& node) {
 }  // namespace
 
 ClusterSpec parse_cluster(const util::JsonNode& node) {
-  node.reject_unknown({"name", "gpu", "gpus_per_node", "nvlink", "nic", "collective_base_latency_us", "sources"});
+  node.reject_unknown(
+      {"name", "gpu", "gpus_per_node", "nvlink", "nic", "collective_base_latency_us", "fabric", "sources"});
   ClusterSpec c;
   c.name = node.at("name").as_string();
   c.gpu = parse_gpu(node.at("gpu"));
@@ -60,6 +61,30 @@ ClusterSpec parse_cluster(const util::JsonNode& node) {
   c.nic.latency_s = micros(nic, "latency_us");
 
   c.collective_base_latency_s = micros(node, "collective_base_latency_us");
+  if (auto fabric = node.find("fabric")) {
+    fabric->reject_unknown(
+        {"kind", "nodes_per_leaf", "spines", "oversubscription", "pod_nodes", "pod_oversubscription"});
+    auto& f = c.fabric;
+    if (auto v = fabric->find("kind")) {
+      const std::string kind = v->as_string();
+      if (kind == "rail_optimized")
+        f.kind = ClusterSpec::Fabric::Kind::rail_optimized;
+      else if (kind == "fat_tree")
+        f.kind = ClusterSpec::Fabric::Kind::fat_tree;
+      else
+        v->fail(fmt::format("unknown value \"{}\" (expected one of: rail_optimized, fat_tree)", kind));
+    }
+    if (auto v = fabric->find("nodes_per_leaf")) f.nodes_per_leaf = v->as_positive_int();
+    if (auto v = fabric->find("spines")) f.spines = v->as_positive_int();
+    if (auto v = fabric->find("oversubscription")) f.oversubscription = v->as_positive_number();
+    if (auto v = fabric->find("pod_nodes")) f.pod_nodes = v->as_nonnegative_int();
+    if (auto v = fabric->find("pod_oversubscription")) f.pod_oversubscription = v->as_positive_number();
+    if (f.oversubscription < 1) fabric->at("oversubscription").fail("must be >= 1 (downlink / uplink capacity)");
+    if (f.pod_oversubscription < 1)
+      fabric->at("pod_oversubscription").fail("must be >= 1 (downlink / uplink capacity)");
+    if (f.pod_nodes > 0 && f.pod_nodes % f.nodes_per_leaf != 0)
+      fabric->at("pod_nodes").fail(fmt::format("must be a multiple of nodes_per_leaf ({})", f.nodes_per_leaf));
+  }
   if (auto sources = node.find("sources")) check_sources(*sources);
   return c;
 }

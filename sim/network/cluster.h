@@ -32,6 +32,18 @@ struct ClusterSpec {
     double latency_s = 0;  // per inter-node ring step
   } nic;
   double collective_base_latency_s = 0;  // fixed NCCL launch/setup latency per collective
+  // The fabric between the nodes' NICs (the flow-level network builds its graph from it).
+  struct Fabric {
+    enum class Kind : std::uint8_t { rail_optimized, fat_tree };
+    // rail_optimized: NIC k of every node of a group goes to that group's rail-k leaf (DGX
+    // SuperPOD); fat_tree: all NICs of a node go to the group's one leaf.
+    Kind kind = Kind::rail_optimized;
+    std::int64_t nodes_per_leaf = 32;  // nodes per group (a SuperPOD scalable unit: 32 DGX)
+    std::int64_t spines = 8;           // spine switches per pod; ECMP spreads over them
+    double oversubscription = 1;       // leaf: downlink / uplink capacity
+    std::int64_t pod_nodes = 0;        // nodes per pod; 0: one pod, no core layer
+    double pod_oversubscription = 1;   // spine: downlink / uplink-to-core capacity
+  } fabric;
 
   std::int64_t node_of(std::uint32_t rank) const { return static_cast<std::int64_t>(rank) / gpus_per_node; }
 };

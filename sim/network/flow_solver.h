@@ -61,7 +61,7 @@ class FlowSolver {
   std::vector<std::vector<FlowId>> on_link_;  // active flows per link
   std::vector<Flow> flows_;
   std::vector<FlowId> free_;
-  std::vector<FlowId> dirty_;    // flows added, or survivors of a removal, to re-solve from
+  std::vector<FlowId> dirty_;          // flows added, or survivors of a removal, to re-solve from
   std::vector<LinkId> removed_links_;  // links of removed flows: their other flows must be re-solved
   std::vector<FlowId> changed_;
   // Scratch, kept to avoid allocation per solve.

@@ -1,0 +1,171 @@
+#include "network/flow_network.h"
+
+#include <algorithm>
+
+#include "engine/simulation.h"
+#include "util/error.h"
+
+namespace trainsim::network {
+
+FlowNetwork::FlowNetwork(const ClusterSpec& cluster, std::int64_t gpus)
+    : cluster_(cluster),
+      analytical_(cluster),
+      graph_(cluster, gpus),
+      solver_(capacities(graph_, cluster)),
+      link_bytes_(solver_.link_count(), 0),
+      link_busy_s_(solver_.link_count(), 0),
+      link_busy_since_(solver_.link_count(), 0),
+      link_flows_(solver_.link_count(), 0) {}
+
+// The graph's links, then one virtual link per GPU for its NCCL collective throughput.
+std::vector<double> FlowNetwork::capacities(const TopologyGraph& graph, const ClusterSpec& cluster) {
+  std::vector<double> caps(graph.capacities().begin(), graph.capacities().end());
+  caps.insert(caps.end(), static_cast<std::size_t>(graph.gpus()), cluster.nvlink.busbw_Bps);
+  return caps;
+}
+
+void FlowNetwork::link_busy_change(FlowSolver::LinkId link, int delta, double now) {
+  if (delta > 0 && link_flows_[link]++ == 0) link_busy_since_[link] = now;
+  if (delta < 0 && --link_flows_[link] == 0) link_busy_s_[link] += now - link_busy_since_[link];
+}
+
+void FlowNetwork::add_flow(std::uint32_t transfer, std::uint32_t src, std::uint32_t dst, double bytes,
+                           bool collective) {
+  if (src == dst || bytes <= 0) return;
+  path_.clear();
+  graph_.route(src, dst, path_);
+  if (collective) path_.push_back(static_cast<FlowSolver::LinkId>(graph_.link_count() + src));
+  const FlowSolver::FlowId id = solver_.add(path_);
+  if (id >= flows_.size()) flows_.resize(id + 1);
+  Flow& f = flows_[id];
+  f.transfer = transfer;
+  f.remaining = bytes;
+  f.rate = 0;
+  f.since = 0;
+  ++f.version;
+  for (FlowSolver::LinkId l : path_) link_bytes_[l] += bytes;
+  f.path = path_;
+  ++transfers_[transfer].open_flows;
+  pending_.push_back(id);
+  ++flows_started_;
+}
+
+void FlowNetwork::start(const engine::CommRequest& req, engine::Simulation& sim, engine::Callback done) {
+  std::uint32_t t;
+  if (!free_transfers_.empty()) {
+    t = free_transfers_.back();
+    free_transfers_.pop_back();
+  } else {
+    t = static_cast<std::uint32_t>(transfers_.size());
+    transfers_.emplace_back();
+  }
+  transfers_[t].open_flows = 0;
+  transfers_[t].done = std::move(done);
+  pending_.clear();
+  const double size = static_cast<double>(req.bytes);
+
+  if (req.kind == engine::CommRequest::Kind::p2p) {
+    transfers_[t].latency_s = analytical_.p2p_latency_s(req.src, req.dst);
+    add_flow(t, req.src, req.dst, size, false);
+  } else {
+    const auto op = static_cast<CollectiveOp>(req.op);
+    const std::span<const std::uint32_t> ranks = req.ranks;
+    const auto n = static_cast<std::int64_t>(ranks.size());
+    const auto p = analytical_.place(ranks);
+    transfers_[t].latency_s = n > 1 && req.bytes > 0 ? analytical_.collective_latency_s(op, n, p) : 0.0;
+    if (n > 1 && req.bytes > 0) {
+      if (op == CollectiveOp::all_to_all) {
+        for (std::int64_t i = 0; i < n; ++i)
+          for (std::int64_t j = 0; j < n; ++j)
+            add_flow(t, ranks[static_cast<std::size_t>(i)], ranks[static_cast<std::size_t>(j)],
+                     size / static_cast<double>(n), true);
+      } else {
+        double per_rank = size * busbw_factor(op, n);
+        if (op == CollectiveOp::all_reduce && p.nodes == 1)  // the node's measured all-reduce rate (NVLS or ring)
+          per_rank *= cluster_.nvlink.busbw_Bps / cluster_.nvlink.allreduce_busbw_Bps;
+        auto r = [&](std::int64_t i) { return ranks[static_cast<std::size_t>(i)]; };
+        if (p.nodes == 1) {
+          for (std::int64_t i = 0; i < n; ++i) add_flow(t, r(i), r((i + 1) % n), per_rank, true);
+        } else {
+          // Runs of the group's ranks per node, in group order.
+          std::vector<std::int64_t> node_start;
+          for (std::int64_t i = 0; i < n; ++i)
+            if (i == 0 || cluster_.node_of(r(i)) != cluster_.node_of(r(i - 1))) node_start.push_back(i);
+          const auto runs = static_cast<std::int64_t>(node_start.size());
+          node_start.push_back(n);
+          const std::int64_t channels = std::max<std::int64_t>(1, std::min(p.min_ranks_per_node, cluster_.nic.per_node));
+          const double bytes = per_rank / static_cast<double>(channels);
+          for (std::int64_t c = 0; c < channels; ++c) {
+            // Channel c enters each node at its c-th rank, walks the node's ranks and leaves from the
+            // one before the entry, through that GPU's rail NIC, to the next node's entry.
+            for (std::int64_t k = 0; k < runs; ++k) {
+              const std::int64_t begin = node_start[static_cast<std::size_t>(k)];
+              const std::int64_t ppn = node_start[static_cast<std::size_t>(k + 1)] - begin;
+              for (std::int64_t j = 0; j + 1 < ppn; ++j)
+                add_flow(t, r(begin + (c + j) % ppn), r(begin + (c + j + 1) % ppn), bytes, true);
+              const std::int64_t exit = begin + (c + ppn - 1) % ppn;
+              const std::int64_t nb = node_start[static_cast<std::size_t>((k + 1) % runs)];
+              const std::int64_t nppn = node_start[static_cast<std::size_t>((k + 1) % runs + 1)] - nb;
+              add_flow(t, r(exit), r(nb + c % nppn), bytes, true);
+            }
+          }
+        }
+      }
+    }
+  }
+  launch(t, sim);
+}
+
+void FlowNetwork::launch(std::uint32_t t, engine::Simulation& sim) {
+  if (transfers_[t].open_flows == 0) {  // nothing to move: only the fixed time
+    engine::Callback done = std::move(transfers_[t].done);
+    free_transfers_.push_back(t);
+    sim.after(engine::Time::from_seconds(transfers_[t].latency_s), std::move(done));
+    return;
+  }
+  const double now = sim.now().seconds();
+  for (std::uint32_t id : pending_) {
+    flows_[id].since = now;
+    for (FlowSolver::LinkId l : flows_[id].path) link_busy_change(l, +1, now);
+  }
+  reschedule(sim);
+}
+
+void FlowNetwork::reschedule(engine::Simulation& sim) {
+  const double now = sim.now().seconds();
+  for (FlowSolver::FlowId id : solver_.solve()) {
+    if (!solver_.active(id)) continue;
+    Flow& f = flows_[id];
+    f.remaining = std::max(0.0, f.remaining - f.rate * (now - f.since));
+    f.since = now;
+    f.rate = solver_.rate(id);
+    ++f.version;
+    TRAINSIM_ASSERT(f.rate > 0);
+    const std::uint64_t version = f.version;
+    sim.after(engine::Time::from_seconds(f.remaining / f.rate),
+              [this, id, version, &sim] { finish_flow(id, version, sim); });
+  }
+}
+
+void FlowNetwork::finish_flow(FlowSolver::FlowId id, std::uint64_t version, engine::Simulation& sim) {
+  Flow& f = flows_[id];
+  if (f.version != version || !solver_.active(id)) return;  // rescheduled since
+  const std::uint32_t t = f.transfer;
+  for (FlowSolver::LinkId l : f.path) link_busy_change(l, -1, sim.now().seconds());
+  solver_.remove(id);
+  ++f.version;
+  reschedule(sim);
+  if (--transfers_[t].open_flows == 0) {
+    engine::Callback done = std::move(transfers_[t].done);
+    free_transfers_.push_back(t);
+    sim.after(engine::Time::from_seconds(transfers_[t].latency_s), std::move(done));
+  }
+}
+
+std::vector<FlowNetwork::LinkStats> FlowNetwork::link_stats() const {
+  std::vector<LinkStats> out(graph_.link_count());  // physical links only
+  for (std::size_t l = 0; l < out.size(); ++l) out[l] = {link_bytes_[l], link_busy_s_[l]};
+  return out;
+}
+
+}  // namespace trainsim::network

@@ -1,0 +1,137 @@
+// The flow-level network: agrees with the analytical model on an idle network, and slows down
+// exactly where links are shared.
+
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/simulation.h"
+#include "network/analytical_network.h"
+#include "network/flow_network.h"
+#include "network/topology_graph.h"
+#include "util/json_node.h"
+
+using namespace trainsim;
+using namespace trainsim::network;
+
+namespace {
+
+ClusterSpec topology(const std::string& name) {
+  std::ifstream in(std::string(TRAINSIM_SOURCE_DIR) + "/topologies/" + name + ".json");
+  const auto doc = nlohmann::json::parse(in);
+  return parse_cluster(util::JsonNode(doc, name + ".json"));
+}
+
+// Runs one request on an idle flow network; returns its duration.
+double flow_time(FlowNetwork& net, const engine::CommRequest& req) {
+  engine::Simulation sim;
+  double end = -1;
+  net.start(req, sim, [&sim, &end] { end = sim.now().seconds(); });
+  sim.run();
+  return end;
+}
+
+engine::CommRequest collective(CollectiveOp op, std::int64_t bytes, const std::vector<std::uint32_t>& ranks) {
+  engine::CommRequest r;
+  r.kind = engine::CommRequest::Kind::collective;
+  r.op = static_cast<std::uint16_t>(op);
+  r.bytes = bytes;
+  r.ranks = ranks;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("idle network: flow and analytical agree within 5% for every collective and size") {
+  for (const char* name : {"dgx-h100", "dgx-a100"}) {
+    const ClusterSpec c = topology(name);
+    for (std::int64_t gpus : {8, 16, 64}) {
+      std::vector<std::uint32_t> ranks(static_cast<std::size_t>(gpus));
+      std::iota(ranks.begin(), ranks.end(), 0u);
+      AnalyticalNetwork ana(c);
+      FlowNetwork flow(c, gpus);
+      for (CollectiveOp op : {CollectiveOp::all_reduce, CollectiveOp::all_gather, CollectiveOp::reduce_scatter,
+                              CollectiveOp::all_to_all}) {
+        for (std::int64_t bytes : {std::int64_t{1} << 20, std::int64_t{1} << 26, std::int64_t{1} << 32}) {
+          INFO(name << " " << gpus << " GPUs " << to_string(op) << " " << bytes << " B");
+          const double a = ana.collective_time_s(op, bytes, ranks);
+          CHECK(flow_time(flow, collective(op, bytes, ranks)) == Approx(a).epsilon(0.05));
+        }
+      }
+      engine::CommRequest p2p;
+      p2p.kind = engine::CommRequest::Kind::p2p;
+      p2p.bytes = std::int64_t{1} << 28;
+      p2p.src = 0;
+      p2p.dst = static_cast<std::uint32_t>(gpus - 1);
+      CHECK(flow_time(flow, p2p) == Approx(ana.p2p_time_s(0, p2p.dst, p2p.bytes)).epsilon(0.05));
+    }
+  }
+}
+
+TEST_CASE("contention: two jobs' all-reduces on a 1:4 oversubscribed spine take what the bottleneck predicts") {
+  // 4 groups of 2 nodes (one leaf group per 2 nodes), rail-optimized. Job A all-reduces over nodes
+  // 0 and 2, job B over nodes 1 and 3: every ring crosses leaf -> spine -> leaf. Full bisection:
+  // each leaf's uplink carries 2 nodes' worth of NIC bandwidth, both jobs run at NIC speed. At 1:4,
+  // a leaf's uplink is 2·47/4 GB/s per rail, shared by the two jobs' rings that leave that leaf:
+  // each gets (2·47/4)/2 = 11.75 GB/s per rail instead of 47: 4x slower in the bandwidth term.
+  ClusterSpec c = topology("dgx-h100");
+  c.fabric.nodes_per_leaf = 2;
+  c.fabric.spines = 1;
+  const std::int64_t bytes = std::int64_t{1} << 32;
+  std::vector<std::uint32_t> a, b;
+  for (std::uint32_t g = 0; g < 8; ++g) {
+    a.push_back(0 * 8 + g);
+    b.push_back(1 * 8 + g);
+  }
+  for (std::uint32_t g = 0; g < 8; ++g) {
+    a.push_back(2 * 8 + g);
+    b.push_back(3 * 8 + g);
+  }
+  auto both = [&](double oversub) {
+    c.fabric.oversubscription = oversub;
+    FlowNetwork net(c, 32);
+    engine::Simulation sim;
+    double end_a = 0, end_b = 0;
+    net.start(collective(CollectiveOp::all_reduce, bytes, a), sim, [&] { end_a = sim.now().seconds(); });
+    net.start(collective(CollectiveOp::all_reduce, bytes, b), sim, [&] { end_b = sim.now().seconds(); });
+    sim.run();
+    CHECK(end_a == Approx(end_b));
+    return end_a;
+  };
+  const double full = both(1.0);
+  const double over = both(4.0);
+  AnalyticalNetwork ana(c);
+  CHECK(full == Approx(ana.collective_time_s(CollectiveOp::all_reduce, bytes, a)).epsilon(0.05));
+  // Bandwidth term: 2(n-1)/n·S over 8 rails; full: min(370, 8·47) per GPU; 1:4 shared by 2 jobs:
+  // 8 · 11.75 = 94 GB/s.
+  const double factor = 2.0 * 15 / 16 * static_cast<double>(bytes);
+  const double lat = full - factor / 370e9;
+  CHECK(over - lat == Approx(factor / (8 * 11.75e9)).epsilon(0.05));
+  CHECK(over > 3.5 * full);
+}
+
+TEST_CASE("ECMP is deterministic and spreads flows over the spines") {
+  ClusterSpec c = topology("dgx-h100");
+  c.fabric.nodes_per_leaf = 1;
+  c.fabric.spines = 4;
+  TopologyGraph g(c, 64);
+  std::vector<TopologyGraph::LinkId> p1, p2;
+  g.route(0, 8 * 5, p1);
+  g.route(0, 8 * 5, p2);
+  CHECK(p1 == p2);
+  CHECK(p1.size() == 6);  // GPU-NIC, NIC-leaf, leaf-spine, spine-leaf, leaf-NIC, NIC-GPU
+  std::vector<int> used(g.link_count(), 0);
+  for (std::uint32_t dst = 1; dst < 8; ++dst) {
+    std::vector<TopologyGraph::LinkId> p;
+    g.route(0, dst * 8, p);
+    ++used[p[2]];
+  }
+  int distinct = 0;
+  for (int u : used) distinct += u > 0 ? 1 : 0;
+  CHECK(distinct > 1);  // 7 destinations hash onto more than one of the 4 spines
+}
