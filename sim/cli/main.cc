@@ -67,14 +67,14 @@ int validate_command(const std::string& dir_arg, bool json, bool markdown, const
 int collective_command(const std::string& cluster_name, const trainsim::network::SweepRequest& req,
                        const std::string& network, bool json) {
   using namespace trainsim;
-  if (network != "analytical")
+  if (network != "analytical" && network != "flow")
     throw util::InputError("--network", "",
-                           fmt::format("\"{}\": only the analytical network is built yet (the flow-level model "
-                                       "is planned)",
-                                       network));
+                           fmt::format("unknown network \"{}\" (expected one of: analytical, flow)", network));
+  network::SweepRequest request = req;
+  request.flow = network == "flow";
   const auto cluster = config::load_cluster(cluster_name, config::default_data_dir(), "--cluster");
   // The topology describes one node and its fabric; any number of nodes can be asked for.
-  const auto rows = network::collective_sweep(cluster, std::int64_t{1} << 24, req);
+  const auto rows = network::collective_sweep(cluster, std::int64_t{1} << 24, request);
   if (json) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& r : rows)
@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
   collective->add_option("--op", coll.op, "all_reduce, all_gather, reduce_scatter, all_to_all or send_recv")
       ->required();
   collective->add_option("--algo", coll_algo, "auto (what the simulation uses), ring, tree or nvls");
-  collective->add_option("--network", coll_network, "analytical (the flow-level model is planned)");
+  collective->add_option("--network", coll_network, "analytical (default) or flow (on an idle fabric)");
   collective->add_option("--min-bytes", coll.min_bytes, "Smallest message, bytes (default 1 MiB)");
   collective->add_option("--max-bytes", coll.max_bytes, "Largest message, bytes (default 16 GiB)");
   collective->add_flag("--json", coll_json, "Print a JSON list of {bytes, time_s, algbw_GBps, busbw_GBps, algo}");

@@ -262,6 +262,10 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     s.warnings.push_back(fmt::format("{}: {}: zero {} has no effect with dp*cp = 1 (nothing to shard over)", file,
                                      util::join_path(parallel_path, "zero"), p.zero));
 
+  if (s.network == NetworkModel::flow && s.gpus > s.cluster.gpus_per_node && s.gpus % s.cluster.gpus_per_node != 0)
+    throw util::InputError(file, util::join_path(root.path(), "network"),
+                           fmt::format("the flow network needs whole nodes: {} GPUs are not a multiple of {} per node",
+                                       s.gpus, s.cluster.gpus_per_node));
   if (s.training.precision == Precision::fp8 && s.cluster.gpu.fp8_flops <= 0)
     throw util::InputError(file, util::join_path(training_path, "precision"),
                            fmt::format("{} has no FP8 tensor cores", s.cluster.gpu.name));
@@ -306,13 +310,16 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
 }
 
 Scenario parse_scenario_in(const util::JsonNode& root, const fs::path& data_dir, const fs::path& scenario_dir) {
-  root.reject_unknown({"model", "cluster", "gpus", "parallel", "training"});
+  root.reject_unknown({"model", "cluster", "gpus", "parallel", "training", "network"});
   Scenario s;
   s.file = root.file();
   s.model = parse_reference(root.at("model"), data_dir, "models", scenario_dir, parse_model_any);
   s.cluster = parse_reference(root.at("cluster"), data_dir, "topologies", scenario_dir,
                               [](const util::JsonNode& n, const std::string&) { return network::parse_cluster(n); });
   s.gpus = root.at("gpus").as_positive_int();
+  if (auto v = root.find("network"))
+    s.network =
+        parse_choice(*v, Choices{{"analytical", "flow"}, {}}) == 0 ? NetworkModel::analytical : NetworkModel::flow;
   if (auto v = root.find("parallel")) s.parallel = parse_parallel(*v);
   s.training = parse_training(root.at("training"));
   check_layout(root, s);

@@ -61,8 +61,13 @@ struct TrainingSpec {
   std::int64_t num_micro_batches = 1;  // derived: global_batch / (micro_batch * dp), per pipeline
 };
 
+// Which network model times communication: the closed-form one, or flows sharing the topology
+// graph's links max-min fairly (every rank simulated, since ranks no longer time alike).
+enum class NetworkModel : std::uint8_t { analytical, flow };
+
 struct Scenario {
   std::string file;
+  NetworkModel network = NetworkModel::analytical;
   workload::ModelSpec model;
   network::ClusterSpec cluster;
   std::int64_t gpus = 0;

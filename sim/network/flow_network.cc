@@ -15,7 +15,8 @@ FlowNetwork::FlowNetwork(const ClusterSpec& cluster, std::int64_t gpus)
       link_bytes_(solver_.link_count(), 0),
       link_busy_s_(solver_.link_count(), 0),
       link_busy_since_(solver_.link_count(), 0),
-      link_flows_(solver_.link_count(), 0) {}
+      link_flows_(solver_.link_count(), 0) {
+}
 
 // The graph's links, then one virtual link per GPU for its NCCL collective throughput.
 std::vector<double> FlowNetwork::capacities(const TopologyGraph& graph, const ClusterSpec& cluster) {
@@ -93,7 +94,8 @@ void FlowNetwork::start(const engine::CommRequest& req, engine::Simulation& sim,
             if (i == 0 || cluster_.node_of(r(i)) != cluster_.node_of(r(i - 1))) node_start.push_back(i);
           const auto runs = static_cast<std::int64_t>(node_start.size());
           node_start.push_back(n);
-          const std::int64_t channels = std::max<std::int64_t>(1, std::min(p.min_ranks_per_node, cluster_.nic.per_node));
+          const std::int64_t channels =
+              std::max<std::int64_t>(1, std::min(p.min_ranks_per_node, cluster_.nic.per_node));
           const double bytes = per_rank / static_cast<double>(channels);
           for (std::int64_t c = 0; c < channels; ++c) {
             // Channel c enters each node at its c-th rank, walks the node's ranks and leaves from the

@@ -1,10 +1,13 @@
 #include "network/sweep.h"
 
+#include <memory>
 #include <numeric>
 
 #include <fmt/format.h>
 
+#include "engine/simulation.h"
 #include "network/analytical_network.h"
+#include "network/flow_network.h"
 #include "util/error.h"
 
 namespace trainsim::network {
@@ -23,6 +26,11 @@ std::vector<SweepRow> collective_sweep(const ClusterSpec& cluster, std::int64_t 
     throw util::InputError("--min-bytes", "", "needs 1 <= min-bytes <= max-bytes");
   if (send_recv && req.algo != Algorithm::automatic)
     throw util::InputError("--algo", "", "send_recv is point to point: only auto applies");
+  if (req.flow && req.algo != Algorithm::automatic)
+    throw util::InputError("--algo", "", "the flow network runs the simulation's algorithms: only auto applies");
+  if (req.flow && req.gpus > cluster.gpus_per_node && req.gpus % cluster.gpus_per_node != 0)
+    throw util::InputError("--gpus", "",
+                           fmt::format("the flow network needs whole nodes ({} GPUs each)", cluster.gpus_per_node));
 
   AnalyticalNetwork net(cluster);
   std::vector<std::uint32_t> ranks(static_cast<std::size_t>(req.gpus));
@@ -33,6 +41,16 @@ std::vector<SweepRow> collective_sweep(const ClusterSpec& cluster, std::int64_t 
   const bool crosses = cluster.node_of(0) != cluster.node_of(last);
   const std::uint32_t src = crosses ? static_cast<std::uint32_t>(cluster.gpus_per_node - 1) : 0u;
 
+  std::unique_ptr<FlowNetwork> flow;
+  if (req.flow) flow = std::make_unique<FlowNetwork>(cluster, req.gpus);
+  // One transfer alone on the flow network.
+  auto on_flow = [&](const engine::CommRequest& cr) {
+    engine::Simulation sim;
+    double end = 0;
+    flow->start(cr, sim, [&sim, &end] { end = sim.now().seconds(); });
+    sim.run();
+    return end;
+  };
   std::vector<SweepRow> rows;
   for (std::int64_t bytes = req.min_bytes; bytes <= req.max_bytes; bytes *= 2) {
     SweepRow row;
@@ -40,6 +58,14 @@ std::vector<SweepRow> collective_sweep(const ClusterSpec& cluster, std::int64_t 
     double factor = 1.0;
     if (send_recv) {
       row.time_s = net.p2p_time_s(src, src + 1, bytes);
+      if (flow) {
+        engine::CommRequest cr;
+        cr.kind = engine::CommRequest::Kind::p2p;
+        cr.bytes = bytes;
+        cr.src = src;
+        cr.dst = src + 1;
+        row.time_s = on_flow(cr);
+      }
       row.algo = "p2p";
     } else {
       const auto timed = net.collective(*op, bytes, ranks, req.algo);
@@ -53,6 +79,13 @@ std::vector<SweepRow> collective_sweep(const ClusterSpec& cluster, std::int64_t 
                         : req.algo == Algorithm::tree ? " (tree: all_reduce only)"
                                                       : ""));
       row.time_s = timed->time_s;
+      if (flow) {
+        engine::CommRequest cr;
+        cr.op = static_cast<std::uint16_t>(*op);
+        cr.bytes = bytes;
+        cr.ranks = ranks;
+        row.time_s = on_flow(cr);
+      }
       row.algo = std::string(to_string(timed->algo));
       factor = busbw_factor(*op, req.gpus);
     }

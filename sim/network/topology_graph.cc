@@ -120,8 +120,8 @@ TopologyGraph::TopologyGraph(const ClusterSpec& c, std::int64_t gpus) : impl_(ne
   const bool rails = f.kind == ClusterSpec::Fabric::Kind::rail_optimized;
   const std::int64_t groups = (m.nodes + f.nodes_per_leaf - 1) / f.nodes_per_leaf;
   const std::int64_t leaves_per_group = rails ? m.nics : 1;
-  const double leaf_down = static_cast<double>(f.nodes_per_leaf) * (rails ? 1.0 : static_cast<double>(m.nics)) *
-                           c.nic.busbw_Bps;
+  const double leaf_down =
+      static_cast<double>(f.nodes_per_leaf) * (rails ? 1.0 : static_cast<double>(m.nics)) * c.nic.busbw_Bps;
   std::vector<Vertex> leaves;
   for (std::int64_t i = 0; i < groups * leaves_per_group; ++i) leaves.push_back(add_vertex(true));
   m.leaf_of_nic.resize(m.nic.size());
@@ -145,7 +145,8 @@ TopologyGraph::TopologyGraph(const ClusterSpec& c, std::int64_t gpus) : impl_(ne
       for (std::int64_t s = 0; s < f.spines; ++s) pod.push_back(add_vertex(true));
     for (std::int64_t i = 0; i < static_cast<std::int64_t>(leaves.size()); ++i) {
       const std::int64_t pod = (i / leaves_per_group) / groups_per_pod;
-      for (Vertex s : spines[static_cast<std::size_t>(pod)]) both(leaves[static_cast<std::size_t>(i)], s, leaf_to_spine, LinkTier::leaf_spine);
+      for (Vertex s : spines[static_cast<std::size_t>(pod)])
+        both(leaves[static_cast<std::size_t>(i)], s, leaf_to_spine, LinkTier::leaf_spine);
     }
     m.switch_count += pods * f.spines;
     if (pods > 1) {
@@ -162,9 +163,13 @@ TopologyGraph::TopologyGraph(const ClusterSpec& c, std::int64_t gpus) : impl_(ne
   }
 }
 
-TopologyGraph::~TopologyGraph() { delete impl_; }
+TopologyGraph::~TopologyGraph() {
+  delete impl_;
+}
 
-std::int64_t TopologyGraph::switches() const { return impl_->switch_count; }
+std::int64_t TopologyGraph::switches() const {
+  return impl_->switch_count;
+}
 
 void TopologyGraph::route(std::uint32_t src, std::uint32_t dst, std::vector<LinkId>& out) const {
   const Impl& m = *impl_;

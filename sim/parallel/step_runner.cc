@@ -3,6 +3,10 @@
 #include "engine/executor.h"
 #include "hardware/compute_model.h"
 #include "network/analytical_network.h"
+#include "network/flow_network.h"
+
+#include <algorithm>
+#include <memory>
 
 namespace trainsim::parallel {
 
@@ -27,22 +31,61 @@ engine::Executor::BucketMap bucket_map() {
   return map;
 }
 
+NetworkStats network_stats(const network::FlowNetwork& net) {
+  NetworkStats st;
+  st.flows = net.flows_started();
+  const auto links = net.link_stats();
+  const auto& g = net.graph();
+  st.tiers.resize(network::kLinkTiers);
+  for (int t = 0; t < network::kLinkTiers; ++t)
+    st.tiers[static_cast<std::size_t>(t)].name = std::string(network::to_string(static_cast<network::LinkTier>(t)));
+  std::vector<NetworkStats::Link> all;
+  for (std::uint32_t l = 0; l < links.size(); ++l) {
+    auto& tier = st.tiers[static_cast<std::size_t>(g.tier(l))];
+    ++tier.links;
+    tier.bytes += links[l].bytes;
+    tier.busy_s += links[l].busy_s;
+    if (links[l].bytes > 0) all.push_back({l, tier.name, links[l].bytes, links[l].busy_s});
+  }
+  std::erase_if(st.tiers, [](const NetworkStats::Tier& t) { return t.links == 0; });
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+    if (a.busy_s != b.busy_s) return a.busy_s > b.busy_s;
+    if (a.bytes != b.bytes) return a.bytes > b.bytes;
+    return a.id < b.id;
+  });
+  all.resize(std::min<std::size_t>(all.size(), 5));
+  st.hottest = std::move(all);
+  return st;
+}
+
 }  // namespace
 
 StepResult simulate_step(const config::Scenario& scenario, const BuildOptions& options) {
   hardware::ComputeModel compute(scenario.cluster.gpu);
-  StepPlan plan = build_step(scenario, compute, options);
-  network::AnalyticalNetwork net(scenario.cluster);
+  const bool flow = scenario.network == config::NetworkModel::flow;
+  BuildOptions build = options;
+  if (flow) build.all_ranks = true;  // shared links: ranks of a class no longer time alike
+  StepPlan plan = build_step(scenario, compute, build);
+  std::unique_ptr<engine::CommModel> net;
+  network::FlowNetwork* flow_net = nullptr;
+  if (flow) {
+    auto f = std::make_unique<network::FlowNetwork>(scenario.cluster, scenario.gpus);
+    flow_net = f.get();
+    net = std::move(f);
+  } else {
+    net = std::make_unique<network::AnalyticalNetwork>(scenario.cluster);
+  }
   engine::Simulation sim;
-  engine::Executor ex(sim, net, plan.programs, plan.bindings, plan.groups, bucket_map());
+  engine::Executor ex(sim, *net, plan.programs, plan.bindings, plan.groups, bucket_map());
   const engine::Time end = ex.run();
 
   StepResult out;
+  if (flow_net) out.network = network_stats(*flow_net);
   out.step_time_s = end.seconds();
   out.events = ex.events();
   for (const auto& p : plan.programs) out.tasks += p.task_count();
   const std::size_t n = ex.rank_count();
-  out.all_ranks = options.all_ranks;
+  out.all_ranks = build.all_ranks;
   out.ranks.resize(n);
   out.memory.resize(n);
   out.cluster_rank.resize(n);

@@ -5,6 +5,8 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "config/scenario.h"
@@ -28,6 +30,26 @@ struct RankMemory {
   std::array<std::int64_t, kMemCategoryCount> peak_breakdown_bytes{};
 };
 
+// Per link tier of the flow network: bytes carried and busy time summed over its links, and the
+// link count; plus the busiest links.
+struct NetworkStats {
+  struct Tier {
+    std::string name;
+    std::int64_t links = 0;
+    double bytes = 0;
+    double busy_s = 0;  // summed over the tier's links
+  };
+  std::vector<Tier> tiers;
+  struct Link {
+    std::uint32_t id = 0;
+    std::string tier;
+    double bytes = 0;
+    double busy_s = 0;
+  };
+  std::vector<Link> hottest;  // by busy time, then bytes, then id
+  std::uint64_t flows = 0;
+};
+
 struct StepResult {
   double step_time_s = 0;
   TimeBreakdown mean;  // averaged over ranks
@@ -39,7 +61,8 @@ struct StepResult {
   std::uint32_t peak_rank = 0;  // simulated rank with the largest memory peak (lowest on ties)
   bool all_ranks = false;
   std::uint64_t events = 0;
-  std::size_t tasks = 0;  // tasks in all programs (shared by ranks of a stage)
+  std::size_t tasks = 0;                // tasks in all programs (shared by ranks of a stage)
+  std::optional<NetworkStats> network;  // flow network only
 };
 
 StepResult simulate_step(const config::Scenario& scenario, const BuildOptions& options = {});

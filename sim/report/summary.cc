@@ -13,6 +13,24 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
+nlohmann::json network_json(const config::Scenario& sc, const parallel::StepResult& r) {
+  nlohmann::json j = {{"model", sc.network == config::NetworkModel::flow ? "flow" : "analytical"}};
+  if (!r.network) return j;
+  nlohmann::json tiers = nlohmann::json::array(), hot = nlohmann::json::array();
+  for (const auto& t : r.network->tiers)
+    tiers.push_back({{"tier", t.name},
+                     {"links", t.links},
+                     {"bytes", t.bytes},
+                     {"busy_s", t.busy_s},
+                     {"utilisation", t.links > 0 ? t.busy_s / (static_cast<double>(t.links) * r.step_time_s) : 0.0}});
+  for (const auto& l : r.network->hottest)
+    hot.push_back({{"link", l.id}, {"tier", l.tier}, {"bytes", l.bytes}, {"busy_s", l.busy_s}});
+  j["tiers"] = tiers;
+  j["hottest_links"] = hot;
+  j["flows"] = r.network->flows;
+  return j;
+}
+
 double peak_flops(const config::Scenario& sc) {
   return sc.training.precision == config::Precision::fp8 ? sc.cluster.gpu.fp8_flops : sc.cluster.gpu.bf16_flops;
 }
@@ -172,6 +190,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
         {"ranks", per_rank}}},
       {"stages", per_stage},
       {"warnings", sc.warnings},
+      {"network", network_json(sc, r)},
       {"simulation",
        {{"ranks_simulated", r.ranks.size()},
         {"mode", r.all_ranks ? "all-ranks" : "symmetric"},
@@ -213,6 +232,15 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
       "optimizer {:.1f} · activations {:.1f} GiB\n",
       m.peak_gib, m.capacity_gib, r.cluster_rank[r.peak_rank], peak.peak_time_s, gib(parallel::kWeights),
       gib(parallel::kGradients), gib(parallel::kOptimizer), gib(parallel::kActivations));
+  if (r.network) {
+    std::string tiers;
+    for (const auto& t : r.network->tiers) {
+      if (!tiers.empty()) tiers.append(" · ");
+      tiers.append(
+          fmt::format("{} {:.1f}% busy", t.name, 100.0 * t.busy_s / (static_cast<double>(t.links) * r.step_time_s)));
+    }
+    out += fmt::format("network       flow model, {} flows: {}\n", r.network->flows, tiers);
+  }
   if (m.fits)
     out += "fits          yes\n";
   else

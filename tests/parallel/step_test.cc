@@ -598,3 +598,30 @@ TEST_CASE("uneven stages with the interleaved schedule: each stage's layers spli
   j["parallel"]["last_stage_layers"] = 3;
   CHECK_THROWS_AS(scenario(j), util::InputError);
 }
+
+TEST_CASE(
+    "flow network: a step on an idle-enough fabric matches the analytical one; an oversubscribed spine slows DP") {
+  // 32 GPUs (4 nodes, one leaf group per node) of pure data parallelism: the gradient all-reduce
+  // crosses the spines. With full bisection the flow model gives the analytical step; with 1:4
+  // leaf uplinks the all-reduce's bandwidth term is 4x longer and the step grows accordingly.
+  nlohmann::json topo = nlohmann::json::parse(R"({
+    "name": "h100-test", "gpu": "h100-sxm", "gpus_per_node": 8,
+    "nvlink": {"allreduce_busbw_GBps": 480, "busbw_GBps": 370, "p2p_GBps": 380, "latency_us": 3.4, "nvls": true},
+    "nic": {"per_node": 8, "busbw_GBps": 47, "latency_us": 14},
+    "collective_base_latency_us": 8.4,
+    "fabric": {"nodes_per_leaf": 1, "spines": 1, "oversubscription": 1}})");
+  auto j = base(32, 1, 1, 32);
+  j["cluster"] = topo;
+  const auto analytical = parallel::simulate_step(scenario(j));
+  j["network"] = "flow";
+  const auto full = parallel::simulate_step(scenario(j));
+  CHECK(full.step_time_s == Approx(analytical.step_time_s).epsilon(0.01));
+  REQUIRE(full.network.has_value());
+  CHECK(full.network->flows > 0);
+  j["cluster"]["fabric"]["oversubscription"] = 4;
+  const auto over = parallel::simulate_step(scenario(j));
+  // The exposed all-reduce is almost all bandwidth term (GBs of fp32 gradients): 1:4 leaf uplinks
+  // (47/4 GB/s per rail instead of 47) make it about 4 times longer.
+  CHECK(over.step_time_s > full.step_time_s);
+  CHECK(over.mean.dp_exposed_s / full.mean.dp_exposed_s == Approx(4).epsilon(0.1));
+}
