@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,17 +40,24 @@ int run_command(const std::string& scenario_file, bool json, bool all_ranks) {
   return 0;
 }
 
-int validate_command(const std::string& dir_arg, bool json, bool markdown, const std::string& gate) {
+int validate_command(const std::string& dir_arg, bool json, bool markdown, const std::string& gate,
+                     const std::string& network_name) {
   using namespace trainsim;
   const auto data_dir = config::default_data_dir();
   const std::filesystem::path dir =
       dir_arg.empty() ? data_dir / "validation" / "records" : std::filesystem::path(dir_arg);
   const auto records = validate::load_records(dir);
+  std::optional<config::NetworkModel> network;
+  if (network_name == "flow") network = config::NetworkModel::flow;
+  if (network_name == "analytical") network = config::NetworkModel::analytical;
+  if (!network_name.empty() && !network)
+    throw util::InputError("--network", "",
+                           fmt::format("unknown network \"{}\" (expected one of: analytical, flow)", network_name));
   std::vector<validate::Outcome> outcomes;
   outcomes.reserve(records.size());
   for (const auto& r : records) {
     spdlog::info("validating {}", r.id);
-    outcomes.push_back(validate::evaluate(r, data_dir));
+    outcomes.push_back(validate::evaluate(r, data_dir, network));
   }
   const auto summary = validate::summarize(outcomes);
   if (json)
@@ -124,6 +132,9 @@ int main(int argc, char** argv) {
                        "Directory of validation records (default: validation/records of the data dir)");
   auto* vj = validate->add_flag("--json", validate_json, "Print one JSON object");
   validate->add_flag("--markdown", validate_markdown, "Print Markdown tables")->excludes(vj);
+  std::string validate_network;
+  validate->add_option("--network", validate_network,
+                       "Run every record on this network model (analytical or flow) instead of the record's own");
   validate->add_option("--gate", gate_file,
                        "Accuracy gate file (e.g. validation/gate.json): exit 1 when a MAPE or worst error exceeds it");
 
@@ -154,7 +165,8 @@ int main(int argc, char** argv) {
 
   try {
     if (run->parsed()) return run_command(scenario_file, json, all_ranks);
-    if (validate->parsed()) return validate_command(validate_dir, validate_json, validate_markdown, gate_file);
+    if (validate->parsed())
+      return validate_command(validate_dir, validate_json, validate_markdown, gate_file, validate_network);
     if (collective->parsed()) {
       const auto algo = trainsim::network::algorithm_from_string(coll_algo);
       if (!algo)

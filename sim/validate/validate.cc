@@ -138,7 +138,7 @@ std::vector<Record> load_records(const fs::path& dir) {
   return records;
 }
 
-Outcome evaluate(const Record& r, const fs::path& data_dir) {
+Outcome evaluate(const Record& r, const fs::path& data_dir, std::optional<config::NetworkModel> network) {
   Outcome out;
   out.record = &r;
   if (r.skip) {
@@ -148,6 +148,7 @@ Outcome evaluate(const Record& r, const fs::path& data_dir) {
   config::Scenario sc;
   try {
     sc = config::parse_scenario(util::JsonNode(r.scenario, r.file, "scenario"), data_dir);
+    if (network) sc.network = *network;
   } catch (const util::InputError& e) {
     // Features the format accepts but the simulator does not build yet: listed, not dropped.
     if (e.problem().find("not supported yet") == std::string::npos) throw;

@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/scenario.h"
+
 namespace trainsim::validate {
 
 struct Record {
@@ -63,7 +65,10 @@ struct Summary {
 
 // Reads every *.json in `dir` (sorted by file name); bad records are InputErrors.
 std::vector<Record> load_records(const std::filesystem::path& dir);
-Outcome evaluate(const Record& record, const std::filesystem::path& data_dir);
+// `network` replaces the records' network model when set (e.g. to re-run every record on the flow
+// network).
+Outcome evaluate(const Record& record, const std::filesystem::path& data_dir,
+                 std::optional<config::NetworkModel> network = std::nullopt);
 Summary summarize(const std::vector<Outcome>& outcomes);
 
 std::string to_text(const std::vector<Outcome>& outcomes, const Summary& summary);

@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <numeric>
 #include <string>
@@ -134,4 +135,52 @@ TEST_CASE("ECMP is deterministic and spreads flows over the spines") {
   int distinct = 0;
   for (int u : used) distinct += u > 0 ? 1 : 0;
   CHECK(distinct > 1);  // 7 destinations hash onto more than one of the 4 spines
+}
+
+TEST_CASE("multi-pod Clos: traffic between pods crosses the core tier, 1:7 slower than inside a pod") {
+  // topologies/dgx-h100-pods-1to7.json: 384-node pods, full bisection inside, 1:7 above. Small
+  // pods here (2 leaves of 1 node each, 1 spine) keep the graph small; the rule is the same.
+  nlohmann::json doc;
+  {
+    std::ifstream in(std::string(TRAINSIM_SOURCE_DIR) + "/topologies/dgx-h100-pods-1to7.json");
+    doc = nlohmann::json::parse(in);
+  }
+  ClusterSpec c = parse_cluster(util::JsonNode(doc, "dgx-h100-pods-1to7.json"));
+  CHECK(c.fabric.pod_nodes == 384);
+  CHECK(c.fabric.pod_oversubscription == 7);
+  c.fabric.nodes_per_leaf = 1;
+  c.fabric.spines = 1;
+  c.fabric.pod_nodes = 2;
+  TopologyGraph g(c, 32);  // 4 nodes: pods {0, 1} and {2, 3}
+  std::vector<TopologyGraph::LinkId> in_pod, across;
+  g.route(0, 8, in_pod);
+  g.route(0, 16, across);
+  auto tiers = [&](const std::vector<TopologyGraph::LinkId>& p, LinkTier t) {
+    int n = 0;
+    for (auto l : p) n += g.tier(l) == t ? 1 : 0;
+    return n;
+  };
+  CHECK(tiers(in_pod, LinkTier::spine_core) == 0);
+  CHECK(tiers(across, LinkTier::spine_core) == 2);
+  // All 8 GPUs of node 0 send 1 GiB to their peers on another node at once (one flow per rail).
+  // Inside the pod each flow has its NIC: 47 GB/s. Across pods the 8 flows share the spine's core
+  // uplink: its downlink (2 leaves x 8 rails x 47 GB/s) / 7 = 107.4 GB/s, 13.4 GB/s each.
+  auto eight = [&](std::uint32_t to_node) {
+    FlowNetwork net(c, 32);
+    engine::Simulation sim;
+    double end = 0;
+    for (std::uint32_t g8 = 0; g8 < 8; ++g8) {
+      engine::CommRequest r;
+      r.kind = engine::CommRequest::Kind::p2p;
+      r.bytes = std::int64_t{1} << 30;
+      r.src = g8;
+      r.dst = to_node * 8 + g8;
+      net.start(r, sim, [&sim, &end] { end = std::max(end, sim.now().seconds()); });
+    }
+    sim.run();
+    return end;
+  };
+  const double gib = static_cast<double>(std::int64_t{1} << 30);
+  CHECK(eight(1) == Approx(14e-6 + gib / 47e9).epsilon(1e-6));
+  CHECK(eight(2) == Approx(14e-6 + gib / (2 * 8 * 47e9 / 7 / 8)).epsilon(1e-6));
 }
