@@ -310,13 +310,24 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
 }
 
 Scenario parse_scenario_in(const util::JsonNode& root, const fs::path& data_dir, const fs::path& scenario_dir) {
-  root.reject_unknown({"model", "cluster", "gpus", "parallel", "training", "network"});
+  root.reject_unknown({"model", "cluster", "gpus", "parallel", "training", "network", "collectives"});
   Scenario s;
   s.file = root.file();
   s.model = parse_reference(root.at("model"), data_dir, "models", scenario_dir, parse_model_any);
   s.cluster = parse_reference(root.at("cluster"), data_dir, "topologies", scenario_dir,
                               [](const util::JsonNode& n, const std::string&) { return network::parse_cluster(n); });
   s.gpus = root.at("gpus").as_positive_int();
+  if (auto v = root.find("collectives")) {
+    v->reject_unknown({"all_reduce", "all_gather", "reduce_scatter", "all_to_all"});
+    for (const char* name : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}) {
+      auto a = v->find(name);
+      if (!a) continue;
+      constexpr std::array<network::Algorithm, 4> kAlgo = {network::Algorithm::automatic, network::Algorithm::ring,
+                                                           network::Algorithm::tree, network::Algorithm::nvls};
+      s.collectives[static_cast<std::size_t>(*network::collective_from_string(name))] =
+          kAlgo[parse_choice(*a, Choices{{"auto", "ring", "tree", "nvls"}, {}})];
+    }
+  }
   if (auto v = root.find("network"))
     s.network =
         parse_choice(*v, Choices{{"analytical", "flow"}, {}}) == 0 ? NetworkModel::analytical : NetworkModel::flow;

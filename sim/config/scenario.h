@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "network/cluster.h"
+#include "network/collective.h"
 #include "workload/model.h"
 #include "workload/ops.h"
 
@@ -68,6 +69,8 @@ enum class NetworkModel : std::uint8_t { analytical, flow };
 struct Scenario {
   std::string file;
   NetworkModel network = NetworkModel::analytical;
+  // `collectives`: the algorithm forced per collective op (NCCL_ALGO-like); automatic by default.
+  network::AlgorithmChoice collectives{};
   workload::ModelSpec model;
   network::ClusterSpec cluster;
   std::int64_t gpus = 0;

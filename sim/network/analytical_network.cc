@@ -33,7 +33,6 @@ std::int64_t ring_steps(CollectiveOp op, std::int64_t n) {
 constexpr double kTreeBaseLatency_s = 8.4e-6;
 constexpr double kTreeNvlinkHop_s = 4.0e-6;
 constexpr double kTreeNetHop_s = 14e-6;
-constexpr double kTreeBandwidthRatio = 0.92;
 
 std::int64_t inter_node_steps(CollectiveOp op, std::int64_t nodes) {
   return op == CollectiveOp::all_reduce ? 2 * (nodes - 1) : nodes - 1;
@@ -114,7 +113,21 @@ double AnalyticalNetwork::collective_time_s(CollectiveOp op, std::int64_t bytes,
   // has ranks there (at most the node's NICs), and never faster than the NVLink ring inside it.
   const double nics = static_cast<double>(std::min(p.min_ranks_per_node, cluster_.nic.per_node));
   const double busbw_Bps = std::min(cluster_.nvlink.busbw_Bps, nics * cluster_.nic.busbw_Bps);
-  return latency_s + size * busbw_factor(op, n) / busbw_Bps;
+  const double ring_s = latency_s + size * busbw_factor(op, n) / busbw_Bps;
+  if (op != CollectiveOp::all_reduce) return ring_s;
+  // NCCL picks the cheaper of ring and tree for a multi-node all-reduce (tree: fewer latency steps,
+  // 0.92 of the ring's bandwidth), so small all-reduces across many nodes run on the tree.
+  return std::min(ring_s, tree_time_s(bytes, n, p, busbw_Bps));
+}
+
+double AnalyticalNetwork::tree_time_s(std::int64_t bytes, std::int64_t n, const Placement& p, double ring_Bps) const {
+  const double ramp = p.nodes == 1 || p.min_ranks_per_node > 1 ? cluster_.nvlink.ramp_latency_s : 0.0;
+  const double ppn = static_cast<double>(n / p.nodes);
+  const double lat = kTreeBaseLatency_s +
+                     2.0 * ((ppn - 1.0) * kTreeNvlinkHop_s + std::log2(static_cast<double>(p.nodes)) * kTreeNetHop_s) +
+                     ramp;
+  return lat +
+         static_cast<double>(bytes) * busbw_factor(CollectiveOp::all_reduce, n) / (kTreeBandwidthRatio * ring_Bps);
 }
 
 std::optional<AnalyticalNetwork::Timed> AnalyticalNetwork::collective(CollectiveOp op, std::int64_t bytes,
@@ -126,9 +139,15 @@ std::optional<AnalyticalNetwork::Timed> AnalyticalNetwork::collective(Collective
   const bool nvls_here =
       cluster_.nvlink.nvls && one_node && op != CollectiveOp::all_to_all && op != CollectiveOp::broadcast;
   if (algo == Algorithm::automatic) {
-    // The simulation's choice: NVLS where the measured all-reduce figure is NVLS's, rings otherwise.
-    const Algorithm used = nvls_here && op == CollectiveOp::all_reduce ? Algorithm::nvls : Algorithm::ring;
-    return Timed{collective_time_s(op, bytes, n, p), used};
+    // The simulation's choice: NVLS where the measured all-reduce figure is NVLS's; across nodes the
+    // cheaper of ring and tree for all-reduce; rings otherwise.
+    Algorithm used = nvls_here && op == CollectiveOp::all_reduce ? Algorithm::nvls : Algorithm::ring;
+    const double t = collective_time_s(op, bytes, n, p);
+    if (op == CollectiveOp::all_reduce && !one_node) {
+      const auto ring = collective(op, bytes, ranks, Algorithm::ring);
+      if (ring && t < ring->time_s) used = Algorithm::tree;
+    }
+    return Timed{t, used};
   }
   const double size = static_cast<double>(bytes);
   const double ramp = one_node || p.min_ranks_per_node > 1 ? cluster_.nvlink.ramp_latency_s : 0.0;
@@ -186,6 +205,14 @@ double AnalyticalNetwork::p2p_time_s(std::uint32_t src, std::uint32_t dst, std::
   return cluster_.nic.latency_s + size / cluster_.nic.busbw_Bps;
 }
 
+AnalyticalNetwork::Timed AnalyticalNetwork::chosen(CollectiveOp op, std::int64_t bytes,
+                                                   std::span<const std::uint32_t> ranks) const {
+  const Algorithm forced = algorithms_[static_cast<std::size_t>(op)];
+  if (forced != Algorithm::automatic)
+    if (auto t = collective(op, bytes, ranks, forced)) return *t;
+  return *collective(op, bytes, ranks, Algorithm::automatic);
+}
+
 void AnalyticalNetwork::start(const engine::CommRequest& req, engine::Simulation& sim, engine::Callback done) {
   double t = 0.0;
   if (req.kind == engine::CommRequest::Kind::p2p) {
@@ -195,7 +222,11 @@ void AnalyticalNetwork::start(const engine::CommRequest& req, engine::Simulation
     if (req.group >= placements_.size()) placements_.resize(req.group + 1);
     Placement& p = placements_[req.group];
     if (p.nodes == 0) p = place(req.ranks);
-    t = collective_time_s(static_cast<CollectiveOp>(req.op), req.bytes, static_cast<std::int64_t>(req.ranks.size()), p);
+    const auto op = static_cast<CollectiveOp>(req.op);
+    if (algorithms_[static_cast<std::size_t>(op)] != Algorithm::automatic && req.bytes > 0 && req.ranks.size() > 1)
+      t = chosen(op, req.bytes, req.ranks).time_s;
+    else
+      t = collective_time_s(op, req.bytes, static_cast<std::int64_t>(req.ranks.size()), p);
   }
   sim.after(engine::Time::from_seconds(t), std::move(done));
 }

@@ -18,7 +18,8 @@ namespace trainsim::network {
 
 class AnalyticalNetwork final : public engine::CommModel {
  public:
-  explicit AnalyticalNetwork(const ClusterSpec& cluster) : cluster_(cluster) {}
+  explicit AnalyticalNetwork(const ClusterSpec& cluster, const AlgorithmChoice& algorithms = {})
+      : cluster_(cluster), algorithms_(algorithms) {}
 
   void start(const engine::CommRequest& req, engine::Simulation& sim, engine::Callback done) override;
 
@@ -34,6 +35,8 @@ class AnalyticalNetwork final : public engine::CommModel {
   };
   std::optional<Timed> collective(CollectiveOp op, std::int64_t bytes, std::span<const std::uint32_t> ranks,
                                   Algorithm algo) const;
+  // The algorithm the simulation runs: the scenario's forced one where it can run, else automatic.
+  Timed chosen(CollectiveOp op, std::int64_t bytes, std::span<const std::uint32_t> ranks) const;
   double p2p_time_s(std::uint32_t src, std::uint32_t dst, std::int64_t bytes) const;
 
   // How a group sits on the cluster: nodes it touches, and ranks on its least populated node
@@ -47,11 +50,16 @@ class AnalyticalNetwork final : public engine::CommModel {
   // collective_time_s; the flow model adds it to the time its flows take.
   double collective_latency_s(CollectiveOp op, std::int64_t ranks, const Placement& p) const;
   double p2p_latency_s(std::uint32_t src, std::uint32_t dst) const;
+  // NCCL's tree all-reduce: latency 8.4 + 2((ppn - 1)·4.0 + log2(nodes)·14) us (+ ramp), bus
+  // bandwidth 0.92 of the ring's (`ring_Bps`).
+  double tree_time_s(std::int64_t bytes, std::int64_t ranks, const Placement& p, double ring_Bps) const;
+  static constexpr double kTreeBandwidthRatio = 0.92;  // tuning.cc: tree busBw = min(0.92·busBw, ...)
 
  private:
   double collective_time_s(CollectiveOp op, std::int64_t bytes, std::int64_t ranks, const Placement& p) const;
 
   ClusterSpec cluster_;
+  AlgorithmChoice algorithms_{};       // all automatic unless a scenario forces some
   std::vector<Placement> placements_;  // by group id, filled as groups first communicate
 };
 

@@ -2,6 +2,7 @@
 // Collective operations as the network models know them. `bytes` always follows nccl-tests: the
 // total buffer size S (for all-gather / reduce-scatter / all-to-all, per-rank size times ranks).
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -14,6 +15,11 @@ enum class CollectiveOp : std::uint16_t { all_reduce, all_gather, reduce_scatter
 // model's default: what NCCL picks on the measured systems (NVLS all-reduce inside a Hopper node,
 // rings otherwise).
 enum class Algorithm : std::uint8_t { automatic, ring, tree, nvls };
+
+// Per collective op (indexed by CollectiveOp), the algorithm a scenario forces; `automatic` keeps
+// the model's choice. An algorithm that cannot run a collective where it is asked falls back to the
+// model's choice, as NCCL does with NCCL_ALGO.
+using AlgorithmChoice = std::array<Algorithm, 5>;
 
 std::string_view to_string(CollectiveOp op);
 std::string_view to_string(Algorithm algo);

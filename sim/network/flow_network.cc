@@ -7,9 +7,9 @@
 
 namespace trainsim::network {
 
-FlowNetwork::FlowNetwork(const ClusterSpec& cluster, std::int64_t gpus)
+FlowNetwork::FlowNetwork(const ClusterSpec& cluster, std::int64_t gpus, const AlgorithmChoice& algorithms)
     : cluster_(cluster),
-      analytical_(cluster),
+      analytical_(cluster, algorithms),
       graph_(cluster, gpus),
       solver_(capacities(graph_, cluster)),
       link_bytes_(solver_.link_count(), 0),
@@ -82,8 +82,17 @@ void FlowNetwork::start(const engine::CommRequest& req, engine::Simulation& sim,
                      size / static_cast<double>(n), true);
       } else {
         double per_rank = size * busbw_factor(op, n);
-        if (op == CollectiveOp::all_reduce && p.nodes == 1)  // the node's measured all-reduce rate (NVLS or ring)
+        const Algorithm algo = analytical_.chosen(op, req.bytes, ranks).algo;
+        // Inside a node the all-reduce runs at the node's measured rate (NVLS, or the ring's where
+        // there is none); a forced ring on an NVLS node at the ring's.
+        if (op == CollectiveOp::all_reduce && p.nodes == 1 && (algo == Algorithm::nvls || !cluster_.nvlink.nvls))
           per_rank *= cluster_.nvlink.busbw_Bps / cluster_.nvlink.allreduce_busbw_Bps;
+        if (algo == Algorithm::tree) {
+          // NCCL would run the tree: its latency, and its 0.92 of the ring's bandwidth on the same
+          // links (the rings' flows carry 1/0.92 of the bytes).
+          transfers_[t].latency_s = analytical_.tree_time_s(0, n, p, cluster_.nvlink.busbw_Bps);
+          per_rank /= AnalyticalNetwork::kTreeBandwidthRatio;
+        }
         auto r = [&](std::int64_t i) { return ranks[static_cast<std::size_t>(i)]; };
         if (p.nodes == 1) {
           for (std::int64_t i = 0; i < n; ++i) add_flow(t, r(i), r((i + 1) % n), per_rank, true);

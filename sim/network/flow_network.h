@@ -29,7 +29,7 @@ namespace trainsim::network {
 
 class FlowNetwork final : public engine::CommModel {
  public:
-  FlowNetwork(const ClusterSpec& cluster, std::int64_t gpus);
+  FlowNetwork(const ClusterSpec& cluster, std::int64_t gpus, const AlgorithmChoice& algorithms = {});
 
   void start(const engine::CommRequest& req, engine::Simulation& sim, engine::Callback done) override;
 

@@ -69,11 +69,11 @@ StepResult simulate_step(const config::Scenario& scenario, const BuildOptions& o
   std::unique_ptr<engine::CommModel> net;
   network::FlowNetwork* flow_net = nullptr;
   if (flow) {
-    auto f = std::make_unique<network::FlowNetwork>(scenario.cluster, scenario.gpus);
+    auto f = std::make_unique<network::FlowNetwork>(scenario.cluster, scenario.gpus, scenario.collectives);
     flow_net = f.get();
     net = std::move(f);
   } else {
-    net = std::make_unique<network::AnalyticalNetwork>(scenario.cluster);
+    net = std::make_unique<network::AnalyticalNetwork>(scenario.cluster, scenario.collectives);
   }
   engine::Simulation sim;
   engine::Executor ex(sim, *net, plan.programs, plan.bindings, plan.groups, bucket_map());

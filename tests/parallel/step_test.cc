@@ -625,3 +625,21 @@ TEST_CASE(
   CHECK(over.step_time_s > full.step_time_s);
   CHECK(over.mean.dp_exposed_s / full.mean.dp_exposed_s == Approx(4).epsilon(0.1));
 }
+
+TEST_CASE("collectives: a forced algorithm changes the collective's time, on both networks") {
+  // 8 H100 of one node, TP 8 without overlap: the TP all-reduces run on NVLS by default; forcing
+  // the ring (370 instead of 480 GB/s) makes the exposed TP time longer: by 480/370 on the
+  // bandwidth term, less overall since the 16 MiB messages' fixed latency is the same. An algorithm that cannot run
+  // (tree is all-reduce only, asked for all-gather) falls back to the default.
+  auto j = base(8, 8, 1, 8);
+  const auto nvls = parallel::simulate_step(scenario(j));
+  j["collectives"] = {{"all_reduce", "ring"}, {"all_gather", "tree"}};
+  const auto ring = parallel::simulate_step(scenario(j));
+  CHECK(ring.mean.tp_exposed_s > 1.08 * nvls.mean.tp_exposed_s);
+  CHECK(ring.mean.tp_exposed_s < 480.0 / 370.0 * nvls.mean.tp_exposed_s);
+  j["network"] = "flow";
+  const auto ring_flow = parallel::simulate_step(scenario(j));
+  CHECK(ring_flow.step_time_s == Approx(ring.step_time_s).epsilon(0.01));
+  j["collectives"] = {{"all_reduce", "fastest"}};
+  CHECK_THROWS_AS(scenario(j), util::InputError);
+}
