@@ -155,6 +155,24 @@ TEST_CASE("parse_cluster accepts the documented keys and rejects anything else",
     CHECK(e.path() == "nic.speed");
     CHECK(e.problem() == "unknown key (expected one of: per_node, busbw_GBps, latency_us)");
   }
+  SECTION("fabric: documented keys, defaults, and bad values") {
+    doc = toy_topology();
+    CHECK(parse_cluster(JsonNode(doc, "topo.json")).fabric.kind == ClusterSpec::Fabric::Kind::rail_optimized);
+    doc["fabric"] = {{"kind", "fat_tree"},    {"nodes_per_leaf", 4}, {"spines", 2},
+                     {"oversubscription", 4}, {"pod_nodes", 8},      {"pod_oversubscription", 7}};
+    const ClusterSpec f = parse_cluster(JsonNode(doc, "topo.json"));
+    CHECK(f.fabric.kind == ClusterSpec::Fabric::Kind::fat_tree);
+    CHECK(f.fabric.oversubscription == 4);
+    CHECK(f.fabric.pod_nodes == 8);
+    doc["fabric"] = {{"kind", "torus"}};
+    CHECK(parse_error(doc).problem() == "unknown value \"torus\" (expected one of: rail_optimized, fat_tree)");
+    doc["fabric"] = {{"oversubscription", 0.5}};
+    CHECK(parse_error(doc).path() == "fabric.oversubscription");
+    doc["fabric"] = {{"nodes_per_leaf", 32}, {"pod_nodes", 33}};
+    CHECK(parse_error(doc).problem() == "must be a multiple of nodes_per_leaf (32)");
+    doc["fabric"] = {{"spine", 2}};
+    CHECK(parse_error(doc).path() == "fabric.spine");
+  }
   SECTION("missing key") {
     doc = toy_topology();
     doc["nvlink"].erase("p2p_GBps");
