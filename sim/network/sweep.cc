@@ -26,8 +26,6 @@ std::vector<SweepRow> collective_sweep(const ClusterSpec& cluster, std::int64_t 
     throw util::InputError("--min-bytes", "", "needs 1 <= min-bytes <= max-bytes");
   if (send_recv && req.algo != Algorithm::automatic)
     throw util::InputError("--algo", "", "send_recv is point to point: only auto applies");
-  if (req.flow && req.algo != Algorithm::automatic)
-    throw util::InputError("--algo", "", "the flow network runs the simulation's algorithms: only auto applies");
   if (req.flow && req.gpus > cluster.gpus_per_node && req.gpus % cluster.gpus_per_node != 0)
     throw util::InputError("--gpus", "",
                            fmt::format("the flow network needs whole nodes ({} GPUs each)", cluster.gpus_per_node));
@@ -42,7 +40,13 @@ std::vector<SweepRow> collective_sweep(const ClusterSpec& cluster, std::int64_t 
   const std::uint32_t src = crosses ? static_cast<std::uint32_t>(cluster.gpus_per_node - 1) : 0u;
 
   std::unique_ptr<FlowNetwork> flow;
-  if (req.flow) flow = std::make_unique<FlowNetwork>(cluster, req.gpus);
+  if (req.flow && !send_recv) {
+    AlgorithmChoice forced{};
+    forced[static_cast<std::size_t>(*op)] = req.algo;
+    flow = std::make_unique<FlowNetwork>(cluster, req.gpus, forced);
+  } else if (req.flow) {
+    flow = std::make_unique<FlowNetwork>(cluster, req.gpus);
+  }
   // One transfer alone on the flow network.
   auto on_flow = [&](const engine::CommRequest& cr) {
     engine::Simulation sim;

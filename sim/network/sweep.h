@@ -27,7 +27,7 @@ struct SweepRequest {
   Algorithm algo = Algorithm::automatic;
   std::int64_t min_bytes = std::int64_t{1} << 20;  // 1 MiB
   std::int64_t max_bytes = std::int64_t{1} << 34;  // 16 GiB
-  bool flow = false;  // time on the flow-level network (idle) instead of the analytical one (auto only)
+  bool flow = false;  // time on the flow-level network (idle) instead of the analytical one
 };
 
 // Sizes double from min_bytes to max_bytes. Bad requests (unknown op, too few or too many GPUs, an

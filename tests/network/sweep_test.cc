@@ -113,3 +113,22 @@ TEST_CASE("algorithms: tree wins small multi-node all-reduces, ring large ones; 
   req.gpus = 1;
   CHECK_THROWS_AS(collective_sweep(h100, 1024, req), trainsim::util::InputError);
 }
+
+TEST_CASE("the flow network on an idle fabric gives the analytical sweep for every algorithm (within 5%)") {
+  for (Algorithm a : {Algorithm::automatic, Algorithm::ring, Algorithm::tree}) {
+    SweepRequest req;
+    req.op = "all_reduce";
+    req.gpus = 32;
+    req.algo = a;
+    req.max_bytes = std::int64_t{1} << 30;
+    const auto ana = collective_sweep(topology("dgx-h100"), 1024, req);
+    req.flow = true;
+    const auto flow = collective_sweep(topology("dgx-h100"), 1024, req);
+    REQUIRE(flow.size() == ana.size());
+    for (std::size_t i = 0; i < flow.size(); ++i) {
+      INFO(to_string(a) << " " << flow[i].bytes);
+      CHECK(flow[i].time_s == Approx(ana[i].time_s).epsilon(0.05));
+      CHECK(flow[i].algo == ana[i].algo);
+    }
+  }
+}
