@@ -138,19 +138,7 @@ std::optional<AnalyticalNetwork::Timed> AnalyticalNetwork::collective(Collective
   const bool one_node = p.nodes == 1;
   const bool nvls_here =
       cluster_.nvlink.nvls && one_node && op != CollectiveOp::all_to_all && op != CollectiveOp::broadcast;
-  if (algo == Algorithm::automatic) {
-    // The simulation's choice: NVLS where the measured all-reduce figure is NVLS's; across nodes the
-    // cheaper of ring and tree for all-reduce; rings otherwise.
-    Algorithm used = nvls_here && op == CollectiveOp::all_reduce ? Algorithm::nvls : Algorithm::ring;
-    const double t = collective_time_s(op, bytes, n, p);
-    if (op == CollectiveOp::all_reduce && !one_node) {
-      const auto ring = collective(op, bytes, ranks, Algorithm::ring);
-      if (ring && t < ring->time_s) used = Algorithm::tree;
-    }
-    return Timed{t, used};
-  }
   const double size = static_cast<double>(bytes);
-  const double ramp = one_node || p.min_ranks_per_node > 1 ? cluster_.nvlink.ramp_latency_s : 0.0;
   // Ring bandwidth: NVLink ring inside a node (the all-reduce figure when it is a ring's), NICs of
   // the least populated node across nodes, as in collective_time_s.
   const double nics = static_cast<double>(std::min(p.min_ranks_per_node, cluster_.nic.per_node));
@@ -159,26 +147,26 @@ std::optional<AnalyticalNetwork::Timed> AnalyticalNetwork::collective(Collective
                                     : cluster_.nvlink.busbw_Bps;
   const double ring_Bps =
       one_node ? ring_intra_Bps : std::min(cluster_.nvlink.busbw_Bps, nics * cluster_.nic.busbw_Bps);
+  if (algo == Algorithm::automatic) {
+    // The simulation's choice: NVLS where the measured all-reduce figure is NVLS's; across nodes the
+    // cheaper of ring and tree for all-reduce (collective_time_s takes the minimum); rings otherwise.
+    Algorithm used = nvls_here && op == CollectiveOp::all_reduce ? Algorithm::nvls : Algorithm::ring;
+    const double t = collective_time_s(op, bytes, n, p);
+    const double ring_s = collective_latency_s(op, n, p) + size * busbw_factor(op, n) / ring_Bps;
+    if (op == CollectiveOp::all_reduce && !one_node && t < ring_s) used = Algorithm::tree;
+    return Timed{t, used};
+  }
   switch (algo) {
     case Algorithm::ring: {
       if (op == CollectiveOp::all_to_all || op == CollectiveOp::broadcast) return std::nullopt;
-      const std::int64_t steps = ring_steps(op, n);
-      const std::int64_t inter = p.nodes > 1 ? inter_node_steps(op, p.nodes) : 0;
-      const double lat = cluster_.collective_base_latency_s +
-                         static_cast<double>(steps - inter) * cluster_.nvlink.latency_s +
-                         static_cast<double>(inter) * cluster_.nic.latency_s + ramp;
-      return Timed{lat + size * busbw_factor(op, n) / ring_Bps, Algorithm::ring};
+      return Timed{collective_latency_s(op, n, p) + size * busbw_factor(op, n) / ring_Bps, Algorithm::ring};
     }
     case Algorithm::tree: {
       // NCCL's tree all-reduce (tuning.cc): a chain inside each node, double binary trees across
       // nodes; latency baseLat + 2((ppn - 1) intra hop + log2(nodes) NET hop), Simple protocol
       // (8.4, 4.0 and 14 us); bus bandwidth 0.92 of the ring's.
       if (op != CollectiveOp::all_reduce) return std::nullopt;
-      const double ppn = static_cast<double>(n / p.nodes);
-      const double lat =
-          kTreeBaseLatency_s +
-          2.0 * ((ppn - 1.0) * kTreeNvlinkHop_s + std::log2(static_cast<double>(p.nodes)) * kTreeNetHop_s) + ramp;
-      return Timed{lat + size * busbw_factor(op, n) / (kTreeBandwidthRatio * ring_Bps), Algorithm::tree};
+      return Timed{tree_time_s(bytes, n, p, ring_Bps), Algorithm::tree};
     }
     case Algorithm::nvls: {
       // NVLink SHARP: the switches reduce and multicast. All-reduce at the measured NVLS figure;
@@ -187,9 +175,7 @@ std::optional<AnalyticalNetwork::Timed> AnalyticalNetwork::collective(Collective
       if (!nvls_here) return std::nullopt;
       const double bw =
           op == CollectiveOp::all_reduce ? cluster_.nvlink.allreduce_busbw_Bps : cluster_.nvlink.busbw_Bps;
-      const double lat = cluster_.collective_base_latency_s +
-                         static_cast<double>(ring_steps(op, n)) * cluster_.nvlink.latency_s + ramp;
-      return Timed{lat + size * busbw_factor(op, n) / bw, Algorithm::nvls};
+      return Timed{collective_latency_s(op, n, p) + size * busbw_factor(op, n) / bw, Algorithm::nvls};
     }
     case Algorithm::automatic:
       break;

@@ -61,8 +61,9 @@ std::vector<SweepRow> collective_sweep(const ClusterSpec& cluster, std::int64_t 
     row.bytes = bytes;
     double factor = 1.0;
     if (send_recv) {
-      row.time_s = net.p2p_time_s(src, src + 1, bytes);
-      if (flow) {
+      if (!flow) {
+        row.time_s = net.p2p_time_s(src, src + 1, bytes);
+      } else {
         engine::CommRequest cr;
         cr.kind = engine::CommRequest::Kind::p2p;
         cr.bytes = bytes;

@@ -93,27 +93,28 @@ Metrics compute_metrics(const config::Scenario& sc, const parallel::StepResult& 
   return m;
 }
 
+// What a rank held at its peak, GiB per memory category.
+nlohmann::json breakdown_json(const parallel::RankMemory& m) {
+  nlohmann::json held = nlohmann::json::object();
+  for (int c = 0; c < parallel::kMemCategoryCount; ++c)
+    held[parallel::mem_category_name(c)] =
+        static_cast<double>(m.peak_breakdown_bytes[static_cast<std::size_t>(c)]) / kGiB;
+  return held;
+}
+
 nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r) {
   const Metrics m = compute_metrics(sc, r);
   const parallel::RankMemory& peak = r.memory[r.peak_rank];
   // Every simulated rank's peak, when it happened and what it held then.
   nlohmann::json per_rank = nlohmann::json::array();
   for (std::size_t i = 0; i < r.memory.size(); ++i) {
-    nlohmann::json held = nlohmann::json::object();
-    for (int c = 0; c < parallel::kMemCategoryCount; ++c)
-      held[parallel::mem_category_name(c)] =
-          static_cast<double>(r.memory[i].peak_breakdown_bytes[static_cast<std::size_t>(c)]) / kGiB;
     per_rank.push_back({{"rank", r.cluster_rank[i]},
                         {"stage", r.stage[i]},
                         {"peak_gib", static_cast<double>(r.memory[i].peak_bytes) / kGiB},
                         {"peak_time_s", r.memory[i].peak_time_s},
-                        {"breakdown_gib", held},
+                        {"breakdown_gib", breakdown_json(r.memory[i])},
                         {"bubble_s", r.ranks[i].bubble_s}});
   }
-  nlohmann::json breakdown = nlohmann::json::object();
-  for (int c = 0; c < parallel::kMemCategoryCount; ++c)
-    breakdown[parallel::mem_category_name(c)] =
-        static_cast<double>(peak.peak_breakdown_bytes[static_cast<std::size_t>(c)]) / kGiB;
   const auto& p = sc.parallel;
   // Per pipeline stage: where its ranks' time went (averaged over them) and their largest peak.
   const auto stages = static_cast<std::size_t>(p.pp);
@@ -186,7 +187,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
         {"peak_time_s", peak.peak_time_s},
         {"capacity_gib", m.capacity_gib},
         {"fits", m.fits},
-        {"breakdown_gib", breakdown},
+        {"breakdown_gib", breakdown_json(peak)},
         {"ranks", per_rank}}},
       {"stages", per_stage},
       {"warnings", sc.warnings},
