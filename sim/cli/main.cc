@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include "cli/report_commands.h"
 #include "config/scenario.h"
 #include "engine/executor.h"
 #include "network/sweep.h"
@@ -24,14 +25,15 @@
 
 namespace {
 
-int run_command(const std::string& scenario_file, bool json, bool all_ranks) {
+int run_command(const std::string& scenario_file, bool json, bool all_ranks,
+                const trainsim::cli::RunOutputs& outputs) {
   using namespace trainsim;
   const auto scenario = config::load_scenario(scenario_file, config::default_data_dir());
   for (const auto& w : scenario.warnings) spdlog::warn("warning: {}", w);
   spdlog::info("simulating {} ranks", scenario.gpus);
   parallel::BuildOptions options;
   options.all_ranks = all_ranks;
-  const auto result = parallel::simulate_step(scenario, options);
+  const auto result = cli::simulate_with_outputs(scenario, options, outputs);
   spdlog::info("{} tasks in {} programs, {} events", result.tasks, scenario.parallel.pp, result.events);
   if (json)
     fmt::print("{}\n", report::to_json(scenario, result).dump(2));
@@ -123,6 +125,13 @@ int main(int argc, char** argv) {
   bool all_ranks = false;
   run->add_flag("--all-ranks", all_ranks,
                 "Simulate every rank instead of one representative per class of identical ranks (same result, slower)");
+  trainsim::cli::RunOutputs run_outputs;
+  run->add_option("--trace", run_outputs.trace_file,
+                  "Write the simulated timeline as a Chrome/Perfetto trace (JSON) to this file");
+  run->add_option("--trace-ranks", run_outputs.trace_ranks,
+                  "Ranks in the trace: stages (default: one per pipeline stage), all, or a list like 0,8,16-23");
+  run->add_option("--report", run_outputs.report_dir,
+                  "Write a self-contained HTML report (index.html, inline SVG) into this directory");
 
   std::string validate_dir, gate_file;
   bool validate_json = false, validate_markdown = false;
@@ -164,7 +173,7 @@ int main(int argc, char** argv) {
   spdlog::set_level(verbose ? spdlog::level::info : spdlog::level::warn);
 
   try {
-    if (run->parsed()) return run_command(scenario_file, json, all_ranks);
+    if (run->parsed()) return run_command(scenario_file, json, all_ranks, run_outputs);
     if (validate->parsed())
       return validate_command(validate_dir, validate_json, validate_markdown, gate_file, validate_network);
     if (collective->parsed()) {

@@ -38,6 +38,7 @@ struct Dep {
 
 struct Task {
   Time duration;                     // compute only
+  double flops = 0;                  // compute: FLOPs of the ops it stands for (reports only; not timed here)
   std::int64_t bytes = 0;            // collective/send payload (nccl-tests size convention)
   std::int64_t mem_alloc_bytes = 0;  // allocated when the task starts
   std::int64_t mem_free_bytes = 0;   // freed when the task ends

@@ -194,6 +194,7 @@ class StageWriter {
     std::string first, last, phase;
     double s = 0;
     std::int64_t alloc = 0;
+    double flops = 0;
   };
 
   void accumulate(const Op& op, std::string_view phase, std::int64_t saved) {
@@ -204,14 +205,16 @@ class StageWriter {
     seg_.phase = phase;
     seg_.s += t;
     seg_.alloc += saved;
+    seg_.flops += op.flops;
     tail_gemm_ = op.kind == workload::OpKind::gemm;
-    tail_ = Segment{op.name, op.name, std::string(phase), t, saved};
+    tail_ = Segment{op.name, op.name, std::string(phase), t, saved, op.flops};
   }
 
   // Removes the trailing GEMM from the open segment and returns it as a segment of its own.
   Segment split_tail() {
     seg_.s -= tail_.s;
     seg_.alloc -= tail_.alloc;
+    seg_.flops -= tail_.flops;
     if (seg_.first == tail_.first && before_tail_.empty()) seg_.first.clear();
     seg_.last = before_tail_;
     if (seg_.first.empty()) seg_ = Segment{};
@@ -226,6 +229,7 @@ class StageWriter {
     Task t;
     t.stream = kCompute;
     t.duration = engine::Time::from_seconds(seg_.s);
+    t.flops = seg_.flops;
     t.mem_alloc_bytes = seg_.alloc + seg_alloc_;
     t.mem_category = kActivations;
     const std::string name = seg_.first == seg_.last ? seg_.first : fmt::format("{}..{}", seg_.first, seg_.last);

@@ -60,7 +60,7 @@ NetworkStats network_stats(const network::FlowNetwork& net) {
 
 }  // namespace
 
-StepResult simulate_step(const config::Scenario& scenario, const BuildOptions& options) {
+StepResult simulate_step(const config::Scenario& scenario, const BuildOptions& options, StepObserver* observer) {
   hardware::ComputeModel compute(scenario.cluster.gpu);
   const bool flow = scenario.network == config::NetworkModel::flow;
   BuildOptions build = options;
@@ -77,6 +77,10 @@ StepResult simulate_step(const config::Scenario& scenario, const BuildOptions& o
   }
   engine::Simulation sim;
   engine::Executor ex(sim, *net, plan.programs, plan.bindings, plan.groups, bucket_map());
+  if (observer) {
+    observer->on_plan(plan);
+    ex.set_observer(observer);
+  }
   const engine::Time end = ex.run();
 
   StepResult out;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/scenario.h"
+#include "engine/executor.h"
 #include "parallel/step_builder.h"
 
 namespace trainsim::parallel {
@@ -65,6 +66,14 @@ struct StepResult {
   std::optional<NetworkStats> network;  // flow network only
 };
 
-StepResult simulate_step(const config::Scenario& scenario, const BuildOptions& options = {});
+// Optional hook for traces, reports and progress: sees the plan before the run, then every task as
+// it ends (engine::Observer). The plan lives only while simulate_step runs.
+class StepObserver : public engine::Observer {
+ public:
+  virtual void on_plan(const StepPlan& plan) = 0;
+};
+
+StepResult simulate_step(const config::Scenario& scenario, const BuildOptions& options = {},
+                         StepObserver* observer = nullptr);
 
 }  // namespace trainsim::parallel
