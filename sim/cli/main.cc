@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include "calibrate/command.h"
 #include "cli/report_commands.h"
 #include "config/scenario.h"
 #include "engine/executor.h"
@@ -162,6 +163,9 @@ int main(int argc, char** argv) {
   collective->add_option("--max-bytes", coll.max_bytes, "Largest message, bytes (default 16 GiB)");
   collective->add_flag("--json", coll_json, "Print a JSON list of {bytes, time_s, algbw_GBps, busbw_GBps, algo}");
 
+  trainsim::calibrate::CommandOptions calibrate_options;
+  CLI::App* calibrate = trainsim::calibrate::add_command(app, calibrate_options);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -174,6 +178,7 @@ int main(int argc, char** argv) {
 
   try {
     if (run->parsed()) return run_command(scenario_file, json, all_ranks, run_outputs);
+    if (calibrate->parsed()) return trainsim::calibrate::run_command(calibrate_options);
     if (validate->parsed())
       return validate_command(validate_dir, validate_json, validate_markdown, gate_file, validate_network);
     if (collective->parsed()) {

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <memory>
 #include <system_error>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "hardware/profile.h"
 #include "util/error.h"
 
 #ifndef TRAINSIM_SOURCE_DIR
@@ -101,6 +103,39 @@ auto parse_reference(const util::JsonNode& node, const fs::path& data_dir, std::
   const util::JsonNode root(doc, file.string());
   root.expect_object();
   return parse(root, file.stem().string());
+}
+
+// A `gpu_profile` reference: a name in <data_dir>/topologies/profiles/, else a path (relative to the
+// data directory, the referring file's directory or the working directory).
+std::shared_ptr<const hardware::GpuProfile> load_gpu_profile(const util::JsonNode& node, const fs::path& data_dir) {
+  const std::string ref = node.as_string();
+  if (ref.empty()) node.fail("expected a profile name or a path, got an empty string");
+  const fs::path dir = data_dir / "topologies" / "profiles";
+  std::vector<fs::path> candidates;
+  if (ref.find('/') == std::string::npos) candidates.push_back(dir / (ref + ".json"));
+  const fs::path as_path(ref);
+  if (as_path.is_absolute()) {
+    candidates.push_back(as_path);
+  } else {
+    candidates.push_back(data_dir / as_path);
+    if (!node.file().empty()) candidates.push_back(fs::path(node.file()).parent_path() / as_path);
+    candidates.push_back(as_path);
+  }
+  for (const fs::path& c : candidates)
+    if (exists_file(c)) return std::make_shared<const hardware::GpuProfile>(hardware::load_profile(c.string()));
+  node.fail(fmt::format("\"{}\" is neither a profile in {} (known: {}) nor a path to a file", ref, dir.string(),
+                        known_names(dir)));
+}
+
+// A topology object; its optional `gpu_profile` (a scenario-level concern: it names a file) is read
+// here, the rest by network::parse_cluster.
+network::ClusterSpec parse_topology(const util::JsonNode& node, const fs::path& data_dir) {
+  if (!node.has("gpu_profile")) return network::parse_cluster(node);
+  nlohmann::json rest = node.json();
+  rest.erase("gpu_profile");
+  network::ClusterSpec c = network::parse_cluster(util::JsonNode(rest, node.file(), node.path()));
+  c.gpu.profile = load_gpu_profile(node.at("gpu_profile"), data_dir);
+  return c;
 }
 
 workload::ModelSpec parse_model_any(const util::JsonNode& node, const std::string& fallback_name) {
@@ -310,12 +345,18 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
 }
 
 Scenario parse_scenario_in(const util::JsonNode& root, const fs::path& data_dir, const fs::path& scenario_dir) {
-  root.reject_unknown({"model", "cluster", "gpus", "parallel", "training", "network", "collectives"});
+  root.reject_unknown({"model", "cluster", "gpus", "parallel", "training", "network", "collectives", "gpu_profile"});
   Scenario s;
   s.file = root.file();
   s.model = parse_reference(root.at("model"), data_dir, "models", scenario_dir, parse_model_any);
-  s.cluster = parse_reference(root.at("cluster"), data_dir, "topologies", scenario_dir,
-                              [](const util::JsonNode& n, const std::string&) { return network::parse_cluster(n); });
+  s.cluster =
+      parse_reference(root.at("cluster"), data_dir, "topologies", scenario_dir,
+                      [&data_dir](const util::JsonNode& n, const std::string&) { return parse_topology(n, data_dir); });
+  if (auto v = root.find("gpu_profile")) s.cluster.gpu.profile = load_gpu_profile(*v, data_dir);
+  if (const auto& prof = s.cluster.gpu.profile;
+      prof && !prof->device.gpu.empty() && prof->device.gpu != s.cluster.gpu.id)
+    s.warnings.push_back(fmt::format("{}: gpu_profile: {} was measured on {} ({}), the cluster has {}", s.file,
+                                     prof->file, prof->device.name, prof->device.gpu, s.cluster.gpu.id));
   s.gpus = root.at("gpus").as_positive_int();
   if (auto v = root.find("collectives")) {
     v->reject_unknown({"all_reduce", "all_gather", "reduce_scatter", "all_to_all"});
@@ -356,8 +397,9 @@ std::int64_t stage_layers(const Scenario& sc, std::int64_t stage) {
 network::ClusterSpec load_cluster(const std::string& name_or_path, const fs::path& data_dir, const std::string& what) {
   const nlohmann::json ref = name_or_path;
   const util::JsonNode node(ref, what);
-  return parse_reference(node, data_dir, "topologies", fs::current_path(),
-                         [](const util::JsonNode& n, const std::string&) { return network::parse_cluster(n); });
+  return parse_reference(
+      node, data_dir, "topologies", fs::current_path(),
+      [&data_dir](const util::JsonNode& n, const std::string&) { return parse_topology(n, data_dir); });
 }
 
 Scenario load_scenario(const std::string& file, const fs::path& data_dir) {

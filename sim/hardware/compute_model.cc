@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 
+#include "hardware/profile.h"
 #include "util/error.h"
 
 namespace trainsim::hardware {
@@ -46,6 +47,8 @@ constexpr double kMinAttentionFactor = 0.1;
 // waves partly empty. Fitted with a fixed per-GEMM time (gemm_overhead_s + launch_s) to the A100
 // cuBLASLt sweep; see README.md for the fit and its residuals.
 double ComputeModel::gemm_efficiency(const workload::GemmShape& shape) const {
+  if (gpu_.profile)
+    if (auto f = gpu_.profile->gemm_flops_per_s(shape.m, shape.n, shape.k, false)) return *f / gpu_.bf16_flops;
   auto g = [this](std::int64_t dim) {
     const double x = static_cast<double>(std::max<std::int64_t>(dim, 1));
     return x / (x + gpu_.gemm_half_dim);
@@ -71,11 +74,22 @@ double ComputeModel::attention_efficiency(const workload::AttentionShape& shape)
 
 double ComputeModel::time_s(const workload::Op& op) const {
   TRAINSIM_ASSERT(op.kind != workload::OpKind::tp_comm);
-  const double memory_s = op.bytes / (gpu_.hbm_Bps * gpu_.hbm_efficiency);
+  // A calibrated profile replaces the achieved HBM bandwidth, the launch overhead and, for GEMMs it
+  // measured, the whole GEMM time (its back-to-back timings hold the launch and fixed costs).
+  const GpuProfile* profile = gpu_.profile.get();
+  const double launch_s = profile != nullptr ? profile->launch_s : gpu_.launch_s;
+  const double memory_s = op.bytes / (profile != nullptr ? profile->hbm_Bps : gpu_.hbm_Bps * gpu_.hbm_efficiency);
   double compute_s = 0;
-  double fixed_s = op.kernels * gpu_.launch_s;
+  double fixed_s = op.kernels * launch_s;
   switch (op.kind) {
     case workload::OpKind::gemm:
+      if (profile != nullptr) {
+        if (auto f = profile->gemm_flops_per_s(op.gemm.m, op.gemm.n, op.gemm.k, op.fp8)) {
+          compute_s = op.flops / *f;
+          fixed_s -= launch_s;
+          break;
+        }
+      }
       if (op.fp8) {
         TRAINSIM_ASSERT(gpu_.fp8_flops > 0);
         compute_s =

@@ -2,11 +2,14 @@
 // The GPU catalog (datasheet figures) and the parameters of the compute model for each GPU.
 // Every number carries its source in gpu_catalog.cc.
 
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 
 namespace trainsim::hardware {
+
+struct GpuProfile;  // hardware/profile.h
 
 struct GpuSpec {
   std::string id;  // a100-sxm-40gb, a100-sxm-80gb, h100-sxm, h200-sxm, b200, gb200
@@ -27,6 +30,9 @@ struct GpuSpec {
   double flash1_efficiency = 0;         // FlashAttention (v1) fwd+bwd, fraction of bf16_flops at long sequences
   double hbm_efficiency = 0;            // achieved fraction of hbm_Bps for streaming kernels
   double launch_s = 0;                  // per-kernel launch overhead
+  // A calibrated profile (`gpu_profile` in a scenario or topology): where set, the compute model and
+  // the analytical network take GEMM, HBM, launch and intra-node collective times from it.
+  std::shared_ptr<const GpuProfile> profile;
 };
 
 std::span<const GpuSpec> gpu_catalog();
