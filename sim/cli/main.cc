@@ -93,17 +93,19 @@ int collective_command(const std::string& cluster_name, const trainsim::network:
                      {"time_s", r.time_s},
                      {"algbw_GBps", r.algbw_GBps},
                      {"busbw_GBps", r.busbw_GBps},
-                     {"algo", r.algo}});
+                     {"algo", r.algo},
+                     {"proto", r.proto}});
     fmt::print("{}\n", out.dump(2));
     return 0;
   }
   fmt::print("# trainsim collective: {} over {} GPUs of {} ({} network, algorithm {})\n", req.op, req.gpus,
              cluster.name, network, network::to_string(req.algo));
-  fmt::print("# {:>14} {:>12} {:>10} {:>10}  {}\n", "size (B)", "time (us)", "algbw", "busbw", "algorithm");
+  fmt::print("# {:>14} {:>12} {:>10} {:>10}  {:<9} {}\n", "size (B)", "time (us)", "algbw", "busbw", "algorithm",
+             "protocol");
   fmt::print("# {:>14} {:>12} {:>10} {:>10}\n", "", "", "(GB/s)", "(GB/s)");
   for (const auto& r : rows)
-    fmt::print("  {:>14} {:>12.2f} {:>10.2f} {:>10.2f}  {}\n", r.bytes, r.time_s * 1e6, r.algbw_GBps, r.busbw_GBps,
-               r.algo);
+    fmt::print("  {:>14} {:>12.2f} {:>10.2f} {:>10.2f}  {:<9} {}\n", r.bytes, r.time_s * 1e6, r.algbw_GBps,
+               r.busbw_GBps, r.algo, r.proto);
   return 0;
 }
 

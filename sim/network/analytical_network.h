@@ -27,11 +27,17 @@ class AnalyticalNetwork final : public engine::CommModel {
 
   // One collective with a chosen algorithm (nccl-tests style, `trainsim collective`). `automatic` is
   // the time the simulation uses; ring, tree (all-reduce only) and NVLS (all-reduce, all-gather,
-  // reduce-scatter inside one node of a GPU with NVLS) follow NCCL's cost model. Returns nothing
-  // when the algorithm cannot run that collective there.
+  // reduce-scatter inside one node of a GPU with NVLS) follow NCCL's cost model, each with the
+  // cheapest of its protocols (LL, LL128, Simple) at this size. Returns nothing when the algorithm
+  // cannot run that collective there.
   struct Timed {
     double time_s = 0;
     Algorithm algo = Algorithm::ring;  // the one that ran (automatic resolved)
+    Protocol proto = Protocol::simple;
+    double latency_s = 0;  // the fixed part of time_s
+    // Bus bandwidth the bytes move at: time = latency + S * busbw_factor / busbw_Bps (all-to-all
+    // across nodes: the effective figure of its slower side).
+    double busbw_Bps = 0;
   };
   std::optional<Timed> collective(CollectiveOp op, std::int64_t bytes, std::span<const std::uint32_t> ranks,
                                   Algorithm algo) const;
@@ -46,17 +52,22 @@ class AnalyticalNetwork final : public engine::CommModel {
     std::int64_t min_ranks_per_node = 0;
   };
   Placement place(std::span<const std::uint32_t> ranks) const;
-  // The fixed part of a collective's time (what it takes at 0 bytes beyond NCCL's setup), as in
-  // collective_time_s; the flow model adds it to the time its flows take.
-  double collective_latency_s(CollectiveOp op, std::int64_t ranks, const Placement& p) const;
   double p2p_latency_s(std::uint32_t src, std::uint32_t dst) const;
-  // NCCL's tree all-reduce: latency 8.4 + 2((ppn - 1)·4.0 + log2(nodes)·14) us (+ ramp), bus
-  // bandwidth 0.92 of the ring's (`ring_Bps`).
-  double tree_time_s(std::int64_t bytes, std::int64_t ranks, const Placement& p, double ring_Bps) const;
-  static constexpr double kTreeBandwidthRatio = 0.92;  // tuning.cc: tree busBw = min(0.92·busBw, ...)
+  // Simple-protocol ring bus bandwidth of the group: NVLink inside a node (the all-reduce figure for
+  // an all-reduce where the node has no NVLS), the NICs of the least populated node (capped by
+  // NVLink) across nodes.
+  double ring_busbw_Bps(CollectiveOp op, const Placement& p) const;
 
  private:
-  double collective_time_s(CollectiveOp op, std::int64_t bytes, std::int64_t ranks, const Placement& p) const;
+  // The cheapest protocol of `algo` (of every algorithm that can run, for automatic).
+  std::optional<Timed> best(CollectiveOp op, std::int64_t bytes, std::int64_t ranks, const Placement& p,
+                            Algorithm algo) const;
+  // One algorithm with one protocol; nullopt where it cannot run.
+  std::optional<Timed> candidate(CollectiveOp op, double bytes, std::int64_t ranks, const Placement& p, Algorithm algo,
+                                 Protocol proto) const;
+  double ring_latency_s(CollectiveOp op, std::int64_t ranks, const Placement& p, Protocol proto) const;
+  double tree_latency_s(std::int64_t ranks, const Placement& p, Protocol proto) const;
+  double ll_max_busbw_Bps(std::int64_t nodes) const;
 
   ClusterSpec cluster_;
   AlgorithmChoice algorithms_{};       // all automatic unless a scenario forces some

@@ -46,8 +46,10 @@ ClusterSpec parse_cluster(const util::JsonNode& node) {
   c.gpus_per_node = node.at("gpus_per_node").as_positive_int();
 
   const util::JsonNode nvlink = node.at("nvlink");
-  nvlink.reject_unknown({"allreduce_busbw_GBps", "busbw_GBps", "p2p_GBps", "latency_us", "ramp_latency_us", "nvls"});
+  nvlink.reject_unknown(
+      {"allreduce_busbw_GBps", "busbw_GBps", "p2p_GBps", "latency_us", "ramp_latency_us", "nvls", "ll128"});
   if (nvlink.has("nvls")) c.nvlink.nvls = nvlink.at("nvls").as_bool();
+  if (nvlink.has("ll128")) c.nvlink.ll128 = nvlink.at("ll128").as_bool();
   c.nvlink.allreduce_busbw_Bps = gbps(nvlink, "allreduce_busbw_GBps");
   c.nvlink.busbw_Bps = gbps(nvlink, "busbw_GBps");
   c.nvlink.p2p_Bps = gbps(nvlink, "p2p_GBps");

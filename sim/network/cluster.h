@@ -25,6 +25,9 @@ struct ClusterSpec {
     // which its ideal latency leaves out. Fitted to nccl-tests busbw at 16 MiB-8 GiB
     // (topologies/README.md); 0 gives the pure latency + bandwidth model.
     double ramp_latency_s = 0;
+    // NCCL's LL128 protocol runs here (NCCL enables it on NVLink systems); false where the measured
+    // collective curve shows no LL128 regime (topologies/README.md).
+    bool ll128 = true;
   } nvlink;
   struct Nic {
     std::int64_t per_node = 8;

@@ -43,6 +43,19 @@ std::string_view to_string(Algorithm algo) {
   return {};
 }
 
+std::string_view to_string(Protocol proto) {
+  switch (proto) {
+    case Protocol::ll:
+      return "LL";
+    case Protocol::ll128:
+      return "LL128";
+    case Protocol::simple:
+      return "Simple";
+  }
+  TRAINSIM_ASSERT(false && "unknown Protocol");
+  return {};
+}
+
 std::optional<Algorithm> algorithm_from_string(std::string_view name) {
   for (Algorithm a : {Algorithm::automatic, Algorithm::ring, Algorithm::tree, Algorithm::nvls})
     if (to_string(a) == name) return a;

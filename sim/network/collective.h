@@ -21,8 +21,15 @@ enum class Algorithm : std::uint8_t { automatic, ring, tree, nvls };
 // model's choice, as NCCL does with NCCL_ALGO.
 using AlgorithmChoice = std::array<Algorithm, 5>;
 
+// NCCL's wire protocols (ecosystem.md §3.1): LL (8-byte stores of 4 bytes of data and a flag;
+// lowest latency, half the bandwidth), LL128 (128-byte lines carrying 120 bytes), Simple (large
+// chunks and fences; full bandwidth, highest latency). NCCL picks the one with the smallest
+// predicted time per size; the models do the same.
+enum class Protocol : std::uint8_t { ll, ll128, simple };
+
 std::string_view to_string(CollectiveOp op);
 std::string_view to_string(Algorithm algo);
+std::string_view to_string(Protocol proto);  // "LL", "LL128", "Simple" (NCCL_PROTO tokens)
 std::optional<Algorithm> algorithm_from_string(std::string_view name);
 std::optional<CollectiveOp> collective_from_string(std::string_view name);
 // nccl-tests bus-bandwidth factor: busbw = algbw * factor (2(n-1)/n for all-reduce, ...).

@@ -73,26 +73,20 @@ void FlowNetwork::start(const engine::CommRequest& req, engine::Simulation& sim,
     const std::span<const std::uint32_t> ranks = req.ranks;
     const auto n = static_cast<std::int64_t>(ranks.size());
     const auto p = analytical_.place(ranks);
-    transfers_[t].latency_s = n > 1 && req.bytes > 0 ? analytical_.collective_latency_s(op, n, p) : 0.0;
+    transfers_[t].latency_s = 0.0;
     if (n > 1 && req.bytes > 0) {
+      // The algorithm and protocol the analytical model picks: its fixed time, and its bus bandwidth
+      // relative to the plain ring the flows below run (the flows carry that many more bytes).
+      const auto timed = analytical_.chosen(op, req.bytes, ranks);
+      transfers_[t].latency_s = timed.latency_s;
       if (op == CollectiveOp::all_to_all) {
         for (std::int64_t i = 0; i < n; ++i)
           for (std::int64_t j = 0; j < n; ++j)
             add_flow(t, ranks[static_cast<std::size_t>(i)], ranks[static_cast<std::size_t>(j)],
                      size / static_cast<double>(n), true);
       } else {
-        double per_rank = size * busbw_factor(op, n);
-        const Algorithm algo = analytical_.chosen(op, req.bytes, ranks).algo;
-        // Inside a node the all-reduce runs at the node's measured rate (NVLS, or the ring's where
-        // there is none); a forced ring on an NVLS node at the ring's.
-        if (op == CollectiveOp::all_reduce && p.nodes == 1 && (algo == Algorithm::nvls || !cluster_.nvlink.nvls))
-          per_rank *= cluster_.nvlink.busbw_Bps / cluster_.nvlink.allreduce_busbw_Bps;
-        if (algo == Algorithm::tree) {
-          // NCCL would run the tree: its latency, and its 0.92 of the ring's bandwidth on the same
-          // links (the rings' flows carry 1/0.92 of the bytes).
-          transfers_[t].latency_s = analytical_.tree_time_s(0, n, p, cluster_.nvlink.busbw_Bps);
-          per_rank /= AnalyticalNetwork::kTreeBandwidthRatio;
-        }
+        const double flow_ring_Bps = analytical_.ring_busbw_Bps(CollectiveOp::all_gather, p);
+        const double per_rank = size * busbw_factor(op, n) * flow_ring_Bps / timed.busbw_Bps;
         auto r = [&](std::int64_t i) { return ranks[static_cast<std::size_t>(i)]; };
         if (p.nodes == 1) {
           for (std::int64_t i = 0; i < n; ++i) add_flow(t, r(i), r((i + 1) % n), per_rank, true);

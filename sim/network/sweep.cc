@@ -92,6 +92,7 @@ std::vector<SweepRow> collective_sweep(const ClusterSpec& cluster, std::int64_t 
         row.time_s = on_flow(cr);
       }
       row.algo = std::string(to_string(timed->algo));
+      row.proto = std::string(to_string(timed->proto));
       factor = busbw_factor(*op, req.gpus);
     }
     row.algbw_GBps = static_cast<double>(bytes) / row.time_s / 1e9;

@@ -19,6 +19,7 @@ struct SweepRow {
   double algbw_GBps = 0;
   double busbw_GBps = 0;
   std::string algo;
+  std::string proto;  // NCCL protocol: LL, LL128 or Simple ("" for send_recv)
 };
 
 struct SweepRequest {

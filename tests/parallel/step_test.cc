@@ -627,11 +627,13 @@ TEST_CASE(
 }
 
 TEST_CASE("collectives: a forced algorithm changes the collective's time, on both networks") {
-  // 8 H100 of one node, TP 8 without overlap: the TP all-reduces run on NVLS by default; forcing
-  // the ring (370 instead of 480 GB/s) makes the exposed TP time longer: by 480/370 on the
-  // bandwidth term, less overall since the 16 MiB messages' fixed latency is the same. An algorithm that cannot run
-  // (tree is all-reduce only, asked for all-gather) falls back to the default.
+  // 8 H100 of one node, TP 8 without overlap, micro-batch 4: the 64 MiB TP all-reduces run on NVLS
+  // by default (below ~32 MiB NCCL's ring with LL128 would be faster); forcing the ring (370
+  // instead of 480 GB/s) makes the exposed TP time longer: by 480/370 on the bandwidth term, less
+  // overall since the fixed latency is the same. An algorithm that cannot run (tree is all-reduce
+  // only, asked for all-gather) falls back to the default.
   auto j = base(8, 8, 1, 8);
+  j["training"]["micro_batch"] = 4;
   const auto nvls = parallel::simulate_step(scenario(j));
   j["collectives"] = {{"all_reduce", "ring"}, {"all_gather", "tree"}};
   const auto ring = parallel::simulate_step(scenario(j));
