@@ -26,7 +26,7 @@ double FakeDevice::gemm_formula_s(double m, double n, double k, bool fp8) const 
 }
 
 double FakeDevice::gemm_s(std::int64_t m, std::int64_t n, std::int64_t k, Dtype dtype, int /*repeats*/) {
-  if (dtype == Dtype::fp8 && !p_.fp8) throw DeviceError("fake device: no FP8");
+  if (dtype == Dtype::fp8 && (!p_.fp8 || p_.fp8_fails)) throw DeviceError("fake device: no FP8");
   return gemm_formula_s(static_cast<double>(m), static_cast<double>(n), static_cast<double>(k), dtype == Dtype::fp8);
 }
 

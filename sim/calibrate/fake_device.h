@@ -9,6 +9,7 @@ namespace trainsim::calibrate {
 struct FakeParams {
   std::int64_t gpus = 8;
   bool fp8 = true;
+  bool fp8_fails = false;  // FP8 GEMMs throw DeviceError (a cuBLASLt failure)
   // GEMM: t = 2mnk / (F · g(m) g(n) g(k)) + t0, g(x) = x / (x + x0).
   double bf16_flops_per_s = 700e12;
   double fp8_flops_per_s = 1400e12;

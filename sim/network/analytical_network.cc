@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "engine/simulation.h"
+#include "hardware/profile.h"
 #include "util/error.h"
 
 namespace trainsim::network {
@@ -192,6 +193,13 @@ std::optional<AnalyticalNetwork::Timed> AnalyticalNetwork::candidate(CollectiveO
 std::optional<AnalyticalNetwork::Timed> AnalyticalNetwork::best(CollectiveOp op, std::int64_t bytes, std::int64_t n,
                                                                 const Placement& p, Algorithm algo) const {
   const double size = static_cast<double>(bytes);
+  // A calibrated GPU profile times what it measured inside one NVLink domain (hardware/profile.h);
+  // `auto` then stands for whatever NCCL chose there.
+  if (const auto& prof = cluster_.gpu.profile; prof && algo == Algorithm::automatic && p.nodes == 1)
+    if (auto t = prof->collective_time_s(to_string(op), n, size)) {
+      const auto* fit = prof->find_collective(to_string(op), n);
+      return Timed{*t, Algorithm::automatic, Protocol::simple, fit->fit.latency_s, fit->fit.Bps};
+    }
   if (algo == Algorithm::automatic) {
     // Collectives NCCL runs outside the ring/tree/NVLS choice, Simple protocol.
     if (op == CollectiveOp::all_to_all || op == CollectiveOp::broadcast) {

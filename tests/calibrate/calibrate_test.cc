@@ -104,6 +104,17 @@ TEST_CASE("one GPU: no collectives are measured", "[calibrate]") {
   CHECK_FALSE(p.gemm_fp8);
 }
 
+TEST_CASE("a failing optional benchmark is recorded and the rest still runs", "[calibrate]") {
+  FakeParams params;
+  params.fp8_fails = true;
+  FakeDevice dev(params);
+  const hardware::GpuProfile p = run_calibration(dev, small_options(), kDate);
+  CHECK_FALSE(p.gemm_fp8);
+  REQUIRE(p.settings.contains("skipped"));
+  CHECK(p.settings["skipped"][0] == "FP8 GEMMs: fake device: no FP8");
+  CHECK(p.collectives.size() == 35);
+}
+
 TEST_CASE("attention points record executed FLOPs and time", "[calibrate]") {
   // 512, 1024, 2048 tokens; flops = 4 * 32 heads * s^2 * 128.
   FakeDevice dev;
