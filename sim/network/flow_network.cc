@@ -30,12 +30,49 @@ void FlowNetwork::link_busy_change(FlowSolver::LinkId link, int delta, double no
   if (delta < 0 && --link_flows_[link] == 0) link_busy_s_[link] += now - link_busy_since_[link];
 }
 
-void FlowNetwork::add_flow(std::uint32_t transfer, std::uint32_t src, std::uint32_t dst, double bytes,
-                           bool collective) {
-  if (src == dst || bytes <= 0) return;
-  path_.clear();
-  graph_.route(src, dst, path_);
+void FlowNetwork::set_images(std::uint32_t count, ImageFn image) {
+  TRAINSIM_ASSERT(count >= 1);
+  image_count_ = count;
+  image_ = std::move(image);
+  covered_.assign(static_cast<std::size_t>(graph_.gpus()), 0);
+}
+
+const std::vector<std::uint32_t>& FlowNetwork::images_of(std::uint64_t key, std::span<const std::uint32_t> ranks,
+                                                         bool dedupe) {
+  auto [it, fresh] = images_.try_emplace(key);
+  if (!fresh) return it->second;
+  std::vector<std::uint32_t>& out = it->second;
+  ++stamp_;
+  std::vector<std::uint32_t> mapped(ranks.size());
+  for (std::uint32_t k = 0; k < image_count_; ++k) {
+    for (std::size_t i = 0; i < ranks.size(); ++i) mapped[i] = k == 0 ? ranks[i] : image_(ranks[i], k);
+    // A group can map onto itself (a TP group under a TP shift): keep distinct images only.
+    if (dedupe && covered_[mapped.front()] == stamp_) continue;
+    for (std::uint32_t r : mapped) covered_[r] = stamp_;
+    out.insert(out.end(), mapped.begin(), mapped.end());
+  }
+  return out;
+}
+
+void FlowNetwork::append_hop(std::uint32_t src, std::uint32_t dst, bool collective) {
+  if (src == dst) return;
+  const std::uint64_t key = (static_cast<std::uint64_t>(src) << 32) | dst;
+  auto [it, fresh] = routes_.try_emplace(key);
+  if (fresh) {
+    const auto offset = static_cast<std::uint32_t>(route_links_.size());
+    graph_.route(src, dst, route_links_);
+    it->second = {offset, static_cast<std::uint32_t>(route_links_.size()) - offset};
+  }
+  path_.insert(path_.end(), route_links_.begin() + it->second.first,
+               route_links_.begin() + it->second.first + it->second.second);
   if (collective) path_.push_back(static_cast<FlowSolver::LinkId>(graph_.link_count() + src));
+}
+
+void FlowNetwork::add_path_flow(std::uint32_t transfer, double bytes) {
+  if (path_.empty() || bytes <= 0) {
+    path_.clear();
+    return;
+  }
   const FlowSolver::FlowId id = solver_.add(path_);
   if (id >= flows_.size()) flows_.resize(id + 1);
   Flow& f = flows_[id];
@@ -46,9 +83,70 @@ void FlowNetwork::add_flow(std::uint32_t transfer, std::uint32_t src, std::uint3
   ++f.version;
   for (FlowSolver::LinkId l : path_) link_bytes_[l] += bytes;
   f.path = path_;
+  path_.clear();
   ++transfers_[transfer].open_flows;
   pending_.push_back(id);
   ++flows_started_;
+}
+
+void FlowNetwork::add_flow(std::uint32_t transfer, std::uint32_t src, std::uint32_t dst, double bytes,
+                           bool collective) {
+  path_.clear();
+  append_hop(src, dst, collective);
+  add_path_flow(transfer, bytes);
+}
+
+void FlowNetwork::build_collective(CollectiveOp op, std::span<const std::uint32_t> ranks, FlowSet& out) {
+  const auto n = static_cast<std::int64_t>(ranks.size());
+  auto r = [&](std::int64_t i) { return ranks[static_cast<std::size_t>(i)]; };
+  auto close_flow = [&](double weight) {
+    if (path_.empty()) return;
+    out.links.insert(out.links.end(), path_.begin(), path_.end());
+    out.ends.push_back(static_cast<std::uint32_t>(out.links.size()));
+    out.weight.push_back(weight);
+    path_.clear();
+  };
+  path_.clear();
+  if (op == CollectiveOp::all_to_all) {  // one flow per ordered pair, S / n each
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < n; ++j) {
+        append_hop(r(i), r(j), true);
+        close_flow(1.0 / static_cast<double>(n));
+      }
+    return;
+  }
+  // A pipelined ring moves at its slowest hop: each ring (each channel across nodes) is one flow over
+  // all its hops' links, every hop carrying the per-rank bytes.
+  // Runs of the group's ranks per node, in group order.
+  std::vector<std::int64_t> node_start;
+  for (std::int64_t i = 0; i < n; ++i)
+    if (i == 0 || cluster_.node_of(r(i)) != cluster_.node_of(r(i - 1))) node_start.push_back(i);
+  const auto runs = static_cast<std::int64_t>(node_start.size());
+  if (runs == 1) {
+    for (std::int64_t i = 0; i < n; ++i) append_hop(r(i), r((i + 1) % n), true);
+    close_flow(1.0);
+    return;
+  }
+  node_start.push_back(n);
+  std::int64_t min_ppn = n;
+  for (std::int64_t k = 0; k < runs; ++k)
+    min_ppn = std::min(min_ppn, node_start[static_cast<std::size_t>(k + 1)] - node_start[static_cast<std::size_t>(k)]);
+  const std::int64_t channels = std::max<std::int64_t>(1, std::min(min_ppn, cluster_.nic.per_node));
+  for (std::int64_t c = 0; c < channels; ++c) {
+    // Channel c enters each node at its c-th rank, walks the node's ranks and leaves from the one
+    // before the entry, through that GPU's rail NIC, to the next node's entry.
+    for (std::int64_t k = 0; k < runs; ++k) {
+      const std::int64_t begin = node_start[static_cast<std::size_t>(k)];
+      const std::int64_t ppn = node_start[static_cast<std::size_t>(k + 1)] - begin;
+      for (std::int64_t j = 0; j + 1 < ppn; ++j)
+        append_hop(r(begin + (c + j) % ppn), r(begin + (c + j + 1) % ppn), true);
+      const std::int64_t exit = begin + (c + ppn - 1) % ppn;
+      const std::int64_t nb = node_start[static_cast<std::size_t>((k + 1) % runs)];
+      const std::int64_t nppn = node_start[static_cast<std::size_t>((k + 1) % runs + 1)] - nb;
+      append_hop(r(exit), r(nb + c % nppn), true);
+    }
+    close_flow(1.0 / static_cast<double>(channels));
+  }
 }
 
 void FlowNetwork::start(const engine::CommRequest& req, engine::Simulation& sim, engine::Callback done) {
@@ -67,54 +165,50 @@ void FlowNetwork::start(const engine::CommRequest& req, engine::Simulation& sim,
 
   if (req.kind == engine::CommRequest::Kind::p2p) {
     transfers_[t].latency_s = analytical_.p2p_latency_s(req.src, req.dst);
-    add_flow(t, req.src, req.dst, size, false);
+    if (image_count_ == 1) {
+      add_flow(t, req.src, req.dst, size, false);
+    } else {
+      const std::uint32_t pair[2] = {req.src, req.dst};
+      const auto& images = images_of((static_cast<std::uint64_t>(req.src) << 32) | req.dst, pair, false);
+      for (std::size_t i = 0; i < images.size(); i += 2) add_flow(t, images[i], images[i + 1], size, false);
+    }
   } else {
     const auto op = static_cast<CollectiveOp>(req.op);
     const std::span<const std::uint32_t> ranks = req.ranks;
     const auto n = static_cast<std::int64_t>(ranks.size());
-    const auto p = analytical_.place(ranks);
     transfers_[t].latency_s = 0.0;
     if (n > 1 && req.bytes > 0) {
       // The algorithm and protocol the analytical model picks: its fixed time, and its bus bandwidth
-      // relative to the plain ring the flows below run (the flows carry that many more bytes).
+      // relative to the plain ring the flows run (the flows carry that many more bytes).
       const auto timed = analytical_.chosen(op, req.bytes, ranks);
       transfers_[t].latency_s = timed.latency_s;
-      if (op == CollectiveOp::all_to_all) {
-        for (std::int64_t i = 0; i < n; ++i)
-          for (std::int64_t j = 0; j < n; ++j)
-            add_flow(t, ranks[static_cast<std::size_t>(i)], ranks[static_cast<std::size_t>(j)],
-                     size / static_cast<double>(n), true);
-      } else {
-        const double flow_ring_Bps = analytical_.ring_busbw_Bps(CollectiveOp::all_gather, p);
-        const double per_rank = size * busbw_factor(op, n) * flow_ring_Bps / timed.busbw_Bps;
-        auto r = [&](std::int64_t i) { return ranks[static_cast<std::size_t>(i)]; };
-        if (p.nodes == 1) {
-          for (std::int64_t i = 0; i < n; ++i) add_flow(t, r(i), r((i + 1) % n), per_rank, true);
+      const double flow_ring_Bps = analytical_.ring_busbw_Bps(CollectiveOp::all_gather, analytical_.place(ranks));
+      const double per_rank = size * busbw_factor(op, n) * flow_ring_Bps / timed.busbw_Bps;
+      // The group's flows (and its images'), built once per group and kind of collective.
+      const bool a2a = op == CollectiveOp::all_to_all;
+      auto [it, fresh] = flow_sets_.try_emplace((static_cast<std::uint64_t>(req.group) << 1) | (a2a ? 1u : 0u));
+      FlowSet& set = it->second;
+      if (!fresh && !std::equal(ranks.begin(), ranks.end(), set.ranks.begin(), set.ranks.end())) {
+        set = FlowSet{};  // the same group id over other ranks (callers outside a step plan)
+        images_.erase(req.group | (std::uint64_t{1} << 63));
+        fresh = true;
+      }
+      if (fresh) {
+        set.ranks.assign(ranks.begin(), ranks.end());
+        if (image_count_ == 1) {
+          build_collective(op, ranks, set);
         } else {
-          // Runs of the group's ranks per node, in group order.
-          std::vector<std::int64_t> node_start;
-          for (std::int64_t i = 0; i < n; ++i)
-            if (i == 0 || cluster_.node_of(r(i)) != cluster_.node_of(r(i - 1))) node_start.push_back(i);
-          const auto runs = static_cast<std::int64_t>(node_start.size());
-          node_start.push_back(n);
-          const std::int64_t channels =
-              std::max<std::int64_t>(1, std::min(p.min_ranks_per_node, cluster_.nic.per_node));
-          const double bytes = per_rank / static_cast<double>(channels);
-          for (std::int64_t c = 0; c < channels; ++c) {
-            // Channel c enters each node at its c-th rank, walks the node's ranks and leaves from the
-            // one before the entry, through that GPU's rail NIC, to the next node's entry.
-            for (std::int64_t k = 0; k < runs; ++k) {
-              const std::int64_t begin = node_start[static_cast<std::size_t>(k)];
-              const std::int64_t ppn = node_start[static_cast<std::size_t>(k + 1)] - begin;
-              for (std::int64_t j = 0; j + 1 < ppn; ++j)
-                add_flow(t, r(begin + (c + j) % ppn), r(begin + (c + j + 1) % ppn), bytes, true);
-              const std::int64_t exit = begin + (c + ppn - 1) % ppn;
-              const std::int64_t nb = node_start[static_cast<std::size_t>((k + 1) % runs)];
-              const std::int64_t nppn = node_start[static_cast<std::size_t>((k + 1) % runs + 1)] - nb;
-              add_flow(t, r(exit), r(nb + c % nppn), bytes, true);
-            }
-          }
+          const auto& images = images_of(req.group | (std::uint64_t{1} << 63), ranks, true);
+          for (std::size_t i = 0; i < images.size(); i += ranks.size())
+            build_collective(op, std::span(images).subspan(i, ranks.size()), set);
         }
+      }
+      const double unit = a2a ? size : per_rank;
+      std::uint32_t begin = 0;
+      for (std::size_t i = 0; i < set.ends.size(); ++i) {
+        path_.assign(set.links.begin() + begin, set.links.begin() + set.ends[i]);
+        add_path_flow(t, set.weight[i] * unit);
+        begin = set.ends[i];
       }
     }
   }

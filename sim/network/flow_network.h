@@ -4,9 +4,13 @@
 // collective is decomposed the way NCCL moves its bytes:
 //   * ring all-reduce / all-gather / reduce-scatter / broadcast: each rank sends busbw-factor x S
 //     to its ring successor; across nodes the ring runs as min(ranks per node, NICs) channels, each
-//     leaving a node through a different GPU and its rail NIC (so a node's NICs share the load);
-//   * NVLS all-reduce inside a node: the ring's flows carrying factor x S x (ring / NVLS bus
-//     bandwidth), so an idle node runs at the measured NVLS rate;
+//     leaving a node through a different GPU and its rail NIC (so a node's NICs share the load).
+//     A pipelined ring moves at its slowest hop, so each ring (each channel) is ONE flow whose path
+//     is all its hops' links: every hop carries the flow's bytes at the flow's rate, and a link two
+//     hops share is listed twice (it carries twice the rate);
+//   * the algorithm and protocol the analytical model picks (NVLS, tree, LL, LL128): the ring's
+//     flows carrying factor x S x (ring / chosen bus bandwidth), with the chosen one's fixed
+//     latency, so an idle network runs at the chosen rate;
 //   * all-to-all: one flow per ordered pair of S / n;
 //   * point to point: one flow.
 // Each GPU's collective flows together cross a virtual link of `nvlink.busbw` (what NCCL's kernels on
@@ -16,7 +20,9 @@
 // charges, so on an idle network the two models agree (tests check within 5%).
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/comm_model.h"
@@ -32,6 +38,14 @@ class FlowNetwork final : public engine::CommModel {
   FlowNetwork(const ClusterSpec& cluster, std::int64_t gpus, const AlgorithmChoice& algorithms = {});
 
   void start(const engine::CommRequest& req, engine::Simulation& sim, engine::Callback done) override;
+
+  // Symmetric runs, where one simulated rank stands for a class of identical ranks: `image(r, k)`
+  // is cluster rank r's k-th image (k < count; image 0 is r itself). Every message then moves for
+  // each distinct image of its ranks too, so the links carry the whole cluster's traffic, and it
+  // completes when the last image's flows drain (the slowest replica sets the pace, as it would
+  // through the next collective).
+  using ImageFn = std::function<std::uint32_t(std::uint32_t rank, std::uint32_t image)>;
+  void set_images(std::uint32_t count, ImageFn image);
 
   // What each link carried: bytes, and time with at least one flow on it.
   struct LinkStats {
@@ -58,6 +72,20 @@ class FlowNetwork final : public engine::CommModel {
     engine::Callback done;
   };
   void add_flow(std::uint32_t transfer, std::uint32_t src, std::uint32_t dst, double bytes, bool collective);
+  // A collective's flows: flow i crosses links[ends[i-1], ends[i]) and carries weight[i] x the unit
+  // (S / n-sized pairs for all-to-all: unit S; ring channels: unit the per-rank bytes).
+  struct FlowSet {
+    std::vector<std::uint32_t> ranks;  // the group it was built for
+    std::vector<FlowSolver::LinkId> links;
+    std::vector<std::uint32_t> ends;
+    std::vector<double> weight;
+  };
+  // Appends the flows of one ring collective (or all-to-all) over `ranks`, in group order.
+  void build_collective(CollectiveOp op, std::span<const std::uint32_t> ranks, FlowSet& out);
+  // Appends the route src -> dst (and, for a collective, src's virtual NCCL link) to path_.
+  void append_hop(std::uint32_t src, std::uint32_t dst, bool collective);
+  // One flow of `bytes` over path_ (then cleared); nothing when path_ is empty.
+  void add_path_flow(std::uint32_t transfer, double bytes);
   static std::vector<double> capacities(const TopologyGraph& graph, const ClusterSpec& cluster);
   void launch(std::uint32_t transfer, engine::Simulation& sim);
   void reschedule(engine::Simulation& sim);
@@ -76,6 +104,18 @@ class FlowNetwork final : public engine::CommModel {
   std::vector<double> link_bytes_, link_busy_s_, link_busy_since_;
   std::vector<std::uint32_t> link_flows_;
   std::uint64_t flows_started_ = 0;
+  // Routes by (src, dst): offset and length in route_links_ (routing is deterministic).
+  std::unordered_map<std::uint64_t, std::pair<std::uint32_t, std::uint32_t>> routes_;
+  std::vector<FlowSolver::LinkId> route_links_;
+  std::uint32_t image_count_ = 1;
+  ImageFn image_;
+  // The distinct images of a group (key: group id | 1 << 63) or of a p2p pair (key: src << 32 | dst),
+  // concatenated; computed once per key.
+  std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> images_;
+  std::unordered_map<std::uint64_t, FlowSet> flow_sets_;  // by group id << 1 | all-to-all
+  const std::vector<std::uint32_t>& images_of(std::uint64_t key, std::span<const std::uint32_t> ranks, bool dedupe);
+  std::vector<std::uint32_t> covered_;  // per cluster rank: the lookup that last took it
+  std::uint32_t stamp_ = 0;
 };
 
 }  // namespace trainsim::network

@@ -84,8 +84,12 @@ void FlowSolver::fill(const std::vector<FlowId>& flows, const std::vector<LinkId
     residual_[l] = capacity_[l];
     unfrozen_[l] = static_cast<std::uint32_t>(on_link_[l].size());
   }
-  std::vector<FlowId> open = flows;  // unfrozen flows
-  std::vector<char> frozen(flows_.size(), 0);
+  std::vector<FlowId>& open = open_;  // unfrozen flows
+  std::vector<FlowId>& next = next_;
+  open.assign(flows.begin(), flows.end());
+  if (frozen_.size() < flows_.size()) frozen_.resize(flows_.size(), 0);
+  for (FlowId f : flows) frozen_[f] = 0;
+  std::vector<char>& frozen = frozen_;
   while (!open.empty()) {
     // The smallest fair share over the component's links, and the smallest own cap.
     double share = FlowSolver::kUncapped;
@@ -97,7 +101,7 @@ void FlowSolver::fill(const std::vector<FlowId>& flows, const std::vector<LinkId
     // Freeze the flows on bottleneck links and those at their cap, at `share`. A tolerance keeps
     // links that fill at the same level (up to rounding) in the same round.
     const double tol = share * 1e-12;
-    std::vector<FlowId> next;
+    next.clear();
     for (FlowId f : open) {
       const Flow& fl = flows_[f];
       bool freeze = fl.cap <= share + tol;

@@ -32,7 +32,8 @@ class FlowSolver {
 
   explicit FlowSolver(std::vector<double> link_capacity_Bps);
 
-  // A new flow over `path` (links in any order, each at most once). Its rate is 0 until `solve`.
+  // A new flow over `path` (links in any order). A link listed k times carries k times the flow's
+  // rate (a ring whose hops share it). Its rate is 0 until `solve`.
   FlowId add(std::span<const LinkId> path, double cap_Bps = kUncapped);
   void remove(FlowId flow);
   // Re-solves the components of every flow added or removed since the last call. Returns the flows
@@ -69,6 +70,8 @@ class FlowSolver {
   std::uint32_t epoch_ = 0;
   std::vector<double> residual_;
   std::vector<std::uint32_t> unfrozen_;
+  std::vector<FlowId> open_, next_;
+  std::vector<char> frozen_;
 };
 
 }  // namespace trainsim::network

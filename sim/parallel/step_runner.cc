@@ -4,6 +4,7 @@
 #include "hardware/compute_model.h"
 #include "network/analytical_network.h"
 #include "network/flow_network.h"
+#include "parallel/rank_grid.h"
 
 #include <algorithm>
 #include <memory>
@@ -63,14 +64,27 @@ NetworkStats network_stats(const network::FlowNetwork& net) {
 StepResult simulate_step(const config::Scenario& scenario, const BuildOptions& options, StepObserver* observer) {
   hardware::ComputeModel compute(scenario.cluster.gpu);
   const bool flow = scenario.network == config::NetworkModel::flow;
-  BuildOptions build = options;
-  if (flow) build.all_ranks = true;  // shared links: ranks of a class no longer time alike
+  const BuildOptions& build = options;
   StepPlan plan = build_step(scenario, compute, build);
   std::unique_ptr<engine::CommModel> net;
   network::FlowNetwork* flow_net = nullptr;
   if (flow) {
     auto f = std::make_unique<network::FlowNetwork>(scenario.cluster, scenario.gpus, scenario.collectives);
     flow_net = f.get();
+    if (!build.all_ranks) {
+      // A symmetric run simulates the tp = 0, dp = 0 rank of each (pipeline, context) position; each
+      // stands for its tp x dp class, so every message also moves for the class's other members (the
+      // rank shifted by a in TP and b in DP), loading the links as the whole cluster does.
+      const auto& par = scenario.parallel;
+      const RankGrid grid(par.tp, par.cp, par.dp, par.pp);
+      f->set_images(static_cast<std::uint32_t>(par.tp * par.dp),
+                    [grid, tp = par.tp, dp = par.dp](std::uint32_t r, std::uint32_t k) {
+                      Coords c = grid.coords(r);
+                      c.tp = (c.tp + static_cast<std::int64_t>(k) % tp) % tp;
+                      c.dp = (c.dp + static_cast<std::int64_t>(k) / tp) % dp;
+                      return grid.rank(c);
+                    });
+    }
     net = std::move(f);
   } else {
     net = std::make_unique<network::AnalyticalNetwork>(scenario.cluster, scenario.collectives);

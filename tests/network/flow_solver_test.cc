@@ -83,3 +83,23 @@ TEST_CASE("max-min on a parking lot: no link over capacity, every flow bottlenec
   CHECK(s.rate(s2) == Approx(25e9));
   for (Link l = 0; l < 3; ++l) CHECK(s.load(l) <= s.capacity(l) * (1 + 1e-12));
 }
+
+TEST_CASE("a flow listed twice on a link carries twice its rate there (a ring whose hops share it)") {
+  // Link 0 = 90 GB/s. A ring flow crossing it twice and a plain flow: three shares of 30; the ring
+  // moves at 30 and loads the link with 60, the plain flow gets 30. Alone the ring gets 45.
+  FlowSolver s({90e9, 1000e9});
+  const std::array<Link, 3> ring{0, 1, 0};
+  const std::array<Link, 1> plain{0};
+  const auto r = s.add(ring);
+  s.solve();
+  CHECK(s.rate(r) == Approx(45e9));
+  const auto p = s.add(plain);
+  s.solve();
+  CHECK(s.rate(r) == Approx(30e9));
+  CHECK(s.rate(p) == Approx(30e9));
+  CHECK(s.load(0) == Approx(90e9));  // conservation with the multiplicity
+  s.remove(r);
+  s.solve();
+  CHECK(s.rate(p) == Approx(90e9));
+  CHECK(s.flows_on(0).size() == 1);
+}

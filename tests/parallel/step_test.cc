@@ -626,6 +626,37 @@ TEST_CASE(
   CHECK(over.mean.dp_exposed_s / full.mean.dp_exposed_s == Approx(4).epsilon(0.1));
 }
 
+TEST_CASE("flow network in a symmetric run: one rank per class with its images' flows gives the all-ranks step") {
+  // 64 GPUs, TP 4 x PP 2 x DP 8 on a 1:4 oversubscribed fabric of one node per leaf: TP rings stay
+  // in the nodes, PP sends and DP rings cross the spines and contend there. The default run
+  // simulates the 2 tp = 0, dp = 0 ranks and moves every message for all tp x dp = 32 images of
+  // them, so the links carry what all 64 ranks send: the same flows, and the same step within 1%
+  // of the run that simulates every rank.
+  nlohmann::json topo = nlohmann::json::parse(R"({
+    "name": "h100-test", "gpu": "h100-sxm", "gpus_per_node": 8,
+    "nvlink": {"allreduce_busbw_GBps": 480, "busbw_GBps": 370, "p2p_GBps": 380, "latency_us": 3.4, "nvls": true},
+    "nic": {"per_node": 8, "busbw_GBps": 47, "latency_us": 14},
+    "collective_base_latency_us": 8.4,
+    "fabric": {"nodes_per_leaf": 1, "spines": 2, "oversubscription": 4}})");
+  auto j = base(64, 4, 2, 32);
+  j["cluster"] = topo;
+  j["network"] = "flow";
+  const auto sc = scenario(j);
+  const auto sym = parallel::simulate_step(sc);
+  const auto all = parallel::simulate_step(sc, parallel::BuildOptions{true});
+  CHECK_FALSE(sym.all_ranks);
+  CHECK(sym.ranks.size() == 2);
+  CHECK(all.ranks.size() == 64);
+  REQUIRE(sym.network.has_value());
+  REQUIRE(all.network.has_value());
+  CHECK(sym.network->flows == all.network->flows);
+  CHECK(sym.step_time_s == Approx(all.step_time_s).epsilon(0.01));
+  CHECK(sym.mean.dp_exposed_s == Approx(all.mean.dp_exposed_s).epsilon(0.05));
+  // The spines are what slows it: the analytical network (no sharing) is faster.
+  j["network"] = "analytical";
+  CHECK(parallel::simulate_step(scenario(j)).step_time_s < 0.99 * sym.step_time_s);
+}
+
 TEST_CASE("collectives: a forced algorithm changes the collective's time, on both networks") {
   // 8 H100 of one node, TP 8 without overlap, micro-batch 4: the 64 MiB TP all-reduces run on NVLS
   // by default (below ~32 MiB NCCL's ring with LL128 would be faster); forcing the ring (370
