@@ -1,6 +1,7 @@
 // The trainsim command. Only this file prints errors and chooses exit codes:
-//   0 success, 1 an accuracy gate failed (validate --gate) or an unexpected error, 2 bad input (one
-//   line naming file, JSON path and problem), 3 the simulation could not finish (deadlock report).
+//   0 success, 1 an accuracy gate failed (validate --gate), a prediction got worse (compare) or an
+//   unexpected error, 2 bad input (one line naming file, JSON path and problem), 3 the simulation
+//   could not finish (deadlock report).
 
 #include <cstdio>
 #include <exception>
@@ -20,14 +21,14 @@
 #include "engine/executor.h"
 #include "network/sweep.h"
 #include "parallel/step_runner.h"
+#include "report/progress.h"
 #include "report/summary.h"
 #include "util/error.h"
 #include "validate/validate.h"
 
 namespace {
 
-int run_command(const std::string& scenario_file, bool json, bool all_ranks,
-                const trainsim::cli::RunOutputs& outputs) {
+int run_command(const std::string& scenario_file, bool json, bool all_ranks, const trainsim::cli::RunOutputs& outputs) {
   using namespace trainsim;
   const auto scenario = config::load_scenario(scenario_file, config::default_data_dir());
   for (const auto& w : scenario.warnings) spdlog::warn("warning: {}", w);
@@ -58,10 +59,13 @@ int validate_command(const std::string& dir_arg, bool json, bool markdown, const
                            fmt::format("unknown network \"{}\" (expected one of: analytical, flow)", network_name));
   std::vector<validate::Outcome> outcomes;
   outcomes.reserve(records.size());
+  report::ProgressBar bar("validating", records.size());
   for (const auto& r : records) {
+    bar.set(outcomes.size(), r.id);
     spdlog::info("validating {}", r.id);
     outcomes.push_back(validate::evaluate(r, data_dir, network));
   }
+  bar.finish();
   const auto summary = validate::summarize(outcomes);
   if (json)
     fmt::print("{}\n", validate::to_json(outcomes, summary).dump(2));
@@ -168,6 +172,9 @@ int main(int argc, char** argv) {
   trainsim::calibrate::CommandOptions calibrate_options;
   CLI::App* calibrate = trainsim::calibrate::add_command(app, calibrate_options);
 
+  trainsim::cli::ReportCommands report_commands;
+  trainsim::cli::add_report_commands(app, report_commands);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -180,6 +187,7 @@ int main(int argc, char** argv) {
 
   try {
     if (run->parsed()) return run_command(scenario_file, json, all_ranks, run_outputs);
+    if (auto code = trainsim::cli::run_report_commands(report_commands)) return *code;
     if (calibrate->parsed()) return trainsim::calibrate::run_command(calibrate_options);
     if (validate->parsed())
       return validate_command(validate_dir, validate_json, validate_markdown, gate_file, validate_network);

@@ -1,5 +1,6 @@
 #include "cli/report_commands.h"
 
+#include <charconv>
 #include <filesystem>
 #include <fstream>
 
@@ -7,10 +8,13 @@
 #include <spdlog/spdlog.h>
 
 #include "report/chrome_trace.h"
+#include "report/compare.h"
 #include "report/html.h"
 #include "report/progress.h"
+#include "report/scale.h"
 #include "report/timeline.h"
 #include "util/error.h"
+#include "util/json_node.h"
 
 namespace trainsim::cli {
 
@@ -91,6 +95,160 @@ parallel::StepResult simulate_with_outputs(const config::Scenario& scenario, con
     spdlog::info("wrote the report to {}", page.string());
   }
   return result;
+}
+
+}  // namespace trainsim::cli
+
+namespace trainsim::cli {
+
+namespace {
+
+// "64,128,256" -> {64, 128, 256}: positive, increasing.
+std::vector<std::int64_t> parse_sizes(const std::string& text, const std::string& what) {
+  std::vector<std::int64_t> out;
+  std::string_view rest = text;
+  while (true) {
+    const std::size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    std::int64_t v = 0;
+    auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || v <= 0)
+      throw util::InputError(
+          what, "",
+          fmt::format("\"{}\" is not a positive whole number (expected a list like 64,128,256)", std::string(item)));
+    if (!out.empty() && v <= out.back())
+      throw util::InputError(what, "", fmt::format("sizes must increase: {} after {}", v, out.back()));
+    out.push_back(v);
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  return out;
+}
+
+}  // namespace
+
+int scale_command(const ScaleArgs& args) {
+  const auto data_dir = config::default_data_dir();
+  report::Keep keep;
+  if (args.keep == "global-batch")
+    keep = report::Keep::global_batch;
+  else if (args.keep == "per-gpu-batch")
+    keep = report::Keep::per_gpu_batch;
+  else
+    throw util::InputError("--keep", "",
+                           fmt::format("unknown rule \"{}\" (expected global-batch or per-gpu-batch)", args.keep));
+  if (args.gpus.empty() == args.nodes.empty())
+    throw util::InputError("scale", "", "give exactly one of --gpus and --nodes");
+
+  const config::Scenario base = config::load_scenario(args.scenario_file, data_dir);
+  const nlohmann::json doc = util::read_json_file(args.scenario_file);
+  std::vector<std::int64_t> sizes =
+      parse_sizes(args.gpus.empty() ? args.nodes : args.gpus, args.gpus.empty() ? "--nodes" : "--gpus");
+  if (!args.nodes.empty())
+    for (auto& n : sizes) n *= base.cluster.gpus_per_node;
+  const std::string size_flag = args.gpus.empty() ? "--nodes" : "--gpus";
+
+  // Every size is checked before any is simulated, so a bad one fails at once.
+  std::vector<config::Scenario> scenarios;
+  for (const std::int64_t n : sizes) {
+    nlohmann::json d = doc;
+    d["gpus"] = n;
+    if (keep == report::Keep::per_gpu_batch) {
+      const std::int64_t gb = base.training.global_batch;
+      if ((gb * n) % base.gpus != 0)
+        throw util::InputError(args.scenario_file, "training.global_batch",
+                               fmt::format("at {} GPUs ({}): keeping {} sequences per {} GPUs needs a global batch "
+                                           "of {} * {} / {}, not a whole number",
+                                           n, size_flag, gb, base.gpus, gb, n, base.gpus));
+      d["training"]["global_batch"] = gb * n / base.gpus;
+    }
+    try {
+      scenarios.push_back(config::parse_scenario(util::JsonNode(d, args.scenario_file), data_dir));
+    } catch (const util::InputError& e) {
+      throw util::InputError(e.file(), e.path(), fmt::format("at {} GPUs ({}): {}", n, size_flag, e.problem()));
+    }
+  }
+  std::string report_dir = args.report_dir;
+  if (!report_dir.empty()) make_dir(report_dir, "--report");
+
+  std::vector<report::ScalePoint> points;
+  report::ProgressBar bar("scaling", scenarios.size());
+  for (std::size_t i = 0; i < scenarios.size(); ++i) {
+    bar.set(i, fmt::format("{} GPUs", scenarios[i].gpus));
+    spdlog::info("simulating {} GPUs", scenarios[i].gpus);
+    auto result = parallel::simulate_step(scenarios[i]);
+    points.push_back({std::move(scenarios[i]), std::move(result)});
+  }
+  bar.set(scenarios.size());
+  bar.finish();
+
+  if (args.json)
+    fmt::print("{}\n", report::scale_json(points, keep).dump(2));
+  else if (args.markdown)
+    fmt::print("{}", report::scale_markdown(points, keep));
+  else
+    fmt::print("{}", report::scale_text(points, keep));
+  if (!report_dir.empty()) {
+    const fs::path dir(report_dir);
+    auto put = [&](const std::string& name, const std::string& text) {
+      std::ofstream out = open_output(dir / name, "--report");
+      out << text;
+      if (!out) throw util::InputError("--report", "", fmt::format("cannot write {}", (dir / name).string()));
+    };
+    put("index.html", report::scale_report_html(points, keep));
+    put("summary.md", report::scale_markdown(points, keep));
+    put("results.json", report::scale_json(points, keep).dump(2) + "\n");
+    spdlog::info("wrote index.html, summary.md and results.json to {}", report_dir);
+  }
+  return 0;
+}
+
+}  // namespace trainsim::cli
+
+namespace trainsim::cli {
+
+int compare_command(const std::string& base_file, const std::string& new_file, const std::string& max_slowdown) {
+  const double bound = report::parse_bound(max_slowdown);
+  const nlohmann::json base = util::read_json_file(base_file);
+  const nlohmann::json fresh = util::read_json_file(new_file);
+  const auto c = report::compare_results(base, fresh, bound, base_file, new_file);
+  fmt::print("{}", report::to_text(c, bound, base_file, new_file));
+  return c.regressions > 0 ? 1 : 0;
+}
+
+}  // namespace trainsim::cli
+
+namespace trainsim::cli {
+
+void add_report_commands(CLI::App& app, ReportCommands& c) {
+  c.scale = app.add_subcommand(
+      "scale", "Re-run a scenario at several GPU counts (DP grows; TP, PP, CP fixed) and report how it scales");
+  c.scale->add_option("scenario", c.scale_args.scenario_file, "Scenario JSON file")->required();
+  auto* gpus = c.scale->add_option("--gpus", c.scale_args.gpus, "GPU counts, increasing: 64,128,256");
+  c.scale->add_option("--nodes", c.scale_args.nodes, "Node counts, increasing (times the cluster's GPUs per node)")
+      ->excludes(gpus);
+  c.scale->add_option("--keep", c.scale_args.keep,
+                      "What stays fixed: global-batch (default; fewer micro-batches per pipeline as DP grows) or "
+                      "per-gpu-batch (the global batch grows with the GPUs)");
+  c.scale->add_option("--report", c.scale_args.report_dir,
+                      "Write index.html (SVG plots), summary.md and results.json into this directory");
+  auto* json = c.scale->add_flag("--json", c.scale_args.json, "Print the results as one JSON object");
+  c.scale->add_flag("--markdown", c.scale_args.markdown, "Print a Markdown table (for a CI job summary)")
+      ->excludes(json);
+
+  c.compare = app.add_subcommand(
+      "compare",
+      "Compare two results of run --json or scale --json; exit 1 when a prediction got worse beyond a bound");
+  c.compare->add_option("base", c.base_file, "Baseline result JSON")->required();
+  c.compare->add_option("new", c.new_file, "New result JSON")->required();
+  c.compare->add_option("--max-slowdown", c.max_slowdown,
+                        "Largest accepted slowdown (step time up, throughput or MFU down): 5% (default) or 0.05");
+}
+
+std::optional<int> run_report_commands(const ReportCommands& c) {
+  if (c.scale != nullptr && c.scale->parsed()) return scale_command(c.scale_args);
+  if (c.compare != nullptr && c.compare->parsed()) return compare_command(c.base_file, c.new_file, c.max_slowdown);
+  return std::nullopt;
 }
 
 }  // namespace trainsim::cli

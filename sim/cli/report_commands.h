@@ -3,8 +3,11 @@
 // `compare`. main.cc parses the command line and maps exceptions to exit codes.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <CLI/CLI.hpp>
 
 #include "config/scenario.h"
 #include "parallel/step_runner.h"
@@ -20,5 +23,34 @@ struct RunOutputs {
 // Simulates one step and writes the trace and HTML report asked for; a progress bar on a terminal.
 parallel::StepResult simulate_with_outputs(const config::Scenario& scenario, const parallel::BuildOptions& options,
                                            const RunOutputs& outputs);
+
+struct ScaleArgs {
+  std::string scenario_file;
+  std::string gpus;   // --gpus 64,128,256
+  std::string nodes;  // --nodes 8,16,32 (times the cluster's GPUs per node)
+  std::string keep = "global-batch";
+  std::string report_dir;
+  bool json = false;
+  bool markdown = false;
+};
+
+// Re-runs the scenario at each size; prints a table (text, --markdown or --json) and writes the
+// HTML report, summary.md and results.json into --report DIR.
+int scale_command(const ScaleArgs& args);
+
+// Compares two result files of `run --json` or `scale --json`: 1 when a prediction got worse by
+// more than `max_slowdown` ("5%" or "0.05"), else 0.
+int compare_command(const std::string& base_file, const std::string& new_file, const std::string& max_slowdown);
+
+struct ReportCommands {
+  CLI::App* scale = nullptr;
+  CLI::App* compare = nullptr;
+  ScaleArgs scale_args;
+  std::string base_file, new_file, max_slowdown = "5%";
+};
+// Adds `scale` and `compare` to the command line.
+void add_report_commands(CLI::App& app, ReportCommands& commands);
+// Runs whichever of them was parsed and returns its exit code; nullopt when neither was.
+std::optional<int> run_report_commands(const ReportCommands& commands);
 
 }  // namespace trainsim::cli

@@ -337,9 +337,10 @@ std::string html_page(std::string_view title, std::string_view body) {
       "table {{ border-collapse: collapse; font-size: 14px; }}\n"
       "th, td {{ padding: 3px 10px; border-bottom: 1px solid #eee; text-align: left; }}\n"
       "table.summary th {{ color: #555; font-weight: normal; }}\n"
-      "td.num {{ text-align: right; font-variant-numeric: tabular-nums; }}\n"
+      "td.num {{ text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }}\n"
       "pre {{ background: #f6f6f6; padding: 10px; font-size: 12px; overflow-x: auto; }}\n"
       "svg {{ display: block; margin: 8px 0; }} p.note {{ color: #555; font-size: 13px; }}\n"
+      "div.grid {{ display: flex; flex-wrap: wrap; gap: 4px 24px; }}\n"
       "</style>\n</head>\n<body>\n{}</body>\n</html>\n",
       html_escape(title), body);
 }

@@ -132,6 +132,25 @@ TEST_CASE("the run report of GPT-3 175B on 1024 GPUs renders offline with its pl
   CHECK(is_png(s.screenshot));
 }
 
+TEST_CASE("the scaling report renders offline: six plots with a line each, no console message") {
+  const fs::path dir = temp_dir() / "scale-report";
+  Result r = run(fmt::format("scale configs/gpt3-175b-a100-1024.json --gpus 256,512,1024 --report '{}'", dir.string()));
+  REQUIRE(r.code == 0);
+  const fs::path page = dir / "index.html";
+  check_offline(slurp(page));
+  const Shown s = show(page, dir / "report.png", 1100, 1300);
+  INFO("console: " << (s.console.empty() ? "" : s.console.front()));
+  CHECK(s.console.empty());
+  // Throughput, tokens/s/GPU, MFU, scaling efficiency, bubble and communication, memory peak.
+  const auto plots = svgs(s.dom);
+  CHECK(plots.size() == 6);
+  for (const auto& svg : plots) {
+    CHECK(svg.find("<polyline") != std::string::npos);
+    CHECK(shapes(svg) >= 3 + 5);  // a line and three points, axes and grid lines
+  }
+  CHECK(is_png(s.screenshot));
+}
+
 int main(int argc, char* argv[]) {
   if (chromium().empty()) {
     std::printf("SKIPPED: chromium not found on PATH (tools/setup installs it; or set TRAINSIM_CHROMIUM)\n");

@@ -46,3 +46,91 @@ TEST_CASE("run --trace: bad rank selections and unwritable files are one-line er
   CHECK(lines(r.err) == 1);
   CHECK(r.err.find("--trace: cannot write /nonexistent-dir/out.json") == 0);
 }
+
+TEST_CASE("scale keeping the global batch: DP grows with the GPUs, micro-batches per pipeline shrink") {
+  // GPT-3 175B with tp 8 · pp 16: dp = GPUs / 128; 1536 sequences of micro-batch 1 give 1536 / dp
+  // micro-batches per pipeline. Output files go into --report; no progress bar off a terminal.
+  const fs::path dir = temp_dir() / "scale-report";
+  Result r =
+      run(fmt::format("scale configs/gpt3-175b-a100-1024.json --gpus 256,512,1024 --json --report '{}'", dir.string()));
+  REQUIRE(r.code == 0);
+  CHECK(r.err.empty());
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["scale"]["keep"] == "global-batch");
+  REQUIRE(j["runs"].size() == 3);
+  for (const auto& run : j["runs"]) {
+    const auto gpus = run["scenario"]["gpus"].get<std::int64_t>();
+    CHECK(run["scenario"]["dp"].get<std::int64_t>() == gpus / 128);
+    CHECK(run["scenario"]["micro_batches"].get<std::int64_t>() == 1536 / (gpus / 128));
+    CHECK(run["scenario"]["global_batch"] == 1536);
+    // Efficiency: tokens/s/GPU relative to the 256-GPU run.
+    CHECK(run["scaling_efficiency"].get<double>() ==
+          Approx(run["tokens_per_s_per_gpu"].get<double>() / j["runs"][0]["tokens_per_s_per_gpu"].get<double>()));
+  }
+  CHECK(j["runs"][0]["scaling_efficiency"] == 1.0);
+  CHECK(nlohmann::json::parse(slurp(dir / "results.json")) == j);
+  const std::string md = slurp(dir / "summary.md");
+  CHECK(md.find("| 256 | 2 | 1536 | 768 |") != std::string::npos);
+  CHECK(md.find("| 1024 | 8 | 1536 | 192 |") != std::string::npos);
+  CHECK(slurp(dir / "index.html").find("<svg") != std::string::npos);
+}
+
+TEST_CASE("scale keeping the batch per GPU: the global batch grows with the GPUs; --nodes counts nodes") {
+  // llama3.1-8b on dgx-h200 (8 GPUs per node): 512 sequences on 64 GPUs -> 1024 on 128.
+  Result r = run("scale configs/llama3.1-8b-h200-64.json --nodes 8,16 --keep per-gpu-batch --markdown");
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("| 64 | 32 | 512 | 8 |") != std::string::npos);
+  CHECK(r.out.find("| 128 | 64 | 1024 | 8 |") != std::string::npos);
+  Result again = run("scale configs/llama3.1-8b-h200-64.json --nodes 8,16 --keep per-gpu-batch --markdown");
+  CHECK(again.out == r.out);
+}
+
+TEST_CASE("scale: an impossible size or rule is one line naming it, exit 2") {
+  Result r = run("scale configs/gpt3-175b-a100-1024.json --gpus 128,192");
+  CHECK(r.code == 2);
+  CHECK(r.out.empty());
+  CHECK(r.err ==
+        "configs/gpt3-175b-a100-1024.json: gpus: at 192 GPUs (--gpus): 192 is not a multiple of tp*pp*cp = 8*16*1 = "
+        "128\n");
+  r = run("scale configs/gpt3-175b-a100-1024.json --gpus 1024,512");
+  CHECK(r.code == 2);
+  CHECK(r.err == "--gpus: sizes must increase: 512 after 1024\n");
+  r = run("scale configs/gpt3-175b-a100-1024.json --gpus 1024 --keep tokens");
+  CHECK(r.code == 2);
+  CHECK(r.err == "--keep: unknown rule \"tokens\" (expected global-batch or per-gpu-batch)\n");
+}
+
+TEST_CASE("compare exits 0 when predictions hold or improve, 1 when one got worse beyond the bound, 2 on bad input") {
+  Result base = run("run configs/llama3.1-8b-h200-64.json --json");
+  REQUIRE(base.code == 0);
+  const auto j = nlohmann::json::parse(base.out);
+  const fs::path a = write("base.json", base.out);
+  auto scaled = [&](const std::string& name, double step_factor) {
+    auto k = j;
+    k["step_time_s"] = j["step_time_s"].get<double>() * step_factor;
+    for (const char* key : {"tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu"})
+      k[key] = j[key].get<double>() / step_factor;
+    return write(name, k.dump());
+  };
+  Result same = run(fmt::format("compare '{}' '{}' --max-slowdown 5%", a.string(), a.string()));
+  CHECK(same.code == 0);
+  CHECK(same.out.find("ok: no prediction got worse by more than 5.0%") != std::string::npos);
+  CHECK(run(fmt::format("compare '{}' '{}'", a.string(), scaled("faster.json", 0.8).string())).code == 0);
+  CHECK(
+      run(fmt::format("compare '{}' '{}' --max-slowdown 5%", a.string(), scaled("slower4.json", 1.04).string())).code ==
+      0);
+  Result worse =
+      run(fmt::format("compare '{}' '{}' --max-slowdown 5%", a.string(), scaled("slower6.json", 1.06).string()));
+  CHECK(worse.code == 1);
+  CHECK(worse.out.find("REGRESSION: 5 predictions got worse by more than 5.0%") != std::string::npos);
+  // The same 6% passes a 10% bound.
+  CHECK(run(fmt::format("compare '{}' '{}' --max-slowdown 0.1", a.string(),
+                        fs::path(temp_dir() / "slower6.json").string()))
+            .code == 0);
+  Result bad = run(fmt::format("compare '{}' '{}'", a.string(), write("bad.json", "{\"x\": 1}").string()));
+  CHECK(bad.code == 2);
+  CHECK(lines(bad.err) == 1);
+  CHECK(bad.err.find("bad.json: not a result of") != std::string::npos);
+  CHECK(run(fmt::format("compare '{}' '{}' --max-slowdown 5", a.string(), a.string())).code == 2);
+  CHECK(run(fmt::format("compare '{}' missing.json", a.string())).code == 2);
+}

@@ -1,0 +1,169 @@
+#include "report/scale.h"
+
+#include <fmt/format.h>
+
+#include "report/html.h"
+#include "report/summary.h"
+#include "report/svg.h"
+
+namespace trainsim::report {
+
+const char* to_string(Keep keep) {
+  return keep == Keep::global_batch ? "global-batch" : "per-gpu-batch";
+}
+
+std::vector<ScaleRow> scale_rows(const std::vector<ScalePoint>& points) {
+  std::vector<ScaleRow> rows;
+  for (const auto& p : points) {
+    const Metrics m = compute_metrics(p.scenario, p.result);
+    const auto& t = p.result.mean;
+    ScaleRow r;
+    r.gpus = p.scenario.gpus;
+    r.dp = p.scenario.parallel.dp;
+    r.global_batch = p.scenario.training.global_batch;
+    r.micro_batches = p.scenario.training.num_micro_batches;
+    r.step_time_s = m.step_time_s;
+    r.tokens_per_s = m.tokens_per_s;
+    r.tokens_per_s_per_gpu = m.tokens_per_s_per_gpu;
+    r.model_tflops_per_gpu = m.model_tflops_per_gpu;
+    r.mfu = m.mfu;
+    r.scaling_efficiency = rows.empty() ? 1.0 : m.tokens_per_s_per_gpu / rows.front().tokens_per_s_per_gpu;
+    r.bubble_fraction = m.bubble_fraction;
+    r.exposed_comm_fraction =
+        (t.tp_exposed_s + t.cp_exposed_s + t.pp_exposed_s + t.dp_exposed_s) / p.result.step_time_s;
+    r.peak_gib = m.peak_gib;
+    r.fits = m.fits;
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+nlohmann::json scale_json(const std::vector<ScalePoint>& points, Keep keep) {
+  const auto rows = scale_rows(points);
+  nlohmann::json runs = nlohmann::json::array();
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    nlohmann::json j = to_json(points[i].scenario, points[i].result);
+    j["scaling_efficiency"] = rows[i].scaling_efficiency;
+    j["exposed_comm_fraction"] = rows[i].exposed_comm_fraction;
+    runs.push_back(std::move(j));
+  }
+  nlohmann::json sizes = nlohmann::json::array();
+  for (const auto& r : rows) sizes.push_back(r.gpus);
+  return {{"scale",
+           {{"scenario", points.empty() ? std::string() : points.front().scenario.file},
+            {"keep", to_string(keep)},
+            {"gpus", sizes}}},
+          {"runs", runs}};
+}
+
+namespace {
+
+std::string title_of(const std::vector<ScalePoint>& points) {
+  if (points.empty()) return "scaling study";
+  const auto& sc = points.front().scenario;
+  const auto& p = sc.parallel;
+  return fmt::format("{} on {} ({}), tp {} · pp {} · cp {}", sc.model.name, sc.cluster.gpu.name, sc.cluster.name, p.tp,
+                     p.pp, p.cp);
+}
+
+}  // namespace
+
+std::string scale_markdown(const std::vector<ScalePoint>& points, Keep keep) {
+  std::string out = fmt::format("### trainsim scaling study: {}\n\n", title_of(points));
+  out += fmt::format("Scenario `{}`, keeping the {} as GPUs grow (DP grows; TP, PP, CP fixed).\n\n",
+                     points.empty() ? "" : points.front().scenario.file,
+                     keep == Keep::global_batch ? "global batch" : "batch per GPU");
+  out +=
+      "| GPUs | DP | global batch | micro-batches | step time (s) | tokens/s | tokens/s/GPU | TFLOP/s/GPU | MFU | "
+      "scaling eff. | bubble | exposed comm | peak GiB | fits |\n";
+  out += "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|\n";
+  for (const auto& r : scale_rows(points))
+    out += fmt::format(
+        "| {} | {} | {} | {} | {:.3f} | {:.0f} | {:.1f} | {:.1f} | {:.1f}% | {:.1f}% | {:.1f}% | {:.1f}% | {:.1f} | "
+        "{} |\n",
+        r.gpus, r.dp, r.global_batch, r.micro_batches, r.step_time_s, r.tokens_per_s, r.tokens_per_s_per_gpu,
+        r.model_tflops_per_gpu, 100 * r.mfu, 100 * r.scaling_efficiency, 100 * r.bubble_fraction,
+        100 * r.exposed_comm_fraction, r.peak_gib, r.fits ? "yes" : "**no**");
+  return out;
+}
+
+std::string scale_text(const std::vector<ScalePoint>& points, Keep keep) {
+  std::string out = fmt::format("{}\nkeeping the {}\n", title_of(points),
+                                keep == Keep::global_batch ? "global batch" : "batch per GPU");
+  out += fmt::format("{:>6} {:>5} {:>6} {:>6} {:>10} {:>12} {:>8} {:>8} {:>6} {:>7} {:>7} {:>7} {:>7} {:>5}\n", "GPUs",
+                     "DP", "batch", "micro", "step (s)", "tokens/s", "tok/s/G", "TFLOP/s", "MFU", "eff.", "bubble",
+                     "comm", "GiB", "fits");
+  for (const auto& r : scale_rows(points))
+    out += fmt::format(
+        "{:>6} {:>5} {:>6} {:>6} {:>10.3f} {:>12.0f} {:>8.1f} {:>8.1f} {:>5.1f}% {:>6.1f}% {:>6.1f}% {:>6.1f}% "
+        "{:>7.1f} {:>5}\n",
+        r.gpus, r.dp, r.global_batch, r.micro_batches, r.step_time_s, r.tokens_per_s, r.tokens_per_s_per_gpu,
+        r.model_tflops_per_gpu, 100 * r.mfu, 100 * r.scaling_efficiency, 100 * r.bubble_fraction,
+        100 * r.exposed_comm_fraction, r.peak_gib, r.fits ? "yes" : "NO");
+  return out;
+}
+
+std::string scale_report_html(const std::vector<ScalePoint>& points, Keep keep) {
+  const auto rows = scale_rows(points);
+  auto series = [&](const std::string& name, const std::string& color, auto get) {
+    Series s{name, color, {}};
+    for (const auto& r : rows) s.points.emplace_back(static_cast<double>(r.gpus), get(r));
+    return s;
+  };
+  std::string body = fmt::format("<h1>trainsim scaling study: {}</h1>\n", html_escape(title_of(points)));
+  body += fmt::format(
+      "<p class=\"note\">Scenario {}; the {} stays fixed as GPUs grow (DP grows; TP, PP, CP fixed). "
+      "Scaling efficiency: tokens/s/GPU relative to the smallest size.</p>\n",
+      html_escape(points.empty() ? "" : points.front().scenario.file),
+      keep == Keep::global_batch ? "global batch" : "batch per GPU");
+  body += "<div class=\"grid\">\n";
+  PlotOptions o;
+  o.log2_x = true;
+  o.x_label = "GPUs";
+  o.title = "Throughput";
+  o.y_label = "tokens/s";
+  Series ideal{"linear from the smallest size", "#bbbbbb", {}};
+  for (const auto& r : rows)
+    ideal.points.emplace_back(static_cast<double>(r.gpus), rows.front().tokens_per_s * static_cast<double>(r.gpus) /
+                                                               static_cast<double>(rows.front().gpus));
+  body += line_plot({series("predicted", "#4e79a7", [](const ScaleRow& r) { return r.tokens_per_s; }), ideal}, o);
+  o.title = "Tokens/s per GPU";
+  o.y_label = "tokens/s/GPU";
+  body += line_plot({series("tokens/s/GPU", "#4e79a7", [](const ScaleRow& r) { return r.tokens_per_s_per_gpu; })}, o);
+  o.title = "MFU";
+  o.y_label = "model FLOPs utilisation";
+  o.percent_y = true;
+  body += line_plot({series("MFU", "#f28e2b", [](const ScaleRow& r) { return r.mfu; })}, o);
+  o.title = "Scaling efficiency";
+  o.y_label = "tokens/s/GPU vs the smallest size";
+  body += line_plot({series("efficiency", "#59a14f", [](const ScaleRow& r) { return r.scaling_efficiency; })}, o);
+  o.title = "Bubble and exposed communication";
+  o.y_label = "share of the step";
+  body +=
+      line_plot({series("bubble", "#e15759", [](const ScaleRow& r) { return r.bubble_fraction; }),
+                 series("exposed communication", "#76b7b2", [](const ScaleRow& r) { return r.exposed_comm_fraction; })},
+                o);
+  o.title = "Memory peak";
+  o.y_label = "GiB on the peak rank";
+  o.percent_y = false;
+  body += line_plot({series("peak GiB", "#b07aa1", [](const ScaleRow& r) { return r.peak_gib; })}, o);
+  body +=
+      "</div>\n<h2>Results</h2>\n<table>\n<tr><th>GPUs</th><th>DP</th><th>global batch</th><th>micro-batches</th>"
+      "<th>step time</th><th>tokens/s</th><th>tokens/s/GPU</th><th>MFU</th><th>scaling eff.</th><th>bubble</th>"
+      "<th>exposed comm</th><th>peak GiB</th><th>fits</th></tr>\n";
+  for (const auto& r : rows)
+    body += fmt::format(
+        "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+        "<td class=\"num\">{:.3f} s</td><td class=\"num\">{:.0f}</td><td class=\"num\">{:.1f}</td>"
+        "<td class=\"num\">{:.1f}%</td><td class=\"num\">{:.1f}%</td><td class=\"num\">{:.1f}%</td>"
+        "<td class=\"num\">{:.1f}%</td><td class=\"num\">{:.1f}</td><td>{}</td></tr>\n",
+        r.gpus, r.dp, r.global_batch, r.micro_batches, r.step_time_s, r.tokens_per_s, r.tokens_per_s_per_gpu,
+        100 * r.mfu, 100 * r.scaling_efficiency, 100 * r.bubble_fraction, 100 * r.exposed_comm_fraction, r.peak_gib,
+        r.fits ? "yes" : "NO");
+  body +=
+      "</table>\n<p class=\"note\">Generated by trainsim from the scenario above; the same input gives the same "
+      "page.</p>\n";
+  return html_page("trainsim scaling study: " + title_of(points), body);
+}
+
+}  // namespace trainsim::report
