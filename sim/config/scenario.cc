@@ -191,8 +191,8 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
 }
 
 TrainingSpec parse_training(const util::JsonNode& node) {
-  node.reject_unknown(
-      {"micro_batch", "global_batch", "seq_len", "recompute", "recompute_layers", "precision", "attention"});
+  node.reject_unknown({"micro_batch", "global_batch", "seq_len", "recompute", "recompute_layers", "precision",
+                       "attention", "framework", "host_forward_us", "host_backward_us"});
   TrainingSpec t;
   if (auto v = node.find("micro_batch")) t.micro_batch = v->as_positive_int();
   t.global_batch = node.at("global_batch").as_positive_int();
@@ -215,7 +215,46 @@ TrainingSpec parse_training(const util::JsonNode& node) {
         workload::AttentionImpl::softmax};
     t.attention = kAttention[parse_choice(*v, Choices{{"flash", "flash2", "flash1", "softmax"}, {}})];
   }
+  if (auto v = node.find("framework")) {
+    constexpr std::array<Framework, 2> kFramework = {Framework::megatron, Framework::pytorch_eager};
+    t.framework = kFramework[parse_choice(*v, Choices{{"megatron", "pytorch-eager"}, {"pytorch-compile"}})];
+  }
+  for (const char* key : {"host_forward_us", "host_backward_us"}) {
+    auto v = node.find(key);
+    if (!v) continue;
+    if (t.framework != Framework::pytorch_eager) v->fail("applies to \"framework\": \"pytorch-eager\" only");
+    (std::string_view(key) == "host_forward_us" ? t.host_forward_s : t.host_backward_s) =
+        v->as_positive_number() * 1e-6;
+  }
   return t;
+}
+
+// framework pytorch-eager: the single-GPU Llama-style model of workload/eager_ops.h.
+void check_eager(const util::JsonNode& root, const Scenario& s) {
+  const std::string file = root.file();
+  const std::string training_path = util::join_path(root.path(), "training");
+  const std::string framework_path = util::join_path(training_path, "framework");
+  const workload::ModelSpec& m = s.model;
+  const TrainingSpec& t = s.training;
+  if (s.gpus != 1)
+    throw util::InputError(file, util::join_path(root.path(), "gpus"),
+                           fmt::format("framework pytorch-eager simulates one GPU, got {}", s.gpus));
+  auto refuse = [&](bool bad, const std::string& what) {
+    if (bad) throw util::InputError(file, framework_path, "pytorch-eager needs " + what);
+  };
+  refuse(m.mlp != workload::MlpKind::swiglu, "a Llama-style model (mlp swiglu)");
+  refuse(m.dropout > 0, "dropout 0");
+  refuse(m.tied_embeddings, "untied embeddings (its LM head is a separate weight)");
+  refuse(m.head_dim % 2 != 0, "an even head_dim (rotary embedding)");
+  refuse(t.recompute != Recompute::none, "recompute none");
+  refuse(t.precision != Precision::bf16, "precision bf16");
+  refuse(t.attention != workload::AttentionImpl::flash && t.attention != workload::AttentionImpl::flash2,
+         "fused attention (attention flash or flash2)");
+  if (m.kv_heads != m.heads)
+    throw util::InputError(file, framework_path,
+                           fmt::format("pytorch-eager with grouped-query attention (kv_heads {} < heads {}) is not "
+                                       "supported yet",
+                                       m.kv_heads, m.heads));
 }
 
 double product(std::int64_t a, std::int64_t b, std::int64_t c = 1) {
@@ -375,6 +414,7 @@ Scenario parse_scenario_in(const util::JsonNode& root, const fs::path& data_dir,
   if (auto v = root.find("parallel")) s.parallel = parse_parallel(*v);
   s.training = parse_training(root.at("training"));
   check_layout(root, s);
+  if (s.training.framework == Framework::pytorch_eager) check_eager(root, s);
   return s;
 }
 

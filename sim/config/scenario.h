@@ -23,6 +23,11 @@ enum class Schedule : std::uint8_t { one_f_one_b, gpipe, interleaved, zb_h1 };
 // arguments.py for bf16); fp16 keeps them in fp16 unless told otherwise. Both use the 16-bit peak.
 // fp8: Transformer Engine FP8 for the layers' linear GEMMs, bf16 elsewhere (gradients as bf16's).
 enum class Precision : std::uint8_t { bf16, fp16, fp8 };
+// Which software runs the step. megatron: Megatron-LM / Transformer Engine with fused kernels (every
+// published run of validation/). pytorch_eager: a Llama-style model in eager PyTorch on one GPU,
+// every element-wise op its own kernel, pure bf16 with fused AdamW (workload/eager_ops.h), as
+// tools/device/torch_steps.py runs it.
+enum class Framework : std::uint8_t { megatron, pytorch_eager };
 
 struct ParallelSpec {
   std::int64_t tp = 1;
@@ -60,6 +65,12 @@ struct TrainingSpec {
   // --recompute-num-layers N); 0: every layer.
   std::int64_t recompute_layers = 0;
   std::int64_t num_micro_batches = 1;  // derived: global_batch / (micro_batch * dp), per pipeline
+  Framework framework = Framework::megatron;
+  // pytorch_eager: CPU time to issue one kernel in the forward (Python, dispatcher, autograd
+  // recording) and in the backward (autograd engine). [A] 8 and 4 µs: typical of PyTorch 2.x on a
+  // server CPU; tools/device/torch_steps.py measures both on the machine it runs on.
+  double host_forward_s = 8e-6;
+  double host_backward_s = 4e-6;
 };
 
 // Which network model times communication: the closed-form one, or flows sharing the topology

@@ -9,6 +9,7 @@
 #include "network/collective.h"
 #include "parallel/rank_grid.h"
 #include "util/error.h"
+#include "workload/eager_ops.h"
 #include "workload/ops.h"
 
 namespace trainsim::parallel {
@@ -66,6 +67,10 @@ class StageWriter {
  public:
   StageWriter(Program& program, const hardware::ComputeModel& compute, bool tp_comm, bool tp_overlap)
       : p_(program), compute_(compute), tp_comm_(tp_comm), tp_overlap_(tp_overlap) {}
+
+  // Eager PyTorch: every kernel is issued by the CPU (op.host_s per op) and cannot start before it
+  // is; see queued_s.
+  void use_host_queue() { host_queue_ = true; }
 
   // The next task waits for `d` as well.
   void after(Dep d) { pending_.push_back(d); }
@@ -197,8 +202,25 @@ class StageWriter {
     double flops = 0;
   };
 
+  // The time an op adds to the GPU timeline when one CPU thread issues its kernels back to back
+  // (op.host_s in all, spread evenly) and the GPU runs each (its share of the op's time) once it
+  // is issued and the previous kernel has ended. Kernel j of k ends at the latest of: the previous
+  // op's end plus the op's whole time, or its issue time plus the rest of the op; that is linear in
+  // j, so its largest value is at the first or the last kernel.
+  double queued_s(const Op& op) {
+    const double device = compute_.time_s(op);
+    const double k = static_cast<double>(std::max(1, op.kernels));
+    const double end =
+        std::max({device_s_ + device, host_s_ + op.host_s / k + device, host_s_ + op.host_s + device / k});
+    host_s_ += op.host_s;
+    const double added = end - device_s_;
+    device_s_ = end;
+    return added;
+  }
+
   void accumulate(const Op& op, std::string_view phase, std::int64_t saved) {
-    const double t = compute_.time_s(op);
+    const double t = host_queue_ ? queued_s(op) : compute_.time_s(op);
+    seg_ws_ = std::max(seg_ws_, op.workspace_bytes);
     if (seg_.first.empty()) seg_.first = op.name;
     before_tail_ = seg_.last;
     seg_.last = op.name;
@@ -236,6 +258,10 @@ class StageWriter {
     t.label = p_.label(fmt::format("{} {}", seg_.phase, name));
     seg_ = Segment{};
     seg_alloc_ = 0;
+    // The largest temporary of the merged ops is held while the task runs.
+    t.mem_alloc_bytes += seg_ws_;
+    t.mem_free_bytes += seg_ws_;
+    seg_ws_ = 0;
     // Compute runs in program order: after the previous task, whatever stream it was on.
     if (last_) pending_.push_back(*last_);
     push(t);
@@ -260,6 +286,9 @@ class StageWriter {
   std::string before_tail_;        // seg_.last before the tail was added
   bool tail_gemm_ = false;
   std::int64_t seg_alloc_ = 0;  // extra allocation for the next compute task (layer inputs)
+  std::int64_t seg_ws_ = 0;     // largest workspace_bytes of the ops in seg_
+  bool host_queue_ = false;
+  double host_s_ = 0, device_s_ = 0;  // host queue: when the CPU has issued everything so far; the GPU's end
 };
 
 std::int64_t sum_saved(const std::vector<Op>& ops) {
@@ -366,8 +395,12 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   const std::int64_t pp = par.pp;
   const std::int64_t m = sc.training.num_micro_batches;
   const bool first = stage_index == 0, last = stage_index == pp - 1;
-  const std::int64_t grad_bytes = sc.training.precision == config::Precision::fp16 ? 2 : 4;
+  const bool eager = sc.training.framework == config::Framework::pytorch_eager;
+  const std::int64_t megatron_grad_bytes = sc.training.precision == config::Precision::fp16 ? 2 : 4;
+  const std::int64_t grad_bytes = eager ? workload::kEagerGradBytes : megatron_grad_bytes;
   StageWriter w(p, compute, par.tp > 1, par.tp_comm_overlap && par.sequence_parallel && par.tp > 1);
+  const workload::EagerHost host{sc.training.host_forward_s, sc.training.host_backward_s};
+  if (eager) w.use_host_queue();
 
   // Full recompute applies to the first recompute_layers layers of each model chunk (Megatron's
   // --recompute-method block; all of them by default, as uniform with one layer per group); the
@@ -549,7 +582,11 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   auto emb_unit = [&](std::int64_t c) { return chunks[static_cast<std::size_t>(c)].unit_params.size() - 1; };
 
   // Megatron zeroes the gradient buffer when a step starts.
-  w.compute_task("zero_grad_buffer", compute.time_s(workload::zero_grad_buffer(params)));
+  // (Eager PyTorch: optimizer.zero_grad(set_to_none=False) zeroes the bf16 .grad tensors.)
+  if (eager)
+    w.emit({workload::eager_zero_grad(sc.model, host)}, "step", Saves::none);
+  else
+    w.compute_task("zero_grad_buffer", compute.time_s(workload::zero_grad_buffer(params)));
 
   // ZeRO-3 / FSDP FULL_SHARD: each unit's parameters are all-gathered (bf16) before its forward and
   // again before its backward, one unit ahead of the compute (FSDP's forward and backward prefetch),
@@ -719,15 +756,20 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   }
   const std::int64_t opt_params = par.zero >= 1 ? (params + dp - 1) / dp : params;
   Op step = workload::optimizer_step(opt_params);
-  w.compute_task("optimizer adam_step", compute.time_s(step));
+  if (eager)
+    w.emit({workload::eager_adamw_step(sc.model, host)}, "optimizer", Saves::none);
+  else
+    w.compute_task("optimizer adam_step", compute.time_s(step));
   if (dp > 1 && par.zero >= 1 && par.zero < 3 && !overlap_gather)
     w.add(dp_collective(network::CollectiveOp::all_gather, kDpGroup, params * kWeightBytes, "param_all_gather"), true);
 
   // ZeRO-2 shards the gradients, ZeRO-3 the weights too (Megatron's theoretical-memory accounting).
   auto shard = [dp](std::int64_t n) { return (n + dp - 1) / dp; };
-  p.initial_mem_bytes[kWeights] = (par.zero >= 3 ? shard(params) : params) * kWeightBytes;
+  const std::int64_t weight_bytes = eager ? workload::kEagerWeightBytes : kWeightBytes;
+  const std::int64_t optimizer_bytes = eager ? workload::kEagerOptimizerBytes : kOptimizerBytes;
+  p.initial_mem_bytes[kWeights] = (par.zero >= 3 ? shard(params) : params) * weight_bytes;
   p.initial_mem_bytes[kGradients] = (par.zero >= 2 ? shard(params) : params) * grad_bytes;
-  p.initial_mem_bytes[kOptimizer] = (par.zero >= 1 ? (params + dp - 1) / dp : params) * kOptimizerBytes;
+  p.initial_mem_bytes[kOptimizer] = (par.zero >= 1 ? (params + dp - 1) / dp : params) * optimizer_bytes;
 }
 
 }  // namespace
@@ -755,6 +797,15 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   ops.head_bwd = workload::head_backward(sc.model, lc);
   ops.input_bytes = workload::layer_input_bytes(sc.model, lc);
   ops.ring_kv_bytes = workload::ring_attention_kv_bytes(sc.model, lc);
+  if (sc.training.framework == config::Framework::pytorch_eager) {
+    const workload::EagerHost host{sc.training.host_forward_s, sc.training.host_backward_s};
+    ops.layer_fwd = workload::eager_layer_forward(sc.model, lc, host);
+    ops.layer_bwd = workload::eager_layer_backward(sc.model, lc, host);
+    ops.emb_fwd = workload::eager_embedding_forward(sc.model, lc, host);
+    ops.emb_bwd = workload::eager_embedding_backward(sc.model, lc, host);
+    ops.head_fwd = workload::eager_head_forward(sc.model, lc, host);
+    ops.head_bwd = workload::eager_head_backward(sc.model, lc, host);
+  }
 
   plan.stages.resize(static_cast<std::size_t>(par.pp));
   plan.programs.resize(static_cast<std::size_t>(par.pp));

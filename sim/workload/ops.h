@@ -64,6 +64,10 @@ struct Op {
   bool weight_grad = false;
   std::int64_t grad_output_bytes = 0;
   std::int64_t held_input_bytes = 0;
+  // PyTorch eager mode only (eager_ops.h; 0 in Megatron's op lists): bytes alive only while the op
+  // runs (temporaries beyond its saved tensors), and the CPU time to issue its kernels.
+  std::int64_t workspace_bytes = 0;
+  double host_s = 0;
 };
 
 struct LayerConfig {

@@ -348,7 +348,7 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
        "overlap_param_gather, dp_bucket_mb, tp_comm_overlap, first_stage_layers, last_stage_layers)"},
       {[](json& d) { d["training"]["optimizer"] = "adam"; }, "training.optimizer",
        "unknown key (expected one of: micro_batch, global_batch, seq_len, recompute, recompute_layers, precision, "
-       "attention)"},
+       "attention, framework, host_forward_us, host_backward_us)"},
       {[](json& d) { d["gpus"] = "64"; }, "gpus", "expected an integer, got a string"},
       {[](json& d) { d["gpus"] = 64.5; }, "gpus", "expected an integer, got 64.5"},
       {[](json& d) { d["parallel"]["sequence_parallel"] = 1; }, "parallel.sequence_parallel",

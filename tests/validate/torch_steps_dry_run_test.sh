@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# tools/device/torch_steps.py without a GPU: --list and argument errors need no torch; where a
+# python3 with torch exists, --dry-run builds the model, trains two tiny configurations on the CPU
+# and writes the JSON gen-torch-records reads (which refuses it: a dry run measures no GPU).
+# Exit 77 (skipped) when no python3 here has torch.
+# Usage: torch_steps_dry_run_test.sh SOURCE_DIR
+set -euo pipefail
+src=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+script="$src/tools/device/torch_steps.py"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+python3 "$script" --list | grep -q "llama-1b_s2048_b4: llama-1b (953M parameters)" || fail "--list"
+set +e
+python3 "$script" --configs nope --out "$tmp/x.json" 2>"$tmp/err"
+rc=$?
+set -e
+[ "$rc" -eq 2 ] && grep -q "unknown configuration(s) nope" "$tmp/err" || fail "unknown configuration: exit $rc"
+
+py=""
+for candidate in python3 /usr/bin/python3; do
+  if command -v "$candidate" >/dev/null && "$candidate" -c "import torch" 2>/dev/null; then py=$candidate; break; fi
+done
+if [ -z "$py" ]; then
+  echo "no python3 with torch here: dry run skipped"
+  exit 77
+fi
+"$py" "$script" --dry-run --out "$tmp/dry.json" 2>"$tmp/dry.err" || fail "dry run: $(cat "$tmp/dry.err")"
+"$py" - "$tmp/dry.json" <<'PY' || fail "dry-run output"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["tool"] == "tools/device/torch_steps.py" and d["format"] == 1 and d["dry_run"] is True, d
+assert d["host_overhead"]["forward_us"] > 0 and d["host_overhead"]["backward_us"] > 0
+assert [c["name"] for c in d["configs"]] == ["tiny_s64_b2", "tiny_s128_b1"], d["configs"]
+for c in d["configs"]:
+    assert "error" not in c, c
+    assert c["step_time_s"] > 0 and len(c["step_time_samples_s"]) == 2
+    assert c["params"] == 2 * 512 * 64 + 64 + 2 * (64 * 192 + 64 * 64 + 3 * 64 * 176 + 2 * 64), c["params"]
+PY
+set +e
+python3 "$src/tools/gen-torch-records" "$tmp/dry.json" --out "$tmp/records" 2>"$tmp/gen.err"
+rc=$?
+set -e
+[ "$rc" -eq 2 ] && grep -q "dry_run: a --dry-run (CPU) output has no GPU measurements" "$tmp/gen.err" ||
+  fail "gen-torch-records on a dry run: exit $rc: $(cat "$tmp/gen.err")"
+echo "torch_steps.py dry run: ok ($py)"
