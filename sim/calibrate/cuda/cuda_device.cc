@@ -59,6 +59,7 @@ std::string version3(int v, int major_div, int minor_div) {
 struct DeviceBuffer {
   void* ptr = nullptr;
   std::size_t bytes = 0;
+  int filled_as = -1;  // the Dtype its contents were filled with; -1: not filled
   DeviceBuffer() = default;
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
@@ -71,6 +72,7 @@ struct DeviceBuffer {
     if (ptr != nullptr) TRAINSIM_CHECK(cudaFree(ptr));
     ptr = nullptr;
     bytes = 0;
+    filled_as = -1;
     TRAINSIM_CHECK(cudaMalloc(&ptr, need));
     bytes = need;
     return true;
@@ -287,7 +289,8 @@ class CudaDevice final : public Device {
   }
 
  private:
-  static constexpr int kWarmup = 3;  // untimed runs first: clocks, caches, lazy module loading
+  static constexpr int kWarmup = 3;   // untimed runs first: clocks, caches, lazy module loading
+  static constexpr int kFloat = 100;  // DeviceBuffer::filled_as for FP32 contents
 
   // One cuBLASLt matmul: D (m x n, column-major) = op(A) · B with A stored k x m (transposed, "TN",
   // the layout cuBLASLt's FP8 kernels require) and B k x n; `batch` strided copies.
@@ -424,17 +427,22 @@ class CudaDevice final : public Device {
     return c;
   }
 
-  // Grows `buf` for GEMM operands of `dtype` and fills new memory with pseudo-random values.
+  // Grows `buf` for GEMM operands of `dtype` and fills it with pseudo-random values of that type
+  // when it is new or held another type (BF16 bytes read as FP8 would hold NaN encodings).
   void prepare(DeviceBuffer& buf, std::size_t bytes, Dtype dtype, std::uint32_t seed) {
-    if (!buf.reserve(bytes)) return;
+    buf.reserve(bytes);
+    if (buf.filled_as == static_cast<int>(dtype)) return;
     if (dtype == Dtype::fp8)
-      TRAINSIM_CHECK(fill_fp8(buf.ptr, static_cast<std::int64_t>(bytes), seed, stream_));
+      TRAINSIM_CHECK(fill_fp8(buf.ptr, static_cast<std::int64_t>(buf.bytes), seed, stream_));
     else
-      TRAINSIM_CHECK(fill_bf16(buf.ptr, static_cast<std::int64_t>(bytes / 2), seed, stream_));
+      TRAINSIM_CHECK(fill_bf16(buf.ptr, static_cast<std::int64_t>(buf.bytes / 2), seed, stream_));
+    buf.filled_as = static_cast<int>(dtype);
   }
   void prepare_float(DeviceBuffer& buf, std::int64_t count, std::uint32_t seed) {
-    if (buf.reserve(static_cast<std::size_t>(count) * 4))
-      TRAINSIM_CHECK(fill_float(static_cast<float*>(buf.ptr), static_cast<std::int64_t>(buf.bytes / 4), seed, stream_));
+    buf.reserve(static_cast<std::size_t>(count) * 4);
+    if (buf.filled_as == kFloat) return;
+    TRAINSIM_CHECK(fill_float(static_cast<float*>(buf.ptr), static_cast<std::int64_t>(buf.bytes / 4), seed, stream_));
+    buf.filled_as = kFloat;
   }
   const float* fx() const { return static_cast<const float*>(x_.ptr); }
   float* fy() { return static_cast<float*>(y_.ptr); }
