@@ -256,6 +256,17 @@ std::string breakdown_chart(const parallel::StepResult& r) {
   return svg.str();
 }
 
+// "812 MB", "1.24 PB": decimal units, three significant digits.
+std::string bytes_label(double bytes) {
+  constexpr std::array<const char*, 6> kUnits = {"B", "kB", "MB", "GB", "TB", "PB"};
+  std::size_t u = 0;
+  while (bytes >= 1000 && u + 1 < kUnits.size()) {
+    bytes /= 1000;
+    ++u;
+  }
+  return fmt::format("{:.3g} {}", bytes, kUnits[u]);
+}
+
 std::string network_chart(const parallel::StepResult& r) {
   const auto& tiers = r.network->tiers;
   const double left = 130, w = 600, top = 30, row = 26;
@@ -268,8 +279,8 @@ std::string network_chart(const parallel::StepResult& r) {
     svg.text(left - 8, y + 15, t.name, "end", 11);
     svg.rect(left, y, w, row - 6, "#eeeeee");
     svg.rect(left, y, std::min(1.0, u) * w, row - 6, "#4e79a7",
-             fmt::format("{}: {} links, {:.3g} GB carried, {:.1f}% busy", t.name, t.links, t.bytes / 1e9, 100 * u));
-    svg.text(left + w + 8, y + 15, fmt::format("{:.1f}% · {} links · {:.3g} GB", 100 * u, t.links, t.bytes / 1e9),
+             fmt::format("{}: {} links, {} carried, {:.1f}% busy", t.name, t.links, bytes_label(t.bytes), 100 * u));
+    svg.text(left + w + 8, y + 15, fmt::format("{:.1f}% · {} links · {}", 100 * u, t.links, bytes_label(t.bytes)),
              "start", 11);
   }
   return svg.str();

@@ -16,7 +16,7 @@ using namespace trainsim;
 
 namespace {
 
-config::Scenario scenario(const std::string& name) {
+config::Scenario scenario(const std::string& name, bool flow = false) {
   const nlohmann::json j = {{"model",
                              {{"name", name},
                               {"layers", 4},
@@ -30,7 +30,9 @@ config::Scenario scenario(const std::string& name) {
                             {"gpus", 8},
                             {"parallel", {{"tp", 2}, {"pp", 2}}},
                             {"training", {{"micro_batch", 1}, {"global_batch", 8}, {"seq_len", 1024}}}};
-  return config::parse_scenario(util::JsonNode(j, "a&b.json"), TRAINSIM_SOURCE_DIR);
+  nlohmann::json k = j;
+  if (flow) k["network"] = "flow";
+  return config::parse_scenario(util::JsonNode(k, "a&b.json"), TRAINSIM_SOURCE_DIR);
 }
 
 struct Page {
@@ -101,4 +103,13 @@ TEST_CASE("the zoomed pipeline window ends with stage 0's first backward, inside
   for (const auto& s : s0->spans)
     if (s.end_ps == trip && p.timeline.names[s.name].rfind("backward", 0) == 0) backward_ends_there = true;
   CHECK(backward_ends_there);
+}
+
+TEST_CASE("with the flow network the report adds the link-tier utilisation chart") {
+  const Page p = page(scenario("tiny", /*flow=*/true));
+  REQUIRE(p.result.network.has_value());
+  CHECK(count(p.html, "<svg ") == 5);
+  CHECK(p.html.find("Link utilisation per tier") != std::string::npos);
+  // One bar label per tier that has links, e.g. "nvlink".
+  for (const auto& t : p.result.network->tiers) CHECK(p.html.find(">" + t.name + "</text>") != std::string::npos);
 }
