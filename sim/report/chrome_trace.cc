@@ -19,8 +19,9 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
+// A JSON string literal; bytes that are not UTF-8 (a file name, say) become U+FFFD.
 std::string json_str(std::string_view s) {
-  return nlohmann::json(std::string(s)).dump();
+  return nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // Picoseconds as µs with three decimals (ns resolution), Kineto's convention.
@@ -111,6 +112,7 @@ void write_chrome_trace(std::ostream& out, const config::Scenario& sc, const par
   std::map<std::tuple<std::uint32_t, std::uint8_t, std::uint32_t>, std::uint64_t> flow_in;  // (rank, slot, n)
   std::uint64_t next_flow = 1;
   const std::vector<std::uint32_t>& written = ranks;
+  TRAINSIM_ASSERT(std::is_sorted(written.begin(), written.end()));
   auto is_written = [&](std::int64_t r) {
     return r >= 0 && std::binary_search(written.begin(), written.end(), static_cast<std::uint32_t>(r));
   };

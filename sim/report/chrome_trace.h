@@ -22,7 +22,7 @@ namespace trainsim::report {
 std::vector<std::uint32_t> parse_rank_selection(const std::string& spec, const config::Scenario& scenario,
                                                 const std::string& what = "--trace-ranks");
 
-// Writes the trace of `ranks` (each must have been recorded in `timeline` with its spans).
+// Writes the trace of `ranks` (sorted; each recorded in `timeline` with its spans).
 void write_chrome_trace(std::ostream& out, const config::Scenario& scenario, const parallel::StepResult& result,
                         const Timeline& timeline, const std::vector<std::uint32_t>& ranks);
 

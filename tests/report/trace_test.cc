@@ -204,3 +204,10 @@ TEST_CASE("memory counters start at the static memory, return to it, and reach t
   const double engine_peak = static_cast<double>(t.result.memory[0].peak_bytes) / (1024.0 * 1024 * 1024);
   CHECK(peak == Approx(engine_peak).margin(4e-4));  // counters are rounded to 0.0001 GiB
 }
+
+TEST_CASE("a scenario file name that is not UTF-8 still gives valid JSON, the bad byte replaced") {
+  auto sc = scenario(small());
+  sc.file = "runs/caf\xe9.json";  // Latin-1 é
+  const Traced t = trace(sc, {0});
+  CHECK(t.json["otherData"]["scenario"] == "runs/caf\xef\xbf\xbd.json");  // U+FFFD
+}
