@@ -341,7 +341,7 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
       {[](json& d) { d["training"].erase("seq_len"); }, "training.seq_len", "missing required key"},
       {[](json& d) { d["gpu"] = 8; }, "gpu",
        "unknown key (expected one of: model, cluster, gpus, parallel, training, network, "
-       "collectives)"},
+       "collectives, gpu_profile)"},
       {[](json& d) { d["parallel"]["dp"] = 4; }, "parallel.dp",
        "unknown key (expected one of: tp, pp, cp, sequence_parallel, schedule, virtual_stages, zero, "
        "overlap_grad_reduce, "
