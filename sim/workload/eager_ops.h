@@ -14,6 +14,12 @@
 //
 // Each op also carries `host_s`, the CPU time to issue its kernels: PyTorch eager dispatches every
 // kernel from the CPU, and small kernels wait for it (the step builder's host-queue model).
+//
+// Not modelled: the CPU time of Python operations that launch no kernel (split, view, transpose,
+// chunk, the RoPE slices: about 14 per layer forward, and their backward nodes), which matters only
+// where the CPU rather than the GPU sets the pace; reductions over the token dimension (the norm
+// weights' gradients) are taken to stream at the same HBM rate as element-wise kernels; the caching
+// allocator's 512-byte rounding, the cuBLAS workspaces and the token batch (a few tens of MiB).
 
 #include <cstdint>
 #include <vector>
