@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/device/torch_steps.py without a GPU: --list and argument errors need no torch; where a
 # python3 with torch exists, --dry-run builds the model, trains two tiny configurations on the CPU
-# and writes the JSON gen-torch-records reads (which refuses it: a dry run measures no GPU).
+# and writes the JSON gen-torch-records reads (which refuses it: a dry run measures no GPU), and
+# --count-ops shows that one block dispatches exactly the kernels trainsim's eager op list holds.
 # Exit 77 (skipped) when no python3 here has torch.
 # Usage: torch_steps_dry_run_test.sh SOURCE_DIR
 set -euo pipefail
@@ -37,6 +38,19 @@ for c in d["configs"]:
     assert "error" not in c, c
     assert c["step_time_s"] > 0 and len(c["step_time_samples_s"]) == 2
     assert c["params"] == 2 * 512 * 64 + 64 + 2 * (64 * 192 + 64 * 64 + 3 * 64 * 176 + 2 * 64), c["params"]
+PY
+# The kernels one block dispatches, attention left out, are those sim/workload/eager_ops.cc lists
+# (forward 30 = 31 - attention; backward 63 ATen ops = 70 kernels - 3 of attention - 4, as each of
+# the 4 slice_backward calls is one ATen op but two kernels, zeros and copy).
+"$py" "$script" --count-ops >"$tmp/ops.json" 2>"$tmp/ops.err" || fail "--count-ops: $(cat "$tmp/ops.err")"
+"$py" - "$tmp/ops.json" <<'PY' || fail "--count-ops: the block does not dispatch the modelled kernels"
+import json, sys
+d = json.load(open(sys.argv[1]))
+forward = {"add": 6, "cat": 2, "mean": 2, "mm": 4, "mul": 9, "neg": 2, "pow": 2, "rsqrt": 2, "silu": 1}
+backward = {"add": 8, "add_": 6, "cat": 2, "div": 2, "mm": 8, "mul": 22, "neg": 2, "pow": 4, "silu_backward": 1,
+            "slice_backward": 4, "sum": 4}
+assert d["forward"] == forward, f"forward {d['forward']}"
+assert d["backward"] == backward, f"backward {d['backward']}"
 PY
 set +e
 python3 "$src/tools/gen-torch-records" "$tmp/dry.json" --out "$tmp/records" 2>"$tmp/gen.err"

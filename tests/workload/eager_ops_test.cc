@@ -151,7 +151,9 @@ TEST_CASE("Eager head: the fp32 log-probabilities are saved, and the logit gradi
   CHECK(bwd_ws == 8 * T * V);
 }
 
-TEST_CASE("Eager kernel counts: 31 launches per layer forward, host time is launches x the per-kernel CPU cost") {
+TEST_CASE(
+    "Eager kernel counts: 31 launches per layer forward and 70 backward; host time is launches x the per-kernel CPU "
+    "cost") {
   // 2 norms x 6, 2 rotary x 5, 4 GEMMs, attention, 2 residual adds, silu, silu·u.
   const auto fwd = eager_layer_forward(tiny_llama(), config(), kHost);
   int kernels = 0;
@@ -162,6 +164,13 @@ TEST_CASE("Eager kernel counts: 31 launches per layer forward, host time is laun
   }
   CHECK(kernels == 31);
   CHECK(host == Approx(31 * 8e-6));
+  // Backward: 8 GEMMs, 4 gradient accumulations, silu·u (2), silu, the gate/up concatenation, 2 norms
+  // x 16, the 3 attention kernels, 2 rotary x 9, the QKV concatenation. (torch_steps.py --count-ops
+  // shows the same per block on a real PyTorch: tests/validate/torch_steps_dry_run_test.sh.)
+  int backward = 0;
+  for (const Op& op : eager_layer_backward(tiny_llama(), config(), kHost)) backward += op.kernels;
+  CHECK(backward == 8 + 4 + 2 + 1 + 1 + 2 * 16 + 3 + 2 * 9 + 1);
+  CHECK(backward == 70);
 }
 
 TEST_CASE("multi_tensor_apply launches a kernel when 320 blocks or the depth's tensor table fill up") {

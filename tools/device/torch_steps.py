@@ -8,6 +8,7 @@ Usage (on a machine with a CUDA GPU and PyTorch >= 2.3; standard library + torch
                                         [--budget-s S]
     python3 tools/device/torch_steps.py --list          # the configurations
     python3 tools/device/torch_steps.py --dry-run --out /tmp/x.json   # CPU, tiny sizes, a smoke test
+    python3 tools/device/torch_steps.py --count-ops   # ATen ops of one block's forward and backward
 
 What runs (and what trainsim models):
   * The model: token embedding (untied), L decoder blocks, final RMSNorm, LM head; every block
@@ -99,7 +100,8 @@ def param_count(dims):
     return 2 * v * h + h + dims["layers"] * layer
 
 
-def build_model(torch, dims, seq, device, dtype):
+def build_model(torch, dims, seq, device, dtype, attention=None):
+    """The model; `attention(q, k, v)` replaces SDPA (--count-ops only)."""
     nn = torch.nn
     F = torch.nn.functional
     h, n, nkv, f, v = dims["hidden"], dims["heads"], dims["kv_heads"], dims["ffn_hidden"], dims["vocab"]
@@ -107,7 +109,10 @@ def build_model(torch, dims, seq, device, dtype):
     q_width, kv_width = n * hd, nkv * hd
     gqa = nkv != n
     sdpa = getattr(F, "scaled_dot_product_attention", None)
-    if sdpa is None:  # torch < 2.0 (Debian's python3-torch): a reference attention, dry runs only
+    if attention is not None:
+        def sdpa(q, k, val, is_causal, enable_gqa=False):
+            return attention(q, k, val)
+    elif sdpa is None:  # torch < 2.0 (Debian's python3-torch): a reference attention, dry runs only
         def sdpa(q, k, val, is_causal, enable_gqa=False):
             if enable_gqa:
                 k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
@@ -215,6 +220,53 @@ def host_overhead(torch, device, sync, ops=2000, runs=5):
             "runs": runs, "forward_samples_us": fwd[1:], "backward_samples_us": bwd[1:]}
 
 
+# Tensor operations that launch no kernel (views, metadata), left out of --count-ops.
+NO_KERNEL = {"view", "_unsafe_view", "transpose", "t", "split", "split_with_sizes", "chunk", "slice", "expand",
+             "detach", "alias", "as_strided", "unsqueeze", "squeeze", "reshape", "_reshape_alias", "select", "narrow",
+             "permute", "unbind", "empty", "empty_like", "empty_strided", "is_same_size", "lift_fresh"}
+
+
+def count_ops(torch):
+    """ATen operations one decoder block dispatches in eager mode (views left out), forward and
+    backward, with attention replaced by an opaque op; on the CPU, tiny sizes. sim/workload/eager_ops.cc
+    models one kernel per operation (slice_backward: two, zeros and copy)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Opaque(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v):
+            return torch.empty_like(q)
+
+        @staticmethod
+        def backward(ctx, g):
+            return torch.empty_like(g), torch.empty_like(g), torch.empty_like(g)
+
+    class Log(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.__name__.split(".")[0]
+            if name not in NO_KERNEL:
+                self.ops[name] = self.ops.get(name, 0) + 1
+            return func(*args, **(kwargs or {}))
+
+    dims = dict(MODELS["tiny"], layers=1)
+    model = build_model(torch, dims, 32, torch.device("cpu"), torch.bfloat16, attention=Opaque.apply)
+    block = model.layers[0]
+    x = torch.randn(2, 32, dims["hidden"], dtype=torch.bfloat16, requires_grad=True)
+    for p in block.parameters():
+        p.grad = torch.zeros_like(p)  # persistent gradients, as zero_grad(set_to_none=False) leaves them
+    with Log() as fwd:
+        y = block(x, model.cos, model.sin)
+    g = torch.randn_like(y)
+    with Log() as bwd:
+        y.backward(g)
+    return {"torch": torch.__version__, "forward": dict(sorted(fwd.ops.items())),
+            "backward": dict(sorted(bwd.ops.items()))}
+
+
 def run_config(torch, name, model_name, seq, mbs, args, device, on_gpu, sync):
     dims = MODELS[model_name]
     dtype = torch.bfloat16
@@ -306,7 +358,13 @@ def main():
     ap.add_argument("--budget-s", type=float, default=240.0,
                     help="start no new configuration after this many seconds (default 240)")
     ap.add_argument("--dry-run", action="store_true", help="CPU, tiny model, 1 warm-up and 2 timed steps")
+    ap.add_argument("--count-ops", action="store_true",
+                    help="print the ATen operations one block dispatches (forward, backward) as JSON and exit")
     args = ap.parse_args()
+    if args.count_ops:
+        import torch
+        print(json.dumps(count_ops(torch), indent=1))
+        return 0
     known = all_configs()
     if args.list:
         for name, (m, s, b) in known.items():
