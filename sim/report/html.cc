@@ -340,6 +340,17 @@ std::int64_t first_round_trip_ps(const Timeline& tl, const RankTimeline& stage0,
   return in_backward ? end : step_ps;
 }
 
+std::pair<std::int64_t, std::int64_t> steady_period_ps(const Timeline& tl, const RankTimeline& stage0) {
+  std::vector<std::int64_t> ends;
+  for (const Span& s : stage0.spans)
+    if (s.kind == engine::TaskKind::send && s.stream == parallel::kPpSend && tl.names[s.name] == "send_forward")
+      ends.push_back(s.end_ps);
+  std::sort(ends.begin(), ends.end());
+  if (ends.size() < 2) return {0, 0};
+  const std::size_t k = ends.size() / 2;
+  return {ends[k - 1], ends[k]};
+}
+
 std::string html_page(std::string_view title, std::string_view body) {
   return fmt::format(
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{}</title>\n<style>\n"
@@ -372,11 +383,16 @@ std::string run_report_html(const config::Scenario& sc, const parallel::StepResu
     const std::int64_t trip = first_round_trip_ps(tl, *s0, step_ps);
     body += "<h2>Pipeline timeline</h2>\n";
     body += fmt::format(
-        "<p class=\"note\">One rank per stage (tp = cp = dp = 0). Top: micro-batch 0's round trip, from the start "
-        "of the step to the end of stage 0's first backward ({}). Bottom: the whole step. Each pixel shows what "
-        "ran most of its time; the thin lane below each stage is any communication.</p>\n",
+        "<p class=\"note\">One rank per stage (tp = cp = dp = 0). First: micro-batch 0's round trip, from the "
+        "start of the step to the end of stage 0's first backward ({}). Then one micro-batch period in the middle "
+        "of the step (between two forward sends of stage 0), and the whole step. Each pixel shows what ran most "
+        "of its time; the thin lane below each stage is any communication.</p>\n",
         time_label(static_cast<double>(trip) * 1e-12));
     body += pipeline_chart(sc, tl, 0, std::max<std::int64_t>(trip, 1), "First micro-batch round trip, per stage");
+    if (const auto [from, to] = steady_period_ps(tl, *s0); to > from)
+      body += pipeline_chart(sc, tl, from, to,
+                             fmt::format("One micro-batch period in the steady state ({}), per stage",
+                                         time_label(static_cast<double>(to - from) * 1e-12)));
     body += pipeline_chart(sc, tl, 0, std::max<std::int64_t>(step_ps, 1), "Whole step, per stage");
   }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "config/scenario.h"
@@ -31,5 +32,9 @@ std::string html_page(std::string_view title, std::string_view body);
 // The window the pipeline chart zooms into: from the start of the step to the end of stage 0's
 // first backward pass (micro-batch 0's trip through every stage and back), in picoseconds.
 std::int64_t first_round_trip_ps(const Timeline& timeline, const RankTimeline& stage0, std::int64_t step_ps);
+
+// One micro-batch period in the steady state: between the ends of two consecutive forward sends of
+// stage 0 in the middle of the step, in picoseconds; {0, 0} without pipeline sends (pp = 1).
+std::pair<std::int64_t, std::int64_t> steady_period_ps(const Timeline& timeline, const RankTimeline& stage0);
 
 }  // namespace trainsim::report

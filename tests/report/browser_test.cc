@@ -124,9 +124,9 @@ TEST_CASE("the run report of GPT-3 175B on 1024 GPUs renders offline with its pl
   const Shown s = show(page, dir / "report.png", 1100, 2400);
   INFO("console: " << (s.console.empty() ? "" : s.console.front()));
   CHECK(s.console.empty());
-  // Step breakdown, two pipeline charts and the memory timeline, each with shapes drawn.
+  // Step breakdown, three pipeline charts and the memory timeline, each with shapes drawn.
   const auto plots = svgs(s.dom);
-  CHECK(plots.size() == 4);
+  CHECK(plots.size() == 5);
   for (const auto& svg : plots) CHECK(shapes(svg) >= 5);
   CHECK(s.dom.find("Memory of rank 0") != std::string::npos);
   CHECK(is_png(s.screenshot));

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "config/scenario.h"
+#include "parallel/step_builder.h"
 #include "parallel/step_runner.h"
 #include "report/html.h"
 #include "report/svg.h"
@@ -79,9 +80,9 @@ TEST_CASE("the run report escapes names from the input and holds every chart, by
   CHECK(a.html.find("<script") == std::string::npos);
   CHECK(a.html.find("tiny&lt;script&gt;alert(1)&lt;/script&gt;") != std::string::npos);
   CHECK(a.html.find("a&amp;b.json") != std::string::npos);
-  // Step breakdown, two pipeline charts, memory; no flow network, so no link chart.
-  CHECK(count(a.html, "<svg ") == 4);
-  CHECK(count(a.html, "</svg>") == 4);
+  // Step breakdown, three pipeline charts, memory; no flow network, so no link chart.
+  CHECK(count(a.html, "<svg ") == 5);
+  CHECK(count(a.html, "</svg>") == 5);
   CHECK(a.html.find("nan") == std::string::npos);
   CHECK(a.html.find("inf\"") == std::string::npos);
   CHECK(page(sc).html == a.html);
@@ -108,8 +109,30 @@ TEST_CASE("the zoomed pipeline window ends with stage 0's first backward, inside
 TEST_CASE("with the flow network the report adds the link-tier utilisation chart") {
   const Page p = page(scenario("tiny", /*flow=*/true));
   REQUIRE(p.result.network.has_value());
-  CHECK(count(p.html, "<svg ") == 5);
+  CHECK(count(p.html, "<svg ") == 6);
   CHECK(p.html.find("Link utilisation per tier") != std::string::npos);
   // One bar label per tier that has links, e.g. "nvlink".
   for (const auto& t : p.result.network->tiers) CHECK(p.html.find(">" + t.name + "</text>") != std::string::npos);
+}
+
+TEST_CASE("the steady-state window holds exactly one forward and one backward of stage 0") {
+  // 1F1B, pp 2, 4 micro-batches: between the ends of stage 0's 2nd and 3rd forward sends it runs
+  // one backward and one forward (the sends block compute), and every micro-batch costs the same.
+  const auto sc = scenario("tiny");
+  const Page p = page(sc);
+  const auto* s0 = p.timeline.find(0);
+  REQUIRE(s0 != nullptr);
+  const auto [from, to] = report::steady_period_ps(p.timeline, *s0);
+  REQUIRE(to > from);
+  double in_window = 0, passes = 0;
+  for (const auto& s : s0->spans) {
+    if (s.stream != parallel::kCompute) continue;
+    const std::string& name = p.timeline.names[s.name];
+    const bool pass = name.rfind("forward", 0) == 0 || name.rfind("backward", 0) == 0;
+    if (pass) passes += static_cast<double>(s.end_ps - s.start_ps);
+    if (s.start_ps >= from && s.end_ps <= to) in_window += static_cast<double>(s.end_ps - s.start_ps);
+  }
+  const double m = static_cast<double>(sc.training.num_micro_batches);
+  REQUIRE(m == 4);
+  CHECK(in_window == Approx(passes / m).epsilon(1e-6));
 }
