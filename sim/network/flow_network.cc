@@ -96,7 +96,83 @@ void FlowNetwork::add_flow(std::uint32_t transfer, std::uint32_t src, std::uint3
   add_path_flow(transfer, bytes);
 }
 
-void FlowNetwork::build_collective(CollectiveOp op, std::span<const std::uint32_t> ranks, FlowSet& out) {
+namespace {
+
+// The parent of node i (i > 0) in a balanced in-order binary tree over nodes 0..n-1 whose root is 0:
+// a node's level is its lowest set bit; it hangs under the node one level up (that bit moved up),
+// or under the bit-cleared node when that one is beyond n.
+std::int64_t tree_parent(std::int64_t i, std::int64_t n) {
+  const std::int64_t bit = i & -i;
+  const std::int64_t up = (i ^ bit) | (bit << 1);
+  return up < n ? up : i ^ bit;
+}
+
+}  // namespace
+
+void FlowNetwork::build_tree(std::span<const std::uint32_t> ranks, const std::vector<std::int64_t>& node_start,
+                             FlowSet& out) {
+  // NCCL's tree all-reduce: a chain through each node's ranks, and across nodes two binary trees,
+  // the second the mirror of the first (a node inner in one is mostly a leaf in the other), each
+  // reducing half the data up to its root and broadcasting it back down. Pipelined, each tree (per
+  // channel) moves at its slowest edge: one flow over every edge in both directions.
+  const auto runs = static_cast<std::int64_t>(node_start.size()) - 1;
+  auto r = [&](std::int64_t i) { return ranks[static_cast<std::size_t>(i)]; };
+  std::int64_t min_ppn = static_cast<std::int64_t>(ranks.size());
+  for (std::int64_t k = 0; k < runs; ++k)
+    min_ppn = std::min(min_ppn, node_start[static_cast<std::size_t>(k + 1)] - node_start[static_cast<std::size_t>(k)]);
+  const std::int64_t channels = std::max<std::int64_t>(1, std::min(min_ppn, cluster_.nic.per_node));
+  for (std::int64_t c = 0; c < channels; ++c) {
+    // Channel c's endpoint in each node is its c-th rank (that GPU's rail NIC); the chain walks the
+    // node's ranks from there.
+    auto endpoint = [&](std::int64_t node) {
+      const std::int64_t begin = node_start[static_cast<std::size_t>(node)];
+      const std::int64_t ppn = node_start[static_cast<std::size_t>(node + 1)] - begin;
+      return r(begin + c % ppn);
+    };
+    for (int tree = 0; tree < 2; ++tree) {
+      path_.clear();
+      for (std::int64_t k = 0; k < runs; ++k) {
+        const std::int64_t begin = node_start[static_cast<std::size_t>(k)];
+        const std::int64_t ppn = node_start[static_cast<std::size_t>(k + 1)] - begin;
+        for (std::int64_t j = 0; j + 1 < ppn; ++j) {
+          const std::uint32_t a = r(begin + (c + j) % ppn), b = r(begin + (c + j + 1) % ppn);
+          append_hop(b, a, true);  // reduce towards the endpoint
+          append_hop(a, b, true);  // broadcast back
+        }
+      }
+      for (std::int64_t i = 1; i < runs; ++i) {
+        const std::int64_t child = tree == 0 ? i : runs - 1 - i;
+        const std::int64_t parent = tree == 0 ? tree_parent(i, runs) : runs - 1 - tree_parent(i, runs);
+        append_hop(endpoint(child), endpoint(parent), true);
+        append_hop(endpoint(parent), endpoint(child), true);
+      }
+      if (path_.empty()) continue;
+      out.links.insert(out.links.end(), path_.begin(), path_.end());
+      out.ends.push_back(static_cast<std::uint32_t>(out.links.size()));
+      out.weight.push_back(0.5 / static_cast<double>(channels));
+      path_.clear();
+    }
+  }
+}
+
+double FlowNetwork::idle_seconds_per_unit(const FlowSet& set, std::size_t flows) const {
+  // The flows alone on the fabric: each at its max-min rate; the slowest sets the time.
+  std::vector<double> caps(solver_.link_count());
+  for (std::size_t l = 0; l < caps.size(); ++l) caps[l] = solver_.capacity(static_cast<FlowSolver::LinkId>(l));
+  FlowSolver idle(std::move(caps));
+  std::vector<FlowSolver::FlowId> ids;
+  std::uint32_t begin = 0;
+  for (std::size_t i = 0; i < flows; ++i) {
+    ids.push_back(idle.add(std::span(set.links).subspan(begin, set.ends[i] - begin)));
+    begin = set.ends[i];
+  }
+  idle.solve();
+  double worst = 0;
+  for (std::size_t i = 0; i < flows; ++i) worst = std::max(worst, set.weight[i] / idle.rate(ids[i]));
+  return worst;
+}
+
+void FlowNetwork::build_collective(CollectiveOp op, std::span<const std::uint32_t> ranks, FlowSet& out, bool tree) {
   const auto n = static_cast<std::int64_t>(ranks.size());
   auto r = [&](std::int64_t i) { return ranks[static_cast<std::size_t>(i)]; };
   auto close_flow = [&](double weight) {
@@ -122,12 +198,16 @@ void FlowNetwork::build_collective(CollectiveOp op, std::span<const std::uint32_
   for (std::int64_t i = 0; i < n; ++i)
     if (i == 0 || cluster_.node_of(r(i)) != cluster_.node_of(r(i - 1))) node_start.push_back(i);
   const auto runs = static_cast<std::int64_t>(node_start.size());
-  if (runs == 1) {
+  if (runs == 1 && !tree) {
     for (std::int64_t i = 0; i < n; ++i) append_hop(r(i), r((i + 1) % n), true);
     close_flow(1.0);
     return;
   }
   node_start.push_back(n);
+  if (tree) {
+    build_tree(ranks, node_start, out);
+    return;
+  }
   std::int64_t min_ppn = n;
   for (std::int64_t k = 0; k < runs; ++k)
     min_ppn = std::min(min_ppn, node_start[static_cast<std::size_t>(k + 1)] - node_start[static_cast<std::size_t>(k)]);
@@ -186,7 +266,9 @@ void FlowNetwork::start(const engine::CommRequest& req, engine::Simulation& sim,
       const double per_rank = size * busbw_factor(op, n) * flow_ring_Bps / timed.busbw_Bps;
       // The group's flows (and its images'), built once per group and kind of collective.
       const bool a2a = op == CollectiveOp::all_to_all;
-      auto [it, fresh] = flow_sets_.try_emplace((static_cast<std::uint64_t>(req.group) << 1) | (a2a ? 1u : 0u));
+      const bool tree = timed.algo == Algorithm::tree;
+      const std::uint64_t kind = a2a ? 1u : tree ? 2u : 0u;
+      auto [it, fresh] = flow_sets_.try_emplace((static_cast<std::uint64_t>(req.group) << 2) | kind);
       FlowSet& set = it->second;
       if (!fresh && !std::equal(ranks.begin(), ranks.end(), set.ranks.begin(), set.ranks.end())) {
         set = FlowSet{};  // the same group id over other ranks (callers outside a step plan)
@@ -195,15 +277,17 @@ void FlowNetwork::start(const engine::CommRequest& req, engine::Simulation& sim,
       }
       if (fresh) {
         set.ranks.assign(ranks.begin(), ranks.end());
-        if (image_count_ == 1) {
-          build_collective(op, ranks, set);
-        } else {
+        build_collective(op, ranks, set, tree);
+        // A tree's idle speed is the analytical model's (NCCL's cost model with its measured
+        // bandwidths); its flows only say which links it loads, and how much each.
+        if (tree) set.idle_s_per_unit = idle_seconds_per_unit(set, set.ends.size());
+        if (image_count_ > 1) {
           const auto& images = images_of(req.group | (std::uint64_t{1} << 63), ranks, true);
-          for (std::size_t i = 0; i < images.size(); i += ranks.size())
-            build_collective(op, std::span(images).subspan(i, ranks.size()), set);
+          for (std::size_t i = ranks.size(); i < images.size(); i += ranks.size())
+            build_collective(op, std::span(images).subspan(i, ranks.size()), set, tree);
         }
       }
-      const double unit = a2a ? size : per_rank;
+      const double unit = a2a ? size : tree ? (timed.time_s - timed.latency_s) / set.idle_s_per_unit : per_rank;
       std::uint32_t begin = 0;
       for (std::size_t i = 0; i < set.ends.size(); ++i) {
         path_.assign(set.links.begin() + begin, set.links.begin() + set.ends[i]);

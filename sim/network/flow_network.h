@@ -8,9 +8,13 @@
 //     A pipelined ring moves at its slowest hop, so each ring (each channel) is ONE flow whose path
 //     is all its hops' links: every hop carries the flow's bytes at the flow's rate, and a link two
 //     hops share is listed twice (it carries twice the rate);
-//   * the algorithm and protocol the analytical model picks (NVLS, tree, LL, LL128): the ring's
-//     flows carrying factor x S x (ring / chosen bus bandwidth), with the chosen one's fixed
-//     latency, so an idle network runs at the chosen rate;
+//   * the algorithm and protocol the analytical model picks (NVLS, LL, LL128): the ring's flows
+//     carrying factor x S x (ring / chosen bus bandwidth), with the chosen one's fixed latency, so
+//     an idle network runs at the chosen rate;
+//   * tree all-reduce across nodes: NCCL's double binary tree (a chain inside each node, two mirrored
+//     binary trees over the nodes, each carrying half the data up and back down), one flow per tree
+//     and channel over all its edges; its bytes are set so that alone on the fabric it takes the
+//     analytical model's time, and under load it slows where its edges are shared;
 //   * all-to-all: one flow per ordered pair of S / n;
 //   * point to point: one flow.
 // Each GPU's collective flows together cross a virtual link of `nvlink.busbw` (what NCCL's kernels on
@@ -79,9 +83,15 @@ class FlowNetwork final : public engine::CommModel {
     std::vector<FlowSolver::LinkId> links;
     std::vector<std::uint32_t> ends;
     std::vector<double> weight;
+    double idle_s_per_unit = 0;  // trees: the time one unit takes alone on the fabric
   };
-  // Appends the flows of one ring collective (or all-to-all) over `ranks`, in group order.
-  void build_collective(CollectiveOp op, std::span<const std::uint32_t> ranks, FlowSet& out);
+  // Appends the flows of one ring (or tree) collective, or all-to-all, over `ranks`, in group order.
+  void build_collective(CollectiveOp op, std::span<const std::uint32_t> ranks, FlowSet& out, bool tree);
+  // NCCL's double binary tree across nodes (chains inside them), per channel; node_start: where
+  // each node's run of ranks begins, plus the end.
+  void build_tree(std::span<const std::uint32_t> ranks, const std::vector<std::int64_t>& node_start, FlowSet& out);
+  // Seconds per unit of the set's first `flows` flows alone on an idle fabric (the slowest flow).
+  double idle_seconds_per_unit(const FlowSet& set, std::size_t flows) const;
   // Appends the route src -> dst (and, for a collective, src's virtual NCCL link) to path_.
   void append_hop(std::uint32_t src, std::uint32_t dst, bool collective);
   // One flow of `bytes` over path_ (then cleared); nothing when path_ is empty.
@@ -112,7 +122,7 @@ class FlowNetwork final : public engine::CommModel {
   // The distinct images of a group (key: group id | 1 << 63) or of a p2p pair (key: src << 32 | dst),
   // concatenated; computed once per key.
   std::unordered_map<std::uint64_t, std::vector<std::uint32_t>> images_;
-  std::unordered_map<std::uint64_t, FlowSet> flow_sets_;  // by group id << 1 | all-to-all
+  std::unordered_map<std::uint64_t, FlowSet> flow_sets_;  // by group id << 2 | ring 0, all-to-all 1, tree 2
   const std::vector<std::uint32_t>& images_of(std::uint64_t key, std::span<const std::uint32_t> ranks, bool dedupe);
   std::vector<std::uint32_t> covered_;  // per cluster rank: the lookup that last took it
   std::uint32_t stamp_ = 0;

@@ -184,3 +184,33 @@ TEST_CASE("multi-pod Clos: traffic between pods crosses the core tier, 1:7 slowe
   CHECK(eight(1) == Approx(14e-6 + gib / 47e9).epsilon(1e-6));
   CHECK(eight(2) == Approx(14e-6 + gib / (2 * 8 * 47e9 / 7 / 8)).epsilon(1e-6));
 }
+
+TEST_CASE("tree all-reduce as NCCL's double binary tree: idle time as analytical, two at once share the links") {
+  // Forced tree (NCCL_ALGO=Tree) across 2-8 nodes of 8 H100. Per channel (one per rail, 8) two
+  // mirrored binary trees over the nodes, each carrying half the data up and down: 16 flows. Alone on
+  // the fabric the tree takes the analytical model's time (its flows say which links it loads);
+  // two identical trees at once share every link, so their bandwidth term doubles.
+  const ClusterSpec c = topology("dgx-h100");
+  AlgorithmChoice forced{};
+  forced[static_cast<std::size_t>(CollectiveOp::all_reduce)] = Algorithm::tree;
+  for (std::int64_t nodes : {2, 3, 5, 8}) {
+    const std::int64_t gpus = 8 * nodes;
+    std::vector<std::uint32_t> ranks(static_cast<std::size_t>(gpus));
+    std::iota(ranks.begin(), ranks.end(), 0u);
+    AnalyticalNetwork ana(c, forced);
+    for (std::int64_t bytes : {std::int64_t{1} << 20, std::int64_t{1} << 30}) {
+      INFO(nodes << " nodes, " << bytes << " B");
+      FlowNetwork flow(c, gpus, forced);
+      const auto timed = ana.chosen(CollectiveOp::all_reduce, bytes, ranks);
+      REQUIRE(timed.algo == Algorithm::tree);
+      CHECK(flow_time(flow, collective(CollectiveOp::all_reduce, bytes, ranks)) == Approx(timed.time_s).epsilon(0.01));
+      CHECK(flow.flows_started() == 16);
+      engine::Simulation sim;
+      double end = 0;
+      const auto req = collective(CollectiveOp::all_reduce, bytes, ranks);
+      for (int k = 0; k < 2; ++k) flow.start(req, sim, [&] { end = std::max(end, sim.now().seconds()); });
+      sim.run();
+      CHECK(end == Approx(timed.latency_s + 2 * (timed.time_s - timed.latency_s)).epsilon(0.01));
+    }
+  }
+}
