@@ -134,3 +134,28 @@ TEST_CASE("compare exits 0 when predictions hold or improve, 1 when one got wors
   CHECK(run(fmt::format("compare '{}' '{}' --max-slowdown 5", a.string(), a.string())).code == 2);
   CHECK(run(fmt::format("compare '{}' missing.json", a.string())).code == 2);
 }
+
+TEST_CASE("the new commands and options are in --help") {
+  Result run_help = run("run --help");
+  for (const char* opt : {"--trace", "--trace-ranks", "--report"}) CHECK(run_help.out.find(opt) != std::string::npos);
+  Result scale_help = run("scale --help");
+  CHECK(scale_help.code == 0);
+  for (const char* opt : {"--gpus", "--nodes", "--keep", "--report", "--markdown", "--json"})
+    CHECK(scale_help.out.find(opt) != std::string::npos);
+  Result compare_help = run("compare --help");
+  CHECK(compare_help.code == 0);
+  CHECK(compare_help.out.find("--max-slowdown") != std::string::npos);
+}
+
+TEST_CASE("run --report writes index.html; a directory that cannot be made is a one-line error, exit 2") {
+  const fs::path dir = temp_dir() / "run-report" / "nested";
+  Result r = run(fmt::format("run configs/llama3.1-8b-h200-64.json --report '{}'", dir.string()));
+  CHECK(r.code == 0);
+  CHECK(r.err.empty());
+  CHECK(slurp(dir / "index.html").rfind("<!DOCTYPE html>", 0) == 0);
+  const fs::path file = write("a-file", "x");
+  r = run(fmt::format("run configs/llama3.1-8b-h200-64.json --report '{}'", (file / "sub").string()));
+  CHECK(r.code == 2);
+  CHECK(r.out.empty());
+  CHECK(r.err == fmt::format("--report: cannot create directory {}\n", (file / "sub").string()));
+}
