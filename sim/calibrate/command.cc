@@ -24,7 +24,8 @@ namespace {
 
 constexpr const char* kWhat = "trainsim calibrate";
 
-std::string one_line(std::string s) {
+// Used by the plugin loader only (absent from builds without CUDA).
+[[maybe_unused]] std::string one_line(std::string s) {
   for (char& c : s)
     if (c == '\n' || c == '\r') c = ' ';
   return s;
