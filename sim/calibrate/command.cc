@@ -105,8 +105,8 @@ std::unique_ptr<Device> open_cuda_device() {
 #else
   throw util::InputError(
       kWhat, "",
-      "this trainsim was built without CUDA (CMake found no CUDA toolkit), so it cannot measure GPUs; "
-      "--fit refits an existing profile");
+      "this trainsim has no CUDA plugin (CMake found no CUDA toolkit with cuBLASLt, cuDNN and NCCL, or this "
+      "is the sanitizer build), so it cannot measure GPUs; --fit refits a profile");
 #endif
 }
 
