@@ -12,7 +12,9 @@ trap 'rm -rf "$tmp"' EXIT
 script="$src/tools/device/torch_steps.py"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-python3 "$script" --list | grep -q "llama-1b_s2048_b4: llama-1b (953M parameters)" || fail "--list"
+# Read the whole listing first: `grep -q` closing the pipe early would break python's stdout.
+listing=$(python3 "$script" --list) || fail "--list exited non-zero"
+grep -q "llama-1b_s2048_b4: llama-1b (953M parameters)" <<<"$listing" || fail "--list"
 set +e
 python3 "$script" --configs nope --out "$tmp/x.json" 2>"$tmp/err"
 rc=$?
