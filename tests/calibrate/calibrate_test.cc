@@ -18,6 +18,7 @@
 #include "calibrate/fake_device.h"
 #include "calibrate/fit.h"
 #include "hardware/profile.h"
+#include "run_binary.h"
 
 using namespace trainsim;
 using namespace trainsim::calibrate;
@@ -135,42 +136,9 @@ TEST_CASE("device names map to catalog GPUs", "[calibrate]") {
   CHECK(match_gpu("Tesla T4", 16e9).empty());
 }
 
-namespace {
-
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-fs::path temp_dir() {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / fmt::format("trainsim-calibrate-test-{}", ::getpid());
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
-}
-
-Result run(const std::string& args) {
-  const fs::path out = temp_dir() / "stdout.txt", err = temp_dir() / "stderr.txt";
-  const std::string cmd = fmt::format("cd '{}' && '{}' {} >'{}' 2>'{}'", TRAINSIM_SOURCE_DIR, TRAINSIM_BINARY, args,
-                                      out.string(), err.string());
-  const int status = std::system(cmd.c_str());
-  Result r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
-
-}  // namespace
+using test_binary::Result;
+using test_binary::run;
+using test_binary::temp_dir;
 
 TEST_CASE("trainsim calibrate without a usable GPU exits 2 with one line", "[calibrate][cli]") {
   // CI machines and this build machine have no GPU (or a build without CUDA): the command must say

@@ -16,48 +16,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "run_binary.h"
+
 namespace fs = std::filesystem;
+using namespace test_binary;
 
 namespace {
-
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-fs::path temp_dir() {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / fmt::format("trainsim-cli-test-{}", ::getpid());
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
-}
-
-Result run(const std::string& args) {
-  const fs::path out = temp_dir() / "stdout.txt", err = temp_dir() / "stderr.txt";
-  const std::string cmd = fmt::format("cd '{}' && '{}' {} >'{}' 2>'{}'", TRAINSIM_SOURCE_DIR, TRAINSIM_BINARY, args,
-                                      out.string(), err.string());
-  const int status = std::system(cmd.c_str());
-  Result r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
-
-fs::path write(const std::string& name, const std::string& text) {
-  fs::path p = temp_dir() / name;
-  std::ofstream(p) << text;
-  return p;
-}
 
 nlohmann::json good_scenario() {
   return nlohmann::json::parse(R"({

@@ -13,7 +13,7 @@
 
 #include "run_binary.h"
 
-using namespace report_test;
+using namespace test_binary;
 
 namespace {
 

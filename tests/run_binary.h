@@ -1,5 +1,6 @@
 #pragma once
-// Runs the real trainsim binary from the source tree, as a user would, capturing stdout and stderr.
+// Runs the real trainsim binary from the source tree, as a user would, capturing stdout and stderr
+// (the CLI, calibrate and report tests).
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,7 +13,7 @@
 
 #include <fmt/format.h>
 
-namespace report_test {
+namespace test_binary {
 
 namespace fs = std::filesystem;
 
@@ -30,7 +31,7 @@ inline std::string slurp(const fs::path& p) {
 
 inline fs::path temp_dir() {
   static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / fmt::format("trainsim-report-test-{}", ::getpid());
+    fs::path d = fs::temp_directory_path() / fmt::format("trainsim-test-{}", ::getpid());
     fs::create_directories(d);
     return d;
   }();
@@ -59,4 +60,4 @@ inline fs::path write(const std::string& name, const std::string& text) {
   return p;
 }
 
-}  // namespace report_test
+}  // namespace test_binary
