@@ -94,12 +94,22 @@ TEST_CASE("protocol choice: 8x H100 all-reduce from 1 MiB follows the DGX H100 s
   CHECK(at(rows, 8 * kMiB).algo == "ring");
   CHECK(at(rows, 32 * kMiB).proto == "Simple");
   CHECK(at(rows, 32 * kMiB).algo == "nvls");
-  // A100 runs no LL128 (its measured curve has no LL128 regime: topologies/dgx-a100.json): LL at
-  // 1 MiB (nccl-tests 36.22 GB/s; LL's 51 is the closer of the two, Simple's fitted ramp gives 10).
+  // A DGX A100 runs LL128 (NCCL's default on NVLink + PXB NICs: topologies/dgx-a100.json): LL at
+  // 1 MiB, LL128 from 4 to 128 MiB, Simple above. 16 MiB by hand: t = 14 + 14 x 1.9 = 40.6 us +
+  // S / algbw, algbw = 0.92 x 231.6 GB/s x 8 / 14.
   const auto a100 = collective_sweep(topology("dgx-a100"), 1024, req);
   CHECK(at(a100, kMiB).proto == "LL");
-  CHECK(at(a100, 8 * kMiB).proto != "LL128");
-  CHECK(at(a100, 32 * kMiB).proto == "Simple");
+  CHECK(at(a100, 4 * kMiB).proto == "LL128");
+  CHECK(at(a100, 16 * kMiB).time_s == Approx(40.6e-6 + static_cast<double>(16 * kMiB) / (0.92 * 231.6e9 * 8 / 14)));
+  // Azure's A100 sweep (published-runs.md §9c, NCCL_ALGO forced, no LL128 regime): without LL128 the
+  // middle sizes fall to Simple, 1 MiB stays on LL (nccl-tests 36.22 GB/s; LL's 51 is the closer,
+  // Simple's fitted ramp gives 10).
+  ClusterSpec azure = topology("dgx-a100");
+  azure.nvlink.ll128 = false;
+  const auto no_ll128 = collective_sweep(azure, 1024, req);
+  CHECK(at(no_ll128, kMiB).proto == "LL");
+  CHECK(at(no_ll128, 8 * kMiB).proto != "LL128");
+  CHECK(at(no_ll128, 32 * kMiB).proto == "Simple");
 }
 
 TEST_CASE("ring on 8 H100 ~370 GB/s, 8 A100 ~230 GB/s, one NDR NIC ~46-48 GB/s") {
