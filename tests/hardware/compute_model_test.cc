@@ -135,6 +135,12 @@ TEST_CASE("FlashAttention v1 follows its own published curve") {
   CHECK(eff(2048, false) * 312 == Approx(69).epsilon(0.01));
   CHECK(eff(512, true) * 312 == Approx(55).epsilon(0.01));
   CHECK(eff(2048, true) == Approx(eff(2048, false)));
+  // Beyond 16k the fitted gain per doubling (1.13, validation/README.md): 83 x 1.13 at 32k,
+  // 83 x 1.13^2 at 64k, held there; halfway in log between 16k and 32k, 83 x 1.065.
+  CHECK(eff(32768, false) * 312 == Approx(83 * 1.13).epsilon(0.01));
+  CHECK(eff(65536, false) * 312 == Approx(83 * 1.13 * 1.13).epsilon(0.01));
+  CHECK(eff(262144, false) == Approx(eff(65536, false)));
+  CHECK(eff(23170, false) * 312 == Approx(83 * 1.065).epsilon(0.01));
 
   ComputeModel h100(*find_gpu("h100-sxm"));
   auto h100_eff = [&](AttentionImpl impl) {
