@@ -144,6 +144,11 @@ std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
   const double region_act = act(x.region, x.h, x.d);
   const double mask = x.region * x.h;  // 1-byte dropout mask over the hidden state
   const std::string norm = x.swiglu ? "rmsnorm" : "layernorm";
+  // Under FP8, Transformer Engine keeps each GEMM's input for its weight gradient as the FP8 copy it
+  // cast for the forward GEMM (1 byte per element; te.Linear / LayerNormLinear / LayerNormMLP save
+  // the FP8 input, not the BF16 one); tensors kept for other ops stay BF16.
+  const double gemm_in_d = c.fp8 ? 1.0 : x.d;
+  const double region_gemm_in = act(x.region, x.h, gemm_in_d);
   std::vector<Op> ops;
 
   // Norm: reads x, writes y; keeps its input.
@@ -151,7 +156,7 @@ std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
   if (tp && x.sp) ops.push_back(comm("qkv_input_all_gather", Comm::all_gather, full));
   // Column-parallel QKV: keeps its input (sharded under SP) and Q, K, V for the attention core.
   const double qkv_width = x.q + 2 * x.kv;
-  ops.push_back(gemm("qkv", x.tokens, qkv_width, x.h, x.d, region_act + act(x.tokens, qkv_width, x.d)));
+  ops.push_back(gemm("qkv", x.tokens, qkv_width, x.h, x.d, region_gemm_in + act(x.tokens, qkv_width, x.d)));
   // Llama-family (swiglu) models rotate Q and K; GPT models add learned positions at the embedding.
   if (x.swiglu) ops.push_back(memory("rotary_embedding", 2 * act(x.tokens, x.q + x.kv, x.d)));
 
@@ -169,7 +174,7 @@ std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
     ops.push_back(core(gemm("attention_context", x.s, x.hd, x.s, x.d, x.drop ? scores * x.d : 0, batch)));
   }
 
-  ops.push_back(gemm("attention_output", x.tokens, x.h, x.q, x.d, act(x.tokens, x.q, x.d)));
+  ops.push_back(gemm("attention_output", x.tokens, x.h, x.q, x.d, act(x.tokens, x.q, gemm_in_d)));
   if (tp) {
     ops.push_back(x.sp ? comm("attention_reduce_scatter", Comm::reduce_scatter, full)
                        : comm("attention_all_reduce", Comm::all_reduce, full));
@@ -182,13 +187,13 @@ std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
   if (tp && x.sp) ops.push_back(comm("mlp_input_all_gather", Comm::all_gather, full));
   if (x.swiglu) {
     // Gate and up projections as one column-parallel GEMM; SiLU(gate)·up keeps both halves.
-    ops.push_back(gemm("fc1_gate_up", x.tokens, 2 * x.f, x.h, x.d, region_act));
+    ops.push_back(gemm("fc1_gate_up", x.tokens, 2 * x.f, x.h, x.d, region_gemm_in));
     ops.push_back(memory("swiglu", 3 * act(x.tokens, x.f, x.d), act(x.tokens, 2 * x.f, x.d)));
   } else {
-    ops.push_back(gemm("fc1", x.tokens, x.f, x.h, x.d, region_act));
+    ops.push_back(gemm("fc1", x.tokens, x.f, x.h, x.d, region_gemm_in));
     ops.push_back(memory("gelu", 2 * act(x.tokens, x.f, x.d), act(x.tokens, x.f, x.d)));
   }
-  ops.push_back(gemm("fc2", x.tokens, x.h, x.f, x.d, act(x.tokens, x.f, x.d)));
+  ops.push_back(gemm("fc2", x.tokens, x.h, x.f, x.d, act(x.tokens, x.f, gemm_in_d)));
   if (tp) {
     ops.push_back(x.sp ? comm("mlp_reduce_scatter", Comm::reduce_scatter, full)
                        : comm("mlp_all_reduce", Comm::all_reduce, full));
@@ -220,6 +225,8 @@ std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c) {
   const double region_act = act(x.region, x.h, x.d);
   const double mask = x.region * x.h;
   const std::string norm = x.swiglu ? "rmsnorm" : "layernorm";
+  const double gemm_in_d = c.fp8 ? 1.0 : x.d;  // the saved GEMM inputs, as layer_forward keeps them
+  const double region_gemm_in = act(x.region, x.h, gemm_in_d);
   std::vector<Op> ops;
 
   auto input_grad_comm = [&](const std::string& what) {
@@ -232,7 +239,7 @@ std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c) {
   if (x.drop) ops.push_back(memory("mlp_dropout_add_backward", region_act * 2 + mask));
   if (tp && x.sp) ops.push_back(comm("mlp_output_grad_all_gather", Comm::all_gather, full));
   ops.push_back(gemm("fc2_dgrad", x.tokens, x.f, x.h, x.d));
-  ops.push_back(wgrad("fc2_wgrad", x.f, x.h, x.tokens, x.d, act(x.tokens, x.f, x.d)));
+  ops.push_back(wgrad("fc2_wgrad", x.f, x.h, x.tokens, x.d, act(x.tokens, x.f, gemm_in_d)));
   const double fc1_width = x.swiglu ? 2 * x.f : x.f;
   // Activation backward reads its saved input and the output grad, writes the input grad.
   ops.push_back(x.swiglu ? memory("swiglu_backward", 5 * act(x.tokens, x.f, x.d))
@@ -240,14 +247,14 @@ std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c) {
   if (tp && x.sp) ops.push_back(comm("mlp_input_all_gather", Comm::all_gather, full));
   ops.push_back(gemm(x.swiglu ? "fc1_gate_up_dgrad" : "fc1_dgrad", x.tokens, x.h, fc1_width, x.d));
   input_grad_comm("mlp_input");
-  ops.push_back(wgrad(x.swiglu ? "fc1_gate_up_wgrad" : "fc1_wgrad", x.h, fc1_width, x.tokens, x.d, region_act));
+  ops.push_back(wgrad(x.swiglu ? "fc1_gate_up_wgrad" : "fc1_wgrad", x.h, fc1_width, x.tokens, x.d, region_gemm_in));
   // Norm backward reads its input, the output grad and the residual grad it is summed with.
   ops.push_back(memory("post_attention_" + norm + "_backward", 4 * region_act, 0, 2));
 
   if (x.drop) ops.push_back(memory("attention_dropout_add_backward", region_act * 2 + mask));
   if (tp && x.sp) ops.push_back(comm("attention_output_grad_all_gather", Comm::all_gather, full));
   ops.push_back(gemm("attention_output_dgrad", x.tokens, x.q, x.h, x.d));
-  ops.push_back(wgrad("attention_output_wgrad", x.q, x.h, x.tokens, x.d, act(x.tokens, x.q, x.d)));
+  ops.push_back(wgrad("attention_output_wgrad", x.q, x.h, x.tokens, x.d, act(x.tokens, x.q, gemm_in_d)));
 
   if (c.attention != AttentionImpl::softmax) {
     ops.push_back(flash(x, c, true));
@@ -267,7 +274,7 @@ std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c) {
   if (tp && x.sp) ops.push_back(comm("qkv_input_all_gather", Comm::all_gather, full));
   ops.push_back(gemm("qkv_dgrad", x.tokens, x.h, qkv_width, x.d));
   input_grad_comm("qkv_input");
-  ops.push_back(wgrad("qkv_wgrad", x.h, qkv_width, x.tokens, x.d, region_act));
+  ops.push_back(wgrad("qkv_wgrad", x.h, qkv_width, x.tokens, x.d, region_gemm_in));
   ops.push_back(memory("input_" + norm + "_backward", 4 * region_act, 0, 2));
   if (c.fp8) {
     // Each GEMM's output gradient is cast and transposed to FP8 once for its data and weight

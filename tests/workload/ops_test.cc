@@ -290,3 +290,22 @@ TEST_CASE("fp8 marks the layers' linear GEMMs and adds their casts") {
   CHECK(cast_bwd == Approx(4 * tokens * ((q + 2 * kv) + h + 2 * f + h)));
   for (const Op& op : head_forward(m, c)) CHECK_FALSE(op.fp8);
 }
+
+// Transformer Engine keeps the FP8 copy of each GEMM input for the weight gradient: the four GEMM
+// inputs of the Llama-3.1-70B layer above (QKV and fc1 inputs sbh each, output projection input
+// sbh/t, down-projection input sbF/t) drop from 2 bytes to 1; everything else stays BF16.
+TEST_CASE("fp8 keeps the GEMM inputs in 1 byte") {
+  const ModelSpec m = llama70b();
+  LayerConfig c;
+  c.micro_batch = 1;
+  c.seq_len = 8192;
+  c.tp = 8;
+  const double bf16 = saved(layer_forward(m, c));
+  c.fp8 = true;
+  const double s = 8192, h = 8192, F = 28672, t = 8;
+  CHECK(saved(layer_forward(m, c)) == bf16 - (s * h + s * h + s * h / t + s * F / t));
+  // Zero-bubble weight-gradient passes hold the same 1-byte inputs.
+  double held = 0;
+  for (const Op& op : layer_backward(m, c)) held += static_cast<double>(op.held_input_bytes);
+  CHECK(held == s * h + s * h + s * h / t + s * F / t);
+}
