@@ -161,6 +161,17 @@ Outcome evaluate(const Record& r, const fs::path& data_dir, std::optional<config
     evaluate_memory(r, sc, out);
   } else {
     const parallel::StepResult result = parallel::simulate_step(sc);
+    // The source ran this step, so it fit its GPUs: a scenario that does not fit as modelled used
+    // something the record does not state (activation recompute, offloading). Listed, not compared.
+    const double peak = static_cast<double>(result.memory[result.peak_rank].peak_bytes);
+    if (peak > sc.cluster.gpu.hbm_bytes) {
+      constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+      out.skipped = fmt::format(
+          "does not fit as written: {:.1f} GiB at the peak of {:.1f} GiB; the run fit, so it used something the "
+          "record does not state (recompute, offloading)",
+          peak / kGiB, sc.cluster.gpu.hbm_bytes / kGiB);
+      return out;
+    }
     out.comparisons.push_back({"step_time_s", number(r, "step_time_s"), result.step_time_s});
   }
   return out;
