@@ -146,7 +146,8 @@ workload::ModelSpec parse_model_any(const util::JsonNode& node, const std::strin
 ParallelSpec parse_parallel(const util::JsonNode& node) {
   node.reject_unknown({"tp", "pp", "cp", "sequence_parallel", "schedule", "virtual_stages", "zero",
                        "overlap_grad_reduce", "overlap_param_gather", "dp_bucket_mb", "tp_comm_overlap",
-                       "first_stage_layers", "last_stage_layers"});
+                       "first_stage_layers", "last_stage_layers", "account_for_embedding_in_pipeline_split",
+                       "account_for_loss_in_pipeline_split"});
   ParallelSpec p;
   if (auto v = node.find("tp")) p.tp = v->as_positive_int();
   if (auto v = node.find("pp")) p.pp = v->as_positive_int();
@@ -182,6 +183,15 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
   if (auto v = node.find("dp_bucket_mb")) p.dp_bucket_mb = v->as_positive_number();
   if (auto v = node.find("first_stage_layers")) p.first_stage_layers = v->as_positive_int();
   if (auto v = node.find("last_stage_layers")) p.last_stage_layers = v->as_positive_int();
+  for (const char* key : {"account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"}) {
+    const auto v = node.find(key);
+    if (!v) continue;
+    (std::string_view(key).starts_with("account_for_embedding") ? p.account_for_embedding : p.account_for_loss) =
+        v->as_bool();
+    // Megatron-Core: these and --decoder-first/last-pipeline-num-layers are mutually exclusive.
+    if (v->as_bool() && (p.first_stage_layers > 0 || p.last_stage_layers > 0))
+      v->fail("cannot be combined with first_stage_layers / last_stage_layers");
+  }
   if (auto v = node.find("tp_comm_overlap")) {
     p.tp_comm_overlap = v->as_bool();
     // Megatron: --tp-comm-overlap requires --sequence-parallel.
@@ -286,8 +296,22 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
   if (m.ffn_hidden % p.tp != 0) {
     throw util::InputError(file, tp_path, fmt::format("{} does not divide ffn_hidden ({})", p.tp, m.ffn_hidden));
   }
-  const bool uneven = p.first_stage_layers > 0 || p.last_stage_layers > 0;
-  if (uneven) {
+  const bool accounted = p.account_for_embedding || p.account_for_loss;
+  const bool uneven = p.first_stage_layers > 0 || p.last_stage_layers > 0 || accounted;
+  if (accounted) {
+    // Megatron-Core: layers + 1 for each accounted embedding / loss, split evenly over the chunks.
+    const std::string key =
+        p.account_for_embedding ? "account_for_embedding_in_pipeline_split" : "account_for_loss_in_pipeline_split";
+    const std::string path = util::join_path(parallel_path, key);
+    if (p.pp < 2) throw util::InputError(file, path, "needs pp >= 2");
+    const std::int64_t chunks = p.pp * (p.schedule == Schedule::interleaved ? p.virtual_stages : 1);
+    const std::int64_t slots = m.layers + (p.account_for_embedding ? 1 : 0) + (p.account_for_loss ? 1 : 0);
+    if (slots % chunks != 0)
+      throw util::InputError(file, path,
+                             fmt::format("layers + accounted embedding/loss = {} is not divisible by the {} model "
+                                         "chunks (pp x virtual_stages)",
+                                         slots, chunks));
+  } else if (uneven) {
     // Megatron: the stages between the first and the last split the remaining layers evenly.
     const std::string key = p.first_stage_layers > 0 ? "first_stage_layers" : "last_stage_layers";
     const std::string path = util::join_path(parallel_path, key);
@@ -322,7 +346,7 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
           fmt::format("pp*virtual_stages = {}*{} does not divide layers ({})", p.pp, p.virtual_stages, m.layers));
     // Uneven stages (Megatron-Core: --decoder-first/last-pipeline-num-layers with a virtual pipeline):
     // every stage's layers split evenly over its virtual_stages model chunks.
-    for (std::int64_t st = 0; uneven && st < p.pp; ++st) {
+    for (std::int64_t st = 0; uneven && !accounted && st < p.pp; ++st) {
       const std::int64_t n = stage_layers(s, st);
       if (n % p.virtual_stages != 0)
         throw util::InputError(
@@ -425,8 +449,26 @@ fs::path default_data_dir() {
   return fs::path(TRAINSIM_SOURCE_DIR);
 }
 
+std::int64_t chunk_layers(const Scenario& sc, std::int64_t stage, std::int64_t chunk) {
+  const ParallelSpec& p = sc.parallel;
+  const std::int64_t v = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
+  if (p.account_for_embedding || p.account_for_loss) {
+    const std::int64_t slots =
+        (sc.model.layers + (p.account_for_embedding ? 1 : 0) + (p.account_for_loss ? 1 : 0)) / (p.pp * v);
+    const bool first = stage == 0 && chunk == 0, last = stage == p.pp - 1 && chunk == v - 1;
+    return slots - (first && p.account_for_embedding ? 1 : 0) - (last && p.account_for_loss ? 1 : 0);
+  }
+  return stage_layers(sc, stage) / v;
+}
+
 std::int64_t stage_layers(const Scenario& sc, std::int64_t stage) {
   const ParallelSpec& p = sc.parallel;
+  if (p.account_for_embedding || p.account_for_loss) {
+    const std::int64_t v = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
+    std::int64_t n = 0;
+    for (std::int64_t c = 0; c < v; ++c) n += chunk_layers(sc, stage, c);
+    return n;
+  }
   if (stage == 0 && p.first_stage_layers > 0) return p.first_stage_layers;
   if (stage == p.pp - 1 && p.last_stage_layers > 0) return p.last_stage_layers;
   const std::int64_t fixed = p.first_stage_layers + p.last_stage_layers;

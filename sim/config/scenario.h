@@ -49,6 +49,11 @@ struct ParallelSpec {
   // the other stages split the remaining layers evenly.
   std::int64_t first_stage_layers = 0;
   std::int64_t last_stage_layers = 0;
+  // Megatron-Core's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split:
+  // the embedding (loss) takes the place of one transformer layer in the first (last) model chunk
+  // when the layers are split evenly over the pp x virtual_stages chunks.
+  bool account_for_embedding = false;
+  bool account_for_loss = false;
   // Transformer Engine's --tp-comm-overlap: TP all-gathers and reduce-scatters run concurrently with
   // the GEMM that consumes or produces them.
   bool tp_comm_overlap = false;
@@ -102,6 +107,9 @@ network::ClusterSpec load_cluster(const std::string& name_or_path, const std::fi
 
 // Transformer layers on pipeline stage `stage` (uneven first/last stages as the scenario says).
 std::int64_t stage_layers(const Scenario& scenario, std::int64_t stage);
+// Transformer layers in model chunk `chunk` (0 .. virtual_stages - 1; 0 without interleaving) of a
+// pipeline stage.
+std::int64_t chunk_layers(const Scenario& scenario, std::int64_t stage, std::int64_t chunk);
 
 Scenario load_scenario(const std::string& file, const std::filesystem::path& data_dir);
 Scenario parse_scenario(const util::JsonNode& root, const std::filesystem::path& data_dir);

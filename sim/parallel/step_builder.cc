@@ -493,7 +493,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   // pipeline rank r holds the layers of virtual stage c * pp + r). The embedding lives in chunk 0 of
   // the first rank, the output layer in the last chunk of the last rank.
   const std::int64_t v = stage.chunks;
-  const std::int64_t chunk_layers = stage.layers / v;
+  auto chunk_layers = [&](std::int64_t c) { return config::chunk_layers(sc, stage_index, c); };
   auto has_embedding = [&](std::int64_t c) { return stage.has_embedding && c == 0; };
   auto has_head = [&](std::int64_t c) { return stage.has_head && c == v - 1; };
 
@@ -521,7 +521,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   for (std::int64_t c = 0; c < v; ++c) {
     ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
     if (has_head(c)) cb.unit_params.push_back(head_params);
-    for (std::int64_t l = 0; l < chunk_layers; ++l) cb.unit_params.push_back(layer_params);
+    for (std::int64_t l = 0; l < chunk_layers(c); ++l) cb.unit_params.push_back(layer_params);
     if (has_embedding(c)) cb.unit_params.push_back(emb_params);
     cb.bucket_of.resize(cb.unit_params.size());
     cb.closes_bucket.assign(cb.unit_params.size(), false);
@@ -577,7 +577,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   };
   auto head_unit = [](std::int64_t) { return std::size_t{0}; };
   auto layer_unit = [&](std::int64_t c, std::int64_t l) {  // l: forward numbering within the chunk
-    return (has_head(c) ? 1u : 0u) + static_cast<std::size_t>(chunk_layers - 1 - l);
+    return (has_head(c) ? 1u : 0u) + static_cast<std::size_t>(chunk_layers(c) - 1 - l);
   };
   auto emb_unit = [&](std::int64_t c) { return chunks[static_cast<std::size_t>(c)].unit_params.size() - 1; };
 
@@ -643,7 +643,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
       w.emit(ops.emb_fwd, "forward", Saves::all);
       leave_unit(c, emb_unit(c));
     }
-    for (std::int64_t l = 0; l < chunk_layers; ++l) {
+    for (std::int64_t l = 0; l < chunk_layers(c); ++l) {
       unit_needed(c, layer_unit(c, l), first_mb);
       enter_unit(c, order, i++);
       if (full_recompute(l)) w.alloc(ops.input_bytes);
@@ -695,7 +695,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
       leave_unit(c, head_unit(c));
       if (!input_only) unit_done(c, head_unit(c), last_mb);
     }
-    for (std::int64_t l = chunk_layers - 1; l >= 0; --l) {
+    for (std::int64_t l = chunk_layers(c) - 1; l >= 0; --l) {
       enter_unit(c, order, i++);
       if (full_recompute(l)) emit(ops.layer_fwd, "recompute", Saves::all);
       if (recompute == config::Recompute::selective) emit(ops.layer_fwd, "recompute", Saves::all, /*core_only=*/true);
@@ -722,7 +722,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
       unit_done(c, u, last_mb);
     };
     if (has_head(c)) unit(head_split, head_unit(c));
-    for (std::int64_t l = chunk_layers - 1; l >= 0; --l) unit(layer_split, layer_unit(c, l));
+    for (std::int64_t l = chunk_layers(c) - 1; l >= 0; --l) unit(layer_split, layer_unit(c, l));
     if (has_embedding(c)) unit(emb_split, emb_unit(c));
   };
 

@@ -599,6 +599,38 @@ TEST_CASE("uneven stages with the interleaved schedule: each stage's layers spli
   CHECK_THROWS_AS(scenario(j), util::InputError);
 }
 
+TEST_CASE("embedding and loss accounted in the pipeline split: first and last chunks one layer short") {
+  // Megatron-Core's --account-for-embedding/loss-in-pipeline-split: 16 layers + embedding + loss = 18
+  // slots over pp 3 x 2 chunks, 3 each; chunk 0 of stage 0 holds the embedding and 2 layers, the last
+  // chunk of stage 2 the loss and 2 layers: stages of 5, 6 and 5 layers.
+  auto j = base(24, 1, 3, 24);
+  j["parallel"]["schedule"] = "interleaved";
+  j["parallel"]["virtual_stages"] = 2;
+  j["parallel"]["account_for_embedding_in_pipeline_split"] = true;
+  j["parallel"]["account_for_loss_in_pipeline_split"] = true;
+  const auto sc = scenario(j);
+  CHECK(config::chunk_layers(sc, 0, 0) == 2);
+  CHECK(config::chunk_layers(sc, 0, 1) == 3);
+  CHECK(config::chunk_layers(sc, 1, 0) == 3);
+  CHECK(config::chunk_layers(sc, 2, 1) == 2);
+  hardware::ComputeModel cm(sc.cluster.gpu);
+  const auto plan = parallel::build_step(sc, cm);
+  std::vector<std::int64_t> layers;
+  for (const auto& st : plan.stages) layers.push_back(st.layers);
+  CHECK(layers == std::vector<std::int64_t>{5, 6, 5});
+  const std::int64_t layer = workload::layer_params_per_rank(sc.model, 1);
+  CHECK(plan.stages[1].params_per_rank == 6 * layer);
+  CHECK(plan.stages[0].params_per_rank == 5 * layer + workload::embedding_params_per_rank(sc.model, 1));
+  const auto sym = parallel::simulate_step(sc);
+  CHECK(sym.step_time_s == parallel::simulate_step(sc, parallel::BuildOptions{true}).step_time_s);
+  // 16 + 1 = 17 slots do not split over 6 chunks; and the keys need a pipeline.
+  j["parallel"]["account_for_loss_in_pipeline_split"] = false;
+  CHECK_THROWS_AS(scenario(j), util::InputError);
+  auto flat = base(8, 1, 1, 8);
+  flat["parallel"]["account_for_loss_in_pipeline_split"] = true;
+  CHECK_THROWS_AS(scenario(flat), util::InputError);
+}
+
 TEST_CASE(
     "flow network: a step on an idle-enough fabric matches the analytical one; an oversubscribed spine slows DP") {
   // 32 GPUs (4 nodes, one leaf group per node) of pure data parallelism: the gradient all-reduce
