@@ -27,6 +27,12 @@ namespace {
 
 constexpr double kTera = 1e12;
 constexpr double kGiga = 1e9;
+constexpr double kGibi = 1024.0 * 1024.0 * 1024.0;
+// [MEM] HBM capacities are quoted in binary gigabytes (an A100 80GB holds 80 GiB), and CUDA exposes a
+// little less of it (ECC and reserved pages): deviceQuery on an A100-SXM4-40GB reports a total of
+// 42,405,855,232 bytes = 0.987 x 40 GiB (Paderborn PC2 wiki, "NVIDIA A100 40GB with NVLINK"). [A] The
+// same fraction for the other GPUs; a calibration profile measures the real total.
+constexpr double kUsableHbm = 42405855232.0 / (40 * kGibi);
 constexpr double kLaunch_s = 3e-6;             // [L]
 constexpr double kMamfRatio = 0.83 / 0.869;    // [MAMF]
 constexpr double kAmpereHalfDim = 90;          // [FIT]
@@ -74,7 +80,7 @@ GpuSpec make(const char* id, const char* name, double bf16_tflops, double fp8_tf
   g.name = name;
   g.bf16_flops = bf16_tflops * kTera;
   g.fp8_flops = fp8_tflops * kTera;
-  g.hbm_bytes = hbm_gb * kGiga;
+  g.hbm_bytes = hbm_gb * kGibi * kUsableHbm;  // [MEM]
   g.hbm_Bps = hbm_TBps * kTera;
   g.nvlink_Bps = nvlink_GBps * kGiga;
   g.launch_s = kLaunch_s;

@@ -4,21 +4,25 @@
 
 using namespace trainsim::hardware;
 
-// Datasheet figures (ecosystem.md §4.1), dense, GB = 1e9 bytes, NVLink per direction.
+// Datasheet figures (ecosystem.md §4.1), dense, GB = 1e9 bytes, NVLink per direction; HBM capacity in
+// GiB as CUDA exposes it: the datasheet's binary GB x 0.987, deviceQuery's 42,405,855,232 bytes for
+// the A100 40GB's 40 GiB.
 TEST_CASE("catalog holds the datasheet GPUs") {
   CHECK(gpu_catalog().size() == 6);
   const GpuSpec* h100 = find_gpu("h100-sxm");
   REQUIRE(h100 != nullptr);
   CHECK(h100->bf16_flops == 989e12);
   CHECK(h100->fp8_flops == 1979e12);
-  CHECK(h100->hbm_bytes == 80e9);
+  const double usable = 42405855232.0 / (40.0 * (1 << 30));
+  CHECK(find_gpu("a100-sxm-40gb")->hbm_bytes == Approx(42405855232.0));
+  CHECK(h100->hbm_bytes == Approx(80.0 * (1 << 30) * usable));
   CHECK(h100->hbm_Bps == 3.35e12);
   CHECK(h100->nvlink_Bps == 450e9);
   CHECK(find_gpu("a100-sxm-40gb")->hbm_Bps == 1.555e12);
   CHECK(find_gpu("a100-sxm-80gb")->fp8_flops == 0);
-  CHECK(find_gpu("h200-sxm")->hbm_bytes == 141e9);
-  CHECK(find_gpu("b200")->hbm_bytes == 180e9);
-  CHECK(find_gpu("gb200")->hbm_bytes == 186e9);
+  CHECK(find_gpu("h200-sxm")->hbm_bytes == Approx(141.0 * (1 << 30) * usable));
+  CHECK(find_gpu("b200")->hbm_bytes == Approx(180.0 * (1 << 30) * usable));
+  CHECK(find_gpu("gb200")->hbm_bytes == Approx(186.0 * (1 << 30) * usable));
   CHECK(find_gpu("gb200")->bf16_flops == 2500e12);
   CHECK(find_gpu("b200")->nvlink_Bps == 900e9);
   CHECK(find_gpu("tpu-v5") == nullptr);
