@@ -108,6 +108,25 @@ TEST_CASE("every kind of record is compared with its simulated quantity; unsuppo
   CHECK(validate::to_markdown(outcomes, summary).find("| quantity |") != std::string::npos);
 }
 
+TEST_CASE("validate --network flow lists a record on part of a node group as skipped, not an error") {
+  // 12 GPUs of 8-GPU DGX A100 nodes: the analytical network runs it; the flow network needs whole
+  // nodes, so with --network flow the record is listed with that rule.
+  const fs::path dir = fresh_dir("flow");
+  auto rec = record("g_partial", "step", {{"step_time_s", 1.0}});
+  rec["scenario"]["gpus"] = 12;
+  rec["scenario"]["parallel"] = {{"tp", 4}, {"zero", 1}};  // 22B / 4: 33 GB of weights and grads + 22 GB of Adam
+  rec["scenario"]["training"] = {{"micro_batch", 1}, {"global_batch", 3}, {"seq_len", 2048}, {"recompute", "full"}};
+  write(dir / "g_partial.json", rec);
+  const auto records = validate::load_records(dir);
+  REQUIRE(records.size() == 1);
+  const auto analytical = validate::evaluate(records[0], TRAINSIM_SOURCE_DIR);
+  CHECK(analytical.skipped.empty());
+  CHECK(analytical.comparisons.size() == 1);
+  const auto flow = validate::evaluate(records[0], TRAINSIM_SOURCE_DIR, config::NetworkModel::flow);
+  CHECK(flow.comparisons.empty());
+  CHECK(flow.skipped.find("whole nodes") != std::string::npos);
+}
+
 TEST_CASE("MAPE is the mean of absolute relative errors, the worst run the largest") {
   const validate::Record a = named("a"), b = named("b");
   validate::Outcome oa{&a, {{"step_time_s", 10.0, 11.0}}, "", ""};  // +10%
