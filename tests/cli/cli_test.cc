@@ -285,10 +285,20 @@ TEST_CASE("accuracy gate: the published runs stay as close as validation/gate.js
 }
 
 TEST_CASE("validate prints a table with the MAPE line, and Markdown for CI") {
-  Result text = run("validate");
+  // A folder with one record of each kind (the accuracy gate test above runs all of them).
+  const fs::path dir = temp_dir() / "validate-few";
+  fs::create_directories(dir);
+  for (const char* id : {"narayanan2021_t1_1.7B", "korthikanti2022_t4_22B_layer_sequence_parallel",
+                         "korthikanti2022_fig1_22B_memory_baseline"})
+    fs::copy_file(fs::path(TRAINSIM_SOURCE_DIR) / "validation" / "records" / (std::string(id) + ".json"),
+                  dir / (std::string(id) + ".json"), fs::copy_options::overwrite_existing);
+  Result text = run(fmt::format("validate '{}'", dir.string()));
   CHECK(text.code == 0);
   CHECK(text.out.find("step_time_s  MAPE") != std::string::npos);
-  Result md = run("validate --markdown");
+  CHECK(text.out.find("layer_ms     MAPE") != std::string::npos);
+  CHECK(text.out.find("memory_gib   MAPE") != std::string::npos);
+  CHECK(text.out.find("3 records: 3 run, 0 skipped") != std::string::npos);
+  Result md = run(fmt::format("validate --markdown '{}'", dir.string()));
   CHECK(md.code == 0);
   CHECK(md.out.find("| run | kind | measured | predicted | error | note |") != std::string::npos);
 }
