@@ -22,6 +22,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Model chunks per pipeline stage: virtual_stages with the interleaved schedule, else one.
+std::int64_t chunks_per_stage(const ParallelSpec& p) {
+  return p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
+}
+
+// What the layers are split over with the account_for_*_in_pipeline_split keys: the layers plus one
+// slot for each accounted embedding / loss.
+std::int64_t pipeline_slots(const workload::ModelSpec& m, const ParallelSpec& p) {
+  return m.layers + (p.account_for_embedding ? 1 : 0) + (p.account_for_loss ? 1 : 0);
+}
+
 // Values a key accepts: those trainsim simulates, and those it knows but does not simulate yet.
 struct Choices {
   std::vector<std::string_view> supported;
@@ -183,14 +194,16 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
   if (auto v = node.find("dp_bucket_mb")) p.dp_bucket_mb = v->as_positive_number();
   if (auto v = node.find("first_stage_layers")) p.first_stage_layers = v->as_positive_int();
   if (auto v = node.find("last_stage_layers")) p.last_stage_layers = v->as_positive_int();
-  for (const char* key : {"account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"}) {
-    const auto v = node.find(key);
-    if (!v) continue;
-    (std::string_view(key).starts_with("account_for_embedding") ? p.account_for_embedding : p.account_for_loss) =
-        v->as_bool();
-    // Megatron-Core: these and --decoder-first/last-pipeline-num-layers are mutually exclusive.
-    if (v->as_bool() && (p.first_stage_layers > 0 || p.last_stage_layers > 0))
+  // Megatron-Core: these and --decoder-first/last-pipeline-num-layers are mutually exclusive.
+  const bool fixed_stages = p.first_stage_layers > 0 || p.last_stage_layers > 0;
+  if (auto v = node.find("account_for_embedding_in_pipeline_split")) {
+    p.account_for_embedding = v->as_bool();
+    if (p.account_for_embedding && fixed_stages)
       v->fail("cannot be combined with first_stage_layers / last_stage_layers");
+  }
+  if (auto v = node.find("account_for_loss_in_pipeline_split")) {
+    p.account_for_loss = v->as_bool();
+    if (p.account_for_loss && fixed_stages) v->fail("cannot be combined with first_stage_layers / last_stage_layers");
   }
   if (auto v = node.find("tp_comm_overlap")) {
     p.tp_comm_overlap = v->as_bool();
@@ -304,8 +317,8 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
         p.account_for_embedding ? "account_for_embedding_in_pipeline_split" : "account_for_loss_in_pipeline_split";
     const std::string path = util::join_path(parallel_path, key);
     if (p.pp < 2) throw util::InputError(file, path, "needs pp >= 2");
-    const std::int64_t chunks = p.pp * (p.schedule == Schedule::interleaved ? p.virtual_stages : 1);
-    const std::int64_t slots = m.layers + (p.account_for_embedding ? 1 : 0) + (p.account_for_loss ? 1 : 0);
+    const std::int64_t chunks = p.pp * chunks_per_stage(p);
+    const std::int64_t slots = pipeline_slots(m, p);
     if (slots % chunks != 0)
       throw util::InputError(file, path,
                              fmt::format("layers + accounted embedding/loss = {} is not divisible by the {} model "
@@ -451,10 +464,9 @@ fs::path default_data_dir() {
 
 std::int64_t chunk_layers(const Scenario& sc, std::int64_t stage, std::int64_t chunk) {
   const ParallelSpec& p = sc.parallel;
-  const std::int64_t v = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
+  const std::int64_t v = chunks_per_stage(p);
   if (p.account_for_embedding || p.account_for_loss) {
-    const std::int64_t slots =
-        (sc.model.layers + (p.account_for_embedding ? 1 : 0) + (p.account_for_loss ? 1 : 0)) / (p.pp * v);
+    const std::int64_t slots = pipeline_slots(sc.model, p) / (p.pp * v);
     const bool first = stage == 0 && chunk == 0, last = stage == p.pp - 1 && chunk == v - 1;
     return slots - (first && p.account_for_embedding ? 1 : 0) - (last && p.account_for_loss ? 1 : 0);
   }
@@ -464,9 +476,8 @@ std::int64_t chunk_layers(const Scenario& sc, std::int64_t stage, std::int64_t c
 std::int64_t stage_layers(const Scenario& sc, std::int64_t stage) {
   const ParallelSpec& p = sc.parallel;
   if (p.account_for_embedding || p.account_for_loss) {
-    const std::int64_t v = p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
     std::int64_t n = 0;
-    for (std::int64_t c = 0; c < v; ++c) n += chunk_layers(sc, stage, c);
+    for (std::int64_t c = 0; c < chunks_per_stage(p); ++c) n += chunk_layers(sc, stage, c);
     return n;
   }
   if (stage == 0 && p.first_stage_layers > 0) return p.first_stage_layers;

@@ -56,8 +56,8 @@ constexpr std::array<Point, 2> kAttentionHeadDimCurve{{{64, 0.905}, {128, 1.0}}}
 // FlashAttention-2's causal / non-causal ratio at head dim 64, at 16k: 110 x 171/176 = 106.9 TFLOP/s,
 // 1.288 x v1's causal head-dim-128 rate (83). v1's non-causal head-dim-64 rate is flat from 8k to 16k
 // (110, 110), so 106.9 is also the most v1 is taken to reach at any sequence length or head dim.
-constexpr std::array<Point, 2> kFlash1HeadDimCurve{{{64, 110.0 * 171 / 176 / 83}, {128, 1.0}}};
 constexpr double kFlash1MaxFactor = 110.0 * 171 / 176 / 83;
+constexpr std::array<Point, 2> kFlash1HeadDimCurve{{{64, kFlash1MaxFactor}, {128, 1.0}}};
 constexpr double kMinAttentionFactor = 0.1;
 
 }  // namespace
