@@ -158,7 +158,7 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
   node.reject_unknown({"tp", "pp", "cp", "sequence_parallel", "schedule", "virtual_stages", "zero",
                        "overlap_grad_reduce", "overlap_param_gather", "dp_bucket_mb", "tp_comm_overlap",
                        "first_stage_layers", "last_stage_layers", "account_for_embedding_in_pipeline_split",
-                       "account_for_loss_in_pipeline_split"});
+                       "account_for_loss_in_pipeline_split", "fsdp_prefetch"});
   ParallelSpec p;
   if (auto v = node.find("tp")) p.tp = v->as_positive_int();
   if (auto v = node.find("pp")) p.pp = v->as_positive_int();
@@ -183,6 +183,10 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
       v->fail(
           "zero 3 with the zb-h1 schedule is not supported yet (its weight-gradient passes would re-gather "
           "each layer)");
+  }
+  if (auto v = node.find("fsdp_prefetch")) {
+    p.fsdp_prefetch = v->as_bool();
+    if (p.zero < 3) v->fail("applies to zero 3 (FSDP) only");
   }
   if (auto v = node.find("overlap_grad_reduce")) p.overlap_grad_reduce = v->as_bool();
   if (auto v = node.find("overlap_param_gather")) {

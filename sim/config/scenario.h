@@ -57,6 +57,11 @@ struct ParallelSpec {
   // Transformer Engine's --tp-comm-overlap: TP all-gathers and reduce-scatters run concurrently with
   // the GEMM that consumes or produces them.
   bool tp_comm_overlap = false;
+  // ZeRO-3 / FSDP: each unit's parameter all-gather is issued one unit ahead of the compute in both
+  // passes (Megatron FSDP; PyTorch FSDP with forward_prefetch and BACKWARD_PRE), or, when false, when
+  // the unit is reached, so the unit's compute waits for it (PyTorch FSDP with forward_prefetch off
+  // and BACKWARD_POST or no backward prefetch: Composer's defaults).
+  bool fsdp_prefetch = true;
 };
 
 struct TrainingSpec {

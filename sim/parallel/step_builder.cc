@@ -589,8 +589,12 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
     w.compute_task("zero_grad_buffer", compute.time_s(workload::zero_grad_buffer(params)));
 
   // ZeRO-3 / FSDP FULL_SHARD: each unit's parameters are all-gathered (bf16) before its forward and
-  // again before its backward, one unit ahead of the compute (FSDP's forward and backward prefetch),
-  // and freed when the unit's compute is done; the gather buffer is counted with the weights.
+  // again before its backward and freed when the unit's compute is done; the gather buffer is
+  // counted with the weights. With fsdp_prefetch the next unit's gather is issued with the current
+  // one (forward and backward prefetch), so it runs beside the current unit's compute and two units
+  // are held; without it the gather is issued when its unit is reached and the compute waits for it.
+  // (PyTorch FSDP's BACKWARD_POST issues the next all-gather only after the current unit's gradient
+  // computation, torch.distributed.fsdp.BackwardPrefetch; validation/README.md shows the MPT runs.)
   const bool gather_params = par.zero >= 3 && dp > 1;
   std::vector<std::optional<Dep>> pass_gathers;
   auto gather = [&](std::int64_t c, std::size_t u) {
@@ -608,7 +612,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   auto enter_unit = [&](std::int64_t c, const std::vector<std::size_t>& order, std::size_t i) {
     if (!gather_params) return;
     const Dep mine = gather(c, order[i]);
-    if (i + 1 < order.size()) gather(c, order[i + 1]);
+    if (par.fsdp_prefetch && i + 1 < order.size()) gather(c, order[i + 1]);
     w.after(mine);
   };
   auto leave_unit = [&](std::int64_t c, std::size_t u) {

@@ -346,7 +346,7 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
        "unknown key (expected one of: tp, pp, cp, sequence_parallel, schedule, virtual_stages, zero, "
        "overlap_grad_reduce, "
        "overlap_param_gather, dp_bucket_mb, tp_comm_overlap, first_stage_layers, last_stage_layers, "
-       "account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split)"},
+       "account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split, fsdp_prefetch)"},
       {[](json& d) { d["training"]["optimizer"] = "adam"; }, "training.optimizer",
        "unknown key (expected one of: micro_batch, global_batch, seq_len, recompute, recompute_layers, precision, "
        "attention, framework, host_forward_us, host_backward_us)"},
@@ -404,6 +404,8 @@ TEST_CASE("settings trainsim knows but does not simulate yet are refused on thei
        "parallel.zero",
        "zero 3 with the zb-h1 schedule is not supported yet (its weight-gradient passes would re-gather each "
        "layer)"},
+      {[](json& d) { d["parallel"]["fsdp_prefetch"] = false; }, "parallel.fsdp_prefetch",
+       "applies to zero 3 (FSDP) only"},
       {[](json& d) { d["parallel"]["virtual_stages"] = 2; }, "parallel.virtual_stages",
        "2 virtual stages need \"schedule\": \"interleaved\""},
       {[](json& d) { d["parallel"]["schedule"] = "interleaved"; }, "parallel.schedule",

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "config/scenario.h"
+#include "network/analytical_network.h"
 #include "network/collective.h"
 #include "parallel/step_builder.h"
 #include "parallel/step_runner.h"
@@ -329,6 +330,48 @@ TEST_CASE("ZeRO-2 shards gradients, ZeRO-3 weights too; ZeRO-3 gathers each laye
   parallel::BuildOptions all;
   all.all_ranks = true;
   CHECK(parallel::simulate_step(scenario(j), all).step_time_s == z3.step_time_s);
+}
+
+TEST_CASE("fsdp_prefetch false: every unit's all-gather is exposed and one gathered unit is held") {
+  // ZeRO-3 over 16 GPUs (two DGX H100 nodes), one micro-batch. With prefetch only the first gather of
+  // each pass is exposed (nothing runs before it); without, every unit's compute waits for its own
+  // gather, in the forward and again in the backward. The units: 16 layers, the embedding and the
+  // output layer's own parameters (the final norm; the tied embedding weight is the embedding's).
+  auto j = base(16, 1, 1, 16);
+  j["parallel"]["zero"] = 3;
+  const auto sc = scenario(j);
+  const auto pf = parallel::simulate_step(sc);
+  j["parallel"]["fsdp_prefetch"] = false;
+  const auto nopf = parallel::simulate_step(scenario(j));
+  network::AnalyticalNetwork net(sc.cluster);
+  std::vector<std::uint32_t> ranks(16);
+  for (std::uint32_t r = 0; r < 16; ++r) ranks[r] = r;
+  auto gather_s = [&](std::int64_t params) {
+    return net.collective_time_s(network::CollectiveOp::all_gather, 2 * params, ranks);
+  };
+  const double layer = gather_s(workload::layer_params_per_rank(sc.model, 1));
+  const double emb = gather_s(workload::embedding_params_per_rank(sc.model, 1));
+  const double head = gather_s(workload::head_params_per_rank(sc.model, 1));
+  // Without prefetch the forward waits for the embedding's, 16 layers' and the head's gathers, the
+  // backward for the head's, 16 layers' and the embedding's. With prefetch the first unit of each
+  // pass waits too (embedding forward, head backward), and so, nearly, does the unit after it, whose
+  // gather had only that first unit's short compute (a 1024-word vocabulary) to hide behind: the
+  // difference is 2 x 15 layers' gathers plus the embedding's and the head's, plus those two
+  // computes' worth.
+  const double lower = 2 * 15 * layer + head + emb;
+  INFO("layer gather " << layer << " s, embedding " << emb << " s, head " << head << " s");
+  CHECK(nopf.mean.compute_s == Approx(pf.mean.compute_s).epsilon(1e-9));
+  CHECK(nopf.step_time_s - pf.step_time_s >= lower);
+  CHECK(nopf.step_time_s - pf.step_time_s < lower + 2 * layer);
+  // One gathered unit at a time instead of two.
+  const std::int64_t shard =
+      2 * ((workload::layer_params_per_rank(sc.model, 1) * 16 + workload::embedding_params_per_rank(sc.model, 1) +
+            workload::head_params_per_rank(sc.model, 1) + 15) /
+           16);
+  const std::int64_t largest =
+      2 * std::max(workload::layer_params_per_rank(sc.model, 1), workload::embedding_params_per_rank(sc.model, 1));
+  CHECK(nopf.memory[0].peak_breakdown_bytes[parallel::kWeights] - shard <= largest);
+  CHECK(pf.memory[0].peak_breakdown_bytes[parallel::kWeights] - shard > largest);
 }
 
 TEST_CASE("uneven pipeline stages: first and last stages take the layers given, the rest split evenly") {
