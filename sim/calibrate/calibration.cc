@@ -65,6 +65,7 @@ std::string match_gpu(const std::string& device_name, double memory_bytes) {
   // Names as nvidia-smi prints them ("NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB",
   // "NVIDIA B200", "NVIDIA GB200"); the 40 GB and 80 GB A100 differ only in memory.
   if (n.find("gb200") != std::string::npos) return "gb200";
+  if (n.find("gb300") != std::string::npos) return "gb300";
   if (n.find("b200") != std::string::npos) return "b200";
   if (n.find("h200") != std::string::npos) return "h200-sxm";
   if (n.find("h100") != std::string::npos) return "h100-sxm";

@@ -12,7 +12,7 @@ namespace trainsim::hardware {
 struct GpuProfile;  // hardware/profile.h
 
 struct GpuSpec {
-  std::string id;  // a100-sxm-40gb, a100-sxm-80gb, h100-sxm, h200-sxm, b200, gb200
+  std::string id;  // a100-sxm-40gb, a100-sxm-80gb, h100-sxm, h200-sxm, b200, gb200, gb300
   std::string name;
   double bf16_flops = 0;  // dense peak FLOP/s
   double fp8_flops = 0;   // dense peak FLOP/s; 0 if the GPU has no FP8

@@ -89,7 +89,7 @@ GpuSpec make(const char* id, const char* name, double bf16_tflops, double fp8_tf
   return g;
 }
 
-std::array<GpuSpec, 6> build() {
+std::array<GpuSpec, 7> build() {
   // [DS] BF16 / FP8 dense TFLOP/s, HBM GB, HBM TB/s, NVLink GB/s per direction.
   GpuSpec a100_40 = make("a100-sxm-40gb", "NVIDIA A100 SXM4 40GB", 312, 0, 40, 1.555, 300);
   GpuSpec a100_80 = make("a100-sxm-80gb", "NVIDIA A100 SXM4 80GB", 312, 0, 80, 2.039, 300);
@@ -97,6 +97,12 @@ std::array<GpuSpec, 6> build() {
   GpuSpec h200 = make("h200-sxm", "NVIDIA H200 SXM 141GB", 989, 1979, 141, 4.8, 450);
   GpuSpec b200 = make("b200", "NVIDIA B200 180GB", 2250, 4500, 180, 8.0, 900);  // 180 GB usable
   GpuSpec gb200 = make("gb200", "NVIDIA GB200 (per Blackwell GPU)", 2500, 5000, 186, 8.0, 900);
+  // [DS] GB300 NVL72 (Blackwell Ultra): the same dense BF16 / FP8 rates as GB200 (NVIDIA's GB300 NVL72
+  // page; NeMo and Megatron-Bridge count both with one peak, published-runs.md "How each source counts
+  // FLOPs"), 279 GB HBM3e per GPU (published-runs.md "Hardware of the runs", dgxc README), 576 TB/s
+  // per 72-GPU rack = 8 TB/s, NVLink5. Blackwell Ultra's faster exponent units (attention softmax)
+  // and its FP4 rate are not modelled.
+  GpuSpec gb300 = make("gb300", "NVIDIA GB300 (per Blackwell Ultra GPU)", 2500, 5000, 279, 8.0, 900);
 
   for (GpuSpec* g : {&a100_40, &a100_80}) {
     g->gemm_efficiency = 0.83;  // [FIT] (A100 MAMF 0.869 at its best shape)
@@ -127,7 +133,12 @@ std::array<GpuSpec, 6> build() {
   gb200.gemm_efficiency = 0.729 * kMamfRatio * kBlackwellSustained;     // [MAMF][E2E] GB200 72.9% → 0.696 → 0.509
   b200.fp8_gemm_efficiency = 0.763 * kMamfRatio * kBlackwellSustained;  // [MAMF][E2E] B200 FP8 76.3% → 0.729 → 0.533
   gb200.fp8_gemm_efficiency = 0.723 * kMamfRatio * kBlackwellSustained;  // [MAMF][E2E] GB200 FP8 72.3% → 0.690 → 0.505
-  for (GpuSpec* g : {&b200, &gb200}) {
+  // [A] No GB300 MAMF is published: GB200's, sustained with Hopper's factor but not Blackwell's
+  // further 0.84, which stands for B200's and GB200's power limit; GB300 runs the same dense peaks
+  // within 1400 W (GB200 1200 W). Tested, not fitted, on the GB300 runs of validation/ (README).
+  gb300.gemm_efficiency = 0.729 * kMamfRatio * kSustained;      // [MAMF][A] 0.696 → 0.606
+  gb300.fp8_gemm_efficiency = 0.723 * kMamfRatio * kSustained;  // [MAMF][A] 0.690 → 0.601
+  for (GpuSpec* g : {&b200, &gb200, &gb300}) {
     g->gemm_half_dim = kHopperHalfDim;                    // [A] no Blackwell sweep
     g->gemm_overhead_s = kHopperGemmFixed_s - kLaunch_s;  // [A]
     // [A] no Blackwell attention measurement: H100's fraction scaled by the GEMM ceiling ratio.
@@ -138,13 +149,13 @@ std::array<GpuSpec, 6> build() {
     g->flash1_efficiency = g->flash2_efficiency * kFlash1OverFlash2;  // [A] as above
     g->hbm_efficiency = kH200Hbm;                                     // [A] HBM3e like H200
   }
-  return {a100_40, a100_80, h100, h200, b200, gb200};
+  return {a100_40, a100_80, h100, h200, b200, gb200, gb300};
 }
 
 }  // namespace
 
 std::span<const GpuSpec> gpu_catalog() {
-  static const std::array<GpuSpec, 6> catalog = build();
+  static const std::array<GpuSpec, 7> catalog = build();
   return catalog;
 }
 

@@ -135,7 +135,7 @@ double AnalyticalNetwork::ring_busbw_Bps(CollectiveOp op, const Placement& p) co
 
 // tuning.cc llMaxBws (GB/s) by GPU generation, for 1 node / 2 nodes / more (ecosystem.md §3.2).
 // Several nodes take the Volta column's entries on Intel hosts and the Ampere column's on AMD ones:
-// DGX A100 has AMD EPYC CPUs, DGX H100/H200/B200 Intel Xeon; GB200's Grace is treated like AMD
+// DGX A100 has AMD EPYC CPUs, DGX H100/H200/B200 Intel Xeon; GB200's and GB300's Grace is treated like AMD
 // ("AMD/mixed"), a [D] reading of the rule.
 double AnalyticalNetwork::ll_max_busbw_Bps(std::int64_t nodes) const {
   struct Caps {
@@ -144,9 +144,9 @@ double AnalyticalNetwork::ll_max_busbw_Bps(std::int64_t nodes) const {
   const std::string& id = cluster_.gpu.id;
   const bool intel_host = id.starts_with("h100") || id.starts_with("h200") || id.starts_with("b200");
   const Caps multi = intel_host ? Caps{0, 39.0, 20.4} : Caps{0, 22.5, 19.0};
-  double one = 87.7;                                                   // Ampere
-  if (id.starts_with("h100") || id.starts_with("h200")) one = 141.0;   // Hopper
-  if (id.starts_with("b200") || id.starts_with("gb200")) one = 282.0;  // Blackwell
+  double one = 87.7;                                                                              // Ampere
+  if (id.starts_with("h100") || id.starts_with("h200")) one = 141.0;                              // Hopper
+  if (id.starts_with("b200") || id.starts_with("gb200") || id.starts_with("gb300")) one = 282.0;  // Blackwell
   const double gbps = nodes == 1 ? one : nodes == 2 ? multi.two : multi.more;
   return gbps * 1e9;
 }

@@ -168,11 +168,15 @@ Outcome evaluate(const Record& r, const fs::path& data_dir, std::optional<config
     const parallel::StepResult result = parallel::simulate_step(sc);
     // The source ran this step, so it fit its GPUs: a scenario that does not fit as modelled used
     // something the record does not state (activation recompute, offloading). Listed, not compared.
+    // A peak within the memory model's own error of the capacity is no such sign: the model is above
+    // every measured peak of the memory records, by 5.9% at worst (Korthikanti et al. Figure 1).
+    constexpr double kMemoryModelSlack = 1.06;
     const double peak = static_cast<double>(result.memory[result.peak_rank].peak_bytes);
-    if (peak > sc.cluster.gpu.hbm_bytes) {
+    if (peak > sc.cluster.gpu.hbm_bytes * kMemoryModelSlack) {
       constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
       out.skipped = fmt::format(
-          "does not fit as written: {:.1f} GiB at the peak of {:.1f} GiB; the run fit, so it used something the "
+          "does not fit as written: {:.1f} GiB at the peak of {:.1f} GiB (beyond the memory model's 6%); the run "
+          "fit, so it used something the "
           "record does not state (recompute, offloading)",
           peak / kGiB, sc.cluster.gpu.hbm_bytes / kGiB);
       return out;

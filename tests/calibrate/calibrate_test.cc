@@ -132,6 +132,7 @@ TEST_CASE("device names map to catalog GPUs", "[calibrate]") {
   CHECK(match_gpu("NVIDIA A100-SXM4-40GB", 42e9) == "a100-sxm-40gb");
   CHECK(match_gpu("NVIDIA A100-SXM4-80GB", 85e9) == "a100-sxm-80gb");
   CHECK(match_gpu("NVIDIA GB200", 190e9) == "gb200");
+  CHECK(match_gpu("NVIDIA GB300", 288e9) == "gb300");
   CHECK(match_gpu("NVIDIA B200", 190e9) == "b200");
   CHECK(match_gpu("Tesla T4", 16e9).empty());
 }
