@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# tools/gen-validation: validation/records is exactly what the generator writes from the reference
+# file (no record edited by hand, the output deterministic), and a row of a covered source that the
+# conversions do not know (here an MPT row on a GPU without a topology) becomes a skipped record
+# that `trainsim validate` lists with the reason. Skipped (77) where ../shared/reference is absent.
+# Usage: gen_validation_test.sh SOURCE_DIR TRAINSIM_BINARY
+set -euo pipefail
+src=$1
+trainsim=$2
+ref="$src/../shared/reference/published-runs.json"
+[ -f "$ref" ] || { echo "no $ref: skipped"; exit 77; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+python3 "$src/tools/gen-validation" --reference "$ref" --out "$tmp/records" >/dev/null 2>"$tmp/gen.err" ||
+  fail "generator: $(cat "$tmp/gen.err")"
+diff -r "$src/validation/records" "$tmp/records" >"$tmp/diff" || fail "validation/records differs from the generator's output: $(head -20 "$tmp/diff")"
+
+python3 - "$ref" "$tmp/fake.json" <<'PY'
+import json, sys
+row = next(r for r in json.load(open(sys.argv[1])) if r["id"].startswith("mpt_"))
+row["id"] = "mpt_test_unknown_gpu"
+row["cluster"]["gpu"] = "L40S 48GB"
+json.dump([row], open(sys.argv[2], "w"))
+PY
+python3 "$src/tools/gen-validation" --reference "$tmp/fake.json" --out "$tmp/fake" >/dev/null 2>"$tmp/fake.err" ||
+  fail "generator on an unknown GPU: $(cat "$tmp/fake.err")"
+grep -q "not converted: mpt_test_unknown_gpu: no topology for GPU 'L40S 48GB'" "$tmp/fake.err" || fail "no warning: $(cat "$tmp/fake.err")"
+TRAINSIM_DATA_DIR="$src" "$trainsim" validate "$tmp/fake" >"$tmp/validate.txt" || fail "trainsim validate failed"
+grep -q "skipped: the generator cannot convert this row: no topology for GPU 'L40S 48GB'" "$tmp/validate.txt" ||
+  fail "not listed as skipped: $(cat "$tmp/validate.txt")"
+grep -q "1 records: 0 run, 1 skipped" "$tmp/validate.txt" || fail "summary: $(cat "$tmp/validate.txt")"
+echo ok
