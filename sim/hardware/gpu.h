@@ -2,6 +2,7 @@
 // The GPU catalog (datasheet figures) and the parameters of the compute model for each GPU.
 // Every number carries its source in gpu_catalog.cc.
 
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -11,14 +12,18 @@ namespace trainsim::hardware {
 
 struct GpuProfile;  // hardware/profile.h
 
+enum class Arch : std::uint8_t { ampere, hopper, blackwell };
+
 struct GpuSpec {
   std::string id;  // a100-sxm-40gb, a100-sxm-80gb, h100-sxm, h200-sxm, b200, gb200, gb300
   std::string name;
-  double bf16_flops = 0;  // dense peak FLOP/s
-  double fp8_flops = 0;   // dense peak FLOP/s; 0 if the GPU has no FP8
-  double hbm_bytes = 0;   // capacity
-  double hbm_Bps = 0;     // peak bandwidth
-  double nvlink_Bps = 0;  // per direction
+  Arch arch = Arch::ampere;
+  bool grace_host = false;  // a Grace-Blackwell superchip (GB200, GB300): its host CPU is Grace
+  double bf16_flops = 0;    // dense peak FLOP/s
+  double fp8_flops = 0;     // dense peak FLOP/s; 0 if the GPU has no FP8
+  double hbm_bytes = 0;     // capacity
+  double hbm_Bps = 0;       // peak bandwidth
+  double nvlink_Bps = 0;    // per direction
   // Compute-model parameters (see compute_model.h for how each is used).
   double gemm_efficiency = 0;           // ceiling for large GEMMs, fraction of bf16_flops
   double fp8_gemm_efficiency = 0;       // ceiling for large FP8 GEMMs, fraction of fp8_flops (0: no FP8)

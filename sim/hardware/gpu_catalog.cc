@@ -81,11 +81,12 @@ constexpr double kA100Hbm = 1.61 / 2.039;           // [HBM] 0.790
 constexpr double kH100Hbm = 2.90 / 3.35;            // [HBM] 0.866
 constexpr double kH200Hbm = 4.01 / 4.80;            // [HBM] 0.835
 
-GpuSpec make(const char* id, const char* name, double bf16_tflops, double fp8_tflops, double hbm_gb, double hbm_TBps,
-             double nvlink_GBps) {
+GpuSpec make(Arch arch, const char* id, const char* name, double bf16_tflops, double fp8_tflops, double hbm_gb,
+             double hbm_TBps, double nvlink_GBps) {
   GpuSpec g;
   g.id = id;
   g.name = name;
+  g.arch = arch;
   g.bf16_flops = bf16_tflops * kTera;
   g.fp8_flops = fp8_tflops * kTera;
   g.hbm_bytes = hbm_gb * kGibi * kUsableHbm;  // [MEM]
@@ -97,18 +98,18 @@ GpuSpec make(const char* id, const char* name, double bf16_tflops, double fp8_tf
 
 std::array<GpuSpec, 7> build() {
   // [DS] BF16 / FP8 dense TFLOP/s, HBM GB, HBM TB/s, NVLink GB/s per direction.
-  GpuSpec a100_40 = make("a100-sxm-40gb", "NVIDIA A100 SXM4 40GB", 312, 0, 40, 1.555, 300);
-  GpuSpec a100_80 = make("a100-sxm-80gb", "NVIDIA A100 SXM4 80GB", 312, 0, 80, 2.039, 300);
-  GpuSpec h100 = make("h100-sxm", "NVIDIA H100 SXM5 80GB", 989, 1979, 80, 3.35, 450);
-  GpuSpec h200 = make("h200-sxm", "NVIDIA H200 SXM 141GB", 989, 1979, 141, 4.8, 450);
-  GpuSpec b200 = make("b200", "NVIDIA B200 180GB", 2250, 4500, 180, 8.0, 900);  // 180 GB usable
-  GpuSpec gb200 = make("gb200", "NVIDIA GB200 (per Blackwell GPU)", 2500, 5000, 186, 8.0, 900);
+  GpuSpec a100_40 = make(Arch::ampere, "a100-sxm-40gb", "NVIDIA A100 SXM4 40GB", 312, 0, 40, 1.555, 300);
+  GpuSpec a100_80 = make(Arch::ampere, "a100-sxm-80gb", "NVIDIA A100 SXM4 80GB", 312, 0, 80, 2.039, 300);
+  GpuSpec h100 = make(Arch::hopper, "h100-sxm", "NVIDIA H100 SXM5 80GB", 989, 1979, 80, 3.35, 450);
+  GpuSpec h200 = make(Arch::hopper, "h200-sxm", "NVIDIA H200 SXM 141GB", 989, 1979, 141, 4.8, 450);
+  GpuSpec b200 = make(Arch::blackwell, "b200", "NVIDIA B200 180GB", 2250, 4500, 180, 8.0, 900);  // 180 GB usable
+  GpuSpec gb200 = make(Arch::blackwell, "gb200", "NVIDIA GB200 (per Blackwell GPU)", 2500, 5000, 186, 8.0, 900);
   // [DS] GB300 NVL72 (Blackwell Ultra): the same dense BF16 / FP8 rates as GB200 (NVIDIA's GB300 NVL72
   // page; NeMo and Megatron-Bridge count both with one peak, published-runs.md "How each source counts
   // FLOPs"), 279 GB HBM3e per GPU (published-runs.md "Hardware of the runs", dgxc README), 576 TB/s
   // per 72-GPU rack = 8 TB/s, NVLink5. Blackwell Ultra's faster exponent units (attention softmax)
   // and its FP4 rate are not modelled.
-  GpuSpec gb300 = make("gb300", "NVIDIA GB300 (per Blackwell Ultra GPU)", 2500, 5000, 279, 8.0, 900);
+  GpuSpec gb300 = make(Arch::blackwell, "gb300", "NVIDIA GB300 (per Blackwell Ultra GPU)", 2500, 5000, 279, 8.0, 900);
 
   for (GpuSpec* g : {&a100_40, &a100_80}) {
     g->gemm_efficiency = 0.83;  // [FIT] (A100 MAMF 0.869 at its best shape)
@@ -155,6 +156,7 @@ std::array<GpuSpec, 7> build() {
     g->flash1_efficiency = g->flash2_efficiency * kFlash1OverFlash2;  // [A] as above
     g->hbm_efficiency = kH200Hbm;                                     // [A] HBM3e like H200
   }
+  gb200.grace_host = gb300.grace_host = true;
   return {a100_40, a100_80, h100, h200, b200, gb200, gb300};
 }
 

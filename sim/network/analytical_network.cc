@@ -141,12 +141,10 @@ double AnalyticalNetwork::ll_max_busbw_Bps(std::int64_t nodes) const {
   struct Caps {
     double one, two, more;
   };
-  const std::string& id = cluster_.gpu.id;
-  const bool intel_host = id.starts_with("h100") || id.starts_with("h200") || id.starts_with("b200");
+  const hardware::GpuSpec& gpu = cluster_.gpu;
+  const bool intel_host = gpu.arch != hardware::Arch::ampere && !gpu.grace_host;
   const Caps multi = intel_host ? Caps{0, 39.0, 20.4} : Caps{0, 22.5, 19.0};
-  double one = 87.7;                                                                              // Ampere
-  if (id.starts_with("h100") || id.starts_with("h200")) one = 141.0;                              // Hopper
-  if (id.starts_with("b200") || id.starts_with("gb200") || id.starts_with("gb300")) one = 282.0;  // Blackwell
+  const double one = gpu.arch == hardware::Arch::ampere ? 87.7 : gpu.arch == hardware::Arch::hopper ? 141.0 : 282.0;
   const double gbps = nodes == 1 ? one : nodes == 2 ? multi.two : multi.more;
   return gbps * 1e9;
 }

@@ -38,6 +38,15 @@ ModelSpec llama70b() {
   return m;
 }
 
+// One micro-batch of 8,192 tokens at TP 8, the setting of the Llama-3.1-70B memory tests.
+LayerConfig llama70b_tp8_8k() {
+  LayerConfig c;
+  c.micro_batch = 1;
+  c.seq_len = 8192;
+  c.tp = 8;
+  return c;
+}
+
 double saved(const std::vector<Op>& ops, bool core_only = false) {
   double sum = 0;
   for (const Op& op : ops) {
@@ -106,10 +115,7 @@ TEST_CASE("saved activations reproduce Korthikanti et al. 2022") {
 // fp32 logsumexp 4·b·a·s (divided by t).
 TEST_CASE("saved activations for GQA, SwiGLU, no dropout and flash attention") {
   const ModelSpec m = llama70b();
-  LayerConfig c;
-  c.micro_batch = 1;
-  c.seq_len = 8192;
-  c.tp = 8;
+  const LayerConfig c = llama70b_tp8_8k();
   const double s = 8192, h = 8192, F = 28672, t = 8, kv = 8 * 128;
   const double expected = s * h * 8 + (2 * s * (h + 2 * kv) + 2 * s * h + 4 * s * F + 2 * s * F) / t + 4 * 64 * s / t;
   CHECK(saved(layer_forward(m, c)) == expected);
@@ -296,10 +302,7 @@ TEST_CASE("fp8 marks the layers' linear GEMMs and adds their casts") {
 // sbh/t, down-projection input sbF/t) drop from 2 bytes to 1; everything else stays BF16.
 TEST_CASE("fp8 keeps the GEMM inputs in 1 byte") {
   const ModelSpec m = llama70b();
-  LayerConfig c;
-  c.micro_batch = 1;
-  c.seq_len = 8192;
-  c.tp = 8;
+  LayerConfig c = llama70b_tp8_8k();
   const double bf16 = saved(layer_forward(m, c));
   c.fp8 = true;
   const double s = 8192, h = 8192, F = 28672, t = 8;
