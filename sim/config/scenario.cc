@@ -219,7 +219,7 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
 
 TrainingSpec parse_training(const util::JsonNode& node) {
   node.reject_unknown({"micro_batch", "global_batch", "seq_len", "recompute", "recompute_layers", "precision",
-                       "attention", "framework", "host_forward_us", "host_backward_us"});
+                       "attention", "framework", "host_forward_us", "host_backward_us", "grad_reduce_in_fp32"});
   TrainingSpec t;
   if (auto v = node.find("micro_batch")) t.micro_batch = v->as_positive_int();
   t.global_batch = node.at("global_batch").as_positive_int();
@@ -252,6 +252,12 @@ TrainingSpec parse_training(const util::JsonNode& node) {
     if (t.framework != Framework::pytorch_eager) v->fail("applies to \"framework\": \"pytorch-eager\" only");
     (std::string_view(key) == "host_forward_us" ? t.host_forward_s : t.host_backward_s) =
         v->as_positive_number() * 1e-6;
+  }
+  t.grad_reduce_in_fp32 = t.precision != Precision::fp16;
+  if (auto v = node.find("grad_reduce_in_fp32")) {
+    if (t.framework == Framework::pytorch_eager)
+      v->fail("applies to \"framework\": \"megatron\" only (pytorch-eager keeps bf16 gradients)");
+    t.grad_reduce_in_fp32 = v->as_bool();
   }
   return t;
 }

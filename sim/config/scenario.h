@@ -81,6 +81,10 @@ struct TrainingSpec {
   // server CPU; tools/device/torch_steps.py measures both on the machine it runs on.
   double host_forward_s = 8e-6;
   double host_backward_s = 4e-6;
+  // Megatron's gradient buffer and data-parallel reduction in fp32 (its default for bf16 and fp8,
+  // forced by arguments.py unless --grad-reduce-in-bf16) or in the 16-bit type (fp16's default;
+  // Megatron-Bridge's and NeMo's ddp.grad_reduce_in_fp32 false). Resolved from precision when unset.
+  bool grad_reduce_in_fp32 = true;
 };
 
 // Which network model times communication: the closed-form one, or flows sharing the topology

@@ -396,7 +396,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   const std::int64_t m = sc.training.num_micro_batches;
   const bool first = stage_index == 0, last = stage_index == pp - 1;
   const bool eager = sc.training.framework == config::Framework::pytorch_eager;
-  const std::int64_t megatron_grad_bytes = sc.training.precision == config::Precision::fp16 ? 2 : 4;
+  const std::int64_t megatron_grad_bytes = sc.training.grad_reduce_in_fp32 ? 4 : 2;
   const std::int64_t grad_bytes = eager ? workload::kEagerGradBytes : megatron_grad_bytes;
   StageWriter w(p, compute, par.tp > 1, par.tp_comm_overlap && par.sequence_parallel && par.tp > 1);
   const workload::EagerHost host{sc.training.host_forward_s, sc.training.host_backward_s};

@@ -150,6 +150,16 @@ TEST_CASE("omitted parallel and training keys take Megatron's defaults", "[confi
   CHECK(s.training.recompute == Recompute::none);
   CHECK(s.training.attention == trainsim::workload::AttentionImpl::flash);
   CHECK(s.training.num_micro_batches == 2);
+  CHECK(s.training.grad_reduce_in_fp32);  // Megatron forces fp32 gradients with bf16 (arguments.py)
+
+  doc["training"]["precision"] = "fp16";
+  CHECK_FALSE(parse(data, doc).training.grad_reduce_in_fp32);  // fp16 keeps them in fp16
+  doc["training"]["grad_reduce_in_fp32"] = true;
+  CHECK(parse(data, doc).training.grad_reduce_in_fp32);
+  doc["training"]["precision"] = "bf16";
+  doc["training"]["grad_reduce_in_fp32"] = false;
+  CHECK_FALSE(parse(data, doc).training.grad_reduce_in_fp32);
+  doc["training"].erase("grad_reduce_in_fp32");
 
   doc["training"]["attention"] = "softmax";
   doc["training"]["recompute"] = "full";
@@ -349,7 +359,7 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
        "account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split, fsdp_prefetch)"},
       {[](json& d) { d["training"]["optimizer"] = "adam"; }, "training.optimizer",
        "unknown key (expected one of: micro_batch, global_batch, seq_len, recompute, recompute_layers, precision, "
-       "attention, framework, host_forward_us, host_backward_us)"},
+       "attention, framework, host_forward_us, host_backward_us, grad_reduce_in_fp32)"},
       {[](json& d) { d["gpus"] = "64"; }, "gpus", "expected an integer, got a string"},
       {[](json& d) { d["gpus"] = 64.5; }, "gpus", "expected an integer, got 64.5"},
       {[](json& d) { d["parallel"]["sequence_parallel"] = 1; }, "parallel.sequence_parallel",

@@ -111,6 +111,36 @@ TEST_CASE("memory: weights, fp32 gradients and Adam states per parameter; ZeRO-1
   CHECK(zero1.memory[0].peak_breakdown_bytes[parallel::kOptimizer] == 12 * ((params + 15) / 16));
 }
 
+TEST_CASE("grad_reduce_in_fp32 false: bf16 gradient buffer and half the reduce-scatter bytes") {
+  // Megatron-Bridge's ddp.grad_reduce_in_fp32 = False: 2 B/param of gradients instead of 4, and the
+  // distributed optimizer's reduce-scatter moves bf16 (the all-gather of bf16 weights is unchanged).
+  auto j = base(16, 1, 1, 16);
+  j["parallel"]["zero"] = 1;
+  auto fp32 = parallel::simulate_step(scenario(j));
+  j["training"]["grad_reduce_in_fp32"] = false;
+  const auto sc = scenario(j);
+  auto bf16 = parallel::simulate_step(sc);
+  const std::int64_t params = 16 * workload::layer_params_per_rank(sc.model, 1) +
+                              workload::embedding_params_per_rank(sc.model, 1) +
+                              workload::head_params_per_rank(sc.model, 1);
+  CHECK(fp32.memory[0].peak_breakdown_bytes[parallel::kGradients] == 4 * params);
+  CHECK(bf16.memory[0].peak_breakdown_bytes[parallel::kGradients] == 2 * params);
+  auto rs_bytes = [&](const nlohmann::json& doc) {
+    const auto s = scenario(doc);
+    hardware::ComputeModel cm(s.cluster.gpu);
+    const auto plan = parallel::build_step(s, cm);
+    std::int64_t bytes = 0;
+    for (const auto& t : plan.programs[0].stream(parallel::kDpComm))
+      if (t.op == static_cast<std::uint16_t>(network::CollectiveOp::reduce_scatter)) bytes += t.bytes;
+    return bytes;
+  };
+  const std::int64_t bf16_bytes = rs_bytes(j);
+  j["training"].erase("grad_reduce_in_fp32");
+  CHECK(bf16_bytes == 2 * params);
+  CHECK(rs_bytes(j) == 4 * params);
+  CHECK(bf16.mean.dp_exposed_s < fp32.mean.dp_exposed_s);
+}
+
 TEST_CASE("recompute trades time for memory: full keeps only layer inputs and reruns the forward") {
   auto j = base(8, 8, 1, 4);
   auto none = parallel::simulate_step(scenario(j));
