@@ -158,7 +158,7 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
   node.reject_unknown({"tp", "pp", "cp", "sequence_parallel", "schedule", "virtual_stages", "zero",
                        "overlap_grad_reduce", "overlap_param_gather", "dp_bucket_mb", "tp_comm_overlap",
                        "first_stage_layers", "last_stage_layers", "account_for_embedding_in_pipeline_split",
-                       "account_for_loss_in_pipeline_split", "fsdp_prefetch"});
+                       "account_for_loss_in_pipeline_split", "fsdp_prefetch", "zero2_param_gather"});
   ParallelSpec p;
   if (auto v = node.find("tp")) p.tp = v->as_positive_int();
   if (auto v = node.find("pp")) p.pp = v->as_positive_int();
@@ -184,9 +184,20 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
           "zero 3 with the zb-h1 schedule is not supported yet (its weight-gradient passes would re-gather "
           "each layer)");
   }
+  if (auto v = node.find("zero2_param_gather")) {
+    constexpr std::array<ParallelSpec::Zero2Gather, 2> kGather = {ParallelSpec::Zero2Gather::after_optimizer,
+                                                                  ParallelSpec::Zero2Gather::per_unit};
+    p.zero2_param_gather = kGather[parse_choice(*v, Choices{{"after_optimizer", "per_unit"}, {}})];
+    if (p.zero != 2) v->fail("applies to zero 2 only");
+    if (p.zero2_param_gather == ParallelSpec::Zero2Gather::per_unit) {
+      if (p.pp > 1) v->fail("per_unit (PyTorch FSDP SHARD_GRAD_OP) with pipeline parallelism is not supported yet");
+      if (p.schedule == Schedule::zb_h1) v->fail("per_unit with the zb-h1 schedule is not supported yet");
+    }
+  }
+  const bool fsdp_units = p.fsdp_units();
   if (auto v = node.find("fsdp_prefetch")) {
     p.fsdp_prefetch = v->as_bool();
-    if (p.zero < 3) v->fail("applies to zero 3 (FSDP) only");
+    if (!fsdp_units) v->fail("applies to zero 3 or zero 2 with zero2_param_gather per_unit (FSDP) only");
   }
   if (auto v = node.find("overlap_grad_reduce")) p.overlap_grad_reduce = v->as_bool();
   if (auto v = node.find("overlap_param_gather")) {
@@ -194,6 +205,7 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
     // Megatron: --overlap-param-gather requires the distributed optimizer and --overlap-grad-reduce.
     if (p.overlap_param_gather && p.zero < 1) v->fail("requires the distributed optimizer (zero >= 1)");
     if (p.overlap_param_gather && !p.overlap_grad_reduce) v->fail("requires overlap_grad_reduce");
+    if (p.overlap_param_gather && fsdp_units) v->fail("does not apply to FSDP's per-unit all-gathers");
   }
   if (auto v = node.find("dp_bucket_mb")) p.dp_bucket_mb = v->as_positive_number();
   if (auto v = node.find("first_stage_layers")) p.first_stage_layers = v->as_positive_int();

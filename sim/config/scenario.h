@@ -62,6 +62,14 @@ struct ParallelSpec {
   // the unit is reached, so the unit's compute waits for it (PyTorch FSDP with forward_prefetch off
   // and BACKWARD_POST or no backward prefetch: Composer's defaults).
   bool fsdp_prefetch = true;
+  // ZeRO-2: how the updated parameter shards become whole again. after_optimizer: one all-gather
+  // after the optimizer step (DeepSpeed ZeRO-2, Megatron FSDP optim_grads). per_unit: PyTorch FSDP
+  // SHARD_GRAD_OP: each unit's parameters are all-gathered before its forward in every micro-batch
+  // (fsdp_prefetch says when it is issued), kept through its backward and freed after it.
+  enum class Zero2Gather : std::uint8_t { after_optimizer, per_unit };
+  Zero2Gather zero2_param_gather = Zero2Gather::after_optimizer;
+  // Parameters gathered unit by unit as FSDP does (zero 3, or zero 2 per_unit).
+  bool fsdp_units() const { return zero >= 3 || (zero == 2 && zero2_param_gather == Zero2Gather::per_unit); }
 };
 
 struct TrainingSpec {

@@ -534,7 +534,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
       acc += static_cast<double>(cb.unit_params[u]);
       const bool end = u + 1 == cb.unit_params.size();
       // ZeRO-3 reduces each FSDP unit (a layer, the embedding, the output layer) on its own.
-      if (par.zero >= 3 || ((overlap_grad || par.zero == 2) && acc >= bucket_limit) || end) {
+      if (par.fsdp_units() || ((overlap_grad || par.zero == 2) && acc >= bucket_limit) || end) {
         cb.closes_bucket[u] = true;
         acc = 0;
       }
@@ -561,7 +561,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   // With --overlap-param-gather the distributed optimizer's all-gather of the updated parameters
   // runs bucket by bucket ahead of the next step's forward; in this steady-state step it is issued
   // at the start and each layer's first forward waits for its bucket.
-  const bool overlap_gather = par.overlap_param_gather && par.zero >= 1 && par.zero < 3 && dp > 1;
+  const bool overlap_gather = par.overlap_param_gather && par.zero >= 1 && !par.fsdp_units() && dp > 1;
   if (overlap_gather) {
     for (std::int64_t c = 0; c < v; ++c) {
       ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
@@ -595,7 +595,11 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   // are held; without it the gather is issued when its unit is reached and the compute waits for it.
   // (PyTorch FSDP's BACKWARD_POST issues the next all-gather only after the current unit's gradient
   // computation, torch.distributed.fsdp.BackwardPrefetch; validation/README.md shows the MPT runs.)
-  const bool gather_params = par.zero >= 3 && dp > 1;
+  const bool gather_params = par.fsdp_units() && dp > 1;
+  // FULL_SHARD frees each unit's gathered parameters after its forward and gathers them again for
+  // its backward; SHARD_GRAD_OP (zero 2 per_unit) keeps them from the forward to the end of the
+  // backward.
+  const bool reshard_after_forward = par.zero >= 3;
   std::vector<std::optional<Dep>> pass_gathers;
   auto gather = [&](std::int64_t c, std::size_t u) {
     if (!pass_gathers[u]) {
@@ -609,14 +613,15 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
     return *pass_gathers[u];
   };
   // Before unit order[i] of a pass: its gather (issued now if not prefetched) and the next one's.
-  auto enter_unit = [&](std::int64_t c, const std::vector<std::size_t>& order, std::size_t i) {
-    if (!gather_params) return;
+  // in_backward: the unit's backward pass, whose gather SHARD_GRAD_OP does not need (nor free).
+  auto enter_unit = [&](std::int64_t c, const std::vector<std::size_t>& order, std::size_t i, bool in_backward) {
+    if (!gather_params || (in_backward && !reshard_after_forward)) return;
     const Dep mine = gather(c, order[i]);
     if (par.fsdp_prefetch && i + 1 < order.size()) gather(c, order[i + 1]);
     w.after(mine);
   };
-  auto leave_unit = [&](std::int64_t c, std::size_t u) {
-    if (gather_params)
+  auto leave_unit = [&](std::int64_t c, std::size_t u, bool in_backward) {
+    if (gather_params && (in_backward || reshard_after_forward))
       w.release(chunks[static_cast<std::size_t>(c)].unit_params[u] * kWeightBytes, kWeights, "fsdp_free_params");
   };
   auto start_pass = [&](std::int64_t c) {
@@ -643,22 +648,22 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
     std::size_t i = 0;
     if (has_embedding(c)) {
       unit_needed(c, emb_unit(c), first_mb);
-      enter_unit(c, order, i++);
+      enter_unit(c, order, i++, false);
       w.emit(ops.emb_fwd, "forward", Saves::all);
-      leave_unit(c, emb_unit(c));
+      leave_unit(c, emb_unit(c), false);
     }
     for (std::int64_t l = 0; l < chunk_layers(c); ++l) {
       unit_needed(c, layer_unit(c, l), first_mb);
-      enter_unit(c, order, i++);
+      enter_unit(c, order, i++, false);
       if (full_recompute(l)) w.alloc(ops.input_bytes);
       emit(ops.layer_fwd, "forward", fwd_saves(l));
-      leave_unit(c, layer_unit(c, l));
+      leave_unit(c, layer_unit(c, l), false);
     }
     if (has_head(c)) {
       unit_needed(c, head_unit(c), first_mb);
-      enter_unit(c, order, i++);
+      enter_unit(c, order, i++, false);
       w.emit(ops.head_fwd, "forward", Saves::all);
-      leave_unit(c, head_unit(c));
+      leave_unit(c, head_unit(c), false);
     }
     // Megatron's p2p calls block, so the next compute waits for the send to finish.
     if (!(last && c == v - 1))
@@ -694,23 +699,23 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
       w.free_at_last(freed - sb.held_inputs);
     };
     if (has_head(c)) {
-      enter_unit(c, order, i++);
+      enter_unit(c, order, i++, true);
       unit(ops.head_bwd, head_split, sum_saved(ops.head_fwd));
-      leave_unit(c, head_unit(c));
+      leave_unit(c, head_unit(c), true);
       if (!input_only) unit_done(c, head_unit(c), last_mb);
     }
     for (std::int64_t l = chunk_layers(c) - 1; l >= 0; --l) {
-      enter_unit(c, order, i++);
+      enter_unit(c, order, i++, true);
       if (full_recompute(l)) emit(ops.layer_fwd, "recompute", Saves::all);
       if (recompute == config::Recompute::selective) emit(ops.layer_fwd, "recompute", Saves::all, /*core_only=*/true);
       unit(ops.layer_bwd, layer_split, layer_free(l));
-      leave_unit(c, layer_unit(c, l));
+      leave_unit(c, layer_unit(c, l), true);
       if (!input_only) unit_done(c, layer_unit(c, l), last_mb);
     }
     if (has_embedding(c)) {
-      enter_unit(c, order, i++);
+      enter_unit(c, order, i++, true);
       unit(ops.emb_bwd, emb_split, sum_saved(ops.emb_fwd));
-      leave_unit(c, emb_unit(c));
+      leave_unit(c, emb_unit(c), true);
       if (!input_only) unit_done(c, emb_unit(c), last_mb);
     }
     if (!(first && c == 0)) w.after(w.add(p2p(TaskKind::send, kPpSend, kPrevStage, p2p_bytes, "send_backward"), true));
@@ -764,14 +769,14 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
     w.emit({workload::eager_adamw_step(sc.model, host)}, "optimizer", Saves::none);
   else
     w.compute_task("optimizer adam_step", compute.time_s(step));
-  if (dp > 1 && par.zero >= 1 && par.zero < 3 && !overlap_gather)
+  if (dp > 1 && par.zero >= 1 && !par.fsdp_units() && !overlap_gather)
     w.add(dp_collective(network::CollectiveOp::all_gather, kDpGroup, params * kWeightBytes, "param_all_gather"), true);
 
   // ZeRO-2 shards the gradients, ZeRO-3 the weights too (Megatron's theoretical-memory accounting).
   auto shard = [dp](std::int64_t n) { return (n + dp - 1) / dp; };
   const std::int64_t weight_bytes = eager ? workload::kEagerWeightBytes : kWeightBytes;
   const std::int64_t optimizer_bytes = eager ? workload::kEagerOptimizerBytes : kOptimizerBytes;
-  p.initial_mem_bytes[kWeights] = (par.zero >= 3 ? shard(params) : params) * weight_bytes;
+  p.initial_mem_bytes[kWeights] = (par.fsdp_units() ? shard(params) : params) * weight_bytes;
   p.initial_mem_bytes[kGradients] = (par.zero >= 2 ? shard(params) : params) * grad_bytes;
   p.initial_mem_bytes[kOptimizer] = (par.zero >= 1 ? (params + dp - 1) / dp : params) * optimizer_bytes;
 }
@@ -857,7 +862,7 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   };
   bind("tp", kTpGroup);
   bind("dp", kDpGroup);
-  if (par.zero >= 3) bind("dp-gather", kDpGatherGroup);
+  if (par.fsdp_units()) bind("dp-gather", kDpGatherGroup);
   if (sc.model.tied_embeddings && par.pp > 1) {
     const std::uint32_t kind_id = plan.groups.kind_id("embedding");
     for (const auto& pipeline : grid.groups("pp")) {

@@ -356,7 +356,8 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
        "unknown key (expected one of: tp, pp, cp, sequence_parallel, schedule, virtual_stages, zero, "
        "overlap_grad_reduce, "
        "overlap_param_gather, dp_bucket_mb, tp_comm_overlap, first_stage_layers, last_stage_layers, "
-       "account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split, fsdp_prefetch)"},
+       "account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split, fsdp_prefetch, "
+       "zero2_param_gather)"},
       {[](json& d) { d["training"]["optimizer"] = "adam"; }, "training.optimizer",
        "unknown key (expected one of: micro_batch, global_batch, seq_len, recompute, recompute_layers, precision, "
        "attention, framework, host_forward_us, host_backward_us, grad_reduce_in_fp32)"},
@@ -387,6 +388,11 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
        "unknown value \"fp32\" (expected one of: bf16, fp16, fp8)"},
       {[](json& d) { d["parallel"]["schedule"] = "1F1B"; }, "parallel.schedule",
        "unknown value \"1F1B\" (expected one of: 1f1b, gpipe, interleaved, zb-h1)"},
+      {[](json& d) {
+         d["parallel"]["zero"] = 2;
+         d["parallel"]["zero2_param_gather"] = "unit";
+       },
+       "parallel.zero2_param_gather", "unknown value \"unit\" (expected one of: after_optimizer, per_unit)"},
   };
   for (const Case& c : cases) {
     json doc = base_scenario();
@@ -415,7 +421,29 @@ TEST_CASE("settings trainsim knows but does not simulate yet are refused on thei
        "zero 3 with the zb-h1 schedule is not supported yet (its weight-gradient passes would re-gather each "
        "layer)"},
       {[](json& d) { d["parallel"]["fsdp_prefetch"] = false; }, "parallel.fsdp_prefetch",
-       "applies to zero 3 (FSDP) only"},
+       "applies to zero 3 or zero 2 with zero2_param_gather per_unit (FSDP) only"},
+      {[](json& d) {
+         d["parallel"]["zero"] = 2;
+         d["parallel"]["fsdp_prefetch"] = false;
+       },
+       "parallel.fsdp_prefetch", "applies to zero 3 or zero 2 with zero2_param_gather per_unit (FSDP) only"},
+      {[](json& d) { d["parallel"]["zero2_param_gather"] = "per_unit"; }, "parallel.zero2_param_gather",
+       "applies to zero 2 only"},
+      {[](json& d) {
+         d["parallel"]["zero"] = 2;
+         d["parallel"]["pp"] = 2;
+         d["parallel"]["zero2_param_gather"] = "per_unit";
+       },
+       "parallel.zero2_param_gather",
+       "per_unit (PyTorch FSDP SHARD_GRAD_OP) with pipeline parallelism is not supported yet"},
+      {[](json& d) {
+         d["parallel"]["zero"] = 2;
+         d["parallel"]["pp"] = 1;
+         d["parallel"]["zero2_param_gather"] = "per_unit";
+         d["parallel"]["overlap_grad_reduce"] = true;
+         d["parallel"]["overlap_param_gather"] = true;
+       },
+       "parallel.overlap_param_gather", "does not apply to FSDP's per-unit all-gathers"},
       {[](json& d) { d["parallel"]["virtual_stages"] = 2; }, "parallel.virtual_stages",
        "2 virtual stages need \"schedule\": \"interleaved\""},
       {[](json& d) { d["parallel"]["schedule"] = "interleaved"; }, "parallel.schedule",

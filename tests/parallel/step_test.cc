@@ -404,6 +404,50 @@ TEST_CASE("fsdp_prefetch false: every unit's all-gather is exposed and one gathe
   CHECK(pf.memory[0].peak_breakdown_bytes[parallel::kWeights] - shard > largest);
 }
 
+TEST_CASE("zero 2 per_unit (FSDP SHARD_GRAD_OP): each unit gathered once per forward, kept for its backward") {
+  // 16-way DP, 2 micro-batches per step: SHARD_GRAD_OP gathers the 18 units (embedding, 16 layers,
+  // output layer) before each micro-batch's forward (18 x 2 all-gathers on the FSDP stream), none in
+  // the backward and none after the optimizer (ZeRO-2's one all-gather of everything is gone); the
+  // reduce-scatters go unit by unit. Between steps the weights are sharded; by the end of the
+  // forward every unit is whole beside its shard (FSDP keeps both), so the peak holds all the weights
+  // plus the shard.
+  auto j = base(16, 1, 1, 32);
+  j["parallel"]["zero"] = 2;
+  const auto after = parallel::simulate_step(scenario(j));
+  j["parallel"]["zero2_param_gather"] = "per_unit";
+  const auto sc = scenario(j);
+  hardware::ComputeModel cm(sc.cluster.gpu);
+  const auto plan = parallel::build_step(sc, cm);
+  auto count = [&](std::uint8_t stream, network::CollectiveOp op) {
+    int n = 0;
+    for (const auto& t : plan.programs[0].stream(stream)) n += t.op == static_cast<std::uint16_t>(op);
+    return n;
+  };
+  REQUIRE(sc.training.num_micro_batches == 2);
+  CHECK(count(parallel::kDpGather, network::CollectiveOp::all_gather) == 18 * 2);
+  CHECK(count(parallel::kDpComm, network::CollectiveOp::all_gather) == 0);
+  CHECK(count(parallel::kDpComm, network::CollectiveOp::reduce_scatter) == 18 * 2);
+  const std::int64_t params = plan.stages[0].params_per_rank;
+  CHECK(plan.programs[0].initial_mem_bytes[parallel::kWeights] == 2 * ((params + 15) / 16));
+  const auto per_unit = parallel::simulate_step(sc);
+  CHECK(after.memory[0].peak_breakdown_bytes[parallel::kWeights] == 2 * params);
+  CHECK(per_unit.memory[0].peak_breakdown_bytes[parallel::kWeights] == 2 * params + 2 * ((params + 15) / 16));
+  CHECK(per_unit.mean.compute_s == Approx(after.mean.compute_s).epsilon(1e-9));
+  // Without prefetch every forward waits for each unit's gather: the step is longer by at least
+  // 2 x 16 layer gathers than with it, where only each pass's first unit waits.
+  j["parallel"]["fsdp_prefetch"] = false;
+  const auto waits = parallel::simulate_step(scenario(j));
+  network::AnalyticalNetwork net(sc.cluster);
+  std::vector<std::uint32_t> ranks(16);
+  for (std::uint32_t r = 0; r < 16; ++r) ranks[r] = r;
+  const double layer_gather =
+      net.collective_time_s(network::CollectiveOp::all_gather, 2 * workload::layer_params_per_rank(sc.model, 1), ranks);
+  CHECK(waits.step_time_s - per_unit.step_time_s >= 2 * 15 * layer_gather);
+  parallel::BuildOptions all;
+  all.all_ranks = true;
+  CHECK(parallel::simulate_step(scenario(j), all).step_time_s == waits.step_time_s);
+}
+
 TEST_CASE("uneven pipeline stages: first and last stages take the layers given, the rest split evenly") {
   // 16 layers on 4 stages with 2 on the first and 2 on the last: the middle two get 6 each, and the
   // first stage (4 micro-batches in flight under 1F1B) keeps 4 x (embedding + 2 layers).
