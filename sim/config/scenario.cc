@@ -231,7 +231,8 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
 
 TrainingSpec parse_training(const util::JsonNode& node) {
   node.reject_unknown({"micro_batch", "global_batch", "seq_len", "recompute", "recompute_layers", "precision",
-                       "attention", "framework", "host_forward_us", "host_backward_us", "grad_reduce_in_fp32"});
+                       "attention", "framework", "host_forward_us", "host_backward_us", "grad_reduce_in_fp32",
+                       "cross_entropy"});
   TrainingSpec t;
   if (auto v = node.find("micro_batch")) t.micro_batch = v->as_positive_int();
   t.global_batch = node.at("global_batch").as_positive_int();
@@ -264,6 +265,11 @@ TrainingSpec parse_training(const util::JsonNode& node) {
     if (t.framework != Framework::pytorch_eager) v->fail("applies to \"framework\": \"pytorch-eager\" only");
     (std::string_view(key) == "host_forward_us" ? t.host_forward_s : t.host_backward_s) =
         v->as_positive_number() * 1e-6;
+  }
+  if (auto v = node.find("cross_entropy")) {
+    t.fused_cross_entropy = parse_choice(*v, Choices{{"unfused", "fused"}, {}}) == 1;
+    if (t.framework == Framework::pytorch_eager)
+      v->fail("applies to \"framework\": \"megatron\" only (pytorch-eager runs torch's cross_entropy)");
   }
   t.grad_reduce_in_fp32 = t.precision != Precision::fp16;
   if (auto v = node.find("grad_reduce_in_fp32")) {

@@ -93,6 +93,8 @@ struct TrainingSpec {
   // forced by arguments.py unless --grad-reduce-in-bf16) or in the 16-bit type (fp16's default;
   // Megatron-Bridge's and NeMo's ddp.grad_reduce_in_fp32 false). Resolved from precision when unset.
   bool grad_reduce_in_fp32 = true;
+  // training.cross_entropy "fused": one-pass loss kernels (workload::LayerConfig::fused_cross_entropy).
+  bool fused_cross_entropy = false;
 };
 
 // Which network model times communication: the closed-form one, or flows sharing the topology

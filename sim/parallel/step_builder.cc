@@ -797,6 +797,7 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   lc.sequence_parallel = par.sequence_parallel && par.tp > 1;
   lc.causal = true;
   lc.attention = sc.training.attention;
+  lc.fused_cross_entropy = sc.training.fused_cross_entropy;
   LayerOps ops;
   ops.layer_fwd = workload::layer_forward(sc.model, lc);
   ops.layer_bwd = workload::layer_backward(sc.model, lc);

@@ -344,6 +344,18 @@ std::vector<Op> head_forward(const ModelSpec& m, const LayerConfig& c) {
   ops.push_back(memory(x.swiglu ? "final_rmsnorm" : "final_layernorm", 2 * region_act, region_act));
   if (tp && x.sp) ops.push_back(comm("output_input_all_gather", Comm::all_gather, full));
   ops.push_back(gemm("output_layer", x.tokens, vocab, x.h, x.d, region_act));
+  if (c.fused_cross_entropy) {
+    // One kernel reads each bf16 logit once (2 B) and writes one fp32 statistic per token; the
+    // logits stay saved for the backward. Under TP the same three per-token all-reduces.
+    ops.push_back(memory("cross_entropy_fused", logits * x.d + stats, logits * x.d));
+    if (tp) {
+      ops.push_back(comm("cross_entropy_max_all_reduce", Comm::all_reduce, stats));
+      ops.push_back(comm("cross_entropy_target_all_reduce", Comm::all_reduce, stats));
+      ops.push_back(comm("cross_entropy_sum_all_reduce", Comm::all_reduce, stats));
+    }
+    ops.push_back(memory("cross_entropy_loss", 3 * stats));
+    return ops;
+  }
   // Megatron's unfused vocab-parallel cross-entropy (core/tensor_parallel/cross_entropy.py, with
   // GPTModel's [b, s] transpose of the logits), bytes per logit element: transpose copy 2+2, cast to
   // fp32 2+4, max 4, subtract max in place 4+4, exp in place 4+4, sum 4, divide by the sum in place
@@ -371,7 +383,10 @@ std::vector<Op> head_backward(const ModelSpec& m, const LayerConfig& c) {
   std::vector<Op> ops;
   // The saved fp32 softmax becomes the gradient in place (one-hot subtract, scale by the loss grad:
   // 4+4), then autograd casts it to bf16 (4+2) and undoes the transpose (2+2): 18 bytes per logit.
-  ops.push_back(memory("cross_entropy_backward", logits * (8 + 4 + 3 * x.d), 0, 3));
+  if (c.fused_cross_entropy)  // read the saved bf16 logit, write its gradient in place: 2 + 2 B
+    ops.push_back(memory("cross_entropy_backward", logits * 2 * x.d));
+  else
+    ops.push_back(memory("cross_entropy_backward", logits * (8 + 4 + 3 * x.d), 0, 3));
   if (tp && x.sp) ops.push_back(comm("output_input_all_gather", Comm::all_gather, full));
   ops.push_back(gemm("output_layer_dgrad", x.tokens, x.h, vocab, x.d));
   if (tp) {

@@ -83,6 +83,11 @@ struct LayerConfig {
   // with their operands cast (and transposed) to FP8 by extra memory-bound kernels; attention, the
   // output layer and everything else stay in BF16 (NeMo / Megatron defaults).
   bool fp8 = false;
+  // One-pass cross-entropy kernels (Megatron's --cross-entropy-loss-fusion, Transformer Engine's
+  // parallel cross-entropy, apex xentropy / flash-attn's CrossEntropyLoss): the forward reads the
+  // bf16 logits once and keeps them, the backward writes the gradient over them. Otherwise Megatron's
+  // unfused vocab-parallel cross-entropy in fp32.
+  bool fused_cross_entropy = false;
 };
 
 std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c);

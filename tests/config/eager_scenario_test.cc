@@ -67,6 +67,9 @@ TEST_CASE("framework values and host keys are checked on their paths", "[config]
   CHECK(error(eager({{"framework", "megatron"}, {"host_forward_us", 5}})) ==
         "eager.json: training.host_forward_us: applies to \"framework\": \"pytorch-eager\" only");
   CHECK(error(eager({{"host_backward_us", 0}})).find("training.host_backward_us") != std::string::npos);
+  CHECK(error(eager({{"cross_entropy", "fused"}})) ==
+        "eager.json: training.cross_entropy: applies to \"framework\": \"megatron\" only (pytorch-eager runs "
+        "torch's cross_entropy)");
   CHECK(error(eager({{"grad_reduce_in_fp32", true}})) ==
         "eager.json: training.grad_reduce_in_fp32: applies to \"framework\": \"megatron\" only (pytorch-eager "
         "keeps bf16 gradients)");

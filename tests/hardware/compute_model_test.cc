@@ -56,15 +56,27 @@ TEST_CASE("GEMM efficiency rises monotonically with size") {
   }
 }
 
+// Ampere GEMMs sustain 0.96 of the sweep's ceiling in whole training steps (kAmpereSustained,
+// gpu_catalog.cc: a fit over the A100 step records of validation/). The sweep is reproduced by the
+// ceiling itself, the catalog's efficiency without that factor.
+constexpr double kAmpereSustained = 0.96;
+
+ComputeModel a100_sweep_model() {
+  GpuSpec g = *find_gpu("a100-sxm-80gb");
+  g.gemm_efficiency /= kAmpereSustained;
+  return ComputeModel(g);
+}
+
 // Azure cuBLASLt on A100-SXM4-80GB: 8192^3 FP16 runs at 253.7 TFLOP/s (published-runs.md §9a).
 TEST_CASE("an 8192^3 GEMM on A100 runs within 5% of the measured 253.7 TFLOP/s") {
-  ComputeModel cm(*find_gpu("a100-sxm-80gb"));
-  CHECK(tflops(cm, 8192, 8192, 8192) == Approx(253.7).epsilon(0.05));
+  CHECK(tflops(a100_sweep_model(), 8192, 8192, 8192) == Approx(253.7).epsilon(0.05));
+  ComputeModel sustained(*find_gpu("a100-sxm-80gb"));
+  CHECK(tflops(sustained, 8192, 8192, 8192) == Approx(253.7 * kAmpereSustained).epsilon(0.05));
 }
 
 // The fit's residuals over the eight A100 points stay within 14% (README.md table).
 TEST_CASE("the A100 GEMM fit reproduces the cuBLASLt sweep") {
-  ComputeModel cm(*find_gpu("a100-sxm-80gb"));
+  const ComputeModel cm = a100_sweep_model();
   struct Point {
     std::int64_t m, n, k;
     double measured;

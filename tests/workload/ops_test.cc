@@ -257,6 +257,34 @@ TEST_CASE("cross-entropy traffic follows Megatron's unfused kernels") {
   CHECK(bwd == Approx(18 * logits));
 }
 
+// A fused cross-entropy (Megatron's --cross-entropy-loss-fusion, TE's, apex xentropy) reads each bf16
+// logit once forward (2 B, plus one fp32 statistic per token) and rewrites it as its gradient
+// backward (2 + 2 B); it keeps the bf16 logits instead of an fp32 softmax, and under TP the same
+// three per-token all-reduces remain.
+TEST_CASE("fused cross-entropy streams each logit once per pass") {
+  const ModelSpec g = gpt(96, 12288, 96);
+  LayerConfig c;
+  c.tp = 8;
+  c.sequence_parallel = true;
+  c.fused_cross_entropy = true;
+  const double s = 2048, h = 12288, t = 8, logits = s * (51200 / t);
+  double fwd = 0, bwd = 0;
+  int all_reduces = 0;
+  for (const Op& op : head_forward(g, c)) {
+    if (op.name.rfind("cross_entropy", 0) == 0 && op.kind == OpKind::memory) fwd += op.bytes;
+    CHECK(op.name != "logits_transpose");
+    all_reduces += op.kind == OpKind::tp_comm && op.comm == Comm::all_reduce;
+  }
+  for (const Op& op : head_backward(g, c))
+    if (op.name == "cross_entropy_backward") bwd += op.bytes;
+  CHECK(fwd == Approx(2 * logits + 4 * s + 3 * 4 * s));  // + the per-token loss pass
+  CHECK(bwd == Approx(4 * logits));
+  CHECK(all_reduces == 3);
+  // Saved: the norm's and the GEMM's inputs as with the unfused loss (4·s·h/t), then the bf16 logits
+  // (2 B each) where the unfused loss keeps an fp32 softmax (4 B).
+  CHECK(saved(head_forward(g, c)) == 4 * s * h / t + 2 * logits);
+}
+
 // Per-rank parameters: weight matrices split by t; norms and row-parallel biases replicated.
 TEST_CASE("parameters per TP rank add up to the model") {
   const ModelSpec l = llama70b();
