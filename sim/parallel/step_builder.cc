@@ -533,7 +533,8 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
       cb.bucket_params.back() += cb.unit_params[u];
       acc += static_cast<double>(cb.unit_params[u]);
       const bool end = u + 1 == cb.unit_params.size();
-      // ZeRO-3 reduces each FSDP unit (a layer, the embedding, the output layer) on its own.
+      // FSDP (zero 3, zero 2 per_unit) reduces each unit (a layer, the embedding, the output layer)
+      // on its own.
       if (par.fsdp_units() || ((overlap_grad || par.zero == 2) && acc >= bucket_limit) || end) {
         cb.closes_bucket[u] = true;
         acc = 0;
@@ -772,7 +773,8 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   if (dp > 1 && par.zero >= 1 && !par.fsdp_units() && !overlap_gather)
     w.add(dp_collective(network::CollectiveOp::all_gather, kDpGroup, params * kWeightBytes, "param_all_gather"), true);
 
-  // ZeRO-2 shards the gradients, ZeRO-3 the weights too (Megatron's theoretical-memory accounting).
+  // ZeRO-2 shards the gradients, ZeRO-3 the weights too (Megatron's theoretical-memory accounting);
+  // FSDP's SHARD_GRAD_OP (zero 2 per_unit) keeps its weights sharded between steps as well.
   auto shard = [dp](std::int64_t n) { return (n + dp - 1) / dp; };
   const std::int64_t weight_bytes = eager ? workload::kEagerWeightBytes : kWeightBytes;
   const std::int64_t optimizer_bytes = eager ? workload::kEagerOptimizerBytes : kOptimizerBytes;
