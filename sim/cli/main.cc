@@ -3,11 +3,14 @@
 //   unexpected error, 2 bad input (one line naming file, JSON path and problem), 3 the simulation
 //   could not finish (deadlock report).
 
+#include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -23,6 +26,7 @@
 #include "parallel/step_runner.h"
 #include "report/progress.h"
 #include "report/summary.h"
+#include "search/search.h"
 #include "util/error.h"
 #include "validate/validate.h"
 
@@ -113,6 +117,66 @@ int collective_command(const std::string& cluster_name, const trainsim::network:
   return 0;
 }
 
+struct SearchArgs {
+  std::string scenario_file;
+  std::size_t top = 10;
+  int threads = 0;  // 0: one per hardware thread
+  bool json = false, markdown = false;
+  std::string tp, pp, cp, vp, micro_batch, recompute, zero;
+};
+
+int search_command(const SearchArgs& a) {
+  using namespace trainsim;
+  const auto data_dir = config::default_data_dir();
+  const config::Scenario base = config::load_scenario(a.scenario_file, data_dir);
+  search::Axes axes = search::default_axes(base);
+  if (!a.tp.empty()) axes.tp = trainsim::cli::parse_int_list(a.tp, "--tp", 1, false);
+  if (!a.pp.empty()) axes.pp = trainsim::cli::parse_int_list(a.pp, "--pp", 1, false);
+  if (!a.cp.empty()) axes.cp = trainsim::cli::parse_int_list(a.cp, "--cp", 1, false);
+  if (!a.vp.empty()) axes.virtual_stages = trainsim::cli::parse_int_list(a.vp, "--vp", 1, false);
+  if (!a.micro_batch.empty())
+    axes.micro_batch = trainsim::cli::parse_int_list(a.micro_batch, "--micro-batch", 1, false);
+  if (!a.zero.empty()) {
+    axes.zero = trainsim::cli::parse_int_list(a.zero, "--zero", 0, false);
+    for (const auto z : axes.zero)
+      if (z > 3) throw util::InputError("--zero", "", fmt::format("must be 0, 1, 2 or 3, got {}", z));
+  }
+  if (!a.recompute.empty()) {
+    axes.recompute.clear();
+    std::string_view rest = a.recompute;
+    while (true) {
+      const std::size_t comma = rest.find(',');
+      const std::string_view item = rest.substr(0, comma);
+      config::Recompute r{};
+      if (item == "none")
+        r = config::Recompute::none;
+      else if (item == "selective")
+        r = config::Recompute::selective;
+      else if (item == "full")
+        r = config::Recompute::full;
+      else
+        throw util::InputError(
+            "--recompute", "",
+            fmt::format("unknown recompute \"{}\" (expected a list of none, selective, full)", std::string(item)));
+      if (std::find(axes.recompute.begin(), axes.recompute.end(), r) != axes.recompute.end())
+        throw util::InputError("--recompute", "", fmt::format("{} is listed twice", std::string(item)));
+      axes.recompute.push_back(r);
+      if (comma == std::string_view::npos) break;
+      rest = rest.substr(comma + 1);
+    }
+  }
+  const int threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const auto result =
+      search::run_search(a.scenario_file, util::read_json_file(a.scenario_file), axes, threads, data_dir);
+  if (a.json)
+    fmt::print("{}\n", search::to_json(result, base, a.top).dump(2));
+  else if (a.markdown)
+    fmt::print("{}", search::to_markdown(result, base, a.top));
+  else
+    fmt::print("{}", search::to_text(result, base, a.top));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -169,6 +233,30 @@ int main(int argc, char** argv) {
   collective->add_option("--max-bytes", coll.max_bytes, "Largest message, bytes (default 16 GiB)");
   collective->add_flag("--json", coll_json, "Print a JSON list of {bytes, time_s, algbw_GBps, busbw_GBps, algo}");
 
+  SearchArgs search_args;
+  CLI::App* search = app.add_subcommand(
+      "search",
+      "Try every parallel layout of a scenario's model, cluster and GPU count; rank those that fit by step time");
+  search
+      ->add_option(
+          "scenario", search_args.scenario_file,
+          "Scenario JSON file: model, cluster, gpus and training; its parallel block gives what is not searched")
+      ->required();
+  search->add_option("--top", search_args.top, "Layouts to print, fastest first (default 10; 0: all)");
+  search->add_option("--threads", search_args.threads, "Simulations run at once (default: one per hardware thread)")
+      ->check(CLI::PositiveNumber);
+  search->add_option("--tp", search_args.tp, "Tensor-parallel sizes to try (default 1,2,4,8 within a node)");
+  search->add_option("--pp", search_args.pp, "Pipeline sizes (default: every divisor of the layers up to 64)");
+  search->add_option("--cp", search_args.cp,
+                     "Context-parallel sizes (default 1, and 2,4,8,16 while a rank keeps >= 4096 tokens)");
+  search->add_option("--vp", search_args.vp,
+                     "Virtual pipeline stages (default 1 and 2..8 where they divide the layers per stage)");
+  search->add_option("--micro-batch", search_args.micro_batch, "Micro-batch sizes (default 1,2,4,8)");
+  search->add_option("--recompute", search_args.recompute, "Recompute modes (default none,selective,full)");
+  search->add_option("--zero", search_args.zero, "ZeRO stages (default: the scenario's)");
+  auto* sj = search->add_flag("--json", search_args.json, "Print one JSON object");
+  search->add_flag("--markdown", search_args.markdown, "Print a Markdown table")->excludes(sj);
+
   trainsim::calibrate::CommandOptions calibrate_options;
   CLI::App* calibrate = trainsim::calibrate::add_command(app, calibrate_options);
 
@@ -188,6 +276,7 @@ int main(int argc, char** argv) {
   try {
     if (run->parsed()) return run_command(scenario_file, json, all_ranks, run_outputs);
     if (auto code = trainsim::cli::run_report_commands(report_commands)) return *code;
+    if (search->parsed()) return search_command(search_args);
     if (calibrate->parsed()) return trainsim::calibrate::run_command(calibrate_options);
     if (validate->parsed())
       return validate_command(validate_dir, validate_json, validate_markdown, gate_file, validate_network);

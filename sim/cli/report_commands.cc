@@ -1,5 +1,6 @@
 #include "cli/report_commands.h"
 
+#include <algorithm>
 #include <charconv>
 #include <filesystem>
 #include <fstream>
@@ -101,10 +102,8 @@ parallel::StepResult simulate_with_outputs(const config::Scenario& scenario, con
 
 namespace trainsim::cli {
 
-namespace {
-
-// "64,128,256" -> {64, 128, 256}: positive, increasing.
-std::vector<std::int64_t> parse_sizes(const std::string& text, const std::string& what) {
+std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& option, std::int64_t min,
+                                         bool increasing) {
   std::vector<std::int64_t> out;
   std::string_view rest = text;
   while (true) {
@@ -112,20 +111,23 @@ std::vector<std::int64_t> parse_sizes(const std::string& text, const std::string
     const std::string_view item = rest.substr(0, comma);
     std::int64_t v = 0;
     auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || v <= 0)
-      throw util::InputError(
-          what, "",
-          fmt::format("\"{}\" is not a positive whole number (expected a list like 64,128,256)", std::string(item)));
-    if (!out.empty() && v <= out.back())
-      throw util::InputError(what, "", fmt::format("sizes must increase: {} after {}", v, out.back()));
+    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || v < min)
+      throw util::InputError(option, "",
+                             min == 1 ? fmt::format("\"{}\" is not a positive whole number (expected a list like {})",
+                                                    std::string(item), increasing ? "64,128,256" : "1,2,4")
+                                      : fmt::format("\"{}\" is not a whole number of at least {} (expected a list "
+                                                    "like 0,1)",
+                                                    std::string(item), min));
+    if (increasing && !out.empty() && v <= out.back())
+      throw util::InputError(option, "", fmt::format("sizes must increase: {} after {}", v, out.back()));
+    if (std::find(out.begin(), out.end(), v) != out.end())
+      throw util::InputError(option, "", fmt::format("{} is listed twice", v));
     out.push_back(v);
     if (comma == std::string_view::npos) break;
     rest = rest.substr(comma + 1);
   }
   return out;
 }
-
-}  // namespace
 
 int scale_command(const ScaleArgs& args) {
   const auto data_dir = config::default_data_dir();
@@ -143,7 +145,7 @@ int scale_command(const ScaleArgs& args) {
   const config::Scenario base = config::load_scenario(args.scenario_file, data_dir);
   const nlohmann::json doc = util::read_json_file(args.scenario_file);
   std::vector<std::int64_t> sizes =
-      parse_sizes(args.gpus.empty() ? args.nodes : args.gpus, args.gpus.empty() ? "--nodes" : "--gpus");
+      parse_int_list(args.gpus.empty() ? args.nodes : args.gpus, args.gpus.empty() ? "--nodes" : "--gpus", 1, true);
   if (!args.nodes.empty())
     for (auto& n : sizes) n *= base.cluster.gpus_per_node;
   const std::string size_flag = args.gpus.empty() ? "--nodes" : "--gpus";

@@ -24,6 +24,11 @@ struct RunOutputs {
 parallel::StepResult simulate_with_outputs(const config::Scenario& scenario, const parallel::BuildOptions& options,
                                            const RunOutputs& outputs);
 
+// "1,2,4" -> {1, 2, 4}: whole numbers of at least `min`, none twice (increasing, when asked); an
+// InputError naming `option` otherwise.
+std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& option, std::int64_t min,
+                                         bool increasing);
+
 struct ScaleArgs {
   std::string scenario_file;
   std::string gpus;   // --gpus 64,128,256

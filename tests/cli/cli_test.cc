@@ -335,3 +335,48 @@ TEST_CASE("collective: an nccl-tests-like table and --json, bad options exit 2")
     CHECK(f[i]["busbw_GBps"].get<double>() == Approx(a[i]["busbw_GBps"].get<double>()).epsilon(0.05));
   bad("--cluster dgx-h300 --gpus 8 --op all_reduce", "--cluster: \"dgx-h300\" is neither");
 }
+
+TEST_CASE("search: ranks the layouts that fit, prints the winner's keys, agrees with run; bad options exit 2") {
+  // Llama 3.1 8B on 64 H200: tp 1, 2 x pp 1, 2 x micro-batch 1, 2 = 8 layouts, all valid.
+  const std::string axes = "--tp 1,2 --pp 1,2 --cp 1 --vp 1 --micro-batch 1,2 --recompute none";
+  Result text = run("search configs/llama3.1-8b-h200-64.json " + axes + " --top 3");
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("8 layouts: 0 rejected by the layout rules") != std::string::npos);
+  CHECK(text.out.find("best layout as scenario keys:") != std::string::npos);
+  Result js = run("search configs/llama3.1-8b-h200-64.json " + axes + " --top 0 --json");
+  REQUIRE(js.code == 0);
+  const auto j = nlohmann::json::parse(js.out);
+  CHECK(j["search"]["enumerated"] == 8);
+  REQUIRE(j["layouts"].size() == 8);
+  CHECK(j["layouts"][0]["rank"] == 1);
+  // The winner as a scenario of its own: `run` predicts the step time it was ranked by.
+  nlohmann::json scenario =
+      nlohmann::json::parse(slurp(fs::path(TRAINSIM_SOURCE_DIR) / "configs/llama3.1-8b-h200-64.json"));
+  scenario["parallel"] = j["layouts"][0]["scenario"]["parallel"];
+  scenario["training"] = j["layouts"][0]["scenario"]["training"];
+  scenario["model"] = "llama3.1-8b";
+  const fs::path best = write("best.json", scenario.dump());
+  Result one = run(fmt::format("run '{}' --json", best.string()));
+  REQUIRE(one.code == 0);
+  CHECK(nlohmann::json::parse(one.out)["step_time_s"] == j["layouts"][0]["step_time_s"]);
+  // Markdown for a CI job summary.
+  Result md = run("search configs/llama3.1-8b-h200-64.json " + axes + " --markdown --top 2");
+  REQUIRE(md.code == 0);
+  CHECK(md.out.find("| rank | tp | pp |") != std::string::npos);
+
+  auto bad = [](const std::string& args, const std::string& message) {
+    Result r = run("search " + args);
+    INFO("stderr: " << r.err);
+    CHECK(r.code == 2);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(r.err.find(message) != std::string::npos);
+  };
+  bad("configs/llama3.1-8b-h200-64.json --tp 0,2",
+      "--tp: \"0\" is not a positive whole number (expected a list like 1,2,4)");
+  bad("configs/llama3.1-8b-h200-64.json --pp 2,2", "--pp: 2 is listed twice");
+  bad("configs/llama3.1-8b-h200-64.json --recompute none,most", "--recompute: unknown recompute \"most\"");
+  bad("configs/llama3.1-8b-h200-64.json --zero 4", "--zero: must be 0, 1, 2 or 3, got 4");
+  const fs::path broken = write("search-bad.json", R"({"model": "llama3.1-8b", "cluster": "dgx-h200", "gpus": 64,
+    "training": {"global_batch": 512, "seq_len": 8192, "micro_batches": 2}})");
+  bad(fmt::format("'{}'", broken.string()), broken.string() + ": training.micro_batches: unknown key");
+}

@@ -1,0 +1,312 @@
+#include "search/search.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <numeric>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "parallel/step_runner.h"
+#include "util/error.h"
+#include "util/json_node.h"
+
+namespace trainsim::search {
+
+namespace {
+
+constexpr std::array<const char*, 3> kRecomputeNames = {"none", "selective", "full"};
+
+const char* recompute_name(config::Recompute r) {
+  return kRecomputeNames[static_cast<std::size_t>(r)];
+}
+
+std::vector<std::int64_t> divisors(std::int64_t n, std::int64_t lo, std::int64_t hi) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t d = lo; d <= std::min(n, hi); ++d)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+// The scenario keys of one layout: the base file's parallel and training blocks with the searched
+// settings replaced, and the settings that only make sense for some layouts adjusted to each.
+void fill_keys(Candidate& c, const nlohmann::json& doc, std::int64_t layers) {
+  const Layout& l = c.layout;
+  nlohmann::json p = doc.contains("parallel") ? doc["parallel"] : nlohmann::json::object();
+  nlohmann::json t = doc.at("training");
+  p["tp"] = l.tp;
+  p["pp"] = l.pp;
+  p["cp"] = l.cp;
+  p["zero"] = l.zero;
+  // Megatron runs sequence parallelism whenever tp > 1 (and TE's overlap needs it).
+  p["sequence_parallel"] = l.tp > 1;
+  if (l.tp == 1) p.erase("tp_comm_overlap");
+  if (l.virtual_stages > 1) {
+    p["schedule"] = "interleaved";
+    p["virtual_stages"] = l.virtual_stages;
+  } else {
+    if (p.value("schedule", "") == "interleaved") p.erase("schedule");
+    p.erase("virtual_stages");
+  }
+  // The pipeline split is the search's: even where the model chunks (pp x virtual stages) divide the
+  // layers, else with the embedding and the loss each taking a layer's place (Megatron-Core's
+  // account-for-embedding/loss-in-pipeline-split, as Megatron-Bridge splits Llama 3.1 405B's 126
+  // layers over 16 stages) where they divide layers + 2. The base layout's split does not carry over.
+  p.erase("first_stage_layers");
+  p.erase("last_stage_layers");
+  p.erase("account_for_embedding_in_pipeline_split");
+  p.erase("account_for_loss_in_pipeline_split");
+  const std::int64_t chunks = l.pp * l.virtual_stages;
+  if (l.pp > 1 && layers % chunks != 0 && (layers + 2) % chunks == 0) {
+    p["account_for_embedding_in_pipeline_split"] = true;
+    p["account_for_loss_in_pipeline_split"] = true;
+  }
+  const bool fsdp = l.zero >= 3 || (l.zero == 2 && p.value("zero2_param_gather", "") == "per_unit");
+  if (l.zero != 2) p.erase("zero2_param_gather");
+  if (!fsdp) p.erase("fsdp_prefetch");
+  if (l.zero < 1 || fsdp) p.erase("overlap_param_gather");
+  t["micro_batch"] = l.micro_batch;
+  t["recompute"] = recompute_name(l.recompute);
+  t.erase("recompute_layers");
+  c.parallel = std::move(p);
+  c.training = std::move(t);
+}
+
+std::vector<Candidate> enumerate(const Axes& a, const config::Scenario& base, const nlohmann::json& doc) {
+  std::vector<Candidate> out;
+  for (const auto tp : a.tp)
+    for (const auto pp : a.pp)
+      for (const auto cp : a.cp)
+        for (const auto vs : a.virtual_stages) {
+          if (vs > 1 && pp == 1) continue;  // interleaving needs a pipeline
+          for (const auto mb : a.micro_batch)
+            for (const auto rc : a.recompute)
+              for (const auto z : a.zero) {
+                Candidate c;
+                c.layout = {tp, pp, cp, 0, vs, mb, z, rc};
+                const std::int64_t model_parallel = tp * pp * cp;
+                c.layout.dp = base.gpus % model_parallel == 0 ? base.gpus / model_parallel : 0;
+                fill_keys(c, doc, base.model.layers);
+                out.push_back(std::move(c));
+              }
+        }
+  return out;
+}
+
+void evaluate(Candidate& c, const std::string& file, const nlohmann::json& doc, const std::filesystem::path& data_dir) {
+  nlohmann::json d = doc;
+  d["parallel"] = c.parallel;
+  d["training"] = c.training;
+  config::Scenario s;
+  try {
+    s = config::parse_scenario(util::JsonNode(d, file), data_dir);
+  } catch (const util::InputError& e) {
+    c.rejected = fmt::format("{}: {}", e.path(), e.problem());
+    return;
+  }
+  c.valid = true;
+  const parallel::StepResult r = parallel::simulate_step(s);
+  c.metrics = report::compute_metrics(s, r);
+  const auto& t = r.mean;
+  c.exposed_comm_fraction = (t.tp_exposed_s + t.cp_exposed_s + t.pp_exposed_s + t.dp_exposed_s) / r.step_time_s;
+}
+
+std::string layout_name(const Layout& l) {
+  return fmt::format("tp {} · pp {} · cp {} · dp {} · vp {} · mbs {} · recompute {} · zero {}", l.tp, l.pp, l.cp,
+                     l.dp, l.virtual_stages, l.micro_batch, recompute_name(l.recompute), l.zero);
+}
+
+std::string heading(const config::Scenario& base) {
+  return fmt::format("{} on {} x {} ({}), global batch {} x {} tokens", base.model.name, base.gpus,
+                     base.cluster.gpu.name, base.cluster.name, base.training.global_batch, base.training.seq_len);
+}
+
+std::string counts(const Result& r) {
+  return fmt::format("{} layouts: {} rejected by the layout rules, {} do not fit in memory, {} fit", r.enumerated,
+                     r.rejected, static_cast<std::int64_t>(r.ranked.size()) - r.fitting, r.fitting);
+}
+
+}  // namespace
+
+Axes default_axes(const config::Scenario& base) {
+  Axes a;
+  for (std::int64_t tp = 1; tp <= std::min<std::int64_t>(8, base.cluster.gpus_per_node); tp *= 2) a.tp.push_back(tp);
+  // Pipeline sizes that split the layers evenly, or evenly once the embedding and the loss take a
+  // layer's place each (fill_keys).
+  const std::int64_t layers = base.model.layers;
+  a.pp = divisors(layers, 1, 64);
+  for (const auto d : divisors(layers + 2, 2, 64))
+    if (std::find(a.pp.begin(), a.pp.end(), d) == a.pp.end()) a.pp.push_back(d);
+  std::sort(a.pp.begin(), a.pp.end());
+  for (std::int64_t cp = 1; cp <= 16 && (cp == 1 || base.training.seq_len / cp >= 4096); cp *= 2) a.cp.push_back(cp);
+  // Virtual stages: divisors of the layers per stage, for every pp tried; interleaving is skipped
+  // where the layers per stage do not divide (the layout rules reject it).
+  a.virtual_stages = {1};
+  for (std::int64_t v = 2; v <= 8; ++v)
+    for (const auto pp : a.pp)
+      if (pp > 1 && (layers % (pp * v) == 0 || (layers + 2) % (pp * v) == 0)) {
+        a.virtual_stages.push_back(v);
+        break;
+      }
+  a.micro_batch = {1, 2, 4, 8};
+  a.recompute = {config::Recompute::none, config::Recompute::selective, config::Recompute::full};
+  a.zero = {base.parallel.zero};
+  return a;
+}
+
+Result run_search(const std::string& scenario_file, const nlohmann::json& doc, const Axes& axes, int threads,
+                  const std::filesystem::path& data_dir) {
+  const config::Scenario base = config::parse_scenario(util::JsonNode(doc, scenario_file), data_dir);
+  std::vector<Candidate> all = enumerate(axes, base, doc);
+  spdlog::info("searching {} layouts on {} threads", all.size(), threads);
+
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t i = next++; i < all.size(); i = next++) evaluate(all[i], scenario_file, doc, data_dir);
+  };
+  std::vector<std::thread> pool;
+  const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(std::max(threads, 1)), all.size());
+  for (std::size_t i = 1; i < n; ++i) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+
+  Result r;
+  r.scenario_file = scenario_file;
+  r.enumerated = static_cast<std::int64_t>(all.size());
+  for (auto& c : all) {
+    if (!c.valid) {
+      ++r.rejected;
+      spdlog::info("rejected {}: {}", layout_name(c.layout), c.rejected);
+      continue;
+    }
+    if (c.metrics.fits) ++r.fitting;
+    r.ranked.push_back(std::move(c));
+  }
+  // Those that fit first, each group by step time; ties keep the enumeration order.
+  std::stable_sort(r.ranked.begin(), r.ranked.end(), [](const Candidate& x, const Candidate& y) {
+    if (x.metrics.fits != y.metrics.fits) return x.metrics.fits;
+    return x.metrics.step_time_s < y.metrics.step_time_s;
+  });
+  return r;
+}
+
+namespace {
+
+// One table row: the layout and what it gave, each cell formatted; widths for the text table
+// (negative: left-aligned).
+constexpr std::array<int, 15> kWidths = {4, 3, 3, 3, 5, 3, 4, -9, 4, 9, 12, 6, 7, 7, 9};
+constexpr std::array<const char*, 15> kHeads = {"rank", "tp",           "pp",  "cp",     "dp",
+                                                "vp",   "mbs",          "recompute", "zero", "step (s)",
+                                                "tokens/s/GPU", "MFU", "bubble", "exposed", "peak GiB"};
+
+std::array<std::string, 15> cells(const Candidate& c, std::size_t rank) {
+  const Layout& l = c.layout;
+  const auto& m = c.metrics;
+  return {fmt::format("{}", rank),
+          fmt::format("{}", l.tp),
+          fmt::format("{}", l.pp),
+          fmt::format("{}", l.cp),
+          fmt::format("{}", l.dp),
+          fmt::format("{}", l.virtual_stages),
+          fmt::format("{}", l.micro_batch),
+          recompute_name(l.recompute),
+          fmt::format("{}", l.zero),
+          fmt::format("{:.3f}", m.step_time_s),
+          fmt::format("{:.1f}", m.tokens_per_s_per_gpu),
+          fmt::format("{:.1f}%", 100 * m.mfu),
+          fmt::format("{:.1f}%", 100 * m.bubble_fraction),
+          fmt::format("{:.1f}%", 100 * c.exposed_comm_fraction),
+          fmt::format("{:.1f}", m.peak_gib)};
+}
+
+std::string text_row(const std::array<std::string, 15>& row) {
+  std::string out;
+  for (std::size_t i = 0; i < row.size(); ++i) {
+    const int w = kWidths[i];
+    out += i == 0 ? "" : (i == 7 ? "  " : " ");
+    out += w < 0 ? fmt::format("{:<{}}", row[i], -w) : fmt::format("{:>{}}", row[i], w);
+  }
+  return out + "\n";
+}
+
+std::size_t shown_fitting(const Result& r, std::size_t top) {
+  return std::min<std::size_t>(top == 0 ? r.ranked.size() : top, static_cast<std::size_t>(r.fitting));
+}
+
+}  // namespace
+
+std::string to_text(const Result& r, const config::Scenario& base, std::size_t top) {
+  std::string out = fmt::format("search        {}\n", heading(base));
+  out += fmt::format("layouts       {}\n", counts(r));
+  const std::size_t shown = shown_fitting(r, top);
+  if (shown == 0) return out + "no layout fits in memory\n";
+  std::array<std::string, 15> head;
+  for (std::size_t i = 0; i < head.size(); ++i) head[i] = kHeads[i];
+  out += "\n" + text_row(head);
+  for (std::size_t i = 0; i < shown; ++i) out += text_row(cells(r.ranked[i], i + 1));
+  const Candidate& best = r.ranked.front();
+  out += fmt::format("\nbest layout as scenario keys:\n  \"parallel\": {},\n  \"training\": {}\n", best.parallel.dump(),
+                     best.training.dump());
+  return out;
+}
+
+std::string to_markdown(const Result& r, const config::Scenario& base, std::size_t top) {
+  std::string out = fmt::format("### trainsim search: {}\n\n{}.\n\n", heading(base), counts(r));
+  const std::size_t shown = shown_fitting(r, top);
+  if (shown == 0) return out + "No layout fits in memory.\n";
+  std::string rule = "|";
+  for (std::size_t i = 0; i < kHeads.size(); ++i) {
+    out += fmt::format("| {} ", kHeads[i]);
+    rule += kWidths[i] < 0 ? "---|" : "---:|";
+  }
+  out += "|\n" + rule + "\n";
+  for (std::size_t i = 0; i < shown; ++i) {
+    for (const auto& cell : cells(r.ranked[i], i + 1)) out += fmt::format("| {} ", cell);
+    out += "|\n";
+  }
+  return out;
+}
+
+nlohmann::json to_json(const Result& r, const config::Scenario& base, std::size_t top) {
+  nlohmann::json layouts = nlohmann::json::array();
+  const std::size_t shown = top == 0 ? r.ranked.size() : std::min(top, r.ranked.size());
+  for (std::size_t i = 0; i < shown; ++i) {
+    const Candidate& c = r.ranked[i];
+    const auto& m = c.metrics;
+    layouts.push_back({{"rank", i + 1},
+                       {"tp", c.layout.tp},
+                       {"pp", c.layout.pp},
+                       {"cp", c.layout.cp},
+                       {"dp", c.layout.dp},
+                       {"virtual_stages", c.layout.virtual_stages},
+                       {"micro_batch", c.layout.micro_batch},
+                       {"recompute", recompute_name(c.layout.recompute)},
+                       {"zero", c.layout.zero},
+                       {"fits", m.fits},
+                       {"step_time_s", m.step_time_s},
+                       {"tokens_per_s_per_gpu", m.tokens_per_s_per_gpu},
+                       {"model_tflops_per_gpu", m.model_tflops_per_gpu},
+                       {"mfu", m.mfu},
+                       {"bubble_fraction", m.bubble_fraction},
+                       {"exposed_comm_fraction", c.exposed_comm_fraction},
+                       {"peak_gib", m.peak_gib},
+                       {"scenario", {{"parallel", c.parallel}, {"training", c.training}}}});
+  }
+  return {{"search",
+           {{"scenario", r.scenario_file},
+            {"model", base.model.name},
+            {"cluster", base.cluster.name},
+            {"gpus", base.gpus},
+            {"global_batch", base.training.global_batch},
+            {"seq_len", base.training.seq_len},
+            {"capacity_gib", base.cluster.gpu.hbm_bytes / (1024.0 * 1024.0 * 1024.0)},
+            {"enumerated", r.enumerated},
+            {"rejected", r.rejected},
+            {"not_fitting", static_cast<std::int64_t>(r.ranked.size()) - r.fitting},
+            {"fitting", r.fitting}}},
+          {"layouts", layouts}};
+}
+
+}  // namespace trainsim::search

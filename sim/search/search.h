@@ -1,0 +1,63 @@
+#pragma once
+// Layout search: every parallel layout of one model, cluster, GPU count and global batch within
+// the axes asked for (TP, PP, CP, virtual pipeline stages, micro-batch, recompute, ZeRO stage).
+// Each candidate becomes a scenario through the same checks as a scenario file (a layout Megatron
+// would refuse is counted as rejected, with the reason), is simulated, and the ones that fit in
+// memory are ranked by step time. Results do not depend on the thread count.
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "config/scenario.h"
+#include "report/summary.h"
+
+namespace trainsim::search {
+
+// The values tried per setting; the search runs their cross product.
+struct Axes {
+  std::vector<std::int64_t> tp, pp, cp, virtual_stages, micro_batch, zero;
+  std::vector<config::Recompute> recompute;
+};
+
+// The defaults for a scenario (README.md, "trainsim search"): tp 1, 2, 4, 8 within a node; pp every
+// divisor of the layer count, or of the layer count + 2 (the embedding and the loss placed as
+// layers), up to 64; cp 1, and 2, 4, 8, 16 while each rank keeps at least 4096
+// tokens of the sequence; virtual stages 1 and each of 2 ... 8 that splits some pp's stages the same way;
+// micro-batch 1, 2, 4, 8; recompute none, selective, full; zero as the scenario sets it.
+Axes default_axes(const config::Scenario& base);
+
+struct Layout {
+  std::int64_t tp = 1, pp = 1, cp = 1, dp = 1, virtual_stages = 1, micro_batch = 1, zero = 0;
+  config::Recompute recompute = config::Recompute::none;
+};
+
+struct Candidate {
+  Layout layout;
+  nlohmann::json parallel, training;  // the scenario keys that give this layout
+  bool valid = false;
+  std::string rejected;  // why the layout rules refused it (valid false)
+  report::Metrics metrics;
+  double exposed_comm_fraction = 0;
+};
+
+struct Result {
+  std::string scenario_file;
+  std::vector<Candidate> ranked;  // valid candidates: those that fit by step time, then the rest by step time
+  std::int64_t enumerated = 0, rejected = 0, fitting = 0;
+};
+
+// Enumerates, checks, simulates (on `threads` threads) and ranks. `doc` is the scenario file's
+// JSON; its parallel and training blocks give every setting the search does not vary. Errors in
+// the scenario itself are InputErrors as for `trainsim run`.
+Result run_search(const std::string& scenario_file, const nlohmann::json& doc, const Axes& axes, int threads,
+                  const std::filesystem::path& data_dir);
+
+std::string to_text(const Result& result, const config::Scenario& base, std::size_t top);
+std::string to_markdown(const Result& result, const config::Scenario& base, std::size_t top);
+nlohmann::json to_json(const Result& result, const config::Scenario& base, std::size_t top);
+
+}  // namespace trainsim::search

@@ -1,0 +1,157 @@
+// The layout search: which axes it tries by default, that every candidate goes through the scenario
+// rules, that the ranking agrees with simulating the winner on its own, and that the answer does not
+// depend on the thread count.
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "parallel/step_runner.h"
+#include "search/search.h"
+#include "util/json_node.h"
+
+using namespace trainsim;
+
+namespace {
+
+const std::filesystem::path kData = TRAINSIM_SOURCE_DIR;
+
+// Llama 3.1 8B (32 layers) on 64 H200 (8 per node), 512 sequences of 8192 tokens.
+nlohmann::json llama8b() {
+  return util::read_json_file((kData / "configs/llama3.1-8b-h200-64.json").string());
+}
+
+config::Scenario parse(const nlohmann::json& doc) {
+  return config::parse_scenario(util::JsonNode(doc, "test.json"), kData);
+}
+
+}  // namespace
+
+TEST_CASE("default axes: tp within a node, pp dividing the layers, cp while a rank keeps 4096 tokens") {
+  const auto base = parse(llama8b());
+  const search::Axes a = search::default_axes(base);
+  CHECK(a.tp == std::vector<std::int64_t>{1, 2, 4, 8});
+  // Divisors of 32, and of 34 (the embedding and the loss placed as layers): 17, 34.
+  CHECK(a.pp == std::vector<std::int64_t>{1, 2, 4, 8, 16, 17, 32, 34});
+  // 8192 tokens: cp 2 keeps 4096, cp 4 would keep 2048.
+  CHECK(a.cp == std::vector<std::int64_t>{1, 2});
+  // v with 32 % (pp * v) == 0 for some pp > 1: 2, 4, 8 (3, 5, 6, 7 divide no 32 / pp).
+  CHECK(a.virtual_stages == std::vector<std::int64_t>{1, 2, 4, 8});
+  CHECK(a.micro_batch == std::vector<std::int64_t>{1, 2, 4, 8});
+  CHECK(a.recompute.size() == 3);
+  CHECK(a.zero == std::vector<std::int64_t>{1});  // the scenario's
+}
+
+TEST_CASE("search: every combination is counted, rejected ones by the scenario rules, the rest ranked") {
+  const auto doc = llama8b();
+  search::Axes a;
+  a.tp = {1, 2, 3};  // 3 divides neither the 64 GPUs nor the 32 heads: rejected
+  a.pp = {1, 2};
+  a.cp = {1};
+  a.virtual_stages = {1, 2};  // vp 2 with pp 1 is not a layout and is not enumerated
+  a.micro_batch = {1, 2, 3};  // 3 does not divide 512 / dp sequences: rejected
+  a.recompute = {config::Recompute::none, config::Recompute::full};
+  a.zero = {1};
+  const auto r = search::run_search("test.json", doc, a, 2, kData);
+  // tp 3 x (pp 1 with vp 1, pp 2 with vp 1 or 2) x mbs 3 x recompute 2.
+  CHECK(r.enumerated == 3 * 3 * 3 * 2);
+  // Valid: tp 1 or 2, mbs 1 or 2, every pipeline shape (pp 2 vp 2: 32 layers in 4 chunks of 8;
+  // 512 / (mbs * dp) micro-batches is a multiple of pp 2), both recompute modes.
+  CHECK(r.rejected == r.enumerated - 2 * 3 * 2 * 2);
+  REQUIRE(r.ranked.size() == 2 * 3 * 2 * 2);
+  for (std::size_t i = 1; i < r.ranked.size(); ++i) {
+    const auto& x = r.ranked[i - 1].metrics;
+    const auto& y = r.ranked[i].metrics;
+    CHECK((x.fits > y.fits || (x.fits == y.fits && x.step_time_s <= y.step_time_s)));
+  }
+  for (const auto& c : r.ranked) {
+    CHECK(c.layout.tp != 3);
+    CHECK(c.layout.micro_batch != 3);
+    CHECK(c.layout.dp == 64 / (c.layout.tp * c.layout.pp));
+  }
+  REQUIRE(r.fitting > 0);
+
+  // The winner's scenario keys, simulated on their own, give the step time it was ranked by.
+  const auto& best = r.ranked.front();
+  nlohmann::json d = doc;
+  d["parallel"] = best.parallel;
+  d["training"] = best.training;
+  const auto s = parse(d);
+  CHECK(s.parallel.tp == best.layout.tp);
+  CHECK(s.parallel.sequence_parallel == (best.layout.tp > 1));
+  CHECK(parallel::simulate_step(s).step_time_s == best.metrics.step_time_s);
+}
+
+TEST_CASE("search: the ranking is the same on one thread and on several") {
+  const auto doc = llama8b();
+  search::Axes a = search::default_axes(parse(doc));
+  a.pp = {1, 2};
+  a.cp = {1};
+  a.virtual_stages = {1, 2};
+  a.micro_batch = {1, 2};
+  a.recompute = {config::Recompute::none, config::Recompute::selective};
+  const auto base = parse(doc);
+  const auto one = search::run_search("test.json", doc, a, 1, kData);
+  const auto three = search::run_search("test.json", doc, a, 3, kData);
+  CHECK(search::to_json(one, base, 0).dump() == search::to_json(three, base, 0).dump());
+  CHECK(search::to_text(one, base, 10) == search::to_text(three, base, 10));
+}
+
+TEST_CASE("search: settings tied to one layout are adjusted to each candidate") {
+  // The base file runs TE's TP overlap, the distributed optimizer's overlapped gathers and uneven
+  // first/last stages; candidates with tp 1 drop the TP overlap (it needs sequence parallelism),
+  // zero 0 drops the overlapped gather, and no candidate keeps the fixed stage sizes.
+  nlohmann::json doc = llama8b();
+  doc["parallel"] = {{"tp", 2},
+                     {"pp", 4},
+                     {"sequence_parallel", true},
+                     {"tp_comm_overlap", true},
+                     {"zero", 1},
+                     {"overlap_grad_reduce", true},
+                     {"overlap_param_gather", true},
+                     {"first_stage_layers", 5},
+                     {"last_stage_layers", 9}};
+  search::Axes a;
+  a.tp = {1, 2};
+  a.pp = {1, 4};
+  a.cp = {1};
+  a.virtual_stages = {1};
+  a.micro_batch = {1};
+  a.recompute = {config::Recompute::none};
+  a.zero = {0, 1};
+  const auto r = search::run_search("test.json", doc, a, 2, kData);
+  CHECK(r.rejected == 0);
+  REQUIRE(r.ranked.size() == 8);
+  for (const auto& c : r.ranked) {
+    CHECK(c.parallel.value("tp_comm_overlap", false) == (c.layout.tp > 1));
+    CHECK(c.parallel.value("overlap_param_gather", false) == (c.layout.zero >= 1));
+    CHECK_FALSE(c.parallel.contains("first_stage_layers"));
+    CHECK(c.parallel.at("sequence_parallel") == (c.layout.tp > 1));
+  }
+}
+
+TEST_CASE("search: pipelines that do not divide the layers place the embedding and the loss as layers") {
+  // Llama 3.1 405B has 126 layers: pp 16 splits 126 + 2 = 128 slots into 8 per stage (Megatron-Core's
+  // account-for-embedding/loss-in-pipeline-split); pp 7 divides 126 and splits evenly.
+  nlohmann::json doc = util::read_json_file((kData / "configs/llama3.1-405b-h100-16384.json").string());
+  doc["gpus"] = 1792;  // 7 x 16 x 16: both pipeline sizes fit the GPU count with tp 8
+  doc["training"]["global_batch"] = 224;
+  search::Axes a;
+  a.tp = {8};
+  a.pp = {7, 16};
+  a.cp = {1};
+  a.virtual_stages = {1};
+  a.micro_batch = {1};
+  a.recompute = {config::Recompute::full};
+  a.zero = {1};
+  const auto r = search::run_search("test.json", doc, a, 2, kData);
+  CHECK(r.rejected == 0);
+  REQUIRE(r.ranked.size() == 2);
+  for (const auto& c : r.ranked) {
+    const bool accounted = c.parallel.value("account_for_embedding_in_pipeline_split", false);
+    CHECK(accounted == (c.layout.pp == 16));
+    CHECK(c.parallel.value("account_for_loss_in_pipeline_split", false) == accounted);
+    CHECK_FALSE(c.parallel.contains("first_stage_layers"));
+  }
+}
