@@ -123,6 +123,7 @@ struct SearchArgs {
   int threads = 0;  // 0: one per hardware thread
   bool json = false, markdown = false;
   std::string tp, pp, cp, vp, micro_batch, recompute, zero;
+  std::string network;  // overrides the scenario's network model
 };
 
 int search_command(const SearchArgs& a) {
@@ -166,8 +167,14 @@ int search_command(const SearchArgs& a) {
     }
   }
   const int threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const auto result =
-      search::run_search(a.scenario_file, util::read_json_file(a.scenario_file), axes, threads, data_dir);
+  nlohmann::json doc = util::read_json_file(a.scenario_file);
+  if (!a.network.empty()) {
+    if (a.network != "analytical" && a.network != "flow")
+      throw util::InputError("--network", "",
+                             fmt::format("unknown network \"{}\" (expected one of: analytical, flow)", a.network));
+    doc["network"] = a.network;
+  }
+  const auto result = search::run_search(a.scenario_file, doc, axes, threads, data_dir);
   if (a.json)
     fmt::print("{}\n", search::to_json(result, base, a.top).dump(2));
   else if (a.markdown)
@@ -254,6 +261,9 @@ int main(int argc, char** argv) {
   search->add_option("--micro-batch", search_args.micro_batch, "Micro-batch sizes (default 1,2,4,8)");
   search->add_option("--recompute", search_args.recompute, "Recompute modes (default none,selective,full)");
   search->add_option("--zero", search_args.zero, "ZeRO stages (default: the scenario's)");
+  search->add_option("--network", search_args.network,
+                     "Network model for every layout, analytical or flow (default: the scenario's; flow simulates "
+                     "every rank and is much slower)");
   auto* sj = search->add_flag("--json", search_args.json, "Print one JSON object");
   search->add_flag("--markdown", search_args.markdown, "Print a Markdown table")->excludes(sj);
 

@@ -114,8 +114,8 @@ void evaluate(Candidate& c, const std::string& file, const nlohmann::json& doc, 
 }
 
 std::string layout_name(const Layout& l) {
-  return fmt::format("tp {} · pp {} · cp {} · dp {} · vp {} · mbs {} · recompute {} · zero {}", l.tp, l.pp, l.cp,
-                     l.dp, l.virtual_stages, l.micro_batch, recompute_name(l.recompute), l.zero);
+  return fmt::format("tp {} · pp {} · cp {} · dp {} · vp {} · mbs {} · recompute {} · zero {}", l.tp, l.pp, l.cp, l.dp,
+                     l.virtual_stages, l.micro_batch, recompute_name(l.recompute), l.zero);
 }
 
 std::string heading(const config::Scenario& base) {
@@ -124,8 +124,9 @@ std::string heading(const config::Scenario& base) {
 }
 
 std::string counts(const Result& r) {
-  return fmt::format("{} layouts: {} rejected by the layout rules, {} do not fit in memory, {} fit", r.enumerated,
-                     r.rejected, static_cast<std::int64_t>(r.ranked.size()) - r.fitting, r.fitting);
+  return fmt::format("{} layout{}: {} rejected by the layout rules, {} do not fit in memory, {} fit", r.enumerated,
+                     r.enumerated == 1 ? "" : "s", r.rejected, static_cast<std::int64_t>(r.ranked.size()) - r.fitting,
+                     r.fitting);
 }
 
 }  // namespace
@@ -197,9 +198,9 @@ namespace {
 // One table row: the layout and what it gave, each cell formatted; widths for the text table
 // (negative: left-aligned).
 constexpr std::array<int, 15> kWidths = {4, 3, 3, 3, 5, 3, 4, -9, 4, 9, 12, 6, 7, 7, 9};
-constexpr std::array<const char*, 15> kHeads = {"rank", "tp",           "pp",  "cp",     "dp",
-                                                "vp",   "mbs",          "recompute", "zero", "step (s)",
-                                                "tokens/s/GPU", "MFU", "bubble", "exposed", "peak GiB"};
+constexpr std::array<const char*, 15> kHeads = {"rank",         "tp",  "pp",        "cp",      "dp",
+                                                "vp",           "mbs", "recompute", "zero",    "step (s)",
+                                                "tokens/s/GPU", "MFU", "bubble",    "exposed", "peak GiB"};
 
 std::array<std::string, 15> cells(const Candidate& c, std::size_t rank) {
   const Layout& l = c.layout;
