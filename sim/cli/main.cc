@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <malloc.h>
 #include <exception>
 #include <filesystem>
 #include <optional>
@@ -187,6 +188,12 @@ int search_command(const SearchArgs& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // glibc hands freed blocks above 128 KiB straight back to the kernel; `search` and `validate` build
+  // and free the same task vectors for thousands of simulations, and faulting their pages in again
+  // took a third of an 8B search's time (BENCHMARKS.md). Keep up to 1 GiB of freed memory and serve
+  // blocks up to 32 MiB from the heap.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   CLI::App app{
       "trainsim predicts how a transformer training step runs on a GPU cluster: step time, throughput, MFU,\n"
       "pipeline bubbles, exposed communication and per-GPU memory, for a DP/TP/PP/SP layout."};
