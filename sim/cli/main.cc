@@ -3,10 +3,10 @@
 //   unexpected error, 2 bad input (one line naming file, JSON path and problem), 3 the simulation
 //   could not finish (deadlock report).
 
+#include <malloc.h>
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
-#include <malloc.h>
 #include <exception>
 #include <filesystem>
 #include <optional>
@@ -25,6 +25,7 @@
 #include "engine/executor.h"
 #include "network/sweep.h"
 #include "parallel/step_runner.h"
+#include "report/compare.h"
 #include "report/progress.h"
 #include "report/summary.h"
 #include "search/search.h"
@@ -125,6 +126,7 @@ struct SearchArgs {
   bool json = false, markdown = false;
   std::string tp, pp, cp, vp, micro_batch, recompute, zero;
   std::string network;  // overrides the scenario's network model
+  std::string headroom = "0";
 };
 
 int search_command(const SearchArgs& a) {
@@ -175,7 +177,9 @@ int search_command(const SearchArgs& a) {
                              fmt::format("unknown network \"{}\" (expected one of: analytical, flow)", a.network));
     doc["network"] = a.network;
   }
-  const auto result = search::run_search(a.scenario_file, doc, axes, threads, data_dir);
+  const double headroom = report::parse_bound(a.headroom, "--headroom");
+  if (headroom >= 1) throw util::InputError("--headroom", "", "must leave some memory to use (below 100%)");
+  const auto result = search::run_search(a.scenario_file, doc, axes, threads, data_dir, headroom);
   if (a.json)
     fmt::print("{}\n", search::to_json(result, base, a.top).dump(2));
   else if (a.markdown)
@@ -268,6 +272,8 @@ int main(int argc, char** argv) {
   search->add_option("--micro-batch", search_args.micro_batch, "Micro-batch sizes (default 1,2,4,8)");
   search->add_option("--recompute", search_args.recompute, "Recompute modes (default none,selective,full)");
   search->add_option("--zero", search_args.zero, "ZeRO stages (default: the scenario's)");
+  search->add_option("--headroom", search_args.headroom,
+                     "Share of GPU memory a layout must leave free to count as fitting: 5% or 0.05 (default 0)");
   search->add_option("--network", search_args.network,
                      "Network model for every layout, analytical or flow (default: the scenario's; flow simulates "
                      "every rank and is much slower)");

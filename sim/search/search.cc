@@ -95,7 +95,8 @@ std::vector<Candidate> enumerate(const Axes& a, const config::Scenario& base, co
   return out;
 }
 
-void evaluate(Candidate& c, const std::string& file, const nlohmann::json& doc, const std::filesystem::path& data_dir) {
+void evaluate(Candidate& c, const std::string& file, const nlohmann::json& doc, const std::filesystem::path& data_dir,
+              double headroom) {
   nlohmann::json d = doc;
   d["parallel"] = c.parallel;
   d["training"] = c.training;
@@ -109,6 +110,7 @@ void evaluate(Candidate& c, const std::string& file, const nlohmann::json& doc, 
   c.valid = true;
   const parallel::StepResult r = parallel::simulate_step(s);
   c.metrics = report::compute_metrics(s, r);
+  c.metrics.fits = c.metrics.peak_gib <= c.metrics.capacity_gib * (1 - headroom);
   const auto& t = r.mean;
   c.exposed_comm_fraction = (t.tp_exposed_s + t.cp_exposed_s + t.pp_exposed_s + t.dp_exposed_s) / r.step_time_s;
 }
@@ -124,8 +126,9 @@ std::string heading(const config::Scenario& base) {
 }
 
 std::string counts(const Result& r) {
-  return fmt::format("{} layout{}: {} rejected by the layout rules, {} do not fit in memory, {} fit", r.enumerated,
+  return fmt::format("{} layout{}: {} rejected by the layout rules, {} do not fit in memory{}, {} fit", r.enumerated,
                      r.enumerated == 1 ? "" : "s", r.rejected, static_cast<std::int64_t>(r.ranked.size()) - r.fitting,
+                     r.headroom > 0 ? fmt::format(" with {:g}% of it free", 100 * r.headroom) : std::string(),
                      r.fitting);
 }
 
@@ -158,14 +161,14 @@ Axes default_axes(const config::Scenario& base) {
 }
 
 Result run_search(const std::string& scenario_file, const nlohmann::json& doc, const Axes& axes, int threads,
-                  const std::filesystem::path& data_dir) {
+                  const std::filesystem::path& data_dir, double headroom) {
   const config::Scenario base = config::parse_scenario(util::JsonNode(doc, scenario_file), data_dir);
   std::vector<Candidate> all = enumerate(axes, base, doc);
   spdlog::info("searching {} layouts on {} threads", all.size(), threads);
 
   std::atomic<std::size_t> next{0};
   auto work = [&] {
-    for (std::size_t i = next++; i < all.size(); i = next++) evaluate(all[i], scenario_file, doc, data_dir);
+    for (std::size_t i = next++; i < all.size(); i = next++) evaluate(all[i], scenario_file, doc, data_dir, headroom);
   };
   std::vector<std::thread> pool;
   const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(std::max(threads, 1)), all.size());
@@ -175,6 +178,7 @@ Result run_search(const std::string& scenario_file, const nlohmann::json& doc, c
 
   Result r;
   r.scenario_file = scenario_file;
+  r.headroom = headroom;
   r.enumerated = static_cast<std::int64_t>(all.size());
   for (auto& c : all) {
     if (!c.valid) {
@@ -303,6 +307,7 @@ nlohmann::json to_json(const Result& r, const config::Scenario& base, std::size_
             {"global_batch", base.training.global_batch},
             {"seq_len", base.training.seq_len},
             {"capacity_gib", base.cluster.gpu.hbm_bytes / (1024.0 * 1024.0 * 1024.0)},
+            {"headroom", r.headroom},
             {"enumerated", r.enumerated},
             {"rejected", r.rejected},
             {"not_fitting", static_cast<std::int64_t>(r.ranked.size()) - r.fitting},

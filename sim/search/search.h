@@ -46,15 +46,17 @@ struct Candidate {
 
 struct Result {
   std::string scenario_file;
+  double headroom = 0;            // share of GPU memory a layout must leave free to count as fitting
   std::vector<Candidate> ranked;  // valid candidates: those that fit by step time, then the rest by step time
   std::int64_t enumerated = 0, rejected = 0, fitting = 0;
 };
 
 // Enumerates, checks, simulates (on `threads` threads) and ranks. `doc` is the scenario file's
-// JSON; its parallel and training blocks give every setting the search does not vary. Errors in
-// the scenario itself are InputErrors as for `trainsim run`.
+// JSON; its parallel and training blocks give every setting the search does not vary. A layout fits
+// when its simulated memory peak leaves `headroom` (a share of the GPU's memory) free. Errors in the
+// scenario itself are InputErrors as for `trainsim run`.
 Result run_search(const std::string& scenario_file, const nlohmann::json& doc, const Axes& axes, int threads,
-                  const std::filesystem::path& data_dir);
+                  const std::filesystem::path& data_dir, double headroom = 0);
 
 std::string to_text(const Result& result, const config::Scenario& base, std::size_t top);
 std::string to_markdown(const Result& result, const config::Scenario& base, std::size_t top);

@@ -359,6 +359,21 @@ TEST_CASE("search: ranks the layouts that fit, prints the winner's keys, agrees 
   Result one = run(fmt::format("run '{}' --json", best.string()));
   REQUIRE(one.code == 0);
   CHECK(nlohmann::json::parse(one.out)["step_time_s"] == j["layouts"][0]["step_time_s"]);
+  // With half the memory to be left free, only the layouts whose peak is at most half of the
+  // H200's 141 GB (131.6 GiB) still fit.
+  Result half = run("search configs/llama3.1-8b-h200-64.json " + axes + " --top 0 --json --headroom 50%");
+  REQUIRE(half.code == 0);
+  const auto h = nlohmann::json::parse(half.out);
+  CHECK(h["search"]["headroom"] == 0.5);
+  const double capacity = h["search"]["capacity_gib"].get<double>();
+  int fitting = 0;
+  for (const auto& l : h["layouts"]) {
+    const bool fits = l["peak_gib"].get<double>() <= 0.5 * capacity;
+    CHECK(l["fits"] == fits);
+    fitting += fits;
+  }
+  CHECK(h["search"]["fitting"] == fitting);
+  CHECK(fitting < j["search"]["fitting"].get<int>());
   // Markdown for a CI job summary.
   Result md = run("search configs/llama3.1-8b-h200-64.json " + axes + " --markdown --top 2");
   REQUIRE(md.code == 0);
@@ -376,6 +391,8 @@ TEST_CASE("search: ranks the layouts that fit, prints the winner's keys, agrees 
   bad("configs/llama3.1-8b-h200-64.json --pp 2,2", "--pp: 2 is listed twice");
   bad("configs/llama3.1-8b-h200-64.json --recompute none,most", "--recompute: unknown recompute \"most\"");
   bad("configs/llama3.1-8b-h200-64.json --zero 4", "--zero: must be 0, 1, 2 or 3, got 4");
+  bad("configs/llama3.1-8b-h200-64.json --headroom 5", "--headroom: 5 is ambiguous: write 5% or 0.05");
+  bad("configs/llama3.1-8b-h200-64.json --network packet", "--network: unknown network \"packet\"");
   const fs::path broken = write("search-bad.json", R"({"model": "llama3.1-8b", "cluster": "dgx-h200", "gpus": 64,
     "training": {"global_batch": 512, "seq_len": 8192, "micro_batches": 2}})");
   bad(fmt::format("'{}'", broken.string()), broken.string() + ": training.micro_batches: unknown key");
