@@ -129,8 +129,9 @@ struct SearchArgs {
   std::string headroom = "0";
 };
 
-int search_command(const SearchArgs& a) {
+int search_command(const SearchArgs& a, int* argc, char*** argv) {
   using namespace trainsim;
+  search::MpiSession mpi(argc, argv);
   const auto data_dir = config::default_data_dir();
   const config::Scenario base = config::load_scenario(a.scenario_file, data_dir);
   search::Axes axes = search::default_axes(base);
@@ -180,6 +181,7 @@ int search_command(const SearchArgs& a) {
   const double headroom = report::parse_bound(a.headroom, "--headroom");
   if (headroom >= 1) throw util::InputError("--headroom", "", "must leave some memory to use (below 100%)");
   const auto result = search::run_search(a.scenario_file, doc, axes, threads, data_dir, headroom);
+  if (!result.root) return 0;  // rank 0 prints
   if (a.json)
     fmt::print("{}\n", search::to_json(result, base, a.top).dump(2));
   else if (a.markdown)
@@ -299,7 +301,7 @@ int main(int argc, char** argv) {
   try {
     if (run->parsed()) return run_command(scenario_file, json, all_ranks, run_outputs);
     if (auto code = trainsim::cli::run_report_commands(report_commands)) return *code;
-    if (search->parsed()) return search_command(search_args);
+    if (search->parsed()) return search_command(search_args, &argc, &argv);
     if (calibrate->parsed()) return trainsim::calibrate::run_command(calibrate_options);
     if (validate->parsed())
       return validate_command(validate_dir, validate_json, validate_markdown, gate_file, validate_network);
@@ -314,7 +316,8 @@ int main(int argc, char** argv) {
       return collective_command(coll_cluster, coll, coll_network, coll_json);
     }
   } catch (const trainsim::util::InputError& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+    // Under mpirun every rank meets the same bad input; rank 0 says so once.
+    if (!trainsim::search::secondary_rank()) std::fprintf(stderr, "%s\n", e.what());
     return 2;
   } catch (const trainsim::engine::RunError& e) {
     std::fprintf(stderr, "trainsim: simulation failed: %s\n", e.what());

@@ -3,8 +3,13 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdlib>
 #include <numeric>
 #include <thread>
+
+#ifdef TRAINSIM_WITH_MPI
+#include <mpi.h>
+#endif
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -132,7 +137,99 @@ std::string counts(const Result& r) {
                      r.fitting);
 }
 
+bool under_mpirun() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"})
+    if (std::getenv(var) != nullptr) return true;
+  return false;
+}
+
+int g_rank = 0, g_size = 1;
+
+#ifdef TRAINSIM_WITH_MPI
+void check_mpi(int code, const char* what) {
+  if (code != MPI_SUCCESS) throw std::runtime_error(fmt::format("{} failed (MPI error {})", what, code));
+}
+
+// One rank's outcomes, as CBOR: [[index, valid, rejected, step, tokens/s/GPU, TFLOP/s/GPU, MFU,
+// bubble, peak GiB, capacity GiB, fits, exposed], ...] (CBOR keeps every double exactly).
+std::vector<std::uint8_t> pack(const std::vector<Candidate>& all) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (std::size_t i = static_cast<std::size_t>(g_rank); i < all.size(); i += static_cast<std::size_t>(g_size)) {
+    const Candidate& c = all[i];
+    const auto& m = c.metrics;
+    rows.push_back({i, c.valid, c.rejected, m.step_time_s, m.tokens_per_s_per_gpu, m.model_tflops_per_gpu, m.mfu,
+                    m.bubble_fraction, m.peak_gib, m.capacity_gib, m.fits, c.exposed_comm_fraction});
+  }
+  return nlohmann::json::to_cbor(rows);
+}
+
+void unpack(const std::uint8_t* data, std::size_t bytes, std::vector<Candidate>& all) {
+  const auto rows = nlohmann::json::from_cbor(data, data + bytes);
+  for (const auto& row : rows) {
+    Candidate& c = all.at(row[0].get<std::size_t>());
+    auto& m = c.metrics;
+    c.valid = row[1].get<bool>();
+    c.rejected = row[2].get<std::string>();
+    m.step_time_s = row[3].get<double>();
+    m.tokens_per_s_per_gpu = row[4].get<double>();
+    m.model_tflops_per_gpu = row[5].get<double>();
+    m.mfu = row[6].get<double>();
+    m.bubble_fraction = row[7].get<double>();
+    m.peak_gib = row[8].get<double>();
+    m.capacity_gib = row[9].get<double>();
+    m.fits = row[10].get<bool>();
+    c.exposed_comm_fraction = row[11].get<double>();
+  }
+}
+
+// Rank 0 receives every rank's outcomes into `all`.
+void gather(std::vector<Candidate>& all) {
+  const std::vector<std::uint8_t> mine = pack(all);
+  const int mine_bytes = static_cast<int>(mine.size());
+  std::vector<int> bytes(static_cast<std::size_t>(g_size));
+  check_mpi(MPI_Gather(&mine_bytes, 1, MPI_INT, bytes.data(), 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Gather");
+  std::vector<int> offsets(bytes.size(), 0);
+  for (std::size_t r = 1; r < bytes.size(); ++r) offsets[r] = offsets[r - 1] + bytes[r - 1];
+  std::vector<std::uint8_t> buffer(g_rank == 0 ? static_cast<std::size_t>(offsets.back() + bytes.back()) : 0);
+  check_mpi(MPI_Gatherv(mine.data(), mine_bytes, MPI_BYTE, buffer.data(), bytes.data(), offsets.data(), MPI_BYTE, 0,
+                        MPI_COMM_WORLD),
+            "MPI_Gatherv");
+  if (g_rank != 0) return;
+  for (std::size_t r = 1; r < bytes.size(); ++r)
+    unpack(buffer.data() + offsets[r], static_cast<std::size_t>(bytes[r]), all);
+}
+#endif
+
 }  // namespace
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  if (!under_mpirun()) return;
+#ifdef TRAINSIM_WITH_MPI
+  check_mpi(MPI_Init(argc, argv), "MPI_Init");
+  started_ = true;
+  check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
+  g_rank = rank_;
+  g_size = size_;
+#else
+  (void)argc;
+  (void)argv;
+  throw util::InputError("search", "",
+                         "this trainsim was built without MPI (TRAINSIM_MPI off or OpenMPI not found); run it "
+                         "without mpirun, or rebuild after tools/setup");
+#endif
+}
+
+MpiSession::~MpiSession() {
+#ifdef TRAINSIM_WITH_MPI
+  if (started_) MPI_Finalize();
+#endif
+  // g_rank stays: main() prints a failed search's error on rank 0 only, after this has run.
+}
+
+bool secondary_rank() {
+  return g_rank != 0;
+}
 
 Axes default_axes(const config::Scenario& base) {
   Axes a;
@@ -166,17 +263,29 @@ Result run_search(const std::string& scenario_file, const nlohmann::json& doc, c
   std::vector<Candidate> all = enumerate(axes, base, doc);
   spdlog::info("searching {} layouts on {} threads", all.size(), threads);
 
+  // This rank's share: every g_size-th layout from g_rank (all of them in one process).
+  std::vector<std::size_t> mine;
+  for (std::size_t i = static_cast<std::size_t>(g_rank); i < all.size(); i += static_cast<std::size_t>(g_size))
+    mine.push_back(i);
   std::atomic<std::size_t> next{0};
   auto work = [&] {
-    for (std::size_t i = next++; i < all.size(); i = next++) evaluate(all[i], scenario_file, doc, data_dir, headroom);
+    for (std::size_t k = next++; k < mine.size(); k = next++)
+      evaluate(all[mine[k]], scenario_file, doc, data_dir, headroom);
   };
   std::vector<std::thread> pool;
-  const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(std::max(threads, 1)), all.size());
+  const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(std::max(threads, 1)), mine.size());
   for (std::size_t i = 1; i < n; ++i) pool.emplace_back(work);
   work();
   for (auto& t : pool) t.join();
+#ifdef TRAINSIM_WITH_MPI
+  if (g_size > 1) gather(all);
+#endif
 
   Result r;
+  if (g_rank != 0) {
+    r.root = false;
+    return r;
+  }
   r.scenario_file = scenario_file;
   r.headroom = headroom;
   r.enumerated = static_cast<std::int64_t>(all.size());

@@ -44,7 +44,29 @@ struct Candidate {
   double exposed_comm_fraction = 0;
 };
 
+// MPI for one search: started when the process was launched by mpirun (OpenMPI's or a PMI
+// launcher's environment), finalized when this goes out of scope; otherwise nothing. Under it,
+// run_search gives each rank every size-th layout and gathers the outcomes on rank 0, which alone
+// prints; the answer is the same as in one process. Builds without MPI (TRAINSIM_MPI off, or no
+// OpenMPI) refuse to run under mpirun rather than search N times over.
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+ private:
+  bool started_ = false;
+  int rank_ = 0, size_ = 1;
+};
+// True in an MPI rank other than 0 (errors and output are rank 0's to print).
+bool secondary_rank();
+
 struct Result {
+  bool root = true;  // false on MPI ranks other than 0, which hold no outcomes
   std::string scenario_file;
   double headroom = 0;            // share of GPU memory a layout must leave free to count as fitting
   std::vector<Candidate> ranked;  // valid candidates: those that fit by step time, then the rest by step time

@@ -397,3 +397,30 @@ TEST_CASE("search: ranks the layouts that fit, prints the winner's keys, agrees 
     "training": {"global_batch": 512, "seq_len": 8192, "micro_batches": 2}})");
   bad(fmt::format("'{}'", broken.string()), broken.string() + ": training.micro_batches: unknown key");
 }
+
+#ifdef TRAINSIM_MPIEXEC
+TEST_CASE("search under mpirun: the ranks share the layouts and rank 0 prints the one-process answer") {
+  // As root in a container: OpenMPI must be told root is fine, and CMA single copies may be barred.
+  // OpenMPI's own allocations at exit are not trainsim's leaks (the sanitizer build).
+  const std::string env =
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none "
+      "OMPI_MCA_rmaps_base_oversubscribe=1 ASAN_OPTIONS=detect_leaks=0";
+  const std::string args =
+      "search configs/llama3.1-8b-h200-64.json --tp 1,2 --pp 1,2,3 --cp 1 --vp 1 --micro-batch 1,2 --recompute "
+      "none,full --top 0 --json";
+  Result one = run(args);
+  REQUIRE(one.code == 0);
+  Result three = run_shell(fmt::format("{} {} -np 3 {} {}", env, TRAINSIM_MPIEXEC, TRAINSIM_BINARY, args));
+  INFO("stderr: " << three.err);
+  REQUIRE(three.code == 0);
+  // 2 x 3 x 2 x 2 = 24 layouts, pp 3 rejected: each of the 3 ranks ran some and rejected some.
+  CHECK(nlohmann::json::parse(one.out)["search"]["enumerated"] == 24);
+  CHECK(three.out == one.out);
+  // A bad option: one line from rank 0, exit 2.
+  Result bad = run_shell(fmt::format("{} {} -np 2 {} search configs/llama3.1-8b-h200-64.json --tp 0", env,
+                                     TRAINSIM_MPIEXEC, TRAINSIM_BINARY));
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("--tp: \"0\" is not a positive whole number") != std::string::npos);
+  CHECK(bad.err.find("--tp:", bad.err.find("--tp:") + 1) == std::string::npos);
+}
+#endif
