@@ -4,7 +4,6 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
-#include <numeric>
 #include <thread>
 
 #ifdef TRAINSIM_WITH_MPI
