@@ -127,6 +127,7 @@ struct SearchArgs {
   std::string tp, pp, cp, vp, micro_batch, recompute, zero;
   std::string network;  // overrides the scenario's network model
   std::string headroom = "0";
+  std::string gpus, nodes;  // search at these GPU counts instead of the scenario's
 };
 
 int search_command(const SearchArgs& a, int* argc, char*** argv) {
@@ -180,14 +181,38 @@ int search_command(const SearchArgs& a, int* argc, char*** argv) {
   }
   const double headroom = report::parse_bound(a.headroom, "--headroom");
   if (headroom >= 1) throw util::InputError("--headroom", "", "must leave some memory to use (below 100%)");
-  const auto result = search::run_search(a.scenario_file, doc, axes, threads, data_dir, headroom);
-  if (!result.root) return 0;  // rank 0 prints
+  if (a.gpus.empty() && a.nodes.empty()) {
+    const auto result = search::run_search(base, doc, axes, threads, data_dir, headroom);
+    if (!result.root) return 0;  // rank 0 prints
+    if (a.json)
+      fmt::print("{}\n", search::to_json(result, base, a.top).dump(2));
+    else if (a.markdown)
+      fmt::print("{}", search::to_markdown(result, base, a.top));
+    else
+      fmt::print("{}", search::to_text(result, base, a.top));
+    return 0;
+  }
+  // Several GPU counts: the same search at each, then the best layout per count.
+  std::vector<std::int64_t> counts =
+      trainsim::cli::parse_int_list(a.gpus.empty() ? a.nodes : a.gpus, a.gpus.empty() ? "--nodes" : "--gpus", 1, true);
+  if (!a.nodes.empty())
+    for (auto& n : counts) n *= base.cluster.gpus_per_node;
+  std::vector<search::Result> results;
+  std::vector<config::Scenario> bases;
+  for (const std::int64_t n : counts) {
+    config::Scenario b = base;
+    b.gpus = n;
+    doc["gpus"] = n;
+    results.push_back(search::run_search(b, doc, axes, threads, data_dir, headroom));
+    bases.push_back(std::move(b));
+  }
+  if (!results.front().root) return 0;
   if (a.json)
-    fmt::print("{}\n", search::to_json(result, base, a.top).dump(2));
+    fmt::print("{}\n", search::to_json(results, bases, a.top).dump(2));
   else if (a.markdown)
-    fmt::print("{}", search::to_markdown(result, base, a.top));
+    fmt::print("{}", search::to_markdown(results, bases, a.top));
   else
-    fmt::print("{}", search::to_text(result, base, a.top));
+    fmt::print("{}", search::to_text(results, bases, a.top));
   return 0;
 }
 
@@ -274,6 +299,12 @@ int main(int argc, char** argv) {
   search->add_option("--micro-batch", search_args.micro_batch, "Micro-batch sizes (default 1,2,4,8)");
   search->add_option("--recompute", search_args.recompute, "Recompute modes (default none,selective,full)");
   search->add_option("--zero", search_args.zero, "ZeRO stages (default: the scenario's)");
+  auto* search_gpus = search->add_option(
+      "--gpus", search_args.gpus,
+      "Search at each of these GPU counts (increasing: 256,512,1024) instead of the scenario's, then list the best "
+      "layout per count");
+  search->add_option("--nodes", search_args.nodes, "As --gpus, in nodes (times the cluster's GPUs per node)")
+      ->excludes(search_gpus);
   search->add_option("--headroom", search_args.headroom,
                      "Share of GPU memory a layout must leave free to count as fitting: 5% or 0.05 (default 0)");
   search->add_option("--network", search_args.network,

@@ -256,9 +256,10 @@ Axes default_axes(const config::Scenario& base) {
   return a;
 }
 
-Result run_search(const std::string& scenario_file, const nlohmann::json& doc, const Axes& axes, int threads,
+Result run_search(const config::Scenario& base, const nlohmann::json& doc, const Axes& axes, int threads,
                   const std::filesystem::path& data_dir, double headroom) {
-  const config::Scenario base = config::parse_scenario(util::JsonNode(doc, scenario_file), data_dir);
+  TRAINSIM_ASSERT(doc.at("gpus") == base.gpus);
+  const std::string& scenario_file = base.file;
   std::vector<Candidate> all = enumerate(axes, base, doc);
   spdlog::info("searching {} layouts on {} threads", all.size(), threads);
 
@@ -421,6 +422,109 @@ nlohmann::json to_json(const Result& r, const config::Scenario& base, std::size_
             {"not_fitting", static_cast<std::int64_t>(r.ranked.size()) - r.fitting},
             {"fitting", r.fitting}}},
           {"layouts", layouts}};
+}
+
+namespace {
+
+// The best fitting layout of each search, with tokens/s/GPU against the first count's best.
+struct BestRow {
+  std::int64_t gpus = 0;
+  const Candidate* best = nullptr;  // null: nothing fits at this count
+  double scaling_efficiency = 0;
+};
+
+std::vector<BestRow> best_rows(const std::vector<Result>& results, const std::vector<config::Scenario>& bases) {
+  TRAINSIM_ASSERT(results.size() == bases.size());
+  std::vector<BestRow> rows;
+  double first = 0;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    BestRow row;
+    row.gpus = bases[i].gpus;
+    if (results[i].fitting > 0) {
+      row.best = &results[i].ranked.front();
+      if (first == 0) first = row.best->metrics.tokens_per_s_per_gpu;
+      row.scaling_efficiency = row.best->metrics.tokens_per_s_per_gpu / first;
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace
+
+std::string to_text(const std::vector<Result>& results, const std::vector<config::Scenario>& bases, std::size_t top) {
+  std::string out;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    if (i > 0) out += '\n';
+    out += to_text(results[i], bases[i], top);
+  }
+  out += "\nbest layout per GPU count (scaling: tokens/s/GPU against the first count's best)\n";
+  out += fmt::format("{:>6} {:>3} {:>3} {:>3} {:>5} {:>3} {:>4}  {:<9} {:>4} {:>9} {:>12} {:>6} {:>8}\n", "gpus", "tp",
+                     "pp", "cp", "dp", "vp", "mbs", "recompute", "zero", "step (s)", "tokens/s/GPU", "MFU", "scaling");
+  for (const auto& row : best_rows(results, bases)) {
+    if (row.best == nullptr) {
+      out += fmt::format("{:>6}  no layout fits in memory\n", row.gpus);
+      continue;
+    }
+    const Layout& l = row.best->layout;
+    const auto& m = row.best->metrics;
+    out +=
+        fmt::format("{:>6} {:>3} {:>3} {:>3} {:>5} {:>3} {:>4}  {:<9} {:>4} {:>9.3f} {:>12.1f} {:>5.1f}% {:>7.1f}%\n",
+                    row.gpus, l.tp, l.pp, l.cp, l.dp, l.virtual_stages, l.micro_batch, recompute_name(l.recompute),
+                    l.zero, m.step_time_s, m.tokens_per_s_per_gpu, 100 * m.mfu, 100 * row.scaling_efficiency);
+  }
+  return out;
+}
+
+std::string to_markdown(const std::vector<Result>& results, const std::vector<config::Scenario>& bases,
+                        std::size_t top) {
+  std::string out;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    if (i > 0) out += '\n';
+    out += to_markdown(results[i], bases[i], top);
+  }
+  out +=
+      "\n### Best layout per GPU count\n\n| GPUs | layout | step (s) | tokens/s/GPU | MFU | scaling |\n"
+      "|---:|---|---:|---:|---:|---:|\n";
+  for (const auto& row : best_rows(results, bases)) {
+    if (row.best == nullptr) {
+      out += fmt::format("| {} | no layout fits in memory | | | | |\n", row.gpus);
+      continue;
+    }
+    const auto& m = row.best->metrics;
+    out += fmt::format("| {} | {} | {:.3f} | {:.1f} | {:.1f}% | {:.1f}% |\n", row.gpus, layout_name(row.best->layout),
+                       m.step_time_s, m.tokens_per_s_per_gpu, 100 * m.mfu, 100 * row.scaling_efficiency);
+  }
+  return out;
+}
+
+nlohmann::json to_json(const std::vector<Result>& results, const std::vector<config::Scenario>& bases,
+                       std::size_t top) {
+  nlohmann::json searches = nlohmann::json::array();
+  for (std::size_t i = 0; i < results.size(); ++i) searches.push_back(to_json(results[i], bases[i], top));
+  nlohmann::json best = nlohmann::json::array();
+  for (const auto& row : best_rows(results, bases)) {
+    if (row.best == nullptr) {
+      best.push_back({{"gpus", row.gpus}, {"fits", false}});
+      continue;
+    }
+    const auto& c = *row.best;
+    best.push_back({{"gpus", row.gpus},
+                    {"fits", true},
+                    {"tp", c.layout.tp},
+                    {"pp", c.layout.pp},
+                    {"cp", c.layout.cp},
+                    {"dp", c.layout.dp},
+                    {"virtual_stages", c.layout.virtual_stages},
+                    {"micro_batch", c.layout.micro_batch},
+                    {"recompute", recompute_name(c.layout.recompute)},
+                    {"zero", c.layout.zero},
+                    {"step_time_s", c.metrics.step_time_s},
+                    {"tokens_per_s_per_gpu", c.metrics.tokens_per_s_per_gpu},
+                    {"mfu", c.metrics.mfu},
+                    {"scaling_efficiency", row.scaling_efficiency}});
+  }
+  return {{"searches", searches}, {"best", best}};
 }
 
 }  // namespace trainsim::search

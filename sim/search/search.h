@@ -73,14 +73,21 @@ struct Result {
   std::int64_t enumerated = 0, rejected = 0, fitting = 0;
 };
 
-// Enumerates, checks, simulates (on `threads` threads) and ranks. `doc` is the scenario file's
-// JSON; its parallel and training blocks give every setting the search does not vary. A layout fits
-// when its simulated memory peak leaves `headroom` (a share of the GPU's memory) free. Errors in the
-// scenario itself are InputErrors as for `trainsim run`.
-Result run_search(const std::string& scenario_file, const nlohmann::json& doc, const Axes& axes, int threads,
+// Enumerates, checks, simulates (on `threads` threads) and ranks the layouts of `base` (a scenario
+// as load_scenario gives it; only its model, cluster, GPU count and training settings matter).
+// `doc` is its JSON with "gpus" equal to base.gpus; its parallel and training blocks give every
+// setting the search does not vary. A layout fits when its simulated memory peak leaves `headroom`
+// (a share of the GPU's memory) free.
+Result run_search(const config::Scenario& base, const nlohmann::json& doc, const Axes& axes, int threads,
                   const std::filesystem::path& data_dir, double headroom = 0);
 
+// One search: its counts, the top layouts that fit, and the winner's scenario keys. Results of one
+// scenario at several GPU counts (same order as given): each, then the best layout per count.
 std::string to_text(const Result& result, const config::Scenario& base, std::size_t top);
+std::string to_text(const std::vector<Result>& results, const std::vector<config::Scenario>& bases, std::size_t top);
+std::string to_markdown(const std::vector<Result>& results, const std::vector<config::Scenario>& bases,
+                        std::size_t top);
+nlohmann::json to_json(const std::vector<Result>& results, const std::vector<config::Scenario>& bases, std::size_t top);
 std::string to_markdown(const Result& result, const config::Scenario& base, std::size_t top);
 nlohmann::json to_json(const Result& result, const config::Scenario& base, std::size_t top);
 

@@ -398,6 +398,39 @@ TEST_CASE("search: ranks the layouts that fit, prints the winner's keys, agrees 
   bad(fmt::format("'{}'", broken.string()), broken.string() + ": training.micro_batches: unknown key");
 }
 
+TEST_CASE("search at several GPU counts: each count's search, then its best layout with the scaling") {
+  // Llama 3.1 8B, 512 sequences: at 32 and 64 H200 (4 and 8 nodes). Each count's search is the
+  // search of the scenario at that count; the summary repeats each winner.
+  const std::string axes = "--tp 1,2 --pp 1,2 --cp 1 --vp 1 --micro-batch 1,2 --recompute none";
+  Result r = run("search configs/llama3.1-8b-h200-64.json " + axes + " --nodes 4,8 --json --top 1");
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["searches"].size() == 2);
+  REQUIRE(j["best"].size() == 2);
+  CHECK(j["searches"][0]["search"]["gpus"] == 32);
+  CHECK(j["searches"][1]["search"]["gpus"] == 64);
+  CHECK(j["best"][0]["scaling_efficiency"] == 1.0);
+  for (int i = 0; i < 2; ++i) {
+    const auto& top = j["searches"][i]["layouts"][0];
+    CHECK(j["best"][i]["step_time_s"] == top["step_time_s"]);
+    CHECK(j["best"][i]["tp"] == top["tp"]);
+    CHECK(top["dp"].get<int>() * top["tp"].get<int>() * top["pp"].get<int>() == j["best"][i]["gpus"].get<int>());
+  }
+  const double ratio =
+      j["best"][1]["tokens_per_s_per_gpu"].get<double>() / j["best"][0]["tokens_per_s_per_gpu"].get<double>();
+  CHECK(j["best"][1]["scaling_efficiency"].get<double>() == Approx(ratio));
+  // The 64-GPU search on its own gives the same winner.
+  Result alone = run("search configs/llama3.1-8b-h200-64.json " + axes + " --json --top 1");
+  REQUIRE(alone.code == 0);
+  CHECK(nlohmann::json::parse(alone.out)["layouts"][0] == j["searches"][1]["layouts"][0]);
+  Result text = run("search configs/llama3.1-8b-h200-64.json " + axes + " --gpus 32,64 --top 1");
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("best layout per GPU count") != std::string::npos);
+  Result bad = run("search configs/llama3.1-8b-h200-64.json --gpus 64,32");
+  CHECK(bad.code == 2);
+  CHECK(bad.err == "--gpus: sizes must increase: 32 after 64\n");
+}
+
 #ifdef TRAINSIM_MPIEXEC
 TEST_CASE("search under mpirun: the ranks share the layouts and rank 0 prints the one-process answer") {
   // As root in a container: OpenMPI must be told root is fine, and CMA single copies may be barred.

@@ -53,7 +53,7 @@ TEST_CASE("search: every combination is counted, rejected ones by the scenario r
   a.micro_batch = {1, 2, 3};  // 3 does not divide 512 / dp sequences: rejected
   a.recompute = {config::Recompute::none, config::Recompute::full};
   a.zero = {1};
-  const auto r = search::run_search("test.json", doc, a, 2, kData);
+  const auto r = search::run_search(parse(doc), doc, a, 2, kData);
   // tp 3 x (pp 1 with vp 1, pp 2 with vp 1 or 2) x mbs 3 x recompute 2.
   CHECK(r.enumerated == 3 * 3 * 3 * 2);
   // Valid: tp 1 or 2, mbs 1 or 2, every pipeline shape (pp 2 vp 2: 32 layers in 4 chunks of 8;
@@ -92,8 +92,8 @@ TEST_CASE("search: the ranking is the same on one thread and on several") {
   a.micro_batch = {1, 2};
   a.recompute = {config::Recompute::none, config::Recompute::selective};
   const auto base = parse(doc);
-  const auto one = search::run_search("test.json", doc, a, 1, kData);
-  const auto three = search::run_search("test.json", doc, a, 3, kData);
+  const auto one = search::run_search(base, doc, a, 1, kData);
+  const auto three = search::run_search(base, doc, a, 3, kData);
   CHECK(search::to_json(one, base, 0).dump() == search::to_json(three, base, 0).dump());
   CHECK(search::to_text(one, base, 10) == search::to_text(three, base, 10));
 }
@@ -120,7 +120,7 @@ TEST_CASE("search: settings tied to one layout are adjusted to each candidate") 
   a.micro_batch = {1};
   a.recompute = {config::Recompute::none};
   a.zero = {0, 1};
-  const auto r = search::run_search("test.json", doc, a, 2, kData);
+  const auto r = search::run_search(parse(doc), doc, a, 2, kData);
   CHECK(r.rejected == 0);
   REQUIRE(r.ranked.size() == 8);
   for (const auto& c : r.ranked) {
@@ -145,7 +145,7 @@ TEST_CASE("search: pipelines that do not divide the layers place the embedding a
   a.micro_batch = {1};
   a.recompute = {config::Recompute::full};
   a.zero = {1};
-  const auto r = search::run_search("test.json", doc, a, 2, kData);
+  const auto r = search::run_search(parse(doc), doc, a, 2, kData);
   CHECK(r.rejected == 0);
   REQUIRE(r.ranked.size() == 2);
   for (const auto& c : r.ranked) {
