@@ -181,15 +181,18 @@ int search_command(const SearchArgs& a, int* argc, char*** argv) {
   }
   const double headroom = report::parse_bound(a.headroom, "--headroom");
   if (headroom >= 1) throw util::InputError("--headroom", "", "must leave some memory to use (below 100%)");
+  // One search, or one per GPU count: the same three outputs.
+  auto print = [&a](const auto& results, const auto& bases) {
+    if (a.json)
+      fmt::print("{}\n", search::to_json(results, bases, a.top).dump(2));
+    else if (a.markdown)
+      fmt::print("{}", search::to_markdown(results, bases, a.top));
+    else
+      fmt::print("{}", search::to_text(results, bases, a.top));
+  };
   if (a.gpus.empty() && a.nodes.empty()) {
     const auto result = search::run_search(base, doc, axes, threads, data_dir, headroom);
-    if (!result.root) return 0;  // rank 0 prints
-    if (a.json)
-      fmt::print("{}\n", search::to_json(result, base, a.top).dump(2));
-    else if (a.markdown)
-      fmt::print("{}", search::to_markdown(result, base, a.top));
-    else
-      fmt::print("{}", search::to_text(result, base, a.top));
+    if (result.root) print(result, base);  // rank 0 prints
     return 0;
   }
   // Several GPU counts: the same search at each, then the best layout per count.
@@ -206,13 +209,7 @@ int search_command(const SearchArgs& a, int* argc, char*** argv) {
     results.push_back(search::run_search(b, doc, axes, threads, data_dir, headroom));
     bases.push_back(std::move(b));
   }
-  if (!results.front().root) return 0;
-  if (a.json)
-    fmt::print("{}\n", search::to_json(results, bases, a.top).dump(2));
-  else if (a.markdown)
-    fmt::print("{}", search::to_markdown(results, bases, a.top));
-  else
-    fmt::print("{}", search::to_text(results, bases, a.top));
+  if (results.front().root) print(results, bases);
   return 0;
 }
 

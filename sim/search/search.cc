@@ -383,30 +383,39 @@ std::string to_markdown(const Result& r, const config::Scenario& base, std::size
   return out;
 }
 
+namespace {
+
+nlohmann::json layout_json(const Layout& l) {
+  return {{"tp", l.tp},
+          {"pp", l.pp},
+          {"cp", l.cp},
+          {"dp", l.dp},
+          {"virtual_stages", l.virtual_stages},
+          {"micro_batch", l.micro_batch},
+          {"recompute", recompute_name(l.recompute)},
+          {"zero", l.zero}};
+}
+
+}  // namespace
+
 nlohmann::json to_json(const Result& r, const config::Scenario& base, std::size_t top) {
   nlohmann::json layouts = nlohmann::json::array();
   const std::size_t shown = top == 0 ? r.ranked.size() : std::min(top, r.ranked.size());
   for (std::size_t i = 0; i < shown; ++i) {
     const Candidate& c = r.ranked[i];
     const auto& m = c.metrics;
-    layouts.push_back({{"rank", i + 1},
-                       {"tp", c.layout.tp},
-                       {"pp", c.layout.pp},
-                       {"cp", c.layout.cp},
-                       {"dp", c.layout.dp},
-                       {"virtual_stages", c.layout.virtual_stages},
-                       {"micro_batch", c.layout.micro_batch},
-                       {"recompute", recompute_name(c.layout.recompute)},
-                       {"zero", c.layout.zero},
-                       {"fits", m.fits},
-                       {"step_time_s", m.step_time_s},
-                       {"tokens_per_s_per_gpu", m.tokens_per_s_per_gpu},
-                       {"model_tflops_per_gpu", m.model_tflops_per_gpu},
-                       {"mfu", m.mfu},
-                       {"bubble_fraction", m.bubble_fraction},
-                       {"exposed_comm_fraction", c.exposed_comm_fraction},
-                       {"peak_gib", m.peak_gib},
-                       {"scenario", {{"parallel", c.parallel}, {"training", c.training}}}});
+    nlohmann::json j = layout_json(c.layout);
+    j.update({{"rank", i + 1},
+              {"fits", m.fits},
+              {"step_time_s", m.step_time_s},
+              {"tokens_per_s_per_gpu", m.tokens_per_s_per_gpu},
+              {"model_tflops_per_gpu", m.model_tflops_per_gpu},
+              {"mfu", m.mfu},
+              {"bubble_fraction", m.bubble_fraction},
+              {"exposed_comm_fraction", c.exposed_comm_fraction},
+              {"peak_gib", m.peak_gib},
+              {"scenario", {{"parallel", c.parallel}, {"training", c.training}}}});
+    layouts.push_back(std::move(j));
   }
   return {{"search",
            {{"scenario", r.scenario_file},
@@ -509,20 +518,14 @@ nlohmann::json to_json(const std::vector<Result>& results, const std::vector<con
       continue;
     }
     const auto& c = *row.best;
-    best.push_back({{"gpus", row.gpus},
-                    {"fits", true},
-                    {"tp", c.layout.tp},
-                    {"pp", c.layout.pp},
-                    {"cp", c.layout.cp},
-                    {"dp", c.layout.dp},
-                    {"virtual_stages", c.layout.virtual_stages},
-                    {"micro_batch", c.layout.micro_batch},
-                    {"recompute", recompute_name(c.layout.recompute)},
-                    {"zero", c.layout.zero},
-                    {"step_time_s", c.metrics.step_time_s},
-                    {"tokens_per_s_per_gpu", c.metrics.tokens_per_s_per_gpu},
-                    {"mfu", c.metrics.mfu},
-                    {"scaling_efficiency", row.scaling_efficiency}});
+    nlohmann::json j = layout_json(c.layout);
+    j.update({{"gpus", row.gpus},
+              {"fits", true},
+              {"step_time_s", c.metrics.step_time_s},
+              {"tokens_per_s_per_gpu", c.metrics.tokens_per_s_per_gpu},
+              {"mfu", c.metrics.mfu},
+              {"scaling_efficiency", row.scaling_efficiency}});
+    best.push_back(std::move(j));
   }
   return {{"searches", searches}, {"best", best}};
 }
