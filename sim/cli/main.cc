@@ -5,7 +5,7 @@
 
 #include <malloc.h>
 #include <algorithm>
-#include <charconv>
+#include <array>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -153,17 +153,15 @@ int search_command(const SearchArgs& a, int* argc, char*** argv) {
     while (true) {
       const std::size_t comma = rest.find(',');
       const std::string_view item = rest.substr(0, comma);
-      config::Recompute r{};
-      if (item == "none")
-        r = config::Recompute::none;
-      else if (item == "selective")
-        r = config::Recompute::selective;
-      else if (item == "full")
-        r = config::Recompute::full;
-      else
+      const std::array<config::Recompute, 3> modes = {config::Recompute::none, config::Recompute::selective,
+                                                      config::Recompute::full};
+      const auto* it = std::find_if(modes.begin(), modes.end(),
+                                    [&](config::Recompute m) { return item == report::recompute_name(m); });
+      if (it == modes.end())
         throw util::InputError(
             "--recompute", "",
             fmt::format("unknown recompute \"{}\" (expected a list of none, selective, full)", std::string(item)));
+      const config::Recompute r = *it;
       if (std::find(axes.recompute.begin(), axes.recompute.end(), r) != axes.recompute.end())
         throw util::InputError("--recompute", "", fmt::format("{} is listed twice", std::string(item)));
       axes.recompute.push_back(r);

@@ -49,18 +49,6 @@ std::string schedule_name(const config::ParallelSpec& p) {
   return "?";
 }
 
-const char* recompute_name(config::Recompute r) {
-  switch (r) {
-    case config::Recompute::none:
-      return "none";
-    case config::Recompute::selective:
-      return "selective";
-    case config::Recompute::full:
-      return "full";
-  }
-  return "?";
-}
-
 std::string thousands(double v) {
   std::string digits = fmt::format("{:.0f}", v);
   std::string out;
@@ -73,6 +61,18 @@ std::string thousands(double v) {
 }
 
 }  // namespace
+
+const char* recompute_name(config::Recompute r) {
+  switch (r) {
+    case config::Recompute::none:
+      return "none";
+    case config::Recompute::selective:
+      return "selective";
+    case config::Recompute::full:
+      return "full";
+  }
+  return "?";
+}
 
 Metrics compute_metrics(const config::Scenario& sc, const parallel::StepResult& r) {
   Metrics m;

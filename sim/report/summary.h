@@ -24,6 +24,9 @@ struct Metrics {
   bool fits = true;
 };
 
+// "none", "selective" or "full", as the scenario file spells it.
+const char* recompute_name(config::Recompute r);
+
 Metrics compute_metrics(const config::Scenario& scenario, const parallel::StepResult& result);
 nlohmann::json to_json(const config::Scenario& scenario, const parallel::StepResult& result);
 std::string to_text(const config::Scenario& scenario, const parallel::StepResult& result);

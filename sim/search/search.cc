@@ -21,11 +21,7 @@ namespace trainsim::search {
 
 namespace {
 
-constexpr std::array<const char*, 3> kRecomputeNames = {"none", "selective", "full"};
-
-const char* recompute_name(config::Recompute r) {
-  return kRecomputeNames[static_cast<std::size_t>(r)];
-}
+using report::recompute_name;
 
 std::vector<std::int64_t> divisors(std::int64_t n, std::int64_t lo, std::int64_t hi) {
   std::vector<std::int64_t> out;
