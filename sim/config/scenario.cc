@@ -155,7 +155,7 @@ workload::ModelSpec parse_model_any(const util::JsonNode& node, const std::strin
 }
 
 ParallelSpec parse_parallel(const util::JsonNode& node) {
-  node.reject_unknown({"tp", "pp", "cp", "sequence_parallel", "schedule", "virtual_stages", "zero",
+  node.reject_unknown({"tp", "pp", "cp", "ep", "etp", "sequence_parallel", "schedule", "virtual_stages", "zero",
                        "overlap_grad_reduce", "overlap_param_gather", "dp_bucket_mb", "tp_comm_overlap",
                        "first_stage_layers", "last_stage_layers", "account_for_embedding_in_pipeline_split",
                        "account_for_loss_in_pipeline_split", "fsdp_prefetch", "zero2_param_gather"});
@@ -163,6 +163,8 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
   if (auto v = node.find("tp")) p.tp = v->as_positive_int();
   if (auto v = node.find("pp")) p.pp = v->as_positive_int();
   if (auto v = node.find("cp")) p.cp = v->as_positive_int();
+  if (auto v = node.find("ep")) p.ep = v->as_positive_int();
+  if (auto v = node.find("etp")) p.etp = v->as_positive_int();
   if (auto v = node.find("sequence_parallel")) p.sequence_parallel = v->as_bool();
   if (auto v = node.find("schedule")) {
     constexpr std::array<Schedule, 4> kSchedule = {Schedule::one_f_one_b, Schedule::gpipe, Schedule::interleaved,
@@ -312,6 +314,50 @@ double product(std::int64_t a, std::int64_t b, std::int64_t c = 1) {
   return static_cast<double>(a) * static_cast<double>(b) * static_cast<double>(c);
 }
 
+// Expert parallelism (Megatron-Core's MoE parallel folding): the expert layers regroup the tp*cp*dp
+// ranks of a pipeline stage as etp x ep x expert-dp, so etp*ep must divide them; ep divides the
+// experts, etp their width. Megatron-Core needs sequence parallelism for MoE with tp > 1.
+void check_experts(const util::JsonNode& root, Scenario& s) {
+  ParallelSpec& p = s.parallel;
+  const workload::ModelSpec& m = s.model;
+  const std::string file = root.file();
+  const std::string parallel_path = util::join_path(root.path(), "parallel");
+  const std::string ep_path = util::join_path(parallel_path, "ep");
+  const std::string etp_path = util::join_path(parallel_path, "etp");
+  if (!m.moe()) {
+    if (p.ep > 1) throw util::InputError(file, ep_path, fmt::format("{} needs a mixture-of-experts model", p.ep));
+    if (p.etp > 0) throw util::InputError(file, etp_path, "needs a mixture-of-experts model");
+    p.etp = 1;
+    return;
+  }
+  if (p.etp == 0) p.etp = p.tp;
+  if (m.experts % p.ep != 0)
+    throw util::InputError(file, ep_path, fmt::format("{} does not divide experts ({})", p.ep, m.experts));
+  if (m.moe_ffn_hidden % p.etp != 0)
+    throw util::InputError(file, etp_path,
+                           fmt::format("{} does not divide moe_ffn_hidden ({})", p.etp, m.moe_ffn_hidden));
+  if (m.shared_expert_ffn_hidden % p.tp != 0)
+    throw util::InputError(
+        file, util::join_path(parallel_path, "tp"),
+        fmt::format("{} does not divide shared_expert_ffn_hidden ({})", p.tp, m.shared_expert_ffn_hidden));
+  const std::int64_t ranks = p.tp * p.cp * p.dp;  // of one pipeline stage
+  if (ranks % p.etp != 0 || (ranks / p.etp) % p.ep != 0)
+    throw util::InputError(file, ep_path,
+                           fmt::format("etp*ep = {}*{} = {} does not divide the {} ranks of a pipeline stage "
+                                       "(tp*cp*dp = {}*{}*{})",
+                                       p.etp, p.ep, product(p.etp, p.ep), ranks, p.tp, p.cp, p.dp));
+  if (p.tp > 1 && !p.sequence_parallel)
+    throw util::InputError(file, util::join_path(parallel_path, "sequence_parallel"),
+                           "mixture-of-experts layers with tp > 1 need sequence_parallel (Megatron-Core requires it)");
+  if (p.zero >= 2)
+    throw util::InputError(
+        file, util::join_path(parallel_path, "zero"),
+        fmt::format("zero {} with a mixture-of-experts model is not supported yet (use 0 or 1)", p.zero));
+  if (s.training.framework == Framework::pytorch_eager)
+    throw util::InputError(file, util::join_path(util::join_path(root.path(), "training"), "framework"),
+                           "pytorch-eager with a mixture-of-experts model is not supported yet");
+}
+
 // Megatron's layout constraints (ecosystem.md §2.1), checked once everything is parsed.
 void check_layout(const util::JsonNode& root, Scenario& s) {
   ParallelSpec& p = s.parallel;
@@ -430,6 +476,8 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
                                        "sequence_parallel requires",
                                        s.training.seq_len / p.cp, p.tp));
   }
+
+  check_experts(root, s);
 
   TrainingSpec& t = s.training;
   if (t.global_batch % t.micro_batch != 0 || (t.global_batch / t.micro_batch) % p.dp != 0) {

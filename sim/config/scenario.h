@@ -34,6 +34,12 @@ struct ParallelSpec {
   std::int64_t pp = 1;
   std::int64_t cp = 1;
   std::int64_t dp = 1;  // derived: gpus / (tp * pp * cp)
+  // Mixture of experts (Megatron-Core's parallel folding): the tp*cp*dp ranks of a pipeline stage
+  // are regrouped for the expert layers as etp (fastest) x ep x expert-dp; each ep group holds every
+  // expert once. etp 0 in a file means Megatron's default, tp; resolved when the scenario is checked.
+  std::int64_t ep = 1;
+  std::int64_t etp = 0;
+  std::int64_t expert_dp() const { return tp * cp * dp / (ep * etp); }
   bool sequence_parallel = false;
   Schedule schedule = Schedule::one_f_one_b;
   std::int64_t virtual_stages = 1;

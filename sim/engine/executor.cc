@@ -60,7 +60,7 @@ void Executor::pump(std::uint32_t rank) {
 
 bool Executor::try_start(std::uint32_t rank, int stream) {
   RankState& st = ranks_[rank];
-  const auto bit = static_cast<std::uint8_t>(1u << stream);
+  const auto bit = static_cast<StreamMask>(1u << stream);
   if (st.occupied & bit) return false;
   const Program& p = program_of(rank);
   auto tasks = p.stream(stream);
@@ -110,7 +110,7 @@ bool Executor::try_start(std::uint32_t rank, int stream) {
   return false;
 }
 
-void Executor::set_busy(std::uint32_t rank, std::uint8_t busy) {
+void Executor::set_busy(std::uint32_t rank, StreamMask busy) {
   RankState& st = ranks_[rank];
   const Time now = sim_.now();
   stats_[rank].bucket_time[buckets_[st.busy]] += now - st.last_change;
@@ -120,24 +120,24 @@ void Executor::set_busy(std::uint32_t rank, std::uint8_t busy) {
 
 void Executor::begin(std::uint32_t rank, int stream, const Task& task) {
   RankState& st = ranks_[rank];
-  const auto bit = static_cast<std::uint8_t>(1u << stream);
+  const auto bit = static_cast<StreamMask>(1u << stream);
   st.occupied |= bit;
   st.started[static_cast<std::size_t>(stream)] = sim_.now();
-  set_busy(rank, static_cast<std::uint8_t>(st.busy | bit));
+  set_busy(rank, static_cast<StreamMask>(st.busy | bit));
   if (task.mem_alloc_bytes != 0) change_mem(rank, task.mem_category, task.mem_alloc_bytes);
 }
 
 void Executor::finish(std::uint32_t rank, int stream, bool then_pump) {
   RankState& st = ranks_[rank];
-  const auto bit = static_cast<std::uint8_t>(1u << stream);
+  const auto bit = static_cast<StreamMask>(1u << stream);
   const Program& p = program_of(rank);
   const auto si = static_cast<std::size_t>(stream);
   const Task& task = p.stream(stream)[st.next[si]];
   if (task.mem_free_bytes != 0) change_mem(rank, task.mem_category, -task.mem_free_bytes);
   const Time start = st.started[si];
   stats_[rank].stream_busy[si] += sim_.now() - start;
-  set_busy(rank, static_cast<std::uint8_t>(st.busy & ~bit));
-  st.occupied = static_cast<std::uint8_t>(st.occupied & ~bit);
+  set_busy(rank, static_cast<StreamMask>(st.busy & ~bit));
+  st.occupied = static_cast<StreamMask>(st.occupied & ~bit);
   ++st.next[si];
   stats_[rank].finish = sim_.now();
   if (observer_) observer_->on_task(rank, p, task, start, sim_.now());
@@ -146,7 +146,7 @@ void Executor::finish(std::uint32_t rank, int stream, bool then_pump) {
 
 void Executor::arrive(std::uint32_t rank, int stream, const Task& task) {
   RankState& st = ranks_[rank];
-  st.occupied = static_cast<std::uint8_t>(st.occupied | (1u << stream));
+  st.occupied = static_cast<StreamMask>(st.occupied | (1u << stream));
   const std::uint32_t g = bindings_[rank].group[task.slot];
   TRAINSIM_ASSERT(g != kNone);
   GroupState& gs = group_state_[g];

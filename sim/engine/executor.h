@@ -63,8 +63,8 @@ class Executor {
     std::array<Time, kMaxStreams> started{};
     std::array<std::uint32_t, kMaxSlots> delivered{};
     std::array<std::uint32_t, kMaxSlots> consumed{};
-    std::uint8_t occupied = 0;  // head task has been started (running, or waiting in a collective)
-    std::uint8_t busy = 0;      // head task is running
+    StreamMask occupied = 0;  // head task has been started (running, or waiting in a collective)
+    StreamMask busy = 0;      // head task is running
     Time last_change;
     std::int64_t mem_total = 0;
   };
@@ -83,7 +83,7 @@ class Executor {
   }
   void pump(std::uint32_t rank);
   bool try_start(std::uint32_t rank, int stream);
-  void set_busy(std::uint32_t rank, std::uint8_t busy);
+  void set_busy(std::uint32_t rank, StreamMask busy);
   void begin(std::uint32_t rank, int stream, const Task& task);
   void finish(std::uint32_t rank, int stream, bool then_pump = true);
   void arrive(std::uint32_t rank, int stream, const Task& task);

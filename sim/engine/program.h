@@ -17,8 +17,9 @@
 
 namespace trainsim::engine {
 
-inline constexpr int kMaxStreams = 8;  // busy masks are 8 bits
-inline constexpr int kMaxSlots = 4;    // group slots and peer slots per rank
+inline constexpr int kMaxStreams = 10;  // busy masks are StreamMask bits
+using StreamMask = std::uint16_t;
+inline constexpr int kMaxSlots = 8;  // group slots and peer slots per rank
 inline constexpr int kMaxMemCategories = 8;
 inline constexpr int kMaxBuckets = 8;  // time accounting classes (see Executor)
 inline constexpr std::uint32_t kNone = UINT32_MAX;
@@ -113,12 +114,18 @@ class GroupTable {
   std::vector<std::string> kind_names_;
 };
 
+constexpr std::array<std::uint32_t, kMaxSlots> unbound_slots() {
+  std::array<std::uint32_t, kMaxSlots> a{};
+  a.fill(kNone);
+  return a;
+}
+
 // What one rank runs and what its slots refer to.
 struct Binding {
   std::uint32_t program = 0;
   std::uint32_t cluster_rank = kNone;  // the rank's number in the cluster; kNone: its index
-  std::array<std::uint32_t, kMaxSlots> group{kNone, kNone, kNone, kNone};
-  std::array<std::uint32_t, kMaxSlots> peer{kNone, kNone, kNone, kNone};
+  std::array<std::uint32_t, kMaxSlots> group = unbound_slots();
+  std::array<std::uint32_t, kMaxSlots> peer = unbound_slots();
 };
 
 }  // namespace trainsim::engine

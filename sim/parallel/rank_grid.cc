@@ -57,4 +57,30 @@ std::vector<std::vector<std::uint32_t>> RankGrid::groups(std::string_view kind) 
   return out;
 }
 
+std::vector<std::vector<std::uint32_t>> RankGrid::expert_groups(std::string_view kind, std::int64_t etp,
+                                                                std::int64_t ep) const {
+  const std::int64_t stage = tp_ * cp_ * dp_;
+  TRAINSIM_ASSERT(etp >= 1 && ep >= 1 && stage % (etp * ep) == 0);
+  const std::int64_t edp = stage / (etp * ep);
+  // The varied coordinate's size and stride in the stage-local index etp + ETP·(ep + EP·edp).
+  std::int64_t size = 0, stride = 0;
+  if (kind == "etp") {
+    size = etp, stride = 1;
+  } else if (kind == "ep") {
+    size = ep, stride = etp;
+  } else {
+    TRAINSIM_ASSERT(kind == "edp");
+    size = edp, stride = etp * ep;
+  }
+  std::vector<std::vector<std::uint32_t>> out;
+  for (std::int64_t p = 0; p < pp_; ++p)
+    for (std::int64_t i = 0; i < stage; ++i) {
+      if ((i / stride) % size != 0) continue;  // leads its group: the varied coordinate is 0
+      std::vector<std::uint32_t> members;
+      for (std::int64_t j = 0; j < size; ++j) members.push_back(static_cast<std::uint32_t>(p * stage + i + j * stride));
+      out.push_back(std::move(members));
+    }
+  return out;
+}
+
 }  // namespace trainsim::parallel

@@ -21,8 +21,8 @@ using engine::TaskKind;
 using workload::Op;
 
 const char* stream_name(int stream) {
-  static constexpr const char* kNames[] = {"compute", "tp-comm",   "dp-comm", "pp-send",
-                                           "pp-recv", "dp-gather", "cp-send", "cp-recv"};
+  static constexpr const char* kNames[] = {"compute",   "tp-comm", "dp-comm", "pp-send", "pp-recv",
+                                           "dp-gather", "cp-send", "cp-recv", "ep-comm"};
   return stream >= 0 && stream < kStreamCount ? kNames[stream] : "?";
 }
 
@@ -39,6 +39,8 @@ network::CollectiveOp collective_of(workload::Comm c) {
       return network::CollectiveOp::all_gather;
     case workload::Comm::reduce_scatter:
       return network::CollectiveOp::reduce_scatter;
+    case workload::Comm::all_to_all:
+      return network::CollectiveOp::all_to_all;
     case workload::Comm::none:
       break;
   }
@@ -80,7 +82,7 @@ class StageWriter {
     for (const Op& op : ops) {
       if (core_only && !op.attention_core) continue;
       if (op.kind == workload::OpKind::tp_comm) {
-        if (tp_comm_) tp_collective(op, phase);
+        if (tp_comm_ || op.group != workload::CommGroup::tp) tp_collective(op, phase);
         continue;
       }
       const bool keep = saves == Saves::all || (saves == Saves::non_core && !op.attention_core);
@@ -158,9 +160,11 @@ class StageWriter {
  private:
   Task tp_task(const Op& op, std::string_view phase) {
     Task t;
-    t.stream = kTpComm;
+    t.stream = op.group == workload::CommGroup::tp ? kTpComm : kEpComm;
     t.kind = TaskKind::collective;
-    t.slot = kTpGroup;
+    t.slot = op.group == workload::CommGroup::ep    ? kEpGroup
+             : op.group == workload::CommGroup::etp ? kEtpGroup
+                                                    : kTpGroup;
     t.op = static_cast<std::uint16_t>(collective_of(op.comm));
     t.bytes = op.comm_bytes;
     t.label = p_.label(fmt::format("{} {}", phase, op.name));
@@ -175,13 +179,16 @@ class StageWriter {
   // overlap slowdown is calibrated, they stay exposed.) With Transformer Engine's overlap (sequence
   // parallelism) an all-gather runs beside the GEMM that consumes it and a reduce-scatter beside the
   // GEMM that produces it, chunk by chunk; whatever follows waits for both.
+  // Expert-parallel communication (token dispatch and combine) is always exposed: Megatron-Core's
+  // alltoall dispatcher runs it in the layer's critical path.
   void tp_collective(const Op& op, std::string_view phase) {
-    if (tp_overlap_ && op.comm == workload::Comm::all_gather) {
+    const bool overlap = tp_overlap_ && op.group == workload::CommGroup::tp;
+    if (overlap && op.comm == workload::Comm::all_gather) {
       flush();
       overlapped_ = side(tp_task(op, phase));
       return;
     }
-    if (tp_overlap_ && op.comm == workload::Comm::reduce_scatter && tail_gemm_) {
+    if (overlap && op.comm == workload::Comm::reduce_scatter && tail_gemm_) {
       Segment gemm = split_tail();
       flush();
       const Dep c = side(tp_task(op, phase));
@@ -499,13 +506,20 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
 
   // Gradient buckets, as Megatron's DDP forms them for each model chunk: parameters in backward
   // order (output layer, layers last to first, embedding) filled into buckets of bucket_size
-  // parameters (default max(40M, 1M x dp), distributed.py).
+  // parameters (default max(40M, 1M x dp), distributed.py). A mixture-of-experts model's routed
+  // experts live in a buffer of their own (Megatron's expert-parallel buffers: one unit per layer),
+  // reduced over the expert data-parallel group with the same bucket size.
   const std::int64_t params = stage.params_per_rank;
+  const std::int64_t expert_params = stage.expert_params_per_rank;
   const std::int64_t dp = par.dp * par.cp;
+  const bool moe = sc.model.moe();
+  const std::int64_t edp = moe ? par.expert_dp() : 1;
   const std::int64_t layer_params = workload::layer_params_per_rank(sc.model, par.tp);
+  const std::int64_t layer_expert_params = workload::layer_expert_params_per_rank(sc.model, par.ep, par.etp);
   const std::int64_t emb_params = stage.has_embedding ? workload::embedding_params_per_rank(sc.model, par.tp) : 0;
   const std::int64_t head_params = params - stage.layers * layer_params - emb_params;
   const bool overlap_grad = par.overlap_grad_reduce && dp > 1;
+  const bool overlap_expert_grad = par.overlap_grad_reduce && edp > 1;
   const double bucket_limit = par.dp_bucket_mb > 0 ? par.dp_bucket_mb * 1e6 / static_cast<double>(grad_bytes)
                                                    : std::max(40e6, 1e6 * static_cast<double>(dp));
   struct ChunkBuckets {
@@ -516,13 +530,8 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
     std::vector<std::optional<Dep>> gathered;
     std::size_t first_bucket_id = 0;  // for labels
   };
-  std::vector<ChunkBuckets> chunks(static_cast<std::size_t>(v));
   std::size_t bucket_ids = 0;
-  for (std::int64_t c = 0; c < v; ++c) {
-    ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
-    if (has_head(c)) cb.unit_params.push_back(head_params);
-    for (std::int64_t l = 0; l < chunk_layers(c); ++l) cb.unit_params.push_back(layer_params);
-    if (has_embedding(c)) cb.unit_params.push_back(emb_params);
+  auto fill_buckets = [&](ChunkBuckets& cb, bool overlapped) {
     cb.bucket_of.resize(cb.unit_params.size());
     cb.closes_bucket.assign(cb.unit_params.size(), false);
     cb.first_bucket_id = bucket_ids;
@@ -535,16 +544,31 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
       const bool end = u + 1 == cb.unit_params.size();
       // FSDP (zero 3, zero 2 per_unit) reduces each unit (a layer, the embedding, the output layer)
       // on its own.
-      if (par.fsdp_units() || ((overlap_grad || par.zero == 2) && acc >= bucket_limit) || end) {
+      if (par.fsdp_units() || ((overlapped || par.zero == 2) && acc >= bucket_limit) || end) {
         cb.closes_bucket[u] = true;
         acc = 0;
       }
     }
     bucket_ids += cb.bucket_params.size();
     cb.gathered.resize(cb.bucket_params.size());
+  };
+  std::vector<ChunkBuckets> chunks(static_cast<std::size_t>(v));
+  std::vector<ChunkBuckets> expert_chunks(moe ? static_cast<std::size_t>(v) : 0);
+  for (std::int64_t c = 0; c < v; ++c) {
+    ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
+    if (has_head(c)) cb.unit_params.push_back(head_params);
+    for (std::int64_t l = 0; l < chunk_layers(c); ++l) cb.unit_params.push_back(layer_params);
+    if (has_embedding(c)) cb.unit_params.push_back(emb_params);
+    fill_buckets(cb, overlap_grad);
+    if (moe && chunk_layers(c) > 0) {
+      ChunkBuckets& eb = expert_chunks[static_cast<std::size_t>(c)];
+      eb.unit_params.assign(static_cast<std::size_t>(chunk_layers(c)), layer_expert_params);
+      fill_buckets(eb, overlap_expert_grad);
+    }
   }
   const auto grad_op = par.zero >= 1 ? network::CollectiveOp::reduce_scatter : network::CollectiveOp::all_reduce;
   const char* grad_name = par.zero >= 1 ? "grad_reduce_scatter" : "grad_all_reduce";
+  const char* expert_grad_name = par.zero >= 1 ? "expert_grad_reduce_scatter" : "expert_grad_all_reduce";
   std::vector<Dep> grad_deps;
   // With --overlap-grad-reduce each bucket is reduced as soon as the chunk's last micro-batch's
   // backward has produced all its gradients, while backward goes on. With sharded gradients (ZeRO-2
@@ -553,28 +577,43 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   const bool sharded_grads = par.zero >= 2 && dp > 1;
   auto unit_done = [&](std::int64_t c, std::size_t u, bool last_micro_batch) {
     const ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
-    if (!cb.closes_bucket[u]) return;
-    if (!sharded_grads && !(overlap_grad && last_micro_batch)) return;
-    const std::size_t b = cb.bucket_of[u];
-    grad_deps.push_back(w.side(dp_collective(grad_op, kDpGroup, cb.bucket_params[b] * grad_bytes,
-                                             fmt::format("{} bucket {}", grad_name, cb.first_bucket_id + b))));
+    if (cb.closes_bucket[u] && (sharded_grads || (overlap_grad && last_micro_batch))) {
+      const std::size_t b = cb.bucket_of[u];
+      grad_deps.push_back(w.side(dp_collective(grad_op, kDpGroup, cb.bucket_params[b] * grad_bytes,
+                                               fmt::format("{} bucket {}", grad_name, cb.first_bucket_id + b))));
+    }
+    // A layer's routed experts (units after the output layer, before the embedding).
+    const std::size_t first_layer = has_head(c) ? 1 : 0;
+    if (!overlap_expert_grad || !last_micro_batch || u < first_layer) return;
+    const std::size_t eu = u - first_layer;
+    const ChunkBuckets& eb = expert_chunks[static_cast<std::size_t>(c)];
+    if (eu >= eb.unit_params.size() || !eb.closes_bucket[eu]) return;
+    const std::size_t b = eb.bucket_of[eu];
+    grad_deps.push_back(w.side(dp_collective(grad_op, kEdpGroup, eb.bucket_params[b] * grad_bytes,
+                                             fmt::format("{} bucket {}", expert_grad_name, eb.first_bucket_id + b))));
   };
   // With --overlap-param-gather the distributed optimizer's all-gather of the updated parameters
   // runs bucket by bucket ahead of the next step's forward; in this steady-state step it is issued
   // at the start and each layer's first forward waits for its bucket.
   const bool overlap_gather = par.overlap_param_gather && par.zero >= 1 && !par.fsdp_units() && dp > 1;
-  if (overlap_gather) {
-    for (std::int64_t c = 0; c < v; ++c) {
-      ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
+  const bool overlap_expert_gather = par.overlap_param_gather && par.zero >= 1 && edp > 1;
+  auto issue_gathers = [&](std::vector<ChunkBuckets>& buffers, std::uint8_t slot, const char* name) {
+    for (ChunkBuckets& cb : buffers)
       for (std::size_t b = cb.bucket_params.size(); b-- > 0;)
         cb.gathered[b] =
-            w.side(dp_collective(network::CollectiveOp::all_gather, kDpGroup, cb.bucket_params[b] * kWeightBytes,
-                                 fmt::format("param_all_gather bucket {}", cb.first_bucket_id + b)));
-    }
-  }
+            w.side(dp_collective(network::CollectiveOp::all_gather, slot, cb.bucket_params[b] * kWeightBytes,
+                                 fmt::format("{} bucket {}", name, cb.first_bucket_id + b)));
+  };
+  if (overlap_gather) issue_gathers(chunks, kDpGroup, "param_all_gather");
+  if (overlap_expert_gather) issue_gathers(expert_chunks, kEdpGroup, "expert_param_all_gather");
   auto unit_needed = [&](std::int64_t c, std::size_t u, bool first_micro_batch) {
+    if (!first_micro_batch) return;
     const ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
-    if (overlap_gather && first_micro_batch) w.after(*cb.gathered[cb.bucket_of[u]]);
+    if (overlap_gather) w.after(*cb.gathered[cb.bucket_of[u]]);
+    const std::size_t first_layer = has_head(c) ? 1 : 0;
+    if (!overlap_expert_gather || u < first_layer) return;
+    const ChunkBuckets& eb = expert_chunks[static_cast<std::size_t>(c)];
+    if (const std::size_t eu = u - first_layer; eu < eb.unit_params.size()) w.after(*eb.gathered[eb.bucket_of[eu]]);
   };
   auto head_unit = [](std::int64_t) { return std::size_t{0}; };
   auto layer_unit = [&](std::int64_t c, std::int64_t l) {  // l: forward numbering within the chunk
@@ -587,7 +626,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   if (eager)
     w.emit({workload::eager_zero_grad(sc.model, host)}, "step", Saves::none);
   else
-    w.compute_task("zero_grad_buffer", compute.time_s(workload::zero_grad_buffer(params)));
+    w.compute_task("zero_grad_buffer", compute.time_s(workload::zero_grad_buffer(params + expert_params)));
 
   // ZeRO-3 / FSDP FULL_SHARD: each unit's parameters are all-gathered (bf16) before its forward and
   // again before its backward and freed when the unit's compute is done; the gather buffer is
@@ -757,6 +796,8 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   // embedding's all-reduce between first and last stage, then the optimizer step.
   if (dp > 1 && !overlap_grad && !sharded_grads)
     w.add(dp_collective(grad_op, kDpGroup, params * grad_bytes, grad_name), true);
+  if (edp > 1 && !overlap_expert_grad && expert_params > 0)
+    w.add(dp_collective(grad_op, kEdpGroup, expert_params * grad_bytes, expert_grad_name), true);
   for (const Dep& d : grad_deps) w.after(d);
   if (sc.model.tied_embeddings && pp > 1 && (first || last)) {
     const std::int64_t emb = workload::embedding_params_per_rank(sc.model, par.tp);
@@ -764,7 +805,9 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
                         "embedding_grad_all_reduce"),
           true);
   }
-  const std::int64_t opt_params = par.zero >= 1 ? (params + dp - 1) / dp : params;
+  auto shard = [](std::int64_t n, std::int64_t ways) { return (n + ways - 1) / ways; };
+  const std::int64_t opt_params =
+      par.zero >= 1 ? shard(params, dp) + shard(expert_params, edp) : params + expert_params;
   Op step = workload::optimizer_step(opt_params);
   if (eager)
     w.emit({workload::eager_adamw_step(sc.model, host)}, "optimizer", Saves::none);
@@ -772,15 +815,19 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
     w.compute_task("optimizer adam_step", compute.time_s(step));
   if (dp > 1 && par.zero >= 1 && !par.fsdp_units() && !overlap_gather)
     w.add(dp_collective(network::CollectiveOp::all_gather, kDpGroup, params * kWeightBytes, "param_all_gather"), true);
+  if (edp > 1 && par.zero >= 1 && !overlap_expert_gather && expert_params > 0)
+    w.add(dp_collective(network::CollectiveOp::all_gather, kEdpGroup, expert_params * kWeightBytes,
+                        "expert_param_all_gather"),
+          true);
 
   // ZeRO-2 shards the gradients, ZeRO-3 the weights too (Megatron's theoretical-memory accounting);
-  // FSDP's SHARD_GRAD_OP (zero 2 per_unit) keeps its weights sharded between steps as well.
-  auto shard = [dp](std::int64_t n) { return (n + dp - 1) / dp; };
+  // FSDP's SHARD_GRAD_OP (zero 2 per_unit) keeps its weights sharded between steps as well. (A
+  // mixture-of-experts model runs zero 0 or 1: its experts are sharded over expert dp.)
   const std::int64_t weight_bytes = eager ? workload::kEagerWeightBytes : kWeightBytes;
   const std::int64_t optimizer_bytes = eager ? workload::kEagerOptimizerBytes : kOptimizerBytes;
-  p.initial_mem_bytes[kWeights] = (par.fsdp_units() ? shard(params) : params) * weight_bytes;
-  p.initial_mem_bytes[kGradients] = (par.zero >= 2 ? shard(params) : params) * grad_bytes;
-  p.initial_mem_bytes[kOptimizer] = (par.zero >= 1 ? (params + dp - 1) / dp : params) * optimizer_bytes;
+  p.initial_mem_bytes[kWeights] = (par.fsdp_units() ? shard(params, dp) : params + expert_params) * weight_bytes;
+  p.initial_mem_bytes[kGradients] = (par.zero >= 2 ? shard(params, dp) : params + expert_params) * grad_bytes;
+  p.initial_mem_bytes[kOptimizer] = opt_params * optimizer_bytes;
 }
 
 }  // namespace
@@ -795,6 +842,8 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   lc.seq_len = sc.training.seq_len;
   lc.tp = par.tp;
   lc.cp = par.cp;
+  lc.ep = par.ep;
+  lc.etp = par.etp;
   lc.fp8 = sc.training.precision == config::Precision::fp8;
   lc.sequence_parallel = par.sequence_parallel && par.tp > 1;
   lc.causal = true;
@@ -830,6 +879,7 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
     st.params_per_rank = st.layers * workload::layer_params_per_rank(sc.model, par.tp);
     if (st.has_embedding) st.params_per_rank += workload::embedding_params_per_rank(sc.model, par.tp);
     if (st.has_head) st.params_per_rank += workload::head_params_per_rank(sc.model, par.tp);
+    st.expert_params_per_rank = st.layers * workload::layer_expert_params_per_rank(sc.model, par.ep, par.etp);
     // Tied embeddings: with pp > 1 the last stage keeps its own copy of the embedding as the output
     // layer, kept in sync by the embedding-group all-reduce (Megatron's shared embedding).
     if (st.has_head && !st.has_embedding && sc.model.tied_embeddings)
@@ -865,6 +915,12 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   };
   bind("tp", kTpGroup);
   bind("dp", kDpGroup);
+  if (sc.model.moe()) {
+    for (auto [kind, slot] : {std::pair{"ep", kEpGroup}, std::pair{"etp", kEtpGroup}, std::pair{"edp", kEdpGroup}}) {
+      const std::uint32_t kind_id = plan.groups.kind_id(kind);
+      for (const auto& members : grid.expert_groups(kind, par.etp, par.ep)) add_group(members, kind_id, slot);
+    }
+  }
   if (par.fsdp_units()) bind("dp-gather", kDpGatherGroup);
   if (sc.model.tied_embeddings && par.pp > 1) {
     const std::uint32_t kind_id = plan.groups.kind_id("embedding");

@@ -27,12 +27,23 @@ enum Stream : std::uint8_t {
   kDpGather = 5,  // ZeRO-3 parameter all-gathers (FSDP runs them on their own stream)
   kCpSend = 6,    // context parallelism: ring-attention K/V blocks to the next CP rank
   kCpRecv = 7,    // ... and from the previous one
-  kStreamCount = 8
+  kEpComm = 8,    // mixture of experts: token dispatch / combine over the expert groups
+  kStreamCount = 9
 };
 // Group slots and peer slots of every rank's Binding.
 // kDpGatherGroup is the DP group again, as a second communicator for the gather stream (a group
 // runs one collective at a time).
-enum GroupSlot : std::uint8_t { kTpGroup = 0, kDpGroup = 1, kEmbeddingGroup = 2, kDpGatherGroup = 3 };
+// Mixture of experts: kEpGroup dispatches tokens, kEtpGroup splits each expert, kEdpGroup reduces
+// the experts' gradients (RankGrid::expert_groups).
+enum GroupSlot : std::uint8_t {
+  kTpGroup = 0,
+  kDpGroup = 1,
+  kEmbeddingGroup = 2,
+  kDpGatherGroup = 3,
+  kEpGroup = 4,
+  kEtpGroup = 5,
+  kEdpGroup = 6
+};
 enum PeerSlot : std::uint8_t { kPrevStage = 0, kNextStage = 1, kCpPrev = 2, kCpNext = 3 };
 // Memory categories.
 enum MemCategory : std::uint8_t {
@@ -53,7 +64,8 @@ struct StagePlan {
   std::int64_t chunks = 1;  // model chunks (virtual stages) on the rank
   bool has_embedding = false;
   bool has_head = false;
-  std::int64_t params_per_rank = 0;  // parameters one rank of this stage holds
+  std::int64_t params_per_rank = 0;         // parameters one rank of this stage holds, reduced over dp x cp
+  std::int64_t expert_params_per_rank = 0;  // and its routed experts' parameters, reduced over expert dp
 };
 
 struct StepPlan {

@@ -13,17 +13,26 @@ namespace trainsim::parallel {
 
 namespace {
 
-enum Bucket : std::uint8_t { kIdle = 0, kBusyCompute = 1, kBusyTp = 2, kBusyPp = 3, kBusyDp = 4, kBusyCp = 5 };
+enum Bucket : std::uint8_t {
+  kIdle = 0,
+  kBusyCompute = 1,
+  kBusyTp = 2,
+  kBusyPp = 3,
+  kBusyDp = 4,
+  kBusyCp = 5,
+  kBusyEp = 6
+};
 
 // Which activity a moment belongs to, by the streams busy in it: compute hides everything, then
-// TP communication, then context-parallel K/V transfers, then pipeline sends, then DP
-// communication; nothing busy is bubble.
+// TP communication, then expert-parallel dispatch, then context-parallel K/V transfers, then
+// pipeline sends, then DP communication; nothing busy is bubble.
 engine::Executor::BucketMap bucket_map() {
   engine::Executor::BucketMap map{};
   for (std::size_t mask = 0; mask < map.size(); ++mask) {
     auto busy = [mask](int s) { return (mask >> s) & 1u; };
     map[mask] = busy(kCompute)                     ? kBusyCompute
                 : busy(kTpComm)                    ? kBusyTp
+                : busy(kEpComm)                    ? kBusyEp
                 : busy(kCpSend)                    ? kBusyCp
                 : busy(kPpSend)                    ? kBusyPp
                 : busy(kDpComm) || busy(kDpGather) ? kBusyDp
@@ -116,12 +125,14 @@ StepResult simulate_step(const config::Scenario& scenario, const BuildOptions& o
     t.compute_s = s.bucket_time[kBusyCompute].seconds();
     t.tp_exposed_s = s.bucket_time[kBusyTp].seconds();
     t.cp_exposed_s = s.bucket_time[kBusyCp].seconds();
+    t.ep_exposed_s = s.bucket_time[kBusyEp].seconds();
     t.pp_exposed_s = s.bucket_time[kBusyPp].seconds();
     t.dp_exposed_s = s.bucket_time[kBusyDp].seconds();
     t.bubble_s = s.bucket_time[kIdle].seconds();
     out.mean.compute_s += t.compute_s;
     out.mean.tp_exposed_s += t.tp_exposed_s;
     out.mean.cp_exposed_s += t.cp_exposed_s;
+    out.mean.ep_exposed_s += t.ep_exposed_s;
     out.mean.pp_exposed_s += t.pp_exposed_s;
     out.mean.dp_exposed_s += t.dp_exposed_s;
     out.mean.bubble_s += t.bubble_s;
@@ -136,6 +147,7 @@ StepResult simulate_step(const config::Scenario& scenario, const BuildOptions& o
   out.mean.compute_s *= inv;
   out.mean.tp_exposed_s *= inv;
   out.mean.cp_exposed_s *= inv;
+  out.mean.ep_exposed_s *= inv;
   out.mean.pp_exposed_s *= inv;
   out.mean.dp_exposed_s *= inv;
   out.mean.bubble_s *= inv;

@@ -127,6 +127,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
     stage_time[s].compute_s += t.compute_s;
     stage_time[s].tp_exposed_s += t.tp_exposed_s;
     stage_time[s].cp_exposed_s += t.cp_exposed_s;
+    stage_time[s].ep_exposed_s += t.ep_exposed_s;
     stage_time[s].pp_exposed_s += t.pp_exposed_s;
     stage_time[s].dp_exposed_s += t.dp_exposed_s;
     stage_time[s].bubble_s += t.bubble_s;
@@ -144,6 +145,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
                           {{"compute", t.compute_s * k},
                            {"tp_exposed", t.tp_exposed_s * k},
                            {"cp_exposed", t.cp_exposed_s * k},
+                           {"ep_exposed", t.ep_exposed_s * k},
                            {"pp_exposed", t.pp_exposed_s * k},
                            {"dp_exposed", t.dp_exposed_s * k},
                            {"bubble", t.bubble_s * k}}},
@@ -160,6 +162,8 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
         {"pp", p.pp},
         {"cp", p.cp},
         {"dp", p.dp},
+        {"ep", p.ep},
+        {"etp", p.etp},
         {"sequence_parallel", p.sequence_parallel && p.tp > 1},
         {"zero", p.zero},
         {"schedule", schedule_name(p)},
@@ -178,6 +182,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
        {{"compute", r.mean.compute_s},
         {"tp_exposed", r.mean.tp_exposed_s},
         {"cp_exposed", r.mean.cp_exposed_s},
+        {"ep_exposed", r.mean.ep_exposed_s},
         {"pp_exposed", r.mean.pp_exposed_s},
         {"dp_exposed", r.mean.dp_exposed_s},
         {"bubble", r.mean.bubble_s}}},
@@ -211,8 +216,11 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   };
   std::string out;
   out += fmt::format("{} on {} x {} ({})\n", sc.model.name, sc.gpus, sc.cluster.gpu.name, sc.cluster.name);
-  out += fmt::format("layout        tp {} · pp {} · dp {} · cp {} · sequence parallel {} · zero {} · {}\n", p.tp, p.pp,
-                     p.dp, p.cp, p.sequence_parallel && p.tp > 1 ? "on" : "off", p.zero, schedule_name(p));
+  std::string ep_part;
+  if (sc.model.moe()) ep_part = fmt::format(" · ep {} · etp {}", p.ep, p.etp);
+  out +=
+      fmt::format("layout        tp {} · pp {} · dp {} · cp {}{} · sequence parallel {} · zero {} · {}\n", p.tp, p.pp,
+                  p.dp, p.cp, ep_part, p.sequence_parallel && p.tp > 1 ? "on" : "off", p.zero, schedule_name(p));
   out += fmt::format("batch         {} sequences of {} tokens = {} micro-batches of {} per pipeline · recompute {}\n",
                      sc.training.global_batch, sc.training.seq_len, sc.training.num_micro_batches,
                      sc.training.micro_batch, recompute_name(sc.training.recompute));
@@ -224,6 +232,7 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
                      sc.training.precision == config::Precision::fp8 ? "FP8" : "BF16");
   std::string cp_part;
   if (p.cp > 1) cp_part = fmt::format(" · CP {:.1f}%", pct(r.mean.cp_exposed_s));
+  if (sc.model.moe()) cp_part += fmt::format(" · EP {:.1f}%", pct(r.mean.ep_exposed_s));
   out +=
       fmt::format("time          compute {:.1f}% · exposed TP {:.1f}%{} · PP {:.1f}% · DP {:.1f}% · bubble {:.1f}%\n",
                   pct(r.mean.compute_s), pct(r.mean.tp_exposed_s), cp_part, pct(r.mean.pp_exposed_s),

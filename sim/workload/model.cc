@@ -93,12 +93,28 @@ ModelSpec parse_hf_gpt2(const util::JsonNode& n, const std::string& fallback_nam
 }  // namespace
 
 std::int64_t ModelSpec::params_per_layer() const {
+  const std::int64_t mats = mlp == MlpKind::swiglu ? 3 : 2;
   std::int64_t weights = hidden * (q_dim(*this) + 2 * kv_dim(*this)) + q_dim(*this) * hidden;
-  weights += (mlp == MlpKind::swiglu ? 3 : 2) * hidden * ffn_hidden;
+  if (moe()) {
+    // Router (hidden x experts, no bias), the routed experts, the shared expert.
+    weights += hidden * experts + expert_params_per_layer() + mats * hidden * shared_expert_ffn_hidden;
+  } else {
+    weights += mats * hidden * ffn_hidden;
+  }
   std::int64_t small = 2 * norm_params(*this);
-  // GPT (gelu) linears carry biases: QKV, output projection, fc1, fc2 (Narayanan's 13h per layer).
-  if (mlp == MlpKind::gelu) small += q_dim(*this) + 2 * kv_dim(*this) + hidden + ffn_hidden + hidden;
+  // GPT (gelu) linears carry biases: QKV, output projection, fc1, fc2 (Narayanan's 13h per layer);
+  // under MoE every expert has its fc1 and fc2 biases.
+  if (mlp == MlpKind::gelu) {
+    small += q_dim(*this) + 2 * kv_dim(*this) + hidden;
+    small += moe() ? experts * (moe_ffn_hidden + hidden) +
+                         (shared_expert_ffn_hidden > 0 ? shared_expert_ffn_hidden + hidden : 0)
+                   : ffn_hidden + hidden;
+  }
   return weights + small;
+}
+
+std::int64_t ModelSpec::expert_params_per_layer() const {
+  return experts * (mlp == MlpKind::swiglu ? 3 : 2) * hidden * moe_ffn_hidden;
 }
 
 std::int64_t ModelSpec::embedding_params() const {
@@ -113,14 +129,29 @@ std::int64_t ModelSpec::total_params() const {
 ModelSpec parse_model(const util::JsonNode& node) {
   node.expect_object();
   node.reject_unknown({"name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "tied_embeddings",
-                       "head_dim", "dropout"});
+                       "head_dim", "dropout", "experts", "experts_per_token", "moe_ffn_hidden",
+                       "shared_expert_ffn_hidden"});
   ModelSpec m;
   m.name = node.at("name").as_string();
   m.layers = node.at("layers").as_positive_int();
   m.hidden = node.at("hidden").as_positive_int();
   m.heads = node.at("heads").as_positive_int();
   m.kv_heads = node.at("kv_heads").as_positive_int();
-  m.ffn_hidden = node.at("ffn_hidden").as_positive_int();
+  if (auto e = node.find("experts")) {
+    m.experts = e->as_positive_int();
+    m.experts_per_token = node.at("experts_per_token").as_positive_int();
+    m.moe_ffn_hidden = node.at("moe_ffn_hidden").as_positive_int();
+    if (auto sh = node.find("shared_expert_ffn_hidden")) m.shared_expert_ffn_hidden = sh->as_positive_int();
+    if (auto f = node.find("ffn_hidden")) {
+      f->fail(
+          "a mixture-of-experts model has no dense MLP; its widths are moe_ffn_hidden and shared_expert_ffn_hidden");
+    }
+  } else {
+    for (const char* key : {"experts_per_token", "moe_ffn_hidden", "shared_expert_ffn_hidden"}) {
+      if (auto k = node.find(key)) k->fail("only a mixture-of-experts model (with \"experts\") takes this key");
+    }
+    m.ffn_hidden = node.at("ffn_hidden").as_positive_int();
+  }
   m.vocab = node.at("vocab").as_positive_int();
   m.mlp = parse_mlp(node.at("mlp"));
   if (auto tie = node.find("tied_embeddings")) m.tied_embeddings = tie->as_bool();
@@ -142,6 +173,9 @@ ModelSpec parse_model(const util::JsonNode& node) {
   if (m.heads % m.kv_heads != 0) {
     node.at("kv_heads").fail(fmt::format("does not divide heads ({})", m.heads));
   }
+  if (m.moe() && m.experts_per_token > m.experts) {
+    node.at("experts_per_token").fail(fmt::format("exceeds experts ({})", m.experts));
+  }
   return m;
 }
 
@@ -155,13 +189,50 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
   if (auto text = node.find("text_config"); text && text->is_object()) {
     return parse_hf_config(*text, fallback_name);
   }
-  for (const char* key : {"num_local_experts", "n_routed_experts", "num_experts"}) {
-    if (auto e = node.find(key); e && e->json().is_number() && e->json().get<double>() > 0) {
-      e->fail("mixture-of-experts models are not supported yet");
+  // Mixture-of-experts layouts trainsim does not model: DeepSeek's multi-head latent attention and
+  // dense first layers, Qwen-MoE's dense or sparse-every-k layers, per-layer attention kinds.
+  if (auto lora = node.find("kv_lora_rank"); lora && !lora->json().is_null()) {
+    lora->fail("multi-head latent attention (DeepSeek-V2/V3) is not supported yet");
+  }
+  if (node.has("n_routed_experts"))
+    node.at("n_routed_experts").fail("DeepSeek mixture-of-experts models are not supported yet");
+  if (auto k = node.find("first_k_dense_replace"); k && k->json().is_number() && k->json().get<double>() > 0) {
+    k->fail("dense layers among mixture-of-experts layers are not supported yet");
+  }
+  if (auto step = node.find("decoder_sparse_step");
+      step && step->json().is_number() && step->json().get<double>() != 1) {
+    step->fail("mixture-of-experts layers on only some layers are not supported yet (every layer must be sparse)");
+  }
+  if (auto dense = node.find("mlp_only_layers"); dense && dense->json().is_array() && !dense->json().empty()) {
+    dense->fail("dense layers among mixture-of-experts layers are not supported yet");
+  }
+  if (auto kinds = node.find("layer_types"); kinds && kinds->json().is_array()) {
+    for (const auto& k : kinds->json()) {
+      const std::string kind = k.is_string() ? k.get<std::string>() : k.dump();
+      if (kind != "full_attention")
+        kinds->fail(fmt::format("{} layers are not supported yet (full attention only)", kind));
     }
   }
   ModelSpec m = node.has("n_layer") || node.has("n_embd") ? parse_hf_gpt2(node, fallback_name)
                                                           : parse_hf_llama(node, fallback_name);
+  // Mixtral: num_local_experts, experts of width intermediate_size; Qwen2/Qwen3-MoE: num_experts,
+  // experts of width moe_intermediate_size, Qwen2-MoE's shared expert.
+  for (const char* key : {"num_local_experts", "num_experts"}) {
+    auto e = node.find(key);
+    if (!e || e->json().is_null() || (e->json().is_number() && e->json().get<double>() == 0)) continue;
+    m.experts = e->as_positive_int();
+    m.experts_per_token = node.at("num_experts_per_tok").as_positive_int();
+    if (m.experts_per_token > m.experts) {
+      node.at("num_experts_per_tok").fail(fmt::format("exceeds {} ({})", key, m.experts));
+    }
+    auto width = node.find("moe_intermediate_size");
+    m.moe_ffn_hidden = width ? width->as_positive_int() : m.ffn_hidden;
+    if (auto sh = node.find("shared_expert_intermediate_size"); sh && !sh->json().is_null()) {
+      m.shared_expert_ffn_hidden = sh->as_nonnegative_int();
+    }
+    m.ffn_hidden = 0;
+    break;
+  }
   validate(m, node);
   return m;
 }
@@ -179,7 +250,14 @@ double model_flops_per_sequence(const ModelSpec& m, std::int64_t seq_len) {
   const double kv = static_cast<double>(kv_dim(m));
   const double f = static_cast<double>(m.ffn_hidden);
   const double mlp_matrices = m.mlp == MlpKind::swiglu ? 3 : 2;
-  const double per_layer = 2 * h * (q + 2 * kv) + 2 * q * h + 4 * s * q + 2 * mlp_matrices * h * f;
+  // A mixture-of-experts layer: the router (2hE) and the experts_per_token experts and the shared
+  // expert each token passes.
+  const double mlp =
+      m.moe() ? 2 * h * static_cast<double>(m.experts) +
+                    2 * mlp_matrices * h *
+                        static_cast<double>(m.experts_per_token * m.moe_ffn_hidden + m.shared_expert_ffn_hidden)
+              : 2 * mlp_matrices * h * f;
+  const double per_layer = 2 * h * (q + 2 * kv) + 2 * q * h + 4 * s * q + mlp;
   const double per_token = static_cast<double>(m.layers) * per_layer + 2 * static_cast<double>(m.vocab) * h;
   return 3 * s * per_token;
 }

@@ -28,12 +28,19 @@ struct Dims {
   double heads;        // query heads per rank
   double hd;
   bool sp, drop, swiglu;
+  // Mixture of experts: experts, top-k, local experts (experts / ep), expert width per ETP rank, the
+  // shared expert's width per TP rank, token copies through this rank's experts (region·k·etp under
+  // balanced routing) and rows per local expert.
+  bool moe = false;
+  double experts = 0, topk = 0, local_experts = 0, fe = 0, fsh = 0, moe_rows = 0, expert_rows = 0, etp = 1, ep = 1;
 };
 
 Dims dims(const ModelSpec& m, const LayerConfig& c) {
   TRAINSIM_ASSERT(c.tp >= 1 && m.heads % c.tp == 0 && m.kv_heads % c.tp == 0 && m.ffn_hidden % c.tp == 0);
   TRAINSIM_ASSERT(c.cp >= 1 && c.seq_len % c.cp == 0);
   TRAINSIM_ASSERT(!c.sequence_parallel || (c.seq_len / c.cp) % c.tp == 0);
+  TRAINSIM_ASSERT(!m.moe() || (m.experts % c.ep == 0 && m.moe_ffn_hidden % c.etp == 0 &&
+                               m.shared_expert_ffn_hidden % c.tp == 0 && (c.tp == 1 || c.sequence_parallel)));
   Dims x{};
   x.b = static_cast<double>(c.micro_batch);
   x.s = static_cast<double>(c.seq_len);
@@ -51,6 +58,18 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
   x.f = static_cast<double>(m.ffn_hidden / c.tp);
   x.drop = m.dropout > 0;
   x.swiglu = m.mlp == MlpKind::swiglu;
+  if (m.moe()) {
+    x.moe = true;
+    x.experts = static_cast<double>(m.experts);
+    x.topk = static_cast<double>(m.experts_per_token);
+    x.local_experts = static_cast<double>(m.experts / c.ep);
+    x.etp = static_cast<double>(c.etp);
+    x.ep = static_cast<double>(c.ep);
+    x.fe = static_cast<double>(m.moe_ffn_hidden / c.etp);
+    x.fsh = static_cast<double>(m.shared_expert_ffn_hidden / c.tp);
+    x.moe_rows = x.region * x.topk * x.etp;
+    x.expert_rows = x.moe_rows / x.local_experts;
+  }
   return x;
 }
 
@@ -73,10 +92,10 @@ Op gemm(std::string name, double m, double n, double k, double d, double saved =
 // A weight-gradient GEMM dW[m x n] = X^T dY over k tokens: its own pass under zero-bubble schedules,
 // which hold X (`input` bytes as the forward saved it, sequence-sharded under SP) and dY (k x n,
 // written by the input-gradient pass) until it runs.
-Op wgrad(std::string name, double m, double n, double k, double d, double input) {
-  Op op = gemm(std::move(name), m, n, k, d);
+Op wgrad(std::string name, double m, double n, double k, double d, double input, double batch = 1) {
+  Op op = gemm(std::move(name), m, n, k, d, 0, batch);
   op.weight_grad = true;
-  op.grad_output_bytes = to_bytes(k * n * d);
+  op.grad_output_bytes = to_bytes(batch * k * n * d);
   op.held_input_bytes = to_bytes(input);
   return op;
 }
@@ -91,11 +110,12 @@ Op memory(std::string name, double bytes, double saved = 0, std::int32_t kernels
   return op;
 }
 
-Op comm(std::string name, Comm what, double bytes) {
+Op comm(std::string name, Comm what, double bytes, CommGroup group = CommGroup::tp) {
   Op op;
   op.name = std::move(name);
   op.kind = OpKind::tp_comm;
   op.comm = what;
+  op.group = group;
   op.comm_bytes = to_bytes(bytes);
   op.kernels = 1;
   return op;
@@ -133,6 +153,145 @@ Op flash(const Dims& x, const LayerConfig& c, bool backward) {
 // Tokens x width for one activation tensor.
 double act(double tokens, double width, double d) {
   return tokens * width * d;
+}
+
+// A mixture-of-experts MLP as Megatron-Core runs it with the alltoall token dispatcher, grouped
+// GEMMs and balanced routing (the Megatron-Bridge benchmarks force-balance tokens over experts):
+// the R tokens of this rank's region (its sequence shard under SP) are routed (router GEMM, softmax
+// and top-k in fp32), each copied to its k experts (permute), exchanged over the expert-parallel
+// group so that every rank receives R·k copies for its local experts (all-to-all), all-gathered over
+// the expert tensor-parallel group when etp > 1, run through the local experts as grouped GEMMs,
+// and sent back (reduce-scatter, all-to-all) to be summed with their routing weights (unpermute).
+// A shared expert runs as a tensor-parallel MLP beside it. Kept for backward: the router input and
+// fp32 probabilities, the experts' GEMM and activation inputs (as the dense MLP keeps them), and the
+// experts' outputs that the weighted sum reads for the probabilities' gradient.
+void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
+  const double d = x.d;
+  const double routed = x.region * x.topk;  // token copies this rank sends (and receives)
+  ops.push_back(gemm("router", x.region, x.experts, x.h, d, act(x.region, x.h, d)));
+  ops.push_back(
+      memory("router_softmax_topk", x.region * x.experts * (d + 4 + 4) + routed * 8, x.region * x.experts * 4, 2));
+  ops.push_back(memory("moe_permute", act(x.region, x.h, d) + act(routed, x.h, d)));
+  if (x.ep > 1) ops.push_back(comm("moe_dispatch_all_to_all", Comm::all_to_all, act(routed, x.h, d), CommGroup::ep));
+  if (x.etp > 1)
+    ops.push_back(comm("moe_dispatch_all_gather", Comm::all_gather, act(x.moe_rows, x.h, d), CommGroup::etp));
+  const double fc1_width = x.swiglu ? 2 * x.fe : x.fe;
+  ops.push_back(
+      gemm("experts_fc1", x.expert_rows, fc1_width, x.h, d, act(x.moe_rows, x.h, gemm_in_d), x.local_experts));
+  if (x.swiglu)
+    ops.push_back(memory("experts_swiglu", 3 * act(x.moe_rows, x.fe, d), act(x.moe_rows, 2 * x.fe, d)));
+  else
+    ops.push_back(memory("experts_gelu", 2 * act(x.moe_rows, x.fe, d), act(x.moe_rows, x.fe, d)));
+  ops.push_back(gemm("experts_fc2", x.expert_rows, x.h, x.fe, d, act(x.moe_rows, x.fe, gemm_in_d), x.local_experts));
+  if (x.etp > 1)
+    ops.push_back(comm("moe_combine_reduce_scatter", Comm::reduce_scatter, act(x.moe_rows, x.h, d), CommGroup::etp));
+  if (x.ep > 1) ops.push_back(comm("moe_combine_all_to_all", Comm::all_to_all, act(routed, x.h, d), CommGroup::ep));
+  ops.push_back(memory("moe_unpermute", act(routed, x.h, d) + routed * 4 + act(x.region, x.h, d), act(routed, x.h, d)));
+  if (x.fsh > 0) {
+    const bool tp = x.t > 1;
+    const double full = act(x.tokens, x.h, d);
+    if (tp) ops.push_back(comm("shared_expert_input_all_gather", Comm::all_gather, full));
+    const double width = x.swiglu ? 2 * x.fsh : x.fsh;
+    // Its input is the router's (kept once, above) unless FP8 keeps a cast copy.
+    ops.push_back(
+        gemm("shared_expert_fc1", x.tokens, width, x.h, d, gemm_in_d < d ? act(x.region, x.h, gemm_in_d) : 0));
+    ops.push_back(
+        memory("shared_expert_activation", (x.swiglu ? 3 : 2) * act(x.tokens, x.fsh, d), act(x.tokens, width, d)));
+    ops.push_back(gemm("shared_expert_fc2", x.tokens, x.h, x.fsh, d, act(x.tokens, x.fsh, gemm_in_d)));
+    if (tp) ops.push_back(comm("shared_expert_reduce_scatter", Comm::reduce_scatter, full));
+    ops.push_back(memory("shared_expert_add", 3 * act(x.region, x.h, d)));
+  }
+}
+
+// The backward of moe_forward, in reverse: the shared expert, the weighted sum (grads of the expert
+// outputs and of the probabilities), the combine all-to-all's backward (an all-to-all), the experts'
+// data and weight gradients, the dispatch all-to-all's backward, the sum over each token's k copies,
+// and the router's softmax, data and weight gradients.
+void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
+  const double d = x.d;
+  const double routed = x.region * x.topk;
+  if (x.fsh > 0) {
+    const bool tp = x.t > 1;
+    const double full = act(x.tokens, x.h, d);
+    const double width = x.swiglu ? 2 * x.fsh : x.fsh;
+    if (tp) ops.push_back(comm("shared_expert_output_grad_all_gather", Comm::all_gather, full));
+    ops.push_back(gemm("shared_expert_fc2_dgrad", x.tokens, x.fsh, x.h, d));
+    ops.push_back(wgrad("shared_expert_fc2_wgrad", x.fsh, x.h, x.tokens, d, act(x.tokens, x.fsh, gemm_in_d)));
+    ops.push_back(memory("shared_expert_activation_backward", (x.swiglu ? 5 : 3) * act(x.tokens, x.fsh, d)));
+    if (tp) ops.push_back(comm("shared_expert_input_all_gather", Comm::all_gather, full));
+    ops.push_back(gemm("shared_expert_fc1_dgrad", x.tokens, x.h, width, d));
+    if (tp) ops.push_back(comm("shared_expert_input_grad_reduce_scatter", Comm::reduce_scatter, full));
+    ops.push_back(wgrad("shared_expert_fc1_wgrad", x.h, width, x.tokens, d, act(x.region, x.h, gemm_in_d)));
+  }
+  ops.push_back(memory("moe_unpermute_backward", act(x.region, x.h, d) + 2 * act(routed, x.h, d) + routed * 4));
+  if (x.ep > 1)
+    ops.push_back(comm("moe_combine_grad_all_to_all", Comm::all_to_all, act(routed, x.h, d), CommGroup::ep));
+  if (x.etp > 1)
+    ops.push_back(comm("moe_combine_grad_all_gather", Comm::all_gather, act(x.moe_rows, x.h, d), CommGroup::etp));
+  const double fc1_width = x.swiglu ? 2 * x.fe : x.fe;
+  ops.push_back(gemm("experts_fc2_dgrad", x.expert_rows, x.fe, x.h, d, 0, x.local_experts));
+  ops.push_back(
+      wgrad("experts_fc2_wgrad", x.fe, x.h, x.expert_rows, d, act(x.moe_rows, x.fe, gemm_in_d), x.local_experts));
+  ops.push_back(x.swiglu ? memory("experts_swiglu_backward", 5 * act(x.moe_rows, x.fe, d))
+                         : memory("experts_gelu_backward", 3 * act(x.moe_rows, x.fe, d)));
+  ops.push_back(gemm("experts_fc1_dgrad", x.expert_rows, x.h, fc1_width, d, 0, x.local_experts));
+  ops.push_back(
+      wgrad("experts_fc1_wgrad", x.h, fc1_width, x.expert_rows, d, act(x.moe_rows, x.h, gemm_in_d), x.local_experts));
+  if (x.etp > 1)
+    ops.push_back(
+        comm("moe_dispatch_grad_reduce_scatter", Comm::reduce_scatter, act(x.moe_rows, x.h, d), CommGroup::etp));
+  if (x.ep > 1)
+    ops.push_back(comm("moe_dispatch_grad_all_to_all", Comm::all_to_all, act(routed, x.h, d), CommGroup::ep));
+  ops.push_back(memory("moe_permute_backward", act(routed, x.h, d) + act(x.region, x.h, d)));
+  ops.push_back(memory("router_softmax_topk_backward", x.region * x.experts * (4 + 4 + 4 + d) + routed * 8, 0, 2));
+  ops.push_back(gemm("router_dgrad", x.region, x.h, x.experts, d));
+  ops.push_back(wgrad("router_wgrad", x.h, x.experts, x.region, d, act(x.region, x.h, d)));
+}
+
+// The dense MLP after the post-attention norm (and its SP all-gather): fc1, activation, fc2 and the
+// TP reduction.
+void dense_mlp_forward(std::vector<Op>& ops, const Dims& x, bool tp, double full, double region_gemm_in,
+                       double gemm_in_d) {
+  if (x.swiglu) {
+    // Gate and up projections as one column-parallel GEMM; SiLU(gate)·up keeps both halves.
+    ops.push_back(gemm("fc1_gate_up", x.tokens, 2 * x.f, x.h, x.d, region_gemm_in));
+    ops.push_back(memory("swiglu", 3 * act(x.tokens, x.f, x.d), act(x.tokens, 2 * x.f, x.d)));
+  } else {
+    ops.push_back(gemm("fc1", x.tokens, x.f, x.h, x.d, region_gemm_in));
+    ops.push_back(memory("gelu", 2 * act(x.tokens, x.f, x.d), act(x.tokens, x.f, x.d)));
+  }
+  ops.push_back(gemm("fc2", x.tokens, x.h, x.f, x.d, act(x.tokens, x.f, gemm_in_d)));
+  if (tp) {
+    ops.push_back(x.sp ? comm("mlp_reduce_scatter", Comm::reduce_scatter, full)
+                       : comm("mlp_all_reduce", Comm::all_reduce, full));
+  }
+}
+
+// The dense MLP's backward: fc2, activation and fc1 data and weight gradients with their SP/TP
+// communication.
+void dense_mlp_backward(std::vector<Op>& ops, const Dims& x, bool tp, double full, double region_gemm_in,
+                        double gemm_in_d) {
+  auto input_grad_comm = [&](const std::string& what) {
+    if (!tp) return;
+    ops.push_back(x.sp ? comm(what + "_grad_reduce_scatter", Comm::reduce_scatter, full)
+                       : comm(what + "_grad_all_reduce", Comm::all_reduce, full));
+  };
+  if (tp && x.sp) ops.push_back(comm("mlp_output_grad_all_gather", Comm::all_gather, full));
+  ops.push_back(gemm("fc2_dgrad", x.tokens, x.f, x.h, x.d));
+  ops.push_back(wgrad("fc2_wgrad", x.f, x.h, x.tokens, x.d, act(x.tokens, x.f, gemm_in_d)));
+  const double fc1_width = x.swiglu ? 2 * x.f : x.f;
+  // Activation backward reads its saved input and the output grad, writes the input grad.
+  ops.push_back(x.swiglu ? memory("swiglu_backward", 5 * act(x.tokens, x.f, x.d))
+                         : memory("gelu_backward", 3 * act(x.tokens, x.f, x.d)));
+  if (tp && x.sp) ops.push_back(comm("mlp_input_all_gather", Comm::all_gather, full));
+  ops.push_back(gemm(x.swiglu ? "fc1_gate_up_dgrad" : "fc1_dgrad", x.tokens, x.h, fc1_width, x.d));
+  input_grad_comm("mlp_input");
+  ops.push_back(wgrad(x.swiglu ? "fc1_gate_up_wgrad" : "fc1_wgrad", x.h, fc1_width, x.tokens, x.d, region_gemm_in));
+}
+
+// The router's GEMMs stay in BF16 under FP8 (Megatron-Core never quantises the router).
+void mark_fp8(std::vector<Op>& ops) {
+  for (Op& op : ops) op.fp8 = op.kind == OpKind::gemm && !op.attention_core && op.name.rfind("router", 0) != 0;
 }
 
 }  // namespace
@@ -184,29 +343,23 @@ std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
                        : memory("attention_residual_add", region_act * 3));
 
   ops.push_back(memory("post_attention_" + norm, 2 * region_act, region_act));
-  if (tp && x.sp) ops.push_back(comm("mlp_input_all_gather", Comm::all_gather, full));
-  if (x.swiglu) {
-    // Gate and up projections as one column-parallel GEMM; SiLU(gate)·up keeps both halves.
-    ops.push_back(gemm("fc1_gate_up", x.tokens, 2 * x.f, x.h, x.d, region_gemm_in));
-    ops.push_back(memory("swiglu", 3 * act(x.tokens, x.f, x.d), act(x.tokens, 2 * x.f, x.d)));
+  if (x.moe) {
+    moe_forward(ops, x, gemm_in_d);
   } else {
-    ops.push_back(gemm("fc1", x.tokens, x.f, x.h, x.d, region_gemm_in));
-    ops.push_back(memory("gelu", 2 * act(x.tokens, x.f, x.d), act(x.tokens, x.f, x.d)));
-  }
-  ops.push_back(gemm("fc2", x.tokens, x.h, x.f, x.d, act(x.tokens, x.f, gemm_in_d)));
-  if (tp) {
-    ops.push_back(x.sp ? comm("mlp_reduce_scatter", Comm::reduce_scatter, full)
-                       : comm("mlp_all_reduce", Comm::all_reduce, full));
+    if (tp && x.sp) ops.push_back(comm("mlp_input_all_gather", Comm::all_gather, full));
+    dense_mlp_forward(ops, x, tp, full, region_gemm_in, gemm_in_d);
   }
   ops.push_back(x.drop ? memory("mlp_dropout_add", region_act * 3 + mask, mask)
                        : memory("mlp_residual_add", region_act * 3));
   if (c.fp8) {
     // TE fuses the casts of the QKV and fc1 inputs into the norms and of the fc2 input into the
     // activation; the projection input is cast on its own (read 2, write 1 byte per element), and
-    // every GEMM input is also written transposed in FP8 for the weight gradient (1 byte).
-    const double cast = 3 * x.tokens * x.q + x.tokens * (2 * x.h + x.q + x.f);
+    // every GEMM input is also written transposed in FP8 for the weight gradient (1 byte). The
+    // experts' permuted input is cast on its own too (2 + 1 + 1 bytes).
+    double cast = 3 * x.tokens * x.q + x.tokens * (x.h + x.q);
+    cast += x.moe ? x.moe_rows * (4 * x.h + x.fe) + (x.fsh > 0 ? x.tokens * (x.h + x.fsh) : 0) : x.tokens * (x.h + x.f);
     ops.push_back(memory("fp8_cast_transpose", cast, 0, 4));
-    for (Op& op : ops) op.fp8 = op.kind == OpKind::gemm && !op.attention_core;
+    mark_fp8(ops);
   }
   return ops;
 }
@@ -237,17 +390,11 @@ std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c) {
 
   // Dropout backward reads the grad and the mask, writes the grad; the residual grad passes on.
   if (x.drop) ops.push_back(memory("mlp_dropout_add_backward", region_act * 2 + mask));
-  if (tp && x.sp) ops.push_back(comm("mlp_output_grad_all_gather", Comm::all_gather, full));
-  ops.push_back(gemm("fc2_dgrad", x.tokens, x.f, x.h, x.d));
-  ops.push_back(wgrad("fc2_wgrad", x.f, x.h, x.tokens, x.d, act(x.tokens, x.f, gemm_in_d)));
-  const double fc1_width = x.swiglu ? 2 * x.f : x.f;
-  // Activation backward reads its saved input and the output grad, writes the input grad.
-  ops.push_back(x.swiglu ? memory("swiglu_backward", 5 * act(x.tokens, x.f, x.d))
-                         : memory("gelu_backward", 3 * act(x.tokens, x.f, x.d)));
-  if (tp && x.sp) ops.push_back(comm("mlp_input_all_gather", Comm::all_gather, full));
-  ops.push_back(gemm(x.swiglu ? "fc1_gate_up_dgrad" : "fc1_dgrad", x.tokens, x.h, fc1_width, x.d));
-  input_grad_comm("mlp_input");
-  ops.push_back(wgrad(x.swiglu ? "fc1_gate_up_wgrad" : "fc1_wgrad", x.h, fc1_width, x.tokens, x.d, region_gemm_in));
+  if (x.moe) {
+    moe_backward(ops, x, gemm_in_d);
+  } else {
+    dense_mlp_backward(ops, x, tp, full, region_gemm_in, gemm_in_d);
+  }
   // Norm backward reads its input, the output grad and the residual grad it is summed with.
   ops.push_back(memory("post_attention_" + norm + "_backward", 4 * region_act, 0, 2));
 
@@ -279,9 +426,15 @@ std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c) {
   if (c.fp8) {
     // Each GEMM's output gradient is cast and transposed to FP8 once for its data and weight
     // gradients: read 2, write 1 + 1 bytes per element.
-    const double fc1_out = x.swiglu ? 2 * x.f : x.f;
-    ops.push_back(memory("fp8_grad_cast_transpose", 4 * x.tokens * (qkv_width + x.h + fc1_out + x.h), 0, 4));
-    for (Op& op : ops) op.fp8 = op.kind == OpKind::gemm && !op.attention_core;
+    double grads = x.tokens * (qkv_width + x.h);
+    if (x.moe) {
+      grads += x.moe_rows * ((x.swiglu ? 2 * x.fe : x.fe) + x.h);
+      if (x.fsh > 0) grads += x.tokens * ((x.swiglu ? 2 * x.fsh : x.fsh) + x.h);
+    } else {
+      grads += x.tokens * ((x.swiglu ? 2 * x.f : x.f) + x.h);
+    }
+    ops.push_back(memory("fp8_grad_cast_transpose", 4 * grads, 0, 4));
+    mark_fp8(ops);
   }
   return ops;
 }
@@ -416,18 +569,32 @@ Op zero_grad_buffer(std::int64_t params) {
 }
 
 std::int64_t layer_params_per_rank(const ModelSpec& m, std::int64_t tp) {
-  TRAINSIM_ASSERT(tp >= 1 && m.heads % tp == 0 && m.kv_heads % tp == 0 && m.ffn_hidden % tp == 0);
+  TRAINSIM_ASSERT(tp >= 1 && m.heads % tp == 0 && m.kv_heads % tp == 0 && m.ffn_hidden % tp == 0 &&
+                  m.shared_expert_ffn_hidden % tp == 0);
   const std::int64_t q = m.heads * m.head_dim;
   const std::int64_t kv = m.kv_heads * m.head_dim;
   const std::int64_t mats = m.mlp == MlpKind::swiglu ? 3 : 2;
-  std::int64_t n = (m.hidden * (q + 2 * kv) + q * m.hidden + mats * m.hidden * m.ffn_hidden) / tp;
+  // The MLP: dense, or a mixture of experts' shared expert (TP-split) and router (replicated).
+  const std::int64_t mlp_width = m.moe() ? m.shared_expert_ffn_hidden : m.ffn_hidden;
+  std::int64_t n = (m.hidden * (q + 2 * kv) + q * m.hidden + mats * m.hidden * mlp_width) / tp;
+  if (m.moe()) n += m.hidden * m.experts;
   if (m.mlp == MlpKind::gelu) {
     // LayerNorm weight + bias twice (replicated); column-parallel biases split, row-parallel not.
-    n += 4 * m.hidden + (q + 2 * kv + m.ffn_hidden) / tp + 2 * m.hidden;
+    n += 4 * m.hidden + (q + 2 * kv) / tp + m.hidden;
+    if (mlp_width > 0) n += mlp_width / tp + m.hidden;
   } else {
     n += 2 * m.hidden;  // two RMSNorm weights, replicated
   }
   return n;
+}
+
+std::int64_t layer_expert_params_per_rank(const ModelSpec& m, std::int64_t ep, std::int64_t etp) {
+  if (!m.moe()) return 0;
+  TRAINSIM_ASSERT(ep >= 1 && etp >= 1 && m.experts % ep == 0 && m.moe_ffn_hidden % etp == 0);
+  const std::int64_t mats = m.mlp == MlpKind::swiglu ? 3 : 2;
+  std::int64_t per_expert = mats * m.hidden * m.moe_ffn_hidden / etp;
+  if (m.mlp == MlpKind::gelu) per_expert += m.moe_ffn_hidden / etp + m.hidden;  // fc1 (split) and fc2 biases
+  return m.experts / ep * per_expert;
 }
 
 std::int64_t embedding_params_per_rank(const ModelSpec& m, std::int64_t tp) {

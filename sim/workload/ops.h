@@ -3,7 +3,9 @@
 // the kernels one tensor-parallel rank runs: each op with its FLOPs, HBM bytes, GEMM or attention
 // shape, and the activation bytes it keeps for backward. Tensor-parallel communication appears as
 // ops of kind tp_comm exactly where Megatron-LM inserts it (all-reduce without sequence
-// parallelism; all-gather / reduce-scatter with it).
+// parallelism; all-gather / reduce-scatter with it). A mixture-of-experts layer's token dispatch and
+// combine are all-to-alls of kind tp_comm over the expert-parallel group (CommGroup::ep), as
+// Megatron-Core's alltoall token dispatcher runs them.
 
 #include <cstdint>
 #include <string>
@@ -17,10 +19,13 @@ enum class OpKind : std::uint8_t {
   gemm,       // dense matrix multiply: (m x k) * (k x n), `batch` independent copies
   attention,  // attention core: fused flash kernel, or the score/softmax/context kernels
   memory,     // memory-bound kernel: norm, activation, dropout, residual add, loss, optimizer...
-  tp_comm,    // tensor-parallel collective over the TP group
+  tp_comm,    // collective in the layer's critical path: over the TP group, or the expert groups
 };
 
-enum class Comm : std::uint8_t { none, all_reduce, all_gather, reduce_scatter };
+enum class Comm : std::uint8_t { none, all_reduce, all_gather, reduce_scatter, all_to_all };
+// The group a tp_comm op runs over: the tensor-parallel group, the expert-parallel group (token
+// dispatch and combine), or the expert tensor-parallel group.
+enum class CommGroup : std::uint8_t { tp, ep, etp };
 
 // How the attention core runs: one fused flash kernel (scores never stored) -- `flash`, the fastest
 // fused kernel of the GPU as Megatron / Transformer Engine use it (cuDNN or FlashAttention-3 on
@@ -53,7 +58,8 @@ struct Op {
   std::int32_t kernels = 1;  // kernel launches the op stands for
   GemmShape gemm;
   AttentionShape attention;
-  Comm comm = Comm::none;        // tp_comm only
+  Comm comm = Comm::none;  // tp_comm only
+  CommGroup group = CommGroup::tp;
   std::int64_t comm_bytes = 0;   // tp_comm: full (unsharded) tensor size, nccl-tests convention
   std::int64_t saved_bytes = 0;  // forward ops: activation bytes kept until the layer's backward
   bool attention_core = false;   // recomputed by selective recompute
@@ -75,6 +81,10 @@ struct LayerConfig {
   std::int64_t seq_len = 2048;  // the whole sequence; each context-parallel rank holds seq_len / cp of it
   std::int64_t tp = 1;
   std::int64_t cp = 1;
+  // Mixture of experts: each expert-parallel rank holds experts / ep experts, each split ep-wise
+  // over etp ranks (Megatron-Core's expert tensor parallelism).
+  std::int64_t ep = 1;
+  std::int64_t etp = 1;
   bool sequence_parallel = false;
   bool causal = true;
   AttentionImpl attention = AttentionImpl::flash;
@@ -115,7 +125,11 @@ Op zero_grad_buffer(std::int64_t params);
 // Parameters one TP rank holds for one layer / the embedding / the output layer. The output layer
 // counts the final norm, plus its vocab-parallel weight unless embeddings are tied (then the
 // embedding's weight serves; a last pipeline stage without the embedding keeps a copy of it).
+// For a mixture-of-experts layer, layer_params_per_rank counts what data parallelism reduces
+// (attention, norms, router, shared expert) and layer_expert_params_per_rank the routed experts one
+// rank holds, which the expert data-parallel group reduces.
 std::int64_t layer_params_per_rank(const ModelSpec& m, std::int64_t tp);
+std::int64_t layer_expert_params_per_rank(const ModelSpec& m, std::int64_t ep, std::int64_t etp);
 std::int64_t embedding_params_per_rank(const ModelSpec& m, std::int64_t tp);
 std::int64_t head_params_per_rank(const ModelSpec& m, std::int64_t tp);
 

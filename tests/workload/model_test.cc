@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 
@@ -87,7 +88,8 @@ TEST_CASE("model JSON defaults and validation") {
                                 "ffn_hidden": 256, "vocab": 100, "mlp": "gelu", "colour": 1})");
         }) ==
         "m.json: colour: unknown key (expected one of: name, layers, hidden, heads, kv_heads, ffn_hidden, "
-        "vocab, mlp, tied_embeddings, head_dim, dropout)");
+        "vocab, mlp, tied_embeddings, head_dim, dropout, experts, experts_per_token, moe_ffn_hidden, "
+        "shared_expert_ffn_hidden)");
   CHECK(error_of([] {
           parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 8,
                                 "ffn_hidden": 256, "vocab": 100, "mlp": "gelu"})");
@@ -155,9 +157,72 @@ TEST_CASE("Hugging Face errors name the JSON path") {
   CHECK(error_of([] {
           parse_hf(R"({"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 64,
       "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 10, "num_local_experts": 8})");
-        }) == "config.json: num_local_experts: mixture-of-experts models are not supported yet");
+        }) == "config.json: num_experts_per_tok: missing required key");
+  CHECK(error_of([] {
+          parse_hf(R"({"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 64,
+      "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 10, "num_local_experts": 8,
+      "num_experts_per_tok": 9})");
+        }) == "config.json: num_experts_per_tok: exceeds num_local_experts (8)");
   CHECK(error_of([] { parse_hf(R"({"model_type": "deepseek_v3", "n_routed_experts": 256})"); }) ==
-        "config.json: n_routed_experts: mixture-of-experts models are not supported yet");
+        "config.json: n_routed_experts: DeepSeek mixture-of-experts models are not supported yet");
+  CHECK(error_of([] { parse_hf(R"({"model_type": "deepseek_v2", "kv_lora_rank": 512})"); }) ==
+        "config.json: kv_lora_rank: multi-head latent attention (DeepSeek-V2/V3) is not supported yet");
+  CHECK(error_of([] { parse_hf(R"({"model_type": "qwen2_moe", "decoder_sparse_step": 2})"); }) ==
+        "config.json: decoder_sparse_step: mixture-of-experts layers on only some layers are not supported yet "
+        "(every layer must be sparse)");
+  CHECK(error_of([] { parse_hf(R"({"model_type": "gpt_oss", "layer_types": ["sliding_attention"]})"); }) ==
+        "config.json: layer_types: sliding_attention layers are not supported yet (full attention only)");
+}
+
+// Qwen3-30B-A3B's config.json (Qwen/Qwen3-30B-A3B on the Hugging Face hub): 48 layers, hidden 2048,
+// 32 query and 4 KV heads of 128, 128 experts of width 768, 8 per token, no shared expert. Its
+// parameter count from the formula: per layer attention 2048·(4096 + 2·512) + 4096·2048 = 18,874,368,
+// router 2048·128 = 262,144, experts 128·3·2048·768 = 603,979,776, norms 2·2048 (Qwen3's q/k norms,
+// 2·128, are not modelled); embedding and output 2·151936·2048; final norm 2048. 30.5 B in all, the
+// model card's "30.5B"; active per token 8 of 128 experts: 3.3 B ("3.3B activated").
+TEST_CASE("a Qwen3-MoE config.json reads as a mixture of experts") {
+  const ModelSpec m = parse_hf(R"({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+    "num_hidden_layers": 48, "hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 4,
+    "head_dim": 128, "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128,
+    "num_experts_per_tok": 8, "decoder_sparse_step": 1, "mlp_only_layers": [], "vocab_size": 151936,
+    "hidden_act": "silu", "tie_word_embeddings": false})");
+  CHECK(m.moe());
+  CHECK(m.experts == 128);
+  CHECK(m.experts_per_token == 8);
+  CHECK(m.moe_ffn_hidden == 768);
+  CHECK(m.ffn_hidden == 0);
+  CHECK(m.shared_expert_ffn_hidden == 0);
+  const std::int64_t layer = 18874368 + 262144 + 603979776 + 2 * 2048;
+  CHECK(m.params_per_layer() == layer);
+  CHECK(m.expert_params_per_layer() == 603979776);
+  CHECK(m.total_params() == 48 * layer + 2 * 151936 * 2048 + 2048);
+  CHECK(std::abs(static_cast<double>(m.total_params()) / 1e9 - 30.5) < 0.05);
+  const std::int64_t active = m.total_params() - std::int64_t{48} * (603979776 - 8 * 3 * 2048 * 768);
+  CHECK(std::abs(static_cast<double>(active) / 1e9 - 3.3) < 0.1);  // 3.35 B by this count
+}
+
+TEST_CASE("trainsim's model format takes experts instead of ffn_hidden") {
+  const ModelSpec m = parse(R"({"name": "moe", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4,
+    "vocab": 100, "mlp": "swiglu", "experts": 8, "experts_per_token": 2, "moe_ffn_hidden": 32,
+    "shared_expert_ffn_hidden": 64})");
+  CHECK(m.experts == 8);
+  CHECK(m.shared_expert_ffn_hidden == 64);
+  // attention 4·64² + router 64·8 + experts 8·3·64·32 + shared 3·64·64 + norms 2·64
+  CHECK(m.params_per_layer() == 4 * 64 * 64 + 64 * 8 + 8 * 3 * 64 * 32 + 3 * 64 * 64 + 2 * 64);
+  CHECK(error_of([] {
+          parse(R"({"name": "moe", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4, "ffn_hidden": 256,
+            "vocab": 100, "mlp": "swiglu", "experts": 8, "experts_per_token": 2, "moe_ffn_hidden": 32})");
+        }) ==
+        "m.json: ffn_hidden: a mixture-of-experts model has no dense MLP; its widths are moe_ffn_hidden and "
+        "shared_expert_ffn_hidden");
+  CHECK(error_of([] {
+          parse(R"({"name": "d", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4, "ffn_hidden": 256,
+            "vocab": 100, "mlp": "swiglu", "moe_ffn_hidden": 32})");
+        }) == "m.json: moe_ffn_hidden: only a mixture-of-experts model (with \"experts\") takes this key");
+  CHECK(error_of([] {
+          parse(R"({"name": "moe", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4,
+            "vocab": 100, "mlp": "swiglu", "experts": 8, "experts_per_token": 9, "moe_ffn_hidden": 32})");
+        }) == "m.json: experts_per_token: exceeds experts (8)");
 }
 
 TEST_CASE("trainsim's own format is not mistaken for a Hugging Face config") {
