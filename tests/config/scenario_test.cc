@@ -525,3 +525,51 @@ TEST_CASE("impossible layouts name the numbers that do not fit", "[config]") {
   doc["parallel"]["pp"] = std::int64_t{1} << 40;
   CHECK(parse_error(data, doc).path() == "gpus");
 }
+
+TEST_CASE("expert-parallel layouts: Megatron-Core's rules, one line each") {
+  const nlohmann::json moe = {{"name", "moe"},          {"layers", 4},          {"hidden", 1024},  {"heads", 16},
+                              {"kv_heads", 4},          {"vocab", 1000},        {"mlp", "swiglu"}, {"experts", 32},
+                              {"experts_per_token", 4}, {"moe_ffn_hidden", 512}};
+  auto make = [&](nlohmann::json par) {
+    return nlohmann::json{{"model", moe},
+                          {"cluster", "dgx-h100"},
+                          {"gpus", 16},
+                          {"parallel", par},
+                          {"training", {{"micro_batch", 1}, {"global_batch", 64}, {"seq_len", 2048}}}};
+  };
+  auto error = [&](nlohmann::json par) {
+    try {
+      parse_scenario(trainsim::util::JsonNode(make(par), "s.json"), TRAINSIM_SOURCE_DIR);
+    } catch (const trainsim::util::InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(error({{"ep", 8}}) == "no error");
+  CHECK(error({{"ep", 3}}) == "s.json: parallel.ep: 3 does not divide experts (32)");
+  CHECK(error({{"ep", 32}}) ==
+        "s.json: parallel.ep: etp*ep = 1*32 = 32 does not divide the 16 ranks of a pipeline stage (tp*cp*dp = 1*1*16)");
+  // etp defaults to tp (Megatron's --expert-tensor-parallel-size default): tp 2, ep 16 is 32 ranks.
+  CHECK(error({{"tp", 2}, {"ep", 16}, {"sequence_parallel", true}}) ==
+        "s.json: parallel.ep: etp*ep = 2*16 = 32 does not divide the 16 ranks of a pipeline stage (tp*cp*dp = 2*1*8)");
+  CHECK(error({{"tp", 2}, {"ep", 16}, {"etp", 1}, {"sequence_parallel", true}}) == "no error");
+  CHECK(error({{"tp", 2}, {"ep", 8}}) ==
+        "s.json: parallel.sequence_parallel: mixture-of-experts layers with tp > 1 need sequence_parallel "
+        "(Megatron-Core requires it)");
+  CHECK(error({{"etp", 3}}) == "s.json: parallel.etp: 3 does not divide moe_ffn_hidden (512)");
+  CHECK(error({{"ep", 4}, {"zero", 3}}) ==
+        "s.json: parallel.zero: zero 3 with a mixture-of-experts model is not supported yet (use 0 or 1)");
+  auto dense = make({{"ep", 2}});
+  dense["model"] = "llama3.1-8b";
+  try {
+    parse_scenario(trainsim::util::JsonNode(dense, "s.json"), TRAINSIM_SOURCE_DIR);
+    FAIL("accepted ep with a dense model");
+  } catch (const trainsim::util::InputError& e) {
+    CHECK(std::string(e.what()) == "s.json: parallel.ep: 2 needs a mixture-of-experts model");
+  }
+  const auto sc =
+      parse_scenario(trainsim::util::JsonNode(make({{"tp", 2}, {"ep", 4}, {"sequence_parallel", true}}), "s.json"),
+                     TRAINSIM_SOURCE_DIR);
+  CHECK(sc.parallel.etp == 2);
+  CHECK(sc.parallel.expert_dp() == 2);
+}

@@ -34,3 +34,20 @@ TEST_CASE("coordinates and ranks are inverse, and a TP8 group is one 8-GPU node"
   CHECK(g.groups("dp").front() == std::vector<std::uint32_t>{0, 8, 16, 24, 32, 40, 48, 56});
   CHECK(g.groups("pp").front().back() == 64u * 15u);
 }
+
+// Megatron-Core's MoE parallel folding: the 8 ranks of each pipeline stage (tp 2 x dp 4) are
+// re-indexed for the expert layers as etp + ETP·(ep + EP·edp). With etp 1, ep 4: ep groups are runs
+// of 4 consecutive ranks, expert-dp pairs stride 4. With etp 2, ep 2: etp pairs are the TP pairs, ep
+// pairs stride 2, expert-dp pairs stride 4.
+TEST_CASE("expert groups fold ep and etp into each stage's tp x cp x dp ranks") {
+  RankGrid g(2, 1, 4, 2);
+  CHECK(g.expert_groups("ep", 1, 4) == Groups{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}});
+  CHECK(g.expert_groups("edp", 1, 4) == Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}});
+  CHECK(g.expert_groups("etp", 1, 4).size() == 16);  // singletons
+  CHECK(g.expert_groups("etp", 2, 2) == g.groups("tp"));
+  CHECK(g.expert_groups("ep", 2, 2) == Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}});
+  CHECK(g.expert_groups("edp", 2, 2) == Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}});
+  // ep 8 with etp 1 spans the whole stage; no expert data parallelism is left.
+  CHECK(g.expert_groups("ep", 1, 8) == Groups{{0, 1, 2, 3, 4, 5, 6, 7}, {8, 9, 10, 11, 12, 13, 14, 15}});
+  CHECK(g.expert_groups("edp", 1, 8).size() == 16);
+}

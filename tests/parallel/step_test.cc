@@ -825,3 +825,60 @@ TEST_CASE("collectives: a forced algorithm changes the collective's time, on bot
   j["collectives"] = {{"all_reduce", "fastest"}};
   CHECK_THROWS_AS(scenario(j), util::InputError);
 }
+
+namespace {
+
+nlohmann::json moe_scenario(std::int64_t gpus, std::int64_t tp, std::int64_t pp, std::int64_t ep, std::int64_t etp) {
+  nlohmann::json model = {
+      {"name", "moe"},        {"layers", 8},   {"hidden", 1024},  {"heads", 16},   {"kv_heads", 4},
+      {"head_dim", 64},       {"vocab", 1024}, {"mlp", "swiglu"}, {"experts", 32}, {"experts_per_token", 4},
+      {"moe_ffn_hidden", 512}};
+  return {{"model", model},
+          {"cluster", "dgx-h100"},
+          {"gpus", gpus},
+          {"parallel", {{"tp", tp}, {"pp", pp}, {"ep", ep}, {"etp", etp}, {"sequence_parallel", tp > 1}, {"zero", 1}}},
+          {"training", {{"micro_batch", 1}, {"global_batch", 4 * gpus / (tp * pp)}, {"seq_len", 2048}}}};
+}
+
+}  // namespace
+
+TEST_CASE("MoE: a symmetric run gives the full run's step time and memory, across nodes and with etp") {
+  for (auto [gpus, tp, pp, ep, etp] : {std::tuple{16, 1, 1, 16, 1}, std::tuple{32, 2, 2, 4, 2},
+                                       std::tuple{32, 2, 2, 8, 1}, std::tuple{16, 1, 2, 4, 1}}) {
+    auto j = moe_scenario(gpus, tp, pp, ep, etp);
+    j["parallel"]["overlap_grad_reduce"] = true;
+    const auto sc = scenario(j);
+    parallel::BuildOptions all;
+    all.all_ranks = true;
+    const auto full = parallel::simulate_step(sc, all);
+    const auto sym = parallel::simulate_step(sc);
+    INFO("gpus " << gpus << " tp " << tp << " pp " << pp << " ep " << ep << " etp " << etp);
+    CHECK(sym.step_time_s == full.step_time_s);
+    CHECK(sym.memory[sym.peak_rank].peak_bytes == full.memory[full.peak_rank].peak_bytes);
+    CHECK(sym.mean.ep_exposed_s > 0);
+    CHECK(sym.mean.ep_exposed_s == Approx(full.mean.ep_exposed_s).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("MoE memory: experts held E/ep per rank, their optimizer states sharded over expert dp") {
+  // 16 GPUs, tp 1: dense parameters shard over dp 16, experts over 16/(etp·ep) = 4 with ep 4.
+  const auto sc = scenario(moe_scenario(16, 1, 1, 4, 1));
+  const auto r = parallel::simulate_step(sc);
+  const std::int64_t dense = 8 * workload::layer_params_per_rank(sc.model, 1) +
+                             workload::embedding_params_per_rank(sc.model, 1) +
+                             workload::head_params_per_rank(sc.model, 1);
+  const std::int64_t experts = 8 * 8 * 3 * 1024 * 512;  // 8 layers x 32/4 experts x 3·h·F
+  CHECK(workload::layer_expert_params_per_rank(sc.model, 4, 1) * 8 == experts);
+  CHECK(r.memory[0].peak_breakdown_bytes[parallel::kWeights] == 2 * (dense + experts));
+  CHECK(r.memory[0].peak_breakdown_bytes[parallel::kGradients] == 4 * (dense + experts));
+  CHECK(r.memory[0].peak_breakdown_bytes[parallel::kOptimizer] == 12 * ((dense + 15) / 16 + (experts + 3) / 4));
+}
+
+TEST_CASE("MoE: token dispatch is slower across nodes than inside one (ep 16 vs ep 8 on the same work)") {
+  // Per rank the same tokens and expert work; ep 16 spans two 8-GPU nodes, so half of every
+  // all-to-all crosses the NICs.
+  const auto inside = parallel::simulate_step(scenario(moe_scenario(16, 1, 1, 8, 1)));
+  const auto across = parallel::simulate_step(scenario(moe_scenario(16, 1, 1, 16, 1)));
+  CHECK(across.mean.ep_exposed_s > 2 * inside.mean.ep_exposed_s);
+  CHECK(across.mean.compute_s == Approx(inside.mean.compute_s).epsilon(0.05));
+}

@@ -340,3 +340,118 @@ TEST_CASE("fp8 keeps the GEMM inputs in 1 byte") {
   for (const Op& op : layer_backward(m, c)) held += static_cast<double>(op.held_input_bytes);
   CHECK(held == s * h + s * h + s * h / t + s * F / t);
 }
+
+namespace {
+
+// A Qwen3-MoE-like model: 32 experts of width 512, top 4, GQA.
+ModelSpec moe_model(std::int64_t shared = 0) {
+  ModelSpec m;
+  m.name = "moe";
+  m.layers = 4;
+  m.hidden = 1024;
+  m.heads = 16;
+  m.kv_heads = 4;
+  m.head_dim = 64;
+  m.vocab = 32000;
+  m.mlp = MlpKind::swiglu;
+  m.experts = 32;
+  m.experts_per_token = 4;
+  m.moe_ffn_hidden = 512;
+  m.shared_expert_ffn_hidden = shared;
+  return m;
+}
+
+double gemm_flops(const std::vector<Op>& ops, const std::string& prefix) {
+  double f = 0;
+  for (const Op& op : ops)
+    if (op.kind == OpKind::gemm && op.name.rfind(prefix, 0) == 0) f += op.flops;
+  return f;
+}
+
+}  // namespace
+
+// Balanced routing: every rank's R tokens make R·k copies, and every rank receives R·k copies for
+// its E/ep experts, so the experts' GEMM work per rank is 2·R·k·h·(2F) + 2·R·k·F·h whatever ep is;
+// the router adds 2·R·h·E. Dispatch and combine each move R·k·h·2 bytes per rank over the EP group.
+TEST_CASE("MoE layer: expert FLOPs follow the tokens routed, all-to-alls move R·k·h per rank") {
+  const ModelSpec m = moe_model();
+  LayerConfig c;
+  c.micro_batch = 2;
+  c.seq_len = 2048;
+  const double R = 2 * 2048, k = 4, h = 1024, F = 512, E = 32;
+  for (std::int64_t ep : {1, 4, 8}) {
+    c.ep = ep;
+    INFO("ep " << ep);
+    const auto fwd = layer_forward(m, c);
+    const auto bwd = layer_backward(m, c);
+    CHECK(gemm_flops(fwd, "experts_") == Approx(2 * R * k * h * 2 * F + 2 * R * k * F * h));
+    CHECK(gemm_flops(bwd, "experts_") == Approx(2 * (2 * R * k * h * 2 * F + 2 * R * k * F * h)));
+    CHECK(gemm_flops(fwd, "router") == Approx(2 * R * h * E));
+    // Grouped GEMM: E/ep local experts of R·k·ep/E rows each.
+    for (const Op& op : fwd)
+      if (op.name == "experts_fc1") {
+        CHECK(op.gemm.batch == 32 / ep);
+        CHECK(op.gemm.m == static_cast<std::int64_t>(R * k * static_cast<double>(ep) / E));
+        CHECK(op.gemm.n == 2 * 512);
+      }
+    int a2a = 0;
+    for (const auto* ops : {&fwd, &bwd})
+      for (const Op& op : *ops)
+        if (op.kind == OpKind::tp_comm) {
+          CHECK(op.comm == Comm::all_to_all);
+          CHECK(op.group == CommGroup::ep);
+          CHECK(op.comm_bytes == static_cast<std::int64_t>(R * k * h * 2));
+          ++a2a;
+        }
+    CHECK(a2a == (ep > 1 ? 4 : 0));
+  }
+  // No dense MLP is left.
+  for (const Op& op : layer_forward(m, c)) CHECK(op.name.rfind("fc", 0) != 0);
+}
+
+// Expert tensor parallelism: the R·k copies each rank receives are all-gathered over its etp ranks
+// (etp·R·k rows), each of which runs F/etp of every local expert; the ETP all-gather and
+// reduce-scatter carry etp·R·k·h·2 bytes.
+TEST_CASE("MoE layer with etp: ETP all-gather and reduce-scatter around experts split F/etp") {
+  const ModelSpec m = moe_model(1024);
+  LayerConfig c;
+  c.seq_len = 4096;
+  c.tp = 2;
+  c.sequence_parallel = true;
+  c.ep = 4;
+  c.etp = 2;
+  const double R = 4096.0 / 2, k = 4, h = 1024;
+  const auto fwd = layer_forward(m, c);
+  int etp_ops = 0, shared = 0;
+  for (const Op& op : fwd) {
+    if (op.kind == OpKind::tp_comm && op.group == CommGroup::etp) {
+      CHECK(op.comm_bytes == static_cast<std::int64_t>(2 * R * k * h * 2));
+      ++etp_ops;
+    }
+    if (op.name == "experts_fc1") CHECK(op.gemm.n == 2 * 512 / 2);
+    if (op.name.rfind("shared_expert_fc", 0) == 0) {
+      CHECK(op.gemm.m == 4096);  // the whole sequence after the SP all-gather
+      ++shared;
+    }
+  }
+  CHECK(etp_ops == 2);
+  CHECK(shared == 2);
+  CHECK(gemm_flops(fwd, "experts_") == Approx(2 * (2 * R * k) * h * 2 * 256 + 2 * (2 * R * k) * 256 * h));
+  CHECK(gemm_flops(fwd, "shared_expert_") == Approx(2 * 4096 * h * 2 * 512 + 2 * 4096 * 512 * h));
+  // Parameters: every expert once over ep x etp ranks; the shared expert split over tp.
+  CHECK(layer_expert_params_per_rank(m, 4, 2) * 4 * 2 == m.expert_params_per_layer());
+  CHECK(layer_params_per_rank(m, 2) * 2 + layer_expert_params_per_rank(m, 1, 1) ==
+        m.params_per_layer() + 2 * 1024 + 1024 * 32);  // norms and router are replicated on both TP ranks
+}
+
+TEST_CASE("MoE under FP8: expert GEMMs in FP8, the router in BF16") {
+  const ModelSpec m = moe_model();
+  LayerConfig c;
+  c.fp8 = true;
+  c.ep = 2;
+  for (const auto& ops : {layer_forward(m, c), layer_backward(m, c)})
+    for (const Op& op : ops) {
+      if (op.kind != OpKind::gemm || op.attention_core) continue;
+      CHECK(op.fp8 == (op.name.rfind("router", 0) != 0));
+    }
+}
