@@ -497,7 +497,8 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
 }
 
 Scenario parse_scenario_in(const util::JsonNode& root, const fs::path& data_dir, const fs::path& scenario_dir) {
-  root.reject_unknown({"model", "cluster", "gpus", "parallel", "training", "network", "collectives", "gpu_profile"});
+  root.reject_unknown(
+      {"model", "cluster", "gpus", "parallel", "training", "network", "collectives", "gpu_profile", "segment_gpus"});
   Scenario s;
   s.file = root.file();
   s.model = parse_reference(root.at("model"), data_dir, "models", scenario_dir, parse_model_any);
@@ -510,6 +511,22 @@ Scenario parse_scenario_in(const util::JsonNode& root, const fs::path& data_dir,
     s.warnings.push_back(fmt::format("{}: gpu_profile: {} was measured on {} ({}), the cluster has {}", s.file,
                                      prof->file, prof->device.name, prof->device.gpu, s.cluster.gpu.id));
   s.gpus = root.at("gpus").as_positive_int();
+  // Slurm's --segment on NVLink-domain clusters (topology/block): the job's ranks come in blocks of
+  // segment_gpus, each inside one NVLink domain, so a block is what the network sees as a node (its
+  // share of the domain's NICs with it). NVIDIA's GB200 NVL72 guidance: segments of 16 trays = 64
+  // GPUs for jobs of 128 GPUs and more.
+  if (auto v = root.find("segment_gpus")) {
+    const std::int64_t seg = v->as_positive_int();
+    network::ClusterSpec& c = s.cluster;
+    if (seg > c.gpus_per_node)
+      v->fail(fmt::format("{} exceeds the {} GPUs of one NVLink domain of {}", seg, c.gpus_per_node, c.name));
+    if (s.gpus % seg != 0) v->fail(fmt::format("{} does not divide gpus ({})", seg, s.gpus));
+    if (c.nic.per_node * seg % c.gpus_per_node != 0)
+      v->fail(fmt::format("{} GPUs do not hold a whole share of the {} NICs per {}-GPU node", seg, c.nic.per_node,
+                          c.gpus_per_node));
+    c.nic.per_node = c.nic.per_node * seg / c.gpus_per_node;
+    c.gpus_per_node = seg;
+  }
   if (auto v = root.find("collectives")) {
     v->reject_unknown({"all_reduce", "all_gather", "reduce_scatter", "all_to_all"});
     for (const char* name : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}) {

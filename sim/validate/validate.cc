@@ -160,6 +160,7 @@ Outcome evaluate(const Record& r, const fs::path& data_dir, std::optional<config
     out.skipped = fmt::format("{}: {}", e.path(), e.problem());
     return out;
   }
+  out.moe = sc.model.moe();
   if (r.kind == "layer") {
     evaluate_layer(r, sc, out);
   } else if (r.kind == "memory") {
@@ -205,7 +206,8 @@ Summary summarize(const std::vector<Outcome>& outcomes) {
     for (const Comparison& c : o.comparisons) {
       add(by[c.quantity], c.quantity, c.error(), o.record->id);
       if (c.quantity == "step_time_s") {
-        const std::string source = o.record->id.substr(0, o.record->id.find('_'));
+        // By source (the id's prefix), mixture-of-experts runs apart from dense ones ("mbridge-moe").
+        const std::string source = o.record->id.substr(0, o.record->id.find('_')) + (o.moe ? "-moe" : "");
         add(by_source[source], source, c.error(), o.record->id);
       }
     }

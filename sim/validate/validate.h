@@ -44,6 +44,7 @@ struct Outcome {
   std::vector<Comparison> comparisons;  // empty when skipped
   std::string skipped;                  // the reason, when skipped
   std::string detail;                   // e.g. the memory split
+  bool moe = false;                     // the model is a mixture of experts (its own source group)
 };
 
 struct QuantitySummary {

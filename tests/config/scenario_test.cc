@@ -351,7 +351,7 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
       {[](json& d) { d["training"].erase("seq_len"); }, "training.seq_len", "missing required key"},
       {[](json& d) { d["gpu"] = 8; }, "gpu",
        "unknown key (expected one of: model, cluster, gpus, parallel, training, network, "
-       "collectives, gpu_profile)"},
+       "collectives, gpu_profile, segment_gpus)"},
       {[](json& d) { d["parallel"]["dp"] = 4; }, "parallel.dp",
        "unknown key (expected one of: tp, pp, cp, ep, etp, sequence_parallel, schedule, virtual_stages, zero, "
        "overlap_grad_reduce, "
@@ -572,4 +572,30 @@ TEST_CASE("expert-parallel layouts: Megatron-Core's rules, one line each") {
                      TRAINSIM_SOURCE_DIR);
   CHECK(sc.parallel.etp == 2);
   CHECK(sc.parallel.expert_dp() == 2);
+}
+
+TEST_CASE("segment_gpus: the job's ranks in NVLink blocks of that many GPUs, each block a node to the network") {
+  json j = {{"model", "llama3.1-8b"},
+            {"cluster", "gb200-nvl72"},
+            {"gpus", 256},
+            {"segment_gpus", 64},
+            {"parallel", {{"tp", 1}}},
+            {"training", {{"micro_batch", 1}, {"global_batch", 256}, {"seq_len", 4096}}}};
+  const Scenario s = parse_scenario(trainsim::util::JsonNode(j, "s.json"), TRAINSIM_SOURCE_DIR);
+  CHECK(s.cluster.gpus_per_node == 64);
+  CHECK(s.cluster.nic.per_node == 64);  // one NIC per GPU, as in the 72-GPU rack
+  CHECK(s.cluster.node_of(63) == 0);
+  CHECK(s.cluster.node_of(64) == 1);
+  auto error = [&](json seg) {
+    j["segment_gpus"] = seg;
+    try {
+      parse_scenario(trainsim::util::JsonNode(j, "s.json"), TRAINSIM_SOURCE_DIR);
+    } catch (const trainsim::util::InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(error(80) == "s.json: segment_gpus: 80 exceeds the 72 GPUs of one NVLink domain of gb200-nvl72");
+  CHECK(error(48) == "s.json: segment_gpus: 48 does not divide gpus (256)");
+  CHECK(error(0) == "s.json: segment_gpus: must be a positive integer, got 0");
 }
