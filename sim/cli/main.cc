@@ -124,7 +124,7 @@ struct SearchArgs {
   std::size_t top = 10;
   int threads = 0;  // 0: one per hardware thread
   bool json = false, markdown = false;
-  std::string tp, pp, cp, vp, micro_batch, recompute, zero;
+  std::string tp, pp, cp, ep, vp, micro_batch, recompute, zero;
   std::string network;  // overrides the scenario's network model
   std::string headroom = "0";
   std::string gpus, nodes;  // search at these GPU counts instead of the scenario's
@@ -139,6 +139,11 @@ int search_command(const SearchArgs& a, int* argc, char*** argv) {
   if (!a.tp.empty()) axes.tp = trainsim::cli::parse_int_list(a.tp, "--tp", 1, false);
   if (!a.pp.empty()) axes.pp = trainsim::cli::parse_int_list(a.pp, "--pp", 1, false);
   if (!a.cp.empty()) axes.cp = trainsim::cli::parse_int_list(a.cp, "--cp", 1, false);
+  if (!a.ep.empty()) {
+    if (!base.model.moe())
+      throw util::InputError("--ep", "", fmt::format("{} is not a mixture-of-experts model", base.model.name));
+    axes.ep = trainsim::cli::parse_int_list(a.ep, "--ep", 1, false);
+  }
   if (!a.vp.empty()) axes.virtual_stages = trainsim::cli::parse_int_list(a.vp, "--vp", 1, false);
   if (!a.micro_batch.empty())
     axes.micro_batch = trainsim::cli::parse_int_list(a.micro_batch, "--micro-batch", 1, false);
@@ -289,6 +294,9 @@ int main(int argc, char** argv) {
   search->add_option("--pp", search_args.pp, "Pipeline sizes (default: every divisor of the layers up to 64)");
   search->add_option("--cp", search_args.cp,
                      "Context-parallel sizes (default 1, and 2,4,8,16 while a rank keeps >= 4096 tokens)");
+  search->add_option("--ep", search_args.ep,
+                     "Expert-parallel sizes, mixture-of-experts models only (default: every divisor of the experts "
+                     "up to 64)");
   search->add_option("--vp", search_args.vp,
                      "Virtual pipeline stages (default 1 and 2..8 where they divide the layers per stage)");
   search->add_option("--micro-batch", search_args.micro_batch, "Micro-batch sizes (default 1,2,4,8)");

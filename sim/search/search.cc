@@ -32,13 +32,17 @@ std::vector<std::int64_t> divisors(std::int64_t n, std::int64_t lo, std::int64_t
 
 // The scenario keys of one layout: the base file's parallel and training blocks with the searched
 // settings replaced, and the settings that only make sense for some layouts adjusted to each.
-void fill_keys(Candidate& c, const nlohmann::json& doc, std::int64_t layers) {
+void fill_keys(Candidate& c, const nlohmann::json& doc, std::int64_t layers, bool moe) {
   const Layout& l = c.layout;
   nlohmann::json p = doc.contains("parallel") ? doc["parallel"] : nlohmann::json::object();
   nlohmann::json t = doc.at("training");
   p["tp"] = l.tp;
   p["pp"] = l.pp;
   p["cp"] = l.cp;
+  if (moe) {
+    p["ep"] = l.ep;
+    if (!p.contains("etp")) p["etp"] = 1;  // Megatron-Bridge's MoE recipes; the scenario's etp is kept
+  }
   p["zero"] = l.zero;
   // Megatron runs sequence parallelism whenever tp > 1 (and TE's overlap needs it).
   p["sequence_parallel"] = l.tp > 1;
@@ -76,22 +80,25 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, std::int64_t layers) {
 
 std::vector<Candidate> enumerate(const Axes& a, const config::Scenario& base, const nlohmann::json& doc) {
   std::vector<Candidate> out;
+  const std::vector<std::int64_t> no_ep = {1};
+  const auto& eps = base.model.moe() && !a.ep.empty() ? a.ep : no_ep;
   for (const auto tp : a.tp)
     for (const auto pp : a.pp)
       for (const auto cp : a.cp)
-        for (const auto vs : a.virtual_stages) {
-          if (vs > 1 && pp == 1) continue;  // interleaving needs a pipeline
-          for (const auto mb : a.micro_batch)
-            for (const auto rc : a.recompute)
-              for (const auto z : a.zero) {
-                Candidate c;
-                c.layout = {tp, pp, cp, 0, vs, mb, z, rc};
-                const std::int64_t model_parallel = tp * pp * cp;
-                c.layout.dp = base.gpus % model_parallel == 0 ? base.gpus / model_parallel : 0;
-                fill_keys(c, doc, base.model.layers);
-                out.push_back(std::move(c));
-              }
-        }
+        for (const auto ep : eps)
+          for (const auto vs : a.virtual_stages) {
+            if (vs > 1 && pp == 1) continue;  // interleaving needs a pipeline
+            for (const auto mb : a.micro_batch)
+              for (const auto rc : a.recompute)
+                for (const auto z : a.zero) {
+                  Candidate c;
+                  c.layout = {tp, pp, cp, ep, 0, vs, mb, z, rc};
+                  const std::int64_t model_parallel = tp * pp * cp;
+                  c.layout.dp = base.gpus % model_parallel == 0 ? base.gpus / model_parallel : 0;
+                  fill_keys(c, doc, base.model.layers, base.model.moe());
+                  out.push_back(std::move(c));
+                }
+          }
   return out;
 }
 
@@ -116,9 +123,10 @@ void evaluate(Candidate& c, const std::string& file, const nlohmann::json& doc, 
       (t.tp_exposed_s + t.cp_exposed_s + t.ep_exposed_s + t.pp_exposed_s + t.dp_exposed_s) / r.step_time_s;
 }
 
-std::string layout_name(const Layout& l) {
-  return fmt::format("tp {} · pp {} · cp {} · dp {} · vp {} · mbs {} · recompute {} · zero {}", l.tp, l.pp, l.cp, l.dp,
-                     l.virtual_stages, l.micro_batch, recompute_name(l.recompute), l.zero);
+std::string layout_name(const Layout& l, bool moe) {
+  return fmt::format("tp {} · pp {} · cp {}{} · dp {} · vp {} · mbs {} · recompute {} · zero {}", l.tp, l.pp, l.cp,
+                     moe ? fmt::format(" · ep {}", l.ep) : std::string(), l.dp, l.virtual_stages, l.micro_batch,
+                     recompute_name(l.recompute), l.zero);
 }
 
 std::string heading(const config::Scenario& base) {
@@ -250,6 +258,7 @@ Axes default_axes(const config::Scenario& base) {
   a.micro_batch = {1, 2, 4, 8};
   a.recompute = {config::Recompute::none, config::Recompute::selective, config::Recompute::full};
   a.zero = {base.parallel.zero};
+  if (base.model.moe()) a.ep = divisors(base.model.experts, 1, 64);
   return a;
 }
 
@@ -289,7 +298,7 @@ Result run_search(const config::Scenario& base, const nlohmann::json& doc, const
   for (auto& c : all) {
     if (!c.valid) {
       ++r.rejected;
-      spdlog::info("rejected {}: {}", layout_name(c.layout), c.rejected);
+      spdlog::info("rejected {}: {}", layout_name(c.layout, base.model.moe()), c.rejected);
       continue;
     }
     if (c.metrics.fits) ++r.fitting;
@@ -306,38 +315,54 @@ Result run_search(const config::Scenario& base, const nlohmann::json& doc, const
 namespace {
 
 // One table row: the layout and what it gave, each cell formatted; widths for the text table
-// (negative: left-aligned).
+// (negative: left-aligned). A mixture-of-experts model's table has an ep column after cp.
 constexpr std::array<int, 15> kWidths = {4, 3, 3, 3, 5, 3, 4, -9, 4, 9, 12, 6, 7, 7, 9};
 constexpr std::array<const char*, 15> kHeads = {"rank",         "tp",  "pp",        "cp",      "dp",
                                                 "vp",           "mbs", "recompute", "zero",    "step (s)",
                                                 "tokens/s/GPU", "MFU", "bubble",    "exposed", "peak GiB"};
+constexpr std::size_t kEpColumn = 4;
 
-std::array<std::string, 15> cells(const Candidate& c, std::size_t rank) {
-  const Layout& l = c.layout;
-  const auto& m = c.metrics;
-  return {fmt::format("{}", rank),
-          fmt::format("{}", l.tp),
-          fmt::format("{}", l.pp),
-          fmt::format("{}", l.cp),
-          fmt::format("{}", l.dp),
-          fmt::format("{}", l.virtual_stages),
-          fmt::format("{}", l.micro_batch),
-          recompute_name(l.recompute),
-          fmt::format("{}", l.zero),
-          fmt::format("{:.3f}", m.step_time_s),
-          fmt::format("{:.1f}", m.tokens_per_s_per_gpu),
-          fmt::format("{:.1f}%", 100 * m.mfu),
-          fmt::format("{:.1f}%", 100 * m.bubble_fraction),
-          fmt::format("{:.1f}%", 100 * c.exposed_comm_fraction),
-          fmt::format("{:.1f}", m.peak_gib)};
+std::vector<int> widths(bool moe) {
+  std::vector<int> w(kWidths.begin(), kWidths.end());
+  if (moe) w.insert(w.begin() + kEpColumn, 3);
+  return w;
 }
 
-std::string text_row(const std::array<std::string, 15>& row) {
+std::vector<std::string> heads(bool moe) {
+  std::vector<std::string> h(kHeads.begin(), kHeads.end());
+  if (moe) h.insert(h.begin() + kEpColumn, "ep");
+  return h;
+}
+
+std::vector<std::string> cells(const Candidate& c, std::size_t rank, bool moe) {
+  const Layout& l = c.layout;
+  const auto& m = c.metrics;
+  std::vector<std::string> row = {fmt::format("{}", rank),
+                                  fmt::format("{}", l.tp),
+                                  fmt::format("{}", l.pp),
+                                  fmt::format("{}", l.cp),
+                                  fmt::format("{}", l.dp),
+                                  fmt::format("{}", l.virtual_stages),
+                                  fmt::format("{}", l.micro_batch),
+                                  recompute_name(l.recompute),
+                                  fmt::format("{}", l.zero),
+                                  fmt::format("{:.3f}", m.step_time_s),
+                                  fmt::format("{:.1f}", m.tokens_per_s_per_gpu),
+                                  fmt::format("{:.1f}%", 100 * m.mfu),
+                                  fmt::format("{:.1f}%", 100 * m.bubble_fraction),
+                                  fmt::format("{:.1f}%", 100 * c.exposed_comm_fraction),
+                                  fmt::format("{:.1f}", m.peak_gib)};
+  if (moe) row.insert(row.begin() + kEpColumn, fmt::format("{}", l.ep));
+  return row;
+}
+
+std::string text_row(const std::vector<std::string>& row, bool moe) {
+  const std::vector<int> w = widths(moe);
+  const std::size_t recompute_column = moe ? 8 : 7;
   std::string out;
   for (std::size_t i = 0; i < row.size(); ++i) {
-    const int w = kWidths[i];
-    out += i == 0 ? "" : (i == 7 ? "  " : " ");
-    out += w < 0 ? fmt::format("{:<{}}", row[i], -w) : fmt::format("{:>{}}", row[i], w);
+    out += i == 0 ? "" : (i == recompute_column ? "  " : " ");
+    out += w[i] < 0 ? fmt::format("{:<{}}", row[i], -w[i]) : fmt::format("{:>{}}", row[i], w[i]);
   }
   return out + "\n";
 }
@@ -353,10 +378,9 @@ std::string to_text(const Result& r, const config::Scenario& base, std::size_t t
   out += fmt::format("layouts       {}\n", counts(r));
   const std::size_t shown = shown_fitting(r, top);
   if (shown == 0) return out + "no layout fits in memory\n";
-  std::array<std::string, 15> head;
-  for (std::size_t i = 0; i < head.size(); ++i) head[i] = kHeads[i];
-  out += "\n" + text_row(head);
-  for (std::size_t i = 0; i < shown; ++i) out += text_row(cells(r.ranked[i], i + 1));
+  const bool moe = base.model.moe();
+  out += "\n" + text_row(heads(moe), moe);
+  for (std::size_t i = 0; i < shown; ++i) out += text_row(cells(r.ranked[i], i + 1, moe), moe);
   const Candidate& best = r.ranked.front();
   out += fmt::format("\nbest layout as scenario keys:\n  \"parallel\": {},\n  \"training\": {}\n", best.parallel.dump(),
                      best.training.dump());
@@ -367,14 +391,17 @@ std::string to_markdown(const Result& r, const config::Scenario& base, std::size
   std::string out = fmt::format("### trainsim search: {}\n\n{}.\n\n", heading(base), counts(r));
   const std::size_t shown = shown_fitting(r, top);
   if (shown == 0) return out + "No layout fits in memory.\n";
+  const bool moe = base.model.moe();
+  const std::vector<int> w = widths(moe);
+  const std::vector<std::string> h = heads(moe);
   std::string rule = "|";
-  for (std::size_t i = 0; i < kHeads.size(); ++i) {
-    out += fmt::format("| {} ", kHeads[i]);
-    rule += kWidths[i] < 0 ? "---|" : "---:|";
+  for (std::size_t i = 0; i < h.size(); ++i) {
+    out += fmt::format("| {} ", h[i]);
+    rule += w[i] < 0 ? "---|" : "---:|";
   }
   out += "|\n" + rule + "\n";
   for (std::size_t i = 0; i < shown; ++i) {
-    for (const auto& cell : cells(r.ranked[i], i + 1)) out += fmt::format("| {} ", cell);
+    for (const auto& cell : cells(r.ranked[i], i + 1, moe)) out += fmt::format("| {} ", cell);
     out += "|\n";
   }
   return out;
@@ -386,6 +413,7 @@ nlohmann::json layout_json(const Layout& l) {
   return {{"tp", l.tp},
           {"pp", l.pp},
           {"cp", l.cp},
+          {"ep", l.ep},
           {"dp", l.dp},
           {"virtual_stages", l.virtual_stages},
           {"micro_batch", l.micro_batch},
@@ -464,9 +492,11 @@ std::string to_text(const std::vector<Result>& results, const std::vector<config
     if (i > 0) out += '\n';
     out += to_text(results[i], bases[i], top);
   }
+  const bool moe = !bases.empty() && bases.front().model.moe();
   out += "\nbest layout per GPU count (scaling: tokens/s/GPU against the first count's best)\n";
-  out += fmt::format("{:>6} {:>3} {:>3} {:>3} {:>5} {:>3} {:>4}  {:<9} {:>4} {:>9} {:>12} {:>6} {:>8}\n", "gpus", "tp",
-                     "pp", "cp", "dp", "vp", "mbs", "recompute", "zero", "step (s)", "tokens/s/GPU", "MFU", "scaling");
+  out += fmt::format("{:>6} {:>3} {:>3} {:>3}{} {:>5} {:>3} {:>4}  {:<9} {:>4} {:>9} {:>12} {:>6} {:>8}\n", "gpus",
+                     "tp", "pp", "cp", moe ? "  ep" : "", "dp", "vp", "mbs", "recompute", "zero", "step (s)",
+                     "tokens/s/GPU", "MFU", "scaling");
   for (const auto& row : best_rows(results, bases)) {
     if (row.best == nullptr) {
       out += fmt::format("{:>6}  no layout fits in memory\n", row.gpus);
@@ -475,9 +505,10 @@ std::string to_text(const std::vector<Result>& results, const std::vector<config
     const Layout& l = row.best->layout;
     const auto& m = row.best->metrics;
     out +=
-        fmt::format("{:>6} {:>3} {:>3} {:>3} {:>5} {:>3} {:>4}  {:<9} {:>4} {:>9.3f} {:>12.1f} {:>5.1f}% {:>7.1f}%\n",
-                    row.gpus, l.tp, l.pp, l.cp, l.dp, l.virtual_stages, l.micro_batch, recompute_name(l.recompute),
-                    l.zero, m.step_time_s, m.tokens_per_s_per_gpu, 100 * m.mfu, 100 * row.scaling_efficiency);
+        fmt::format("{:>6} {:>3} {:>3} {:>3}{} {:>5} {:>3} {:>4}  {:<9} {:>4} {:>9.3f} {:>12.1f} {:>5.1f}% {:>7.1f}%\n",
+                    row.gpus, l.tp, l.pp, l.cp, moe ? fmt::format(" {:>3}", l.ep) : std::string(), l.dp,
+                    l.virtual_stages, l.micro_batch, recompute_name(l.recompute), l.zero, m.step_time_s,
+                    m.tokens_per_s_per_gpu, 100 * m.mfu, 100 * row.scaling_efficiency);
   }
   return out;
 }
@@ -498,8 +529,9 @@ std::string to_markdown(const std::vector<Result>& results, const std::vector<co
       continue;
     }
     const auto& m = row.best->metrics;
-    out += fmt::format("| {} | {} | {:.3f} | {:.1f} | {:.1f}% | {:.1f}% |\n", row.gpus, layout_name(row.best->layout),
-                       m.step_time_s, m.tokens_per_s_per_gpu, 100 * m.mfu, 100 * row.scaling_efficiency);
+    out += fmt::format("| {} | {} | {:.3f} | {:.1f} | {:.1f}% | {:.1f}% |\n", row.gpus,
+                       layout_name(row.best->layout, bases.front().model.moe()), m.step_time_s, m.tokens_per_s_per_gpu,
+                       100 * m.mfu, 100 * row.scaling_efficiency);
   }
   return out;
 }

@@ -19,7 +19,7 @@ namespace trainsim::search {
 
 // The values tried per setting; the search runs their cross product.
 struct Axes {
-  std::vector<std::int64_t> tp, pp, cp, virtual_stages, micro_batch, zero;
+  std::vector<std::int64_t> tp, pp, cp, ep, virtual_stages, micro_batch, zero;
   std::vector<config::Recompute> recompute;
 };
 
@@ -27,11 +27,13 @@ struct Axes {
 // divisor of the layer count, or of the layer count + 2 (the embedding and the loss placed as
 // layers), up to 64; cp 1, and 2, 4, 8, 16 while each rank keeps at least 4096
 // tokens of the sequence; virtual stages 1 and each of 2 ... 8 that splits some pp's stages the same way;
-// micro-batch 1, 2, 4, 8; recompute none, selective, full; zero as the scenario sets it.
+// micro-batch 1, 2, 4, 8; recompute none, selective, full; zero as the scenario sets it; ep 1 for a
+// dense model, every divisor of the experts up to 64 for a mixture of experts (with etp as the
+// scenario sets it, else 1, as Megatron-Bridge's MoE recipes run).
 Axes default_axes(const config::Scenario& base);
 
 struct Layout {
-  std::int64_t tp = 1, pp = 1, cp = 1, dp = 1, virtual_stages = 1, micro_batch = 1, zero = 0;
+  std::int64_t tp = 1, pp = 1, cp = 1, ep = 1, dp = 1, virtual_stages = 1, micro_batch = 1, zero = 0;
   config::Recompute recompute = config::Recompute::none;
 };
 

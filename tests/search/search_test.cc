@@ -155,3 +155,41 @@ TEST_CASE("search: pipelines that do not divide the layers place the embedding a
     CHECK_FALSE(c.parallel.contains("first_stage_layers"));
   }
 }
+
+// Qwen3-30B-A3B (128 experts) on 16 H100: the ep axis, Megatron-Core's folding rule as the filter
+// (etp 1 x ep must divide tp x dp = 16 / pp), and the winner's keys giving the same step on their own.
+TEST_CASE("search: a mixture-of-experts model adds the ep axis, filtered by the expert folding rule") {
+  const auto doc = util::read_json_file((kData / "configs/qwen3-30b-a3b-h100-16.json").string());
+  const auto base = parse(doc);
+  CHECK(search::default_axes(base).ep == std::vector<std::int64_t>{1, 2, 4, 8, 16, 32, 64});
+  search::Axes a;
+  a.tp = {1};
+  a.pp = {1, 2};
+  a.cp = {1};
+  a.ep = {4, 8, 16, 32};
+  a.virtual_stages = {1};
+  a.micro_batch = {1};
+  a.recompute = {config::Recompute::none};
+  a.zero = {1};
+  const auto r = search::run_search(base, doc, a, 2, kData);
+  CHECK(r.enumerated == 2 * 4);
+  // pp 1: 16 ranks per stage take ep 4, 8, 16; pp 2: 8 ranks take ep 4, 8. ep 32 never.
+  CHECK(r.rejected == 3);
+  for (const auto& c : r.ranked) {
+    CHECK(c.layout.ep * c.layout.pp <= 16);
+    CHECK(c.parallel.at("ep") == c.layout.ep);
+    CHECK(c.parallel.at("etp") == 1);
+  }
+  REQUIRE(r.fitting > 0);
+  nlohmann::json d = doc;
+  d["parallel"] = r.ranked.front().parallel;
+  d["training"] = r.ranked.front().training;
+  CHECK(parallel::simulate_step(parse(d)).step_time_s == r.ranked.front().metrics.step_time_s);
+  // Inside a node the token all-to-alls stay on NVLink: ep 8 beats ep 16 across two nodes.
+  const auto by_ep = [&](std::int64_t pp, std::int64_t ep) {
+    return std::find_if(r.ranked.begin(), r.ranked.end(),
+                        [&](const auto& c) { return c.layout.pp == pp && c.layout.ep == ep; })
+        ->metrics.step_time_s;
+  };
+  CHECK(by_ep(1, 8) < by_ep(1, 16));
+}
