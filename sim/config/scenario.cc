@@ -478,6 +478,17 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
   }
 
   check_experts(root, s);
+  if (m.sliding_window > 0) {
+    if (p.cp > 1)
+      throw util::InputError(file, util::join_path(parallel_path, "cp"),
+                             "context parallelism with sliding-window attention is not supported yet");
+    if (s.training.attention == workload::AttentionImpl::softmax)
+      throw util::InputError(file, util::join_path(training_path, "attention"),
+                             "sliding-window attention runs fused (flash, flash2 or flash1), not softmax");
+    if (s.training.framework == Framework::pytorch_eager)
+      throw util::InputError(file, util::join_path(training_path, "framework"),
+                             "pytorch-eager with sliding-window attention is not supported yet");
+  }
 
   TrainingSpec& t = s.training;
   if (t.global_batch % t.micro_batch != 0 || (t.global_batch / t.micro_batch) % p.dp != 0) {

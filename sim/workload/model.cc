@@ -1,5 +1,8 @@
 #include "workload/model.h"
 
+#include <algorithm>
+#include <vector>
+
 #include <fmt/format.h>
 
 namespace trainsim::workload {
@@ -130,7 +133,7 @@ ModelSpec parse_model(const util::JsonNode& node) {
   node.expect_object();
   node.reject_unknown({"name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "tied_embeddings",
                        "head_dim", "dropout", "experts", "experts_per_token", "moe_ffn_hidden",
-                       "shared_expert_ffn_hidden"});
+                       "shared_expert_ffn_hidden", "sliding_window", "sliding_window_pattern"});
   ModelSpec m;
   m.name = node.at("name").as_string();
   m.layers = node.at("layers").as_positive_int();
@@ -176,6 +179,11 @@ ModelSpec parse_model(const util::JsonNode& node) {
   if (m.moe() && m.experts_per_token > m.experts) {
     node.at("experts_per_token").fail(fmt::format("exceeds experts ({})", m.experts));
   }
+  if (auto w = node.find("sliding_window")) m.sliding_window = w->as_positive_int();
+  if (auto n = node.find("sliding_window_pattern")) {
+    if (m.sliding_window == 0) n->fail("applies only with sliding_window");
+    m.sliding_window_pattern = n->as_positive_int();
+  }
   return m;
 }
 
@@ -206,15 +214,49 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
   if (auto dense = node.find("mlp_only_layers"); dense && dense->json().is_array() && !dense->json().empty()) {
     dense->fail("dense layers among mixture-of-experts layers are not supported yet");
   }
-  if (auto kinds = node.find("layer_types"); kinds && kinds->json().is_array()) {
+  // Per-layer attention kinds (GPT-OSS, Gemma 3, ...): full and sliding-window layers in a pattern
+  // that repeats every N layers with the N-th full; anything else is refused.
+  std::int64_t window_pattern = 0;  // 0: no sliding layers listed; 1: all windowed; N: every N-th full
+  if (auto kinds = node.find("layer_types"); kinds && kinds->json().is_array() && !kinds->json().empty()) {
+    std::vector<bool> full;
+    bool any_window = false;
     for (const auto& k : kinds->json()) {
       const std::string kind = k.is_string() ? k.get<std::string>() : k.dump();
-      if (kind != "full_attention")
-        kinds->fail(fmt::format("{} layers are not supported yet (full attention only)", kind));
+      if (kind != "full_attention" && kind != "sliding_attention")
+        kinds->fail(fmt::format("{} layers are not supported yet (full_attention and sliding_attention only)", kind));
+      full.push_back(kind == "full_attention");
+      any_window = any_window || !full.back();
+    }
+    if (any_window) {
+      const auto first_full = std::find(full.begin(), full.end(), true);
+      window_pattern = first_full == full.end() ? 1 : static_cast<std::int64_t>(first_full - full.begin()) + 1;
+      for (std::size_t i = 0; i < full.size(); ++i)
+        if (full[i] != (window_pattern > 1 && (static_cast<std::int64_t>(i) + 1) % window_pattern == 0))
+          kinds->fail(
+              "sliding and full attention layers that do not repeat every N layers with the N-th full are not "
+              "supported yet");
     }
   }
   ModelSpec m = node.has("n_layer") || node.has("n_embd") ? parse_hf_gpt2(node, fallback_name)
                                                           : parse_hf_llama(node, fallback_name);
+  // Sliding windows: by layer_types, by Gemma's sliding_window_pattern, or (Mistral) on every layer
+  // unless use_sliding_window is false (Qwen2 and Qwen3 configs carry a window they do not use) or
+  // layer_types lists only full layers.
+  auto window = node.find("sliding_window");
+  const bool has_window = window && !window->json().is_null();
+  auto use = node.find("use_sliding_window");
+  const bool used = !(use && use->json().is_boolean() && !use->json().get<bool>());
+  const bool typed = node.has("layer_types");
+  if (window_pattern > 0 && !has_window) {
+    if (!window) node.at("sliding_window");  // "missing required key"
+    window->fail("must be a number: layer_types has sliding_attention layers");
+  }
+  if (has_window && used && (window_pattern > 0 || !typed)) {
+    m.sliding_window = window->as_positive_int();
+    m.sliding_window_pattern = window_pattern > 0 ? window_pattern : 1;
+    if (auto pat = node.find("sliding_window_pattern"); pat && window_pattern == 0 && !pat->json().is_null())
+      m.sliding_window_pattern = pat->as_positive_int();
+  }
   // Mixtral: num_local_experts, experts of width intermediate_size; Qwen2/Qwen3-MoE: num_experts,
   // experts of width moe_intermediate_size, Qwen2-MoE's shared expert.
   for (const char* key : {"num_local_experts", "num_experts"}) {
@@ -257,7 +299,11 @@ double model_flops_per_sequence(const ModelSpec& m, std::int64_t seq_len) {
                     2 * mlp_matrices * h *
                         static_cast<double>(m.experts_per_token * m.moe_ffn_hidden + m.shared_expert_ffn_hidden)
               : 2 * mlp_matrices * h * f;
-  const double per_layer = 2 * h * (q + 2 * kv) + 2 * q * h + 4 * s * q + mlp;
+  // Attention scores and context: every key of the sequence (non-causal s²), or of the window in a
+  // sliding-window layer.
+  const double window = m.sliding_window > 0 ? std::min(s, static_cast<double>(m.sliding_window)) : s;
+  const double keys = (1 - m.windowed_fraction()) * s + m.windowed_fraction() * window;
+  const double per_layer = 2 * h * (q + 2 * kv) + 2 * q * h + 4 * keys * q + mlp;
   const double per_token = static_cast<double>(m.layers) * per_layer + 2 * static_cast<double>(m.vocab) * h;
   return 3 * s * per_token;
 }

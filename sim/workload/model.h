@@ -26,6 +26,18 @@ struct ModelSpec {
   MlpKind mlp = MlpKind::gelu;
   bool tied_embeddings = false;
   double dropout = 0.0;  // hidden and attention dropout probability; 0 = no dropout kernels
+  // Sliding-window attention: each query attends to the last sliding_window tokens (0: whole
+  // sequence). sliding_window_pattern N: every layer windowed (1), or every N-th layer full attention
+  // and the others windowed (Gemma's sliding_window_pattern; GPT-OSS alternates: 2).
+  std::int64_t sliding_window = 0;
+  std::int64_t sliding_window_pattern = 1;
+  // Share of the layers that are windowed (0 without a window).
+  double windowed_fraction() const {
+    if (sliding_window == 0) return 0;
+    return sliding_window_pattern <= 1
+               ? 1.0
+               : static_cast<double>(sliding_window_pattern - 1) / static_cast<double>(sliding_window_pattern);
+  }
   // Mixture of experts (0 experts: dense). Every layer's MLP is then a router over `experts` SwiGLU
   // or GeLU experts of width moe_ffn_hidden, top experts_per_token per token, plus a shared expert
   // of width shared_expert_ffn_hidden that every token passes (0: none); ffn_hidden is 0.
@@ -45,7 +57,8 @@ struct ModelSpec {
 };
 
 // trainsim's format: name, layers, hidden, heads, kv_heads, ffn_hidden, vocab, mlp ("gelu" or
-// "swiglu"); optional tied_embeddings, head_dim, dropout. A mixture-of-experts model gives experts,
+// "swiglu"); optional tied_embeddings, head_dim, dropout, sliding_window, sliding_window_pattern. A
+// mixture-of-experts model gives experts,
 // experts_per_token and moe_ffn_hidden (optional shared_expert_ffn_hidden) instead of ffn_hidden.
 // Unknown keys are errors.
 ModelSpec parse_model(const util::JsonNode& node);

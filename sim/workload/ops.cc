@@ -28,6 +28,8 @@ struct Dims {
   double heads;        // query heads per rank
   double hd;
   bool sp, drop, swiglu;
+  std::int64_t window = 0;  // sliding-window attention: the window, and the share of layers with it
+  double windowed = 0;
   // Mixture of experts: experts, top-k, local experts (experts / ep), expert width per ETP rank, the
   // shared expert's width per TP rank, token copies through this rank's experts (region·k·etp under
   // balanced routing) and rows per local expert.
@@ -58,6 +60,9 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
   x.f = static_cast<double>(m.ffn_hidden / c.tp);
   x.drop = m.dropout > 0;
   x.swiglu = m.mlp == MlpKind::swiglu;
+  x.window = m.sliding_window;
+  x.windowed = m.windowed_fraction();
+  TRAINSIM_ASSERT(x.windowed == 0 || (c.cp == 1 && c.attention != AttentionImpl::softmax));
   if (m.moe()) {
     x.moe = true;
     x.experts = static_cast<double>(m.experts);
@@ -126,28 +131,48 @@ Op core(Op op) {
   return op;
 }
 
-Op flash(const Dims& x, const LayerConfig& c, bool backward) {
+// One fused attention kernel over `share` of the rank's heads, whose queries each see `window`
+// keys back (0: the whole sequence).
+Op flash_part(const Dims& x, const LayerConfig& c, bool backward, double share, std::int64_t window) {
   Op op;
   op.kind = OpKind::attention;
   op.name = backward ? "core_attention_backward" : "core_attention";
-  op.attention = {static_cast<std::int64_t>(x.b * x.heads),
+  if (window > 0) op.name += "_windowed";
+  const double heads = x.heads * share;
+  const bool windowed = window > 0 && window < c.seq_len;
+  op.attention = {static_cast<std::int64_t>(x.b * heads),
                   static_cast<std::int64_t>(x.sl),
-                  c.seq_len,
+                  windowed ? window : c.seq_len,
                   static_cast<std::int64_t>(x.hd),
                   c.causal,
                   backward,
                   c.attention};
   // FlashAttention's count: 4·b·s²·heads·hd forward, halved when causal; backward 2.5× forward.
   // With context parallelism each rank's sl = s/cp queries meet all s keys, causal work balanced
-  // over the ranks (Megatron's 2·cp chunks): 1/cp of the whole.
-  const double fwd = 4 * x.b * x.sl * x.s * x.heads * x.hd * (c.causal ? 0.5 : 1.0);
+  // over the ranks (Megatron's 2·cp chunks): 1/cp of the whole. A causal window of W keys: query i
+  // sees min(i + 1, W) of them, W·s − W(W − 1)/2 pairs in all.
+  double fwd = 4 * x.b * x.sl * x.s * heads * x.hd * (c.causal ? 0.5 : 1.0);
+  if (windowed) {
+    const double w = static_cast<double>(window);
+    fwd = 4 * x.b * heads * x.hd * (w * x.s - w * (w - 1) / 2);
+  }
   op.flops = backward ? 2.5 * fwd : fwd;
-  const double lse = 4 * x.b * x.heads * x.sl;  // fp32 logsumexp per query row
+  const double lse = 4 * x.b * heads * x.sl;  // fp32 logsumexp per query row
   // Forward reads Q, K, V and writes O; backward reads Q, K, V, O, dO and writes dQ, dK, dV.
-  op.bytes = backward ? x.tokens * (4 * x.q + 4 * x.kv) * x.d + lse : x.tokens * (2 * x.q + 2 * x.kv) * x.d + lse;
+  op.bytes = share * (backward ? x.tokens * (4 * x.q + 4 * x.kv) * x.d : x.tokens * (2 * x.q + 2 * x.kv) * x.d) + lse;
   op.saved_bytes = backward ? 0 : to_bytes(lse);
   op.attention_core = true;
   return op;
+}
+
+// The attention core of one layer. Sliding-window models whose layers alternate between windowed
+// and full attention run every layer as their average, since trainsim's layers are uniform: the
+// windowed share of the heads attends within the window, the rest to the whole sequence (the sum of
+// the two kernels' times is the mean of the two kinds of layer, each kernel's time being linear in
+// its heads).
+void flash(std::vector<Op>& ops, const Dims& x, const LayerConfig& c, bool backward) {
+  if (x.windowed < 1) ops.push_back(flash_part(x, c, backward, 1 - x.windowed, 0));
+  if (x.windowed > 0) ops.push_back(flash_part(x, c, backward, x.windowed, x.window));
 }
 
 // Tokens x width for one activation tensor.
@@ -320,7 +345,7 @@ std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
   if (x.swiglu) ops.push_back(memory("rotary_embedding", 2 * act(x.tokens, x.q + x.kv, x.d)));
 
   if (c.attention != AttentionImpl::softmax) {
-    ops.push_back(flash(x, c, false));
+    flash(ops, x, c, false);
   } else {
     const double batch = x.b * x.heads;
     TRAINSIM_ASSERT(c.cp == 1);               // context parallelism runs fused attention only
@@ -404,7 +429,7 @@ std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c) {
   ops.push_back(wgrad("attention_output_wgrad", x.q, x.h, x.tokens, x.d, act(x.tokens, x.q, gemm_in_d)));
 
   if (c.attention != AttentionImpl::softmax) {
-    ops.push_back(flash(x, c, true));
+    flash(ops, x, c, true);
   } else {
     const double batch = x.b * x.heads;
     const double scores = batch * x.s * x.s;

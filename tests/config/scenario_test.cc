@@ -599,3 +599,35 @@ TEST_CASE("segment_gpus: the job's ranks in NVLink blocks of that many GPUs, eac
   CHECK(error(48) == "s.json: segment_gpus: 48 does not divide gpus (256)");
   CHECK(error(0) == "s.json: segment_gpus: must be a positive integer, got 0");
 }
+
+TEST_CASE("sliding-window models: context parallelism and unfused attention are refused") {
+  json j = {{"model",
+             {{"name", "swa"},
+              {"layers", 4},
+              {"hidden", 1024},
+              {"heads", 16},
+              {"kv_heads", 4},
+              {"ffn_hidden", 4096},
+              {"vocab", 1000},
+              {"mlp", "swiglu"},
+              {"sliding_window", 512}}},
+            {"cluster", "dgx-h100"},
+            {"gpus", 8},
+            {"parallel", {{"cp", 2}}},
+            {"training", {{"micro_batch", 1}, {"global_batch", 8}, {"seq_len", 4096}}}};
+  auto error = [&]() {
+    try {
+      parse_scenario(trainsim::util::JsonNode(j, "s.json"), TRAINSIM_SOURCE_DIR);
+    } catch (const trainsim::util::InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(error() == "s.json: parallel.cp: context parallelism with sliding-window attention is not supported yet");
+  j["parallel"]["cp"] = 1;
+  j["training"]["attention"] = "softmax";
+  CHECK(error() ==
+        "s.json: training.attention: sliding-window attention runs fused (flash, flash2 or flash1), not softmax");
+  j["training"]["attention"] = "flash";
+  CHECK(error() == "no error");
+}

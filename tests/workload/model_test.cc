@@ -89,7 +89,7 @@ TEST_CASE("model JSON defaults and validation") {
         }) ==
         "m.json: colour: unknown key (expected one of: name, layers, hidden, heads, kv_heads, ffn_hidden, "
         "vocab, mlp, tied_embeddings, head_dim, dropout, experts, experts_per_token, moe_ffn_hidden, "
-        "shared_expert_ffn_hidden)");
+        "shared_expert_ffn_hidden, sliding_window, sliding_window_pattern)");
   CHECK(error_of([] {
           parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 8,
                                 "ffn_hidden": 256, "vocab": 100, "mlp": "gelu"})");
@@ -170,8 +170,14 @@ TEST_CASE("Hugging Face errors name the JSON path") {
   CHECK(error_of([] { parse_hf(R"({"model_type": "qwen2_moe", "decoder_sparse_step": 2})"); }) ==
         "config.json: decoder_sparse_step: mixture-of-experts layers on only some layers are not supported yet "
         "(every layer must be sparse)");
-  CHECK(error_of([] { parse_hf(R"({"model_type": "gpt_oss", "layer_types": ["sliding_attention"]})"); }) ==
-        "config.json: layer_types: sliding_attention layers are not supported yet (full attention only)");
+  CHECK(error_of([] { parse_hf(R"({"model_type": "x", "layer_types": ["chunked_attention"]})"); }) ==
+        "config.json: layer_types: chunked_attention layers are not supported yet (full_attention and "
+        "sliding_attention only)");
+  CHECK(error_of([] {
+          parse_hf(R"({"model_type": "x", "layer_types": ["sliding_attention", "full_attention", "full_attention"]})");
+        }) ==
+        "config.json: layer_types: sliding and full attention layers that do not repeat every N layers with the "
+        "N-th full are not supported yet");
 }
 
 // Qwen3-30B-A3B's config.json (Qwen/Qwen3-30B-A3B on the Hugging Face hub): 48 layers, hidden 2048,
@@ -245,4 +251,46 @@ TEST_CASE("model FLOPs per sequence follow the NeMo / Korthikanti formulas") {
   const double s2 = 8192, L2 = 32, h2 = 4096, G = 8, A = 32, F = 14336, V2 = 128256;
   CHECK(model_flops_per_sequence(llama, 8192) ==
         Approx(s2 * (12 * L2 * h2 * h2 * (1 + G / A + s2 / h2) + 18 * L2 * F * h2 + 6 * V2 * h2)).epsilon(1e-12));
+}
+
+// GPT-OSS 120B's config.json (openai/gpt-oss-120b): 36 layers alternating sliding (128 tokens) and full
+// attention, 128 experts of width 2880, 4 per token, 64 query heads of 64 over hidden 2880.
+TEST_CASE("a GPT-OSS config.json: alternating sliding-window layers and experts") {
+  const ModelSpec m = parse_hf(R"({"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss",
+    "num_hidden_layers": 4, "hidden_size": 2880, "num_attention_heads": 64, "num_key_value_heads": 8,
+    "head_dim": 64, "intermediate_size": 2880, "num_local_experts": 128, "num_experts_per_tok": 4,
+    "experts_per_token": 4, "vocab_size": 201088, "sliding_window": 128, "hidden_act": "silu",
+    "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+    "tie_word_embeddings": false})");
+  CHECK(m.sliding_window == 128);
+  CHECK(m.sliding_window_pattern == 2);
+  CHECK(m.windowed_fraction() == 0.5);
+  CHECK(m.experts == 128);
+  CHECK(m.moe_ffn_hidden == 2880);
+  // Model FLOPs: a windowed layer's scores and context count 128 keys per query, a full one s.
+  ModelSpec full = m;
+  full.sliding_window = 0;
+  const double s = 4096, q = 64 * 64;
+  CHECK(model_flops_per_sequence(full, 4096) - model_flops_per_sequence(m, 4096) ==
+        Approx(3 * s * 4 * 0.5 * 4 * (s - 128) * q));
+}
+
+TEST_CASE("sliding windows: Mistral's on every layer, Qwen's unused one ignored, Gemma's pattern") {
+  const ModelSpec mistral = parse_hf(R"({"model_type": "mistral", "num_hidden_layers": 2, "hidden_size": 64,
+    "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 10, "sliding_window": 4096})");
+  CHECK(mistral.sliding_window == 4096);
+  CHECK(mistral.windowed_fraction() == 1.0);
+  const ModelSpec qwen = parse_hf(R"({"model_type": "qwen2", "num_hidden_layers": 2, "hidden_size": 64,
+    "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 10, "sliding_window": 4096,
+    "use_sliding_window": false})");
+  CHECK(qwen.sliding_window == 0);
+  const ModelSpec gemma = parse_hf(R"({"model_type": "gemma3_text", "num_hidden_layers": 6, "hidden_size": 64,
+    "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 10, "sliding_window": 512,
+    "sliding_window_pattern": 6})");
+  CHECK(gemma.sliding_window_pattern == 6);
+  CHECK(gemma.windowed_fraction() == Approx(5.0 / 6.0));
+  CHECK(error_of([] {
+          parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4, "ffn_hidden": 256,
+            "vocab": 100, "mlp": "gelu", "sliding_window_pattern": 2})");
+        }) == "m.json: sliding_window_pattern: applies only with sliding_window");
 }

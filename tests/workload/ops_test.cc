@@ -455,3 +455,32 @@ TEST_CASE("MoE under FP8: expert GEMMs in FP8, the router in BF16") {
       CHECK(op.fp8 == (op.name.rfind("router", 0) != 0));
     }
 }
+
+// A causal window of W keys: query i sees min(i + 1, W) keys, W·s − W(W − 1)/2 pairs; with half the
+// layers windowed, the mean layer runs half its heads full and half windowed.
+TEST_CASE("sliding-window attention: windowed FLOPs, alternating layers as half the heads each") {
+  ModelSpec m = llama70b();
+  m.sliding_window = 1024;
+  m.sliding_window_pattern = 2;
+  LayerConfig c;
+  c.seq_len = 8192;
+  c.tp = 8;
+  c.sequence_parallel = true;
+  const double s = 8192, w = 1024, hd = 128, heads = 64.0 / 8;
+  double full = 0, windowed = 0;
+  for (const Op& op : layer_forward(m, c)) {
+    if (op.kind != OpKind::attention) continue;
+    if (op.attention.seq_kv == 1024) {
+      windowed += op.flops;
+    } else {
+      CHECK(op.attention.seq_kv == 8192);
+      full += op.flops;
+    }
+  }
+  CHECK(full == Approx(4 * s * s * heads / 2 * hd * 0.5));
+  CHECK(windowed == Approx(4 * heads / 2 * hd * (w * s - w * (w - 1) / 2)));
+  m.sliding_window_pattern = 1;  // every layer windowed: one kernel
+  int kernels = 0;
+  for (const Op& op : layer_backward(m, c)) kernels += op.kind == OpKind::attention;
+  CHECK(kernels == 1);
+}
