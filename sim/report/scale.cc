@@ -62,8 +62,8 @@ std::string title_of(const std::vector<ScalePoint>& points) {
   if (points.empty()) return "scaling study";
   const auto& sc = points.front().scenario;
   const auto& p = sc.parallel;
-  return fmt::format("{} on {} ({}), tp {} · pp {} · cp {}", sc.model.name, sc.cluster.gpu.name, sc.cluster.name, p.tp,
-                     p.pp, p.cp);
+  return fmt::format("{} on {} ({}), tp {} · pp {} · cp {}{}", sc.model.name, sc.cluster.gpu.name, sc.cluster.name,
+                     p.tp, p.pp, p.cp, sc.model.moe() ? fmt::format(" · ep {} · etp {}", p.ep, p.etp) : std::string());
 }
 
 }  // namespace
