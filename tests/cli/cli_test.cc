@@ -112,6 +112,25 @@ TEST_CASE("the human summary names the prediction") {
   CHECK(r.out.find("fits          yes") != std::string::npos);
 }
 
+// A mixture of experts end to end: the layout line names ep and etp, the token all-to-alls are
+// their own share of the step, and --json reports them and the layout; the time shares add up.
+TEST_CASE("a mixture-of-experts run reports its expert layout and exposed all-to-all time") {
+  Result text = run("run configs/qwen3-30b-a3b-h100-16.json");
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("ep 16 · etp 1") != std::string::npos);
+  CHECK(text.out.find(" · EP ") != std::string::npos);
+  Result js = run("run configs/qwen3-30b-a3b-h100-16.json --json");
+  REQUIRE(js.code == 0);
+  const auto j = nlohmann::json::parse(js.out);
+  CHECK(j["scenario"]["ep"] == 16);
+  CHECK(j["scenario"]["etp"] == 1);
+  const auto& t = j["time_breakdown_s"];
+  CHECK(t["ep_exposed"].get<double>() > 0);
+  double sum = 0;
+  for (const auto& [k, v] : t.items()) sum += v.get<double>();
+  CHECK(sum == Approx(j["step_time_s"].get<double>()).epsilon(1e-9));
+}
+
 TEST_CASE("a layout that does not fit in memory completes and says so") {
   auto j = good_scenario();
   j["model"] = "llama3.1-70b";
