@@ -6,9 +6,11 @@
 #include <malloc.h>
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -51,7 +53,7 @@ int run_command(const std::string& scenario_file, bool json, bool all_ranks, con
 }
 
 int validate_command(const std::string& dir_arg, bool json, bool markdown, const std::string& gate,
-                     const std::string& network_name) {
+                     const std::string& network_name, int threads_arg) {
   using namespace trainsim;
   const auto data_dir = config::default_data_dir();
   const std::filesystem::path dir =
@@ -63,15 +65,35 @@ int validate_command(const std::string& dir_arg, bool json, bool markdown, const
   if (!network_name.empty() && !network)
     throw util::InputError("--network", "",
                            fmt::format("unknown network \"{}\" (expected one of: analytical, flow)", network_name));
-  std::vector<validate::Outcome> outcomes;
-  outcomes.reserve(records.size());
+  // Records run on `threads` threads, each outcome in its record's slot, so the output does not
+  // depend on the thread count; a record's error is reported as the first one in record order.
+  std::vector<validate::Outcome> outcomes(records.size());
+  std::vector<std::exception_ptr> errors(records.size());
   report::ProgressBar bar("validating", records.size());
-  for (const auto& r : records) {
-    bar.set(outcomes.size(), r.id);
-    spdlog::info("validating {}", r.id);
-    outcomes.push_back(validate::evaluate(r, data_dir, network));
-  }
+  std::mutex progress;
+  std::size_t finished = 0;
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t i = next++; i < records.size(); i = next++) {
+      spdlog::info("validating {}", records[i].id);
+      try {
+        outcomes[i] = validate::evaluate(records[i], data_dir, network);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+      const std::lock_guard<std::mutex> lock(progress);
+      bar.set(++finished, records[i].id);
+    }
+  };
+  const int threads =
+      threads_arg > 0 ? threads_arg : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < std::min<int>(threads, static_cast<int>(records.size())); ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
   bar.finish();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
   const auto summary = validate::summarize(outcomes);
   if (json)
     fmt::print("{}\n", validate::to_json(outcomes, summary).dump(2));
@@ -260,6 +282,9 @@ int main(int argc, char** argv) {
   std::string validate_network;
   validate->add_option("--network", validate_network,
                        "Run every record on this network model (analytical or flow) instead of the record's own");
+  int validate_threads = 0;
+  validate->add_option("--threads", validate_threads, "Records simulated at once (default: one per hardware thread)")
+      ->check(CLI::PositiveNumber);
   validate->add_option("--gate", gate_file,
                        "Accuracy gate file (e.g. validation/gate.json): exit 1 when a MAPE or worst error exceeds it");
 
@@ -338,7 +363,8 @@ int main(int argc, char** argv) {
     if (search->parsed()) return search_command(search_args, &argc, &argv);
     if (calibrate->parsed()) return trainsim::calibrate::run_command(calibrate_options);
     if (validate->parsed())
-      return validate_command(validate_dir, validate_json, validate_markdown, gate_file, validate_network);
+      return validate_command(validate_dir, validate_json, validate_markdown, gate_file, validate_network,
+                              validate_threads);
     if (collective->parsed()) {
       const auto algo = trainsim::network::algorithm_from_string(coll_algo);
       if (!algo)

@@ -317,6 +317,11 @@ TEST_CASE("validate prints a table with the MAPE line, and Markdown for CI") {
   CHECK(text.out.find("layer_ms     MAPE") != std::string::npos);
   CHECK(text.out.find("memory_gib   MAPE") != std::string::npos);
   CHECK(text.out.find("3 records: 3 run, 0 skipped") != std::string::npos);
+  // Records run on several threads print exactly what one thread prints.
+  Result one = run(fmt::format("validate --json --threads 1 '{}'", dir.string()));
+  Result three = run(fmt::format("validate --json --threads 3 '{}'", dir.string()));
+  CHECK(one.code == 0);
+  CHECK(one.out == three.out);
   Result md = run(fmt::format("validate --markdown '{}'", dir.string()));
   CHECK(md.code == 0);
   CHECK(md.out.find("| run | kind | measured | predicted | error | note |") != std::string::npos);
