@@ -882,3 +882,40 @@ TEST_CASE("MoE: token dispatch is slower across nodes than inside one (ep 16 vs 
   CHECK(across.mean.ep_exposed_s > 2 * inside.mean.ep_exposed_s);
   CHECK(across.mean.compute_s == Approx(inside.mean.compute_s).epsilon(0.05));
 }
+
+TEST_CASE("MoE on the flow network: the symmetric run moves every all-to-all pair and matches all ranks") {
+  // 16 GPUs over two nodes, ep 16: every token all-to-all crosses the NICs. The symmetric run
+  // simulates one rank and moves its images' pairs too, so it carries the flows of all 16 ranks and
+  // gives the all-ranks step; on an idle fabric it agrees with the analytical network.
+  auto j = moe_scenario(16, 1, 1, 16, 1);
+  j["training"]["global_batch"] = 32;
+  j["network"] = "flow";
+  const auto sc = scenario(j);
+  const auto sym = parallel::simulate_step(sc);
+  const auto all = parallel::simulate_step(sc, parallel::BuildOptions{true});
+  REQUIRE(sym.network.has_value());
+  REQUIRE(all.network.has_value());
+  CHECK(sym.ranks.size() == 1);
+  CHECK(sym.network->flows == all.network->flows);
+  CHECK(sym.step_time_s == Approx(all.step_time_s).epsilon(0.01));
+  CHECK(sym.mean.ep_exposed_s > 0);
+  j["network"] = "analytical";
+  CHECK(parallel::simulate_step(scenario(j)).step_time_s == Approx(sym.step_time_s).epsilon(0.05));
+}
+
+TEST_CASE("MoE with context parallelism: expert groups span CP ranks, the symmetric run stays exact") {
+  // tp 2 x cp 2 x dp 8 = 32 ranks; etp 2 x ep 8 folds over them, so each EP group holds ranks of
+  // both CP positions (two simulated ranks meet in its all-to-alls).
+  auto j = moe_scenario(32, 2, 1, 8, 2);
+  j["parallel"]["cp"] = 2;
+  j["training"]["global_batch"] = 32;
+  const auto sc = scenario(j);
+  parallel::BuildOptions all;
+  all.all_ranks = true;
+  const auto full = parallel::simulate_step(sc, all);
+  const auto sym = parallel::simulate_step(sc);
+  CHECK(sym.ranks.size() == 2);
+  CHECK(sym.step_time_s == full.step_time_s);
+  CHECK(sym.memory[sym.peak_rank].peak_bytes == full.memory[full.peak_rank].peak_bytes);
+  CHECK(sym.mean.cp_exposed_s == Approx(full.mean.cp_exposed_s).epsilon(1e-12));
+}
