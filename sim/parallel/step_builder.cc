@@ -575,6 +575,15 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   // and 3) there is no full gradient buffer to accumulate into, so every micro-batch's backward
   // reduce-scatters its buckets (FSDP without no_sync).
   const bool sharded_grads = par.zero >= 2 && dp > 1;
+  // The expert buffer's unit of chunk c's unit u: a layer's routed experts (the units after the
+  // output layer and before the embedding); none for the others or a dense model.
+  auto expert_unit = [&](std::int64_t c, std::size_t u) -> std::optional<std::size_t> {
+    if (!moe) return std::nullopt;
+    const std::size_t first_layer = has_head(c) ? 1 : 0;
+    const std::size_t layers = expert_chunks[static_cast<std::size_t>(c)].unit_params.size();
+    if (u < first_layer || u - first_layer >= layers) return std::nullopt;
+    return u - first_layer;
+  };
   auto unit_done = [&](std::int64_t c, std::size_t u, bool last_micro_batch) {
     const ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
     if (cb.closes_bucket[u] && (sharded_grads || (overlap_grad && last_micro_batch))) {
@@ -582,13 +591,11 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
       grad_deps.push_back(w.side(dp_collective(grad_op, kDpGroup, cb.bucket_params[b] * grad_bytes,
                                                fmt::format("{} bucket {}", grad_name, cb.first_bucket_id + b))));
     }
-    // A layer's routed experts (units after the output layer, before the embedding).
-    const std::size_t first_layer = has_head(c) ? 1 : 0;
-    if (!overlap_expert_grad || !last_micro_batch || u < first_layer) return;
-    const std::size_t eu = u - first_layer;
+    const auto eu = expert_unit(c, u);
+    if (!overlap_expert_grad || !last_micro_batch || !eu) return;
     const ChunkBuckets& eb = expert_chunks[static_cast<std::size_t>(c)];
-    if (eu >= eb.unit_params.size() || !eb.closes_bucket[eu]) return;
-    const std::size_t b = eb.bucket_of[eu];
+    if (!eb.closes_bucket[*eu]) return;
+    const std::size_t b = eb.bucket_of[*eu];
     grad_deps.push_back(w.side(dp_collective(grad_op, kEdpGroup, eb.bucket_params[b] * grad_bytes,
                                              fmt::format("{} bucket {}", expert_grad_name, eb.first_bucket_id + b))));
   };
@@ -610,10 +617,10 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
     if (!first_micro_batch) return;
     const ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
     if (overlap_gather) w.after(*cb.gathered[cb.bucket_of[u]]);
-    const std::size_t first_layer = has_head(c) ? 1 : 0;
-    if (!overlap_expert_gather || u < first_layer) return;
-    const ChunkBuckets& eb = expert_chunks[static_cast<std::size_t>(c)];
-    if (const std::size_t eu = u - first_layer; eu < eb.unit_params.size()) w.after(*eb.gathered[eb.bucket_of[eu]]);
+    if (const auto eu = expert_unit(c, u); overlap_expert_gather && eu) {
+      const ChunkBuckets& eb = expert_chunks[static_cast<std::size_t>(c)];
+      w.after(*eb.gathered[eb.bucket_of[*eu]]);
+    }
   };
   auto head_unit = [](std::int64_t) { return std::size_t{0}; };
   auto layer_unit = [&](std::int64_t c, std::int64_t l) {  // l: forward numbering within the chunk

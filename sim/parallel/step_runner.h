@@ -24,6 +24,9 @@ struct TimeBreakdown {
   double pp_exposed_s = 0;  // pipeline sends while none of the above ran
   double dp_exposed_s = 0;  // data-parallel communication while nothing else ran
   double bubble_s = 0;      // nothing ran: pipeline bubbles and waiting on peers
+
+  // All exposed communication: TP, CP, EP, PP and DP.
+  double exposed_s() const { return tp_exposed_s + cp_exposed_s + ep_exposed_s + pp_exposed_s + dp_exposed_s; }
 };
 
 struct RankMemory {

@@ -29,8 +29,7 @@ std::vector<ScaleRow> scale_rows(const std::vector<ScalePoint>& points) {
     r.mfu = m.mfu;
     r.scaling_efficiency = rows.empty() ? 1.0 : m.tokens_per_s_per_gpu / rows.front().tokens_per_s_per_gpu;
     r.bubble_fraction = m.bubble_fraction;
-    r.exposed_comm_fraction =
-        (t.tp_exposed_s + t.cp_exposed_s + t.ep_exposed_s + t.pp_exposed_s + t.dp_exposed_s) / p.result.step_time_s;
+    r.exposed_comm_fraction = t.exposed_s() / p.result.step_time_s;
     r.peak_gib = m.peak_gib;
     r.fits = m.fits;
     rows.push_back(r);

@@ -230,12 +230,12 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   out += fmt::format("model FLOPs   {:.1f} TFLOP/s/GPU · MFU {:.1f}% of {:.0f} TFLOP/s dense {} (NeMo count)\n",
                      m.model_tflops_per_gpu, 100.0 * m.mfu, peak_flops(sc) / 1e12,
                      sc.training.precision == config::Precision::fp8 ? "FP8" : "BF16");
-  std::string cp_part;
-  if (p.cp > 1) cp_part = fmt::format(" · CP {:.1f}%", pct(r.mean.cp_exposed_s));
-  if (sc.model.moe()) cp_part += fmt::format(" · EP {:.1f}%", pct(r.mean.ep_exposed_s));
+  std::string cp_ep_parts;
+  if (p.cp > 1) cp_ep_parts = fmt::format(" · CP {:.1f}%", pct(r.mean.cp_exposed_s));
+  if (sc.model.moe()) cp_ep_parts += fmt::format(" · EP {:.1f}%", pct(r.mean.ep_exposed_s));
   out +=
       fmt::format("time          compute {:.1f}% · exposed TP {:.1f}%{} · PP {:.1f}% · DP {:.1f}% · bubble {:.1f}%\n",
-                  pct(r.mean.compute_s), pct(r.mean.tp_exposed_s), cp_part, pct(r.mean.pp_exposed_s),
+                  pct(r.mean.compute_s), pct(r.mean.tp_exposed_s), cp_ep_parts, pct(r.mean.pp_exposed_s),
                   pct(r.mean.dp_exposed_s), pct(r.mean.bubble_s));
   out += fmt::format(
       "memory peak   {:.1f} GiB of {:.1f} GiB on rank {} at {:.3f} s: weights {:.1f} · gradients {:.1f} · "

@@ -119,8 +119,7 @@ void evaluate(Candidate& c, const std::string& file, const nlohmann::json& doc, 
   c.metrics = report::compute_metrics(s, r);
   c.metrics.fits = c.metrics.peak_gib <= c.metrics.capacity_gib * (1 - headroom);
   const auto& t = r.mean;
-  c.exposed_comm_fraction =
-      (t.tp_exposed_s + t.cp_exposed_s + t.ep_exposed_s + t.pp_exposed_s + t.dp_exposed_s) / r.step_time_s;
+  c.exposed_comm_fraction = t.exposed_s() / r.step_time_s;
 }
 
 std::string layout_name(const Layout& l, bool moe) {

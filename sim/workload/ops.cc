@@ -180,6 +180,67 @@ double act(double tokens, double width, double d) {
   return tokens * width * d;
 }
 
+// A tensor-parallel MLP of `width` per TP rank over the layer's tokens: the dense MLP (names as
+// Megatron's: fc1 / fc1_gate_up, the activation, fc2, communication "mlp_...") or a mixture of
+// experts' shared expert (the same ops, names prefixed "shared_expert_"). With SP its input is
+// all-gathered first and its output reduce-scattered; without, all-reduced. `fc1_saved`: what fc1
+// keeps of its input.
+struct TpMlp {
+  double width = 0;
+  std::string prefix;  // op names: "" or "shared_expert_"
+  std::string comm;    // communication names: "mlp" or "shared_expert"
+};
+
+void tp_mlp_forward(std::vector<Op>& ops, const Dims& x, const TpMlp& mlp, double fc1_saved, double gemm_in_d) {
+  const bool tp = x.t > 1;
+  const double full = act(x.tokens, x.h, x.d);
+  const double w = mlp.width;
+  if (tp && x.sp) ops.push_back(comm(mlp.comm + "_input_all_gather", Comm::all_gather, full));
+  if (x.swiglu) {
+    // Gate and up projections as one column-parallel GEMM; SiLU(gate)·up keeps both halves.
+    ops.push_back(gemm(mlp.prefix + "fc1_gate_up", x.tokens, 2 * w, x.h, x.d, fc1_saved));
+    ops.push_back(memory(mlp.prefix + "swiglu", 3 * act(x.tokens, w, x.d), act(x.tokens, 2 * w, x.d)));
+  } else {
+    ops.push_back(gemm(mlp.prefix + "fc1", x.tokens, w, x.h, x.d, fc1_saved));
+    ops.push_back(memory(mlp.prefix + "gelu", 2 * act(x.tokens, w, x.d), act(x.tokens, w, x.d)));
+  }
+  ops.push_back(gemm(mlp.prefix + "fc2", x.tokens, x.h, w, x.d, act(x.tokens, w, gemm_in_d)));
+  if (tp) {
+    ops.push_back(x.sp ? comm(mlp.comm + "_reduce_scatter", Comm::reduce_scatter, full)
+                       : comm(mlp.comm + "_all_reduce", Comm::all_reduce, full));
+  }
+}
+
+// Its backward: fc2, activation and fc1 data and weight gradients with their SP/TP communication.
+void tp_mlp_backward(std::vector<Op>& ops, const Dims& x, const TpMlp& mlp, double region_gemm_in, double gemm_in_d) {
+  const bool tp = x.t > 1;
+  const double full = act(x.tokens, x.h, x.d);
+  const double w = mlp.width;
+  if (tp && x.sp) ops.push_back(comm(mlp.comm + "_output_grad_all_gather", Comm::all_gather, full));
+  ops.push_back(gemm(mlp.prefix + "fc2_dgrad", x.tokens, w, x.h, x.d));
+  ops.push_back(wgrad(mlp.prefix + "fc2_wgrad", w, x.h, x.tokens, x.d, act(x.tokens, w, gemm_in_d)));
+  const double fc1_width = x.swiglu ? 2 * w : w;
+  // Activation backward reads its saved input and the output grad, writes the input grad.
+  ops.push_back(x.swiglu ? memory(mlp.prefix + "swiglu_backward", 5 * act(x.tokens, w, x.d))
+                         : memory(mlp.prefix + "gelu_backward", 3 * act(x.tokens, w, x.d)));
+  if (tp && x.sp) ops.push_back(comm(mlp.comm + "_input_all_gather", Comm::all_gather, full));
+  const std::string fc1 = mlp.prefix + (x.swiglu ? "fc1_gate_up" : "fc1");
+  ops.push_back(gemm(fc1 + "_dgrad", x.tokens, x.h, fc1_width, x.d));
+  if (tp) {
+    ops.push_back(x.sp ? comm(mlp.comm + "_input_grad_reduce_scatter", Comm::reduce_scatter, full)
+                       : comm(mlp.comm + "_input_grad_all_reduce", Comm::all_reduce, full));
+  }
+  ops.push_back(wgrad(fc1 + "_wgrad", x.h, fc1_width, x.tokens, x.d, region_gemm_in));
+}
+
+TpMlp dense_mlp(const Dims& x) {
+  return {x.f, "", "mlp"};
+}
+
+TpMlp shared_expert(const Dims& x) {
+  return {x.fsh, "shared_expert_", "shared_expert"};
+}
+
 // A mixture-of-experts MLP as Megatron-Core runs it with the alltoall token dispatcher, grouped
 // GEMMs and balanced routing (the Megatron-Bridge benchmarks force-balance tokens over experts):
 // the R tokens of this rank's region (its sequence shard under SP) are routed (router GEMM, softmax
@@ -213,17 +274,8 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   if (x.ep > 1) ops.push_back(comm("moe_combine_all_to_all", Comm::all_to_all, act(routed, x.h, d), CommGroup::ep));
   ops.push_back(memory("moe_unpermute", act(routed, x.h, d) + routed * 4 + act(x.region, x.h, d), act(routed, x.h, d)));
   if (x.fsh > 0) {
-    const bool tp = x.t > 1;
-    const double full = act(x.tokens, x.h, d);
-    if (tp) ops.push_back(comm("shared_expert_input_all_gather", Comm::all_gather, full));
-    const double width = x.swiglu ? 2 * x.fsh : x.fsh;
     // Its input is the router's (kept once, above) unless FP8 keeps a cast copy.
-    ops.push_back(
-        gemm("shared_expert_fc1", x.tokens, width, x.h, d, gemm_in_d < d ? act(x.region, x.h, gemm_in_d) : 0));
-    ops.push_back(
-        memory("shared_expert_activation", (x.swiglu ? 3 : 2) * act(x.tokens, x.fsh, d), act(x.tokens, width, d)));
-    ops.push_back(gemm("shared_expert_fc2", x.tokens, x.h, x.fsh, d, act(x.tokens, x.fsh, gemm_in_d)));
-    if (tp) ops.push_back(comm("shared_expert_reduce_scatter", Comm::reduce_scatter, full));
+    tp_mlp_forward(ops, x, shared_expert(x), gemm_in_d < d ? act(x.region, x.h, gemm_in_d) : 0, gemm_in_d);
     ops.push_back(memory("shared_expert_add", 3 * act(x.region, x.h, d)));
   }
 }
@@ -235,19 +287,7 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
 void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   const double d = x.d;
   const double routed = x.region * x.topk;
-  if (x.fsh > 0) {
-    const bool tp = x.t > 1;
-    const double full = act(x.tokens, x.h, d);
-    const double width = x.swiglu ? 2 * x.fsh : x.fsh;
-    if (tp) ops.push_back(comm("shared_expert_output_grad_all_gather", Comm::all_gather, full));
-    ops.push_back(gemm("shared_expert_fc2_dgrad", x.tokens, x.fsh, x.h, d));
-    ops.push_back(wgrad("shared_expert_fc2_wgrad", x.fsh, x.h, x.tokens, d, act(x.tokens, x.fsh, gemm_in_d)));
-    ops.push_back(memory("shared_expert_activation_backward", (x.swiglu ? 5 : 3) * act(x.tokens, x.fsh, d)));
-    if (tp) ops.push_back(comm("shared_expert_input_all_gather", Comm::all_gather, full));
-    ops.push_back(gemm("shared_expert_fc1_dgrad", x.tokens, x.h, width, d));
-    if (tp) ops.push_back(comm("shared_expert_input_grad_reduce_scatter", Comm::reduce_scatter, full));
-    ops.push_back(wgrad("shared_expert_fc1_wgrad", x.h, width, x.tokens, d, act(x.region, x.h, gemm_in_d)));
-  }
+  if (x.fsh > 0) tp_mlp_backward(ops, x, shared_expert(x), act(x.region, x.h, gemm_in_d), gemm_in_d);
   ops.push_back(memory("moe_unpermute_backward", act(x.region, x.h, d) + 2 * act(routed, x.h, d) + routed * 4));
   if (x.ep > 1)
     ops.push_back(comm("moe_combine_grad_all_to_all", Comm::all_to_all, act(routed, x.h, d), CommGroup::ep));
@@ -271,47 +311,6 @@ void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   ops.push_back(memory("router_softmax_topk_backward", x.region * x.experts * (4 + 4 + 4 + d) + routed * 8, 0, 2));
   ops.push_back(gemm("router_dgrad", x.region, x.h, x.experts, d));
   ops.push_back(wgrad("router_wgrad", x.h, x.experts, x.region, d, act(x.region, x.h, d)));
-}
-
-// The dense MLP after the post-attention norm (and its SP all-gather): fc1, activation, fc2 and the
-// TP reduction.
-void dense_mlp_forward(std::vector<Op>& ops, const Dims& x, bool tp, double full, double region_gemm_in,
-                       double gemm_in_d) {
-  if (x.swiglu) {
-    // Gate and up projections as one column-parallel GEMM; SiLU(gate)·up keeps both halves.
-    ops.push_back(gemm("fc1_gate_up", x.tokens, 2 * x.f, x.h, x.d, region_gemm_in));
-    ops.push_back(memory("swiglu", 3 * act(x.tokens, x.f, x.d), act(x.tokens, 2 * x.f, x.d)));
-  } else {
-    ops.push_back(gemm("fc1", x.tokens, x.f, x.h, x.d, region_gemm_in));
-    ops.push_back(memory("gelu", 2 * act(x.tokens, x.f, x.d), act(x.tokens, x.f, x.d)));
-  }
-  ops.push_back(gemm("fc2", x.tokens, x.h, x.f, x.d, act(x.tokens, x.f, gemm_in_d)));
-  if (tp) {
-    ops.push_back(x.sp ? comm("mlp_reduce_scatter", Comm::reduce_scatter, full)
-                       : comm("mlp_all_reduce", Comm::all_reduce, full));
-  }
-}
-
-// The dense MLP's backward: fc2, activation and fc1 data and weight gradients with their SP/TP
-// communication.
-void dense_mlp_backward(std::vector<Op>& ops, const Dims& x, bool tp, double full, double region_gemm_in,
-                        double gemm_in_d) {
-  auto input_grad_comm = [&](const std::string& what) {
-    if (!tp) return;
-    ops.push_back(x.sp ? comm(what + "_grad_reduce_scatter", Comm::reduce_scatter, full)
-                       : comm(what + "_grad_all_reduce", Comm::all_reduce, full));
-  };
-  if (tp && x.sp) ops.push_back(comm("mlp_output_grad_all_gather", Comm::all_gather, full));
-  ops.push_back(gemm("fc2_dgrad", x.tokens, x.f, x.h, x.d));
-  ops.push_back(wgrad("fc2_wgrad", x.f, x.h, x.tokens, x.d, act(x.tokens, x.f, gemm_in_d)));
-  const double fc1_width = x.swiglu ? 2 * x.f : x.f;
-  // Activation backward reads its saved input and the output grad, writes the input grad.
-  ops.push_back(x.swiglu ? memory("swiglu_backward", 5 * act(x.tokens, x.f, x.d))
-                         : memory("gelu_backward", 3 * act(x.tokens, x.f, x.d)));
-  if (tp && x.sp) ops.push_back(comm("mlp_input_all_gather", Comm::all_gather, full));
-  ops.push_back(gemm(x.swiglu ? "fc1_gate_up_dgrad" : "fc1_dgrad", x.tokens, x.h, fc1_width, x.d));
-  input_grad_comm("mlp_input");
-  ops.push_back(wgrad(x.swiglu ? "fc1_gate_up_wgrad" : "fc1_wgrad", x.h, fc1_width, x.tokens, x.d, region_gemm_in));
 }
 
 // The router's GEMMs stay in BF16 under FP8 (Megatron-Core never quantises the router).
@@ -371,8 +370,7 @@ std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
   if (x.moe) {
     moe_forward(ops, x, gemm_in_d);
   } else {
-    if (tp && x.sp) ops.push_back(comm("mlp_input_all_gather", Comm::all_gather, full));
-    dense_mlp_forward(ops, x, tp, full, region_gemm_in, gemm_in_d);
+    tp_mlp_forward(ops, x, dense_mlp(x), region_gemm_in, gemm_in_d);
   }
   ops.push_back(x.drop ? memory("mlp_dropout_add", region_act * 3 + mask, mask)
                        : memory("mlp_residual_add", region_act * 3));
@@ -418,7 +416,7 @@ std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c) {
   if (x.moe) {
     moe_backward(ops, x, gemm_in_d);
   } else {
-    dense_mlp_backward(ops, x, tp, full, region_gemm_in, gemm_in_d);
+    tp_mlp_backward(ops, x, dense_mlp(x), region_gemm_in, gemm_in_d);
   }
   // Norm backward reads its input, the output grad and the residual grad it is summed with.
   ops.push_back(memory("post_attention_" + norm + "_backward", 4 * region_act, 0, 2));
