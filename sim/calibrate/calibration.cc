@@ -67,6 +67,7 @@ std::string match_gpu(const std::string& device_name, double memory_bytes) {
   if (n.find("gb200") != std::string::npos) return "gb200";
   if (n.find("gb300") != std::string::npos) return "gb300";
   if (n.find("b200") != std::string::npos) return "b200";
+  if (n.find("b300") != std::string::npos) return "b300";
   if (n.find("h200") != std::string::npos) return "h200-sxm";
   if (n.find("h100") != std::string::npos) return "h100-sxm";
   if (n.find("a100") != std::string::npos) return memory_bytes > 50e9 ? "a100-sxm-80gb" : "a100-sxm-40gb";

@@ -15,7 +15,7 @@ struct GpuProfile;  // hardware/profile.h
 enum class Arch : std::uint8_t { ampere, hopper, blackwell };
 
 struct GpuSpec {
-  std::string id;  // a100-sxm-40gb, a100-sxm-80gb, h100-sxm, h200-sxm, b200, gb200, gb300
+  std::string id;  // a100-sxm-40gb, a100-sxm-80gb, h100-sxm, h200-sxm, b200, gb200, gb300, b300
   std::string name;
   Arch arch = Arch::ampere;
   bool grace_host = false;  // a Grace-Blackwell superchip (GB200, GB300): its host CPU is Grace

@@ -108,7 +108,7 @@ GpuSpec make(Arch arch, const char* id, const char* name, double bf16_tflops, do
   return g;
 }
 
-std::array<GpuSpec, 7> build() {
+std::array<GpuSpec, 8> build() {
   // [DS] BF16 / FP8 dense TFLOP/s, HBM GB, HBM TB/s, NVLink GB/s per direction.
   GpuSpec a100_40 = make(Arch::ampere, "a100-sxm-40gb", "NVIDIA A100 SXM4 40GB", 312, 0, 40, 1.555, 300);
   GpuSpec a100_80 = make(Arch::ampere, "a100-sxm-80gb", "NVIDIA A100 SXM4 80GB", 312, 0, 80, 2.039, 300);
@@ -122,6 +122,11 @@ std::array<GpuSpec, 7> build() {
   // per 72-GPU rack = 8 TB/s, NVLink5. Blackwell Ultra's faster exponent units (attention softmax)
   // and its FP4 rate are not modelled.
   GpuSpec gb300 = make(Arch::blackwell, "gb300", "NVIDIA GB300 (per Blackwell Ultra GPU)", 2500, 5000, 279, 8.0, 900);
+  // [DS] B300 of a DGX B300 (Blackwell Ultra, air-cooled HGX board): 72 PFLOP/s FP8 per 8 GPUs with
+  // sparsity (NVIDIA DGX B300 datasheet) = 4500 dense FP8, 2250 BF16, as B200; 270 GB HBM3e per GPU
+  // as the Megatron-Bridge pages name it ("B300-270GB", published-runs.md "Hardware of the runs"),
+  // 8 TB/s, NVLink5.
+  GpuSpec b300 = make(Arch::blackwell, "b300", "NVIDIA B300 270GB", 2250, 4500, 270, 8.0, 900);
 
   for (GpuSpec* g : {&a100_40, &a100_80}) {
     g->gemm_efficiency = 0.83 * kAmpereSustained;  // [FIT][E2E] (A100 MAMF 0.869 at its best shape) → 0.797
@@ -157,7 +162,12 @@ std::array<GpuSpec, 7> build() {
   // of validation/ (README); with Hopper's FP8 factor (0.81) they would be 11% slow on average.
   gb300.gemm_efficiency = 0.729 * kMamfRatio * kSustained;      // [MAMF][A] 0.696 → 0.606
   gb300.fp8_gemm_efficiency = 0.723 * kMamfRatio * kSustained;  // [MAMF][A] 0.690 → 0.601
-  for (GpuSpec* g : {&b200, &gb200, &gb300}) {
+  // [A] No B300 MAMF is published either: B200's, with Blackwell's power-limit factor, since the HGX
+  // B300 runs B200's dense peaks within a similar board power (1100 W against 1000 W; GB300 1400 W).
+  // Chosen before the B300 runs of validation/ were converted, not fitted on them.
+  b300.gemm_efficiency = b200.gemm_efficiency;
+  b300.fp8_gemm_efficiency = b200.fp8_gemm_efficiency;
+  for (GpuSpec* g : {&b200, &gb200, &gb300, &b300}) {
     g->gemm_half_dim = kHopperHalfDim;                    // [A] no Blackwell sweep
     g->gemm_overhead_s = kHopperGemmFixed_s - kLaunch_s;  // [A]
     // [A] no Blackwell attention measurement: H100's fraction scaled by the GEMM ceiling ratio.
@@ -169,13 +179,13 @@ std::array<GpuSpec, 7> build() {
     g->hbm_efficiency = kH200Hbm;                                     // [A] HBM3e like H200
   }
   gb200.grace_host = gb300.grace_host = true;
-  return {a100_40, a100_80, h100, h200, b200, gb200, gb300};
+  return {a100_40, a100_80, h100, h200, b200, gb200, gb300, b300};
 }
 
 }  // namespace
 
 std::span<const GpuSpec> gpu_catalog() {
-  static const std::array<GpuSpec, 7> catalog = build();
+  static const std::array<GpuSpec, 8> catalog = build();
   return catalog;
 }
 

@@ -134,6 +134,7 @@ TEST_CASE("device names map to catalog GPUs", "[calibrate]") {
   CHECK(match_gpu("NVIDIA GB200", 190e9) == "gb200");
   CHECK(match_gpu("NVIDIA GB300", 288e9) == "gb300");
   CHECK(match_gpu("NVIDIA B200", 190e9) == "b200");
+  CHECK(match_gpu("NVIDIA B300 SXM6 AC", 288e9) == "b300");
   CHECK(match_gpu("Tesla T4", 16e9).empty());
 }
 

@@ -8,7 +8,7 @@ using namespace trainsim::hardware;
 // GiB as CUDA exposes it: the datasheet's binary GB x 0.987, deviceQuery's 42,405,855,232 bytes for
 // the A100 40GB's 40 GiB.
 TEST_CASE("catalog holds the datasheet GPUs") {
-  CHECK(gpu_catalog().size() == 7);
+  CHECK(gpu_catalog().size() == 8);
   const GpuSpec* h100 = find_gpu("h100-sxm");
   REQUIRE(h100 != nullptr);
   CHECK(h100->bf16_flops == 989e12);
@@ -27,6 +27,9 @@ TEST_CASE("catalog holds the datasheet GPUs") {
   // GB300 (published-runs.md "Hardware of the runs": 279 GB; the same dense peaks as GB200).
   CHECK(find_gpu("gb300")->hbm_bytes == Approx(279.0 * (1 << 30) * usable));
   CHECK(find_gpu("gb300")->fp8_flops == find_gpu("gb200")->fp8_flops);
+  // DGX B300 datasheet: 72 PFLOP/s FP8 with sparsity per 8 GPUs -> 4.5 dense per GPU, B200's rate.
+  CHECK(find_gpu("b300")->fp8_flops == 72e15 / 8 / 2);
+  CHECK(find_gpu("b300")->hbm_bytes == Approx(270.0 * (1 << 30) * usable));
   CHECK(find_gpu("b200")->nvlink_Bps == 900e9);
   CHECK(find_gpu("tpu-v5") == nullptr);
 }

@@ -76,7 +76,7 @@ InputError parse_error(const nlohmann::json& doc) {
 
 TEST_CASE("every shipped topology parses, with GB/s and microseconds converted to SI", "[network]") {
   for (const char* name :
-       {"dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72", "gb300-nvl72"}) {
+       {"dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72", "gb300-nvl72", "dgx-b300"}) {
     INFO(name);
     const ClusterSpec c = load_topology(name);
     CHECK(c.name == name);
