@@ -33,6 +33,52 @@ std::int64_t pipeline_slots(const workload::ModelSpec& m, const ParallelSpec& p)
   return m.layers + (p.account_for_embedding ? 1 : 0) + (p.account_for_loss ? 1 : 0);
 }
 
+// Expands Megatron-Core's pipeline layout syntax: "X*N" repeats the symbol X, "(...)*N" the group.
+// Returns the flat string or throws the reason as a string.
+struct LayoutExpander {
+  std::string_view text;
+  std::size_t pos = 0;
+  int depth = 0;
+
+  std::int64_t count() {
+    if (pos >= text.size() || text[pos] != '*') return 1;
+    ++pos;
+    std::int64_t n = 0;
+    const std::size_t start = pos;
+    while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9' && n < 100000) n = n * 10 + (text[pos++] - '0');
+    if (pos == start) throw std::string(fmt::format("'*' at offset {} is not followed by a count", start - 1));
+    if (n > 10000) throw std::string(fmt::format("repeat count at offset {} is too large", start));
+    return n;
+  }
+  std::string sequence() {
+    std::string out;
+    while (pos < text.size() && text[pos] != ')') {
+      const char c = text[pos];
+      std::string item;
+      if (c == '(') {
+        ++pos;
+        if (++depth > 16) throw std::string("groups nested too deeply");
+        item = sequence();
+        --depth;
+        if (pos >= text.size()) throw std::string("unclosed '('");
+        ++pos;  // ')'
+      } else if (c == 'E' || c == 't' || c == 'm' || c == 'L' || c == '|') {
+        item = std::string(1, c);
+        ++pos;
+      } else if (c == ' ') {
+        ++pos;
+        continue;
+      } else {
+        throw std::string(fmt::format("unexpected '{}' at offset {} (expected E, t, m, L, |, (, ) or *N)", c, pos));
+      }
+      const std::int64_t n = count();
+      if (out.size() + item.size() * static_cast<std::size_t>(n) > 1000000) throw std::string("layout too long");
+      for (std::int64_t i = 0; i < n; ++i) out += item;
+    }
+    return out;
+  }
+};
+
 // Values a key accepts: those trainsim simulates, and those it knows but does not simulate yet.
 struct Choices {
   std::vector<std::string_view> supported;
@@ -155,10 +201,26 @@ workload::ModelSpec parse_model_any(const util::JsonNode& node, const std::strin
 }
 
 ParallelSpec parse_parallel(const util::JsonNode& node) {
-  node.reject_unknown({"tp", "pp", "cp", "ep", "etp", "sequence_parallel", "schedule", "virtual_stages", "zero",
-                       "overlap_grad_reduce", "overlap_param_gather", "dp_bucket_mb", "tp_comm_overlap",
-                       "first_stage_layers", "last_stage_layers", "account_for_embedding_in_pipeline_split",
-                       "account_for_loss_in_pipeline_split", "fsdp_prefetch", "zero2_param_gather"});
+  node.reject_unknown({"tp",
+                       "pp",
+                       "cp",
+                       "ep",
+                       "etp",
+                       "sequence_parallel",
+                       "schedule",
+                       "virtual_stages",
+                       "zero",
+                       "overlap_grad_reduce",
+                       "overlap_param_gather",
+                       "dp_bucket_mb",
+                       "tp_comm_overlap",
+                       "first_stage_layers",
+                       "last_stage_layers",
+                       "account_for_embedding_in_pipeline_split",
+                       "account_for_loss_in_pipeline_split",
+                       "fsdp_prefetch",
+                       "zero2_param_gather",
+                       "pipeline_layout"});
   ParallelSpec p;
   if (auto v = node.find("tp")) p.tp = v->as_positive_int();
   if (auto v = node.find("pp")) p.pp = v->as_positive_int();
@@ -222,6 +284,11 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
   if (auto v = node.find("account_for_loss_in_pipeline_split")) {
     p.account_for_loss = v->as_bool();
     if (p.account_for_loss && fixed_stages) v->fail("cannot be combined with first_stage_layers / last_stage_layers");
+  }
+  if (auto v = node.find("pipeline_layout")) {
+    p.pipeline_layout = v->as_string();
+    if (fixed_stages || p.account_for_embedding || p.account_for_loss)
+      v->fail("cannot be combined with first_stage_layers / last_stage_layers / account_for_*_in_pipeline_split");
   }
   if (auto v = node.find("tp_comm_overlap")) {
     p.tp_comm_overlap = v->as_bool();
@@ -314,6 +381,63 @@ double product(std::int64_t a, std::int64_t b, std::int64_t c = 1) {
   return static_cast<double>(a) * static_cast<double>(b) * static_cast<double>(c);
 }
 
+// parallel.pipeline_layout: one virtual stage per pp x virtual_stages chunk, the embedding alone at
+// the start of the first, the loss at the end of the last with the multi-token prediction modules
+// before it, and every transformer layer once.
+void check_pipeline_layout(const util::JsonNode& root, Scenario& s) {
+  ParallelSpec& p = s.parallel;
+  const workload::ModelSpec& m = s.model;
+  const std::string path = util::join_path(util::join_path(root.path(), "parallel"), "pipeline_layout");
+  auto fail = [&](const std::string& why) { throw util::InputError(root.file(), path, why); };
+  std::string flat;
+  try {
+    LayoutExpander e{p.pipeline_layout};
+    flat = e.sequence();
+    if (e.pos < e.text.size()) fail(fmt::format("unmatched ')' at offset {}", e.pos));
+  } catch (const std::string& why) {
+    fail(why);
+  }
+  std::vector<std::string> stages(1);
+  for (char c : flat) {
+    if (c == '|')
+      stages.emplace_back();
+    else
+      stages.back() += c;
+  }
+  const std::int64_t chunks = p.pp * chunks_per_stage(p);
+  if (static_cast<std::int64_t>(stages.size()) != chunks)
+    fail(fmt::format("has {} virtual stages; pp x virtual_stages = {}", stages.size(), chunks));
+  std::int64_t layers = 0, mtp = 0;
+  p.layout_layers.clear();
+  for (std::size_t k = 0; k < stages.size(); ++k) {
+    const std::string& st = stages[k];
+    const bool first = k == 0, last = k + 1 == stages.size();
+    std::int64_t n = 0;
+    for (std::size_t i = 0; i < st.size(); ++i) {
+      const char c = st[i];
+      if (c == 't') {
+        ++n;
+      } else if (c == 'E' && !(first && i == 0)) {
+        fail(fmt::format("'E' (the embedding) must open the first virtual stage, found in stage {}", k));
+      } else if (c == 'L' && !(last && i + 1 == st.size())) {
+        fail(fmt::format("'L' (the loss) must close the last virtual stage, found in stage {}", k));
+      } else if (c == 'm') {
+        if (!last)
+          fail(fmt::format("'m' (multi-token prediction) belongs to the last virtual stage, found in stage {}", k));
+        if (st.find('t', i) != std::string::npos) fail("'m' must follow the last stage's transformer layers");
+        ++mtp;
+      }
+    }
+    p.layout_layers.push_back(n);
+    layers += n;
+  }
+  if (stages.front().empty() || stages.front()[0] != 'E') fail("the first virtual stage must start with 'E'");
+  if (stages.back().empty() || stages.back().back() != 'L') fail("the last virtual stage must end with 'L'");
+  if (layers != m.layers) fail(fmt::format("places {} transformer layers ('t'); the model has {}", layers, m.layers));
+  if (mtp != m.mtp_layers)
+    fail(fmt::format("places {} multi-token prediction modules ('m'); the model has mtp_layers {}", mtp, m.mtp_layers));
+}
+
 // Expert parallelism (Megatron-Core's MoE parallel folding): the expert layers regroup the tp*cp*dp
 // ranks of a pipeline stage as etp x ep x expert-dp, so etp*ep must divide them; ep divides the
 // experts, etp their width. Megatron-Core needs sequence parallelism for MoE with tp > 1.
@@ -384,8 +508,11 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     throw util::InputError(file, tp_path, fmt::format("{} does not divide ffn_hidden ({})", p.tp, m.ffn_hidden));
   }
   const bool accounted = p.account_for_embedding || p.account_for_loss;
-  const bool uneven = p.first_stage_layers > 0 || p.last_stage_layers > 0 || accounted;
-  if (accounted) {
+  const bool laid_out = !p.pipeline_layout.empty();
+  const bool uneven = p.first_stage_layers > 0 || p.last_stage_layers > 0 || accounted || laid_out;
+  if (laid_out) {
+    check_pipeline_layout(root, s);
+  } else if (accounted) {
     // Megatron-Core: layers + 1 for each accounted embedding / loss, split evenly over the chunks.
     const std::string key =
         p.account_for_embedding ? "account_for_embedding_in_pipeline_split" : "account_for_loss_in_pipeline_split";
@@ -433,7 +560,7 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
           fmt::format("pp*virtual_stages = {}*{} does not divide layers ({})", p.pp, p.virtual_stages, m.layers));
     // Uneven stages (Megatron-Core: --decoder-first/last-pipeline-num-layers with a virtual pipeline):
     // every stage's layers split evenly over its virtual_stages model chunks.
-    for (std::int64_t st = 0; uneven && !accounted && st < p.pp; ++st) {
+    for (std::int64_t st = 0; uneven && !accounted && !laid_out && st < p.pp; ++st) {
       const std::int64_t n = stage_layers(s, st);
       if (n % p.virtual_stages != 0)
         throw util::InputError(
@@ -489,6 +616,21 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
       throw util::InputError(file, util::join_path(training_path, "framework"),
                              "pytorch-eager with sliding-window attention is not supported yet");
   }
+
+  if (m.mla()) {
+    if (p.cp > 1)
+      throw util::InputError(file, util::join_path(parallel_path, "cp"),
+                             "context parallelism with multi-head latent attention is not supported yet");
+    if (s.training.attention == workload::AttentionImpl::softmax)
+      throw util::InputError(file, util::join_path(training_path, "attention"),
+                             "multi-head latent attention runs fused (flash, flash2 or flash1), not softmax");
+    if (s.training.framework == Framework::pytorch_eager)
+      throw util::InputError(file, util::join_path(training_path, "framework"),
+                             "pytorch-eager with multi-head latent attention is not supported yet");
+  }
+  if (m.mtp_layers > 0 && s.training.framework == Framework::pytorch_eager)
+    throw util::InputError(file, util::join_path(training_path, "framework"),
+                           "pytorch-eager with multi-token prediction is not supported yet");
 
   TrainingSpec& t = s.training;
   if (t.global_batch % t.micro_batch != 0 || (t.global_batch / t.micro_batch) % p.dp != 0) {
@@ -569,6 +711,7 @@ fs::path default_data_dir() {
 std::int64_t chunk_layers(const Scenario& sc, std::int64_t stage, std::int64_t chunk) {
   const ParallelSpec& p = sc.parallel;
   const std::int64_t v = chunks_per_stage(p);
+  if (!p.layout_layers.empty()) return p.layout_layers[static_cast<std::size_t>(chunk * p.pp + stage)];
   if (p.account_for_embedding || p.account_for_loss) {
     const std::int64_t slots = pipeline_slots(sc.model, p) / (p.pp * v);
     const bool first = stage == 0 && chunk == 0, last = stage == p.pp - 1 && chunk == v - 1;
@@ -577,9 +720,16 @@ std::int64_t chunk_layers(const Scenario& sc, std::int64_t stage, std::int64_t c
   return stage_layers(sc, stage) / v;
 }
 
+std::int64_t chunk_first_layer(const Scenario& sc, std::int64_t stage, std::int64_t chunk) {
+  const std::int64_t pp = sc.parallel.pp;
+  std::int64_t n = 0;
+  for (std::int64_t k = 0; k < chunk * pp + stage; ++k) n += chunk_layers(sc, k % pp, k / pp);
+  return n;
+}
+
 std::int64_t stage_layers(const Scenario& sc, std::int64_t stage) {
   const ParallelSpec& p = sc.parallel;
-  if (p.account_for_embedding || p.account_for_loss) {
+  if (p.account_for_embedding || p.account_for_loss || !p.layout_layers.empty()) {
     std::int64_t n = 0;
     for (std::int64_t c = 0; c < chunks_per_stage(p); ++c) n += chunk_layers(sc, stage, c);
     return n;

@@ -60,6 +60,12 @@ struct ParallelSpec {
   // when the layers are split evenly over the pp x virtual_stages chunks.
   bool account_for_embedding = false;
   bool account_for_loss = false;
+  // Megatron-Core's --pipeline-model-parallel-layout: the transformer layers ("t") of each virtual
+  // stage, stages separated by "|", "E" the embedding (first stage), "L" the loss (last stage), "m"
+  // a multi-token prediction module (last stage); "X*N" and "(...)*N" repeat. Parsed into the layers
+  // of each virtual stage k = chunk * pp + stage (empty: no layout).
+  std::string pipeline_layout;
+  std::vector<std::int64_t> layout_layers;
   // Transformer Engine's --tp-comm-overlap: TP all-gathers and reduce-scatters run concurrently with
   // the GEMM that consumes or produces them.
   bool tp_comm_overlap = false;
@@ -135,6 +141,9 @@ std::int64_t stage_layers(const Scenario& scenario, std::int64_t stage);
 // Transformer layers in model chunk `chunk` (0 .. virtual_stages - 1; 0 without interleaving) of a
 // pipeline stage.
 std::int64_t chunk_layers(const Scenario& scenario, std::int64_t stage, std::int64_t chunk);
+// The model's index of that chunk's first transformer layer (virtual stage chunk * pp + stage holds
+// the layers after those of the virtual stages before it).
+std::int64_t chunk_first_layer(const Scenario& scenario, std::int64_t stage, std::int64_t chunk);
 
 Scenario load_scenario(const std::string& file, const std::filesystem::path& data_dir);
 Scenario parse_scenario(const util::JsonNode& root, const std::filesystem::path& data_dir);

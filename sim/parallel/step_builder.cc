@@ -304,8 +304,12 @@ std::int64_t sum_saved(const std::vector<Op>& ops) {
   return s;
 }
 
+// The ops of the model's layers: layer_* the model's own kind (a mixture-of-experts layer for a MoE
+// model), dense_* a MoE model's first_dense_layers layers. The last stage's head runs the
+// multi-token prediction modules (their embedding, projection, layer, output layer and loss) before
+// the output layer (Megatron-Core's GPTModel), so head_* include them.
 struct LayerOps {
-  std::vector<Op> layer_fwd, layer_bwd, emb_fwd, emb_bwd, head_fwd, head_bwd;
+  std::vector<Op> layer_fwd, layer_bwd, dense_fwd, dense_bwd, emb_fwd, emb_bwd, head_fwd, head_bwd;
   std::int64_t input_bytes = 0;
   std::int64_t ring_kv_bytes = 0;  // context parallelism: one K/V block
 };
@@ -395,6 +399,13 @@ std::vector<ScheduleStep> schedule(config::Schedule kind, std::int64_t p, std::i
   return out;
 }
 
+// The first and last pipeline stages both hold the word embedding, kept equal by an all-reduce of
+// its gradient (Megatron's shared embedding): with tied embeddings (the output layer's weight), and
+// with multi-token prediction, whose modules on the last stage embed tokens too.
+bool shares_embedding(const config::Scenario& sc) {
+  return sc.model.tied_embeddings || sc.model.mtp_layers > 0;
+}
+
 void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std::int64_t stage_index,
                          const LayerOps& ops, const hardware::ComputeModel& compute, Program& p) {
   const auto& par = sc.parallel;
@@ -419,8 +430,22 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   auto fwd_saves = [&](std::int64_t l) {
     return full_recompute(l) ? Saves::none : recompute == config::Recompute::selective ? Saves::non_core : Saves::all;
   };
-  const std::int64_t layer_saved = sum_saved(ops.layer_fwd);
-  auto layer_free = [&](std::int64_t l) { return layer_saved + (full_recompute(l) ? ops.input_bytes : 0); };
+  // Which of a chunk's layers are a MoE model's dense first layers.
+  const workload::ModelSpec& model = sc.model;
+  auto dense_layer = [&](std::int64_t c, std::int64_t l) {
+    return model.moe() && config::chunk_first_layer(sc, stage_index, c) + l < model.first_dense_layers;
+  };
+  auto layer_fwd = [&](std::int64_t c, std::int64_t l) -> const std::vector<Op>& {
+    return dense_layer(c, l) ? ops.dense_fwd : ops.layer_fwd;
+  };
+  auto layer_bwd = [&](std::int64_t c, std::int64_t l) -> const std::vector<Op>& {
+    return dense_layer(c, l) ? ops.dense_bwd : ops.layer_bwd;
+  };
+  const std::int64_t moe_layer_saved = sum_saved(ops.layer_fwd);
+  const std::int64_t dense_layer_saved = sum_saved(ops.dense_fwd);
+  auto layer_free = [&](std::int64_t c, std::int64_t l) {
+    return (dense_layer(c, l) ? dense_layer_saved : moe_layer_saved) + (full_recompute(l) ? ops.input_bytes : 0);
+  };
 
   auto p2p = [&p](TaskKind kind, std::uint8_t stream, std::uint8_t slot, std::int64_t bytes, const char* name) {
     Task t;
@@ -515,9 +540,25 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   const bool moe = sc.model.moe();
   const std::int64_t edp = moe ? par.expert_dp() : 1;
   const std::int64_t layer_params = workload::layer_params_per_rank(sc.model, par.tp);
+  const std::int64_t dense_layer_params =
+      moe ? workload::layer_params_per_rank(sc.model.dense_variant(), par.tp) : layer_params;
   const std::int64_t layer_expert_params = workload::layer_expert_params_per_rank(sc.model, par.ep, par.etp);
   const std::int64_t emb_params = stage.has_embedding ? workload::embedding_params_per_rank(sc.model, par.tp) : 0;
-  const std::int64_t head_params = params - stage.layers * layer_params - emb_params;
+  auto unit_layer_params = [&](std::int64_t c, std::int64_t l) {
+    return dense_layer(c, l) ? dense_layer_params : layer_params;
+  };
+  std::int64_t layer_params_sum = 0;
+  for (std::int64_t c = 0; c < v; ++c)
+    for (std::int64_t l = 0; l < chunk_layers(c); ++l) layer_params_sum += unit_layer_params(c, l);
+  const std::int64_t head_params = params - layer_params_sum - emb_params;
+  // The head's multi-token prediction layers have routed experts of their own (a unit of the expert
+  // buffer before the chunk's layers in backward order); dense first layers have none.
+  const std::int64_t mtp_experts = stage.has_head && moe ? sc.model.mtp_layers : 0;
+  auto moe_layers_in = [&](std::int64_t c) {
+    std::int64_t n = 0;
+    for (std::int64_t l = 0; l < chunk_layers(c); ++l) n += dense_layer(c, l) ? 0 : 1;
+    return n;
+  };
   const bool overlap_grad = par.overlap_grad_reduce && dp > 1;
   const bool overlap_expert_grad = par.overlap_grad_reduce && edp > 1;
   const double bucket_limit = par.dp_bucket_mb > 0 ? par.dp_bucket_mb * 1e6 / static_cast<double>(grad_bytes)
@@ -557,12 +598,14 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   for (std::int64_t c = 0; c < v; ++c) {
     ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
     if (has_head(c)) cb.unit_params.push_back(head_params);
-    for (std::int64_t l = 0; l < chunk_layers(c); ++l) cb.unit_params.push_back(layer_params);
+    for (std::int64_t l = chunk_layers(c) - 1; l >= 0; --l) cb.unit_params.push_back(unit_layer_params(c, l));
     if (has_embedding(c)) cb.unit_params.push_back(emb_params);
     fill_buckets(cb, overlap_grad);
-    if (moe && chunk_layers(c) > 0) {
+    const std::int64_t expert_units = moe_layers_in(c) + (has_head(c) ? mtp_experts : 0);
+    if (moe && expert_units > 0) {
       ChunkBuckets& eb = expert_chunks[static_cast<std::size_t>(c)];
-      eb.unit_params.assign(static_cast<std::size_t>(chunk_layers(c)), layer_expert_params);
+      if (has_head(c) && mtp_experts > 0) eb.unit_params.push_back(mtp_experts * layer_expert_params);
+      eb.unit_params.insert(eb.unit_params.end(), static_cast<std::size_t>(moe_layers_in(c)), layer_expert_params);
       fill_buckets(eb, overlap_expert_grad);
     }
   }
@@ -577,12 +620,16 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   const bool sharded_grads = par.zero >= 2 && dp > 1;
   // The expert buffer's unit of chunk c's unit u: a layer's routed experts (the units after the
   // output layer and before the embedding); none for the others or a dense model.
+  // Dense first layers come first in forward order, so last in backward order: the chunk's MoE
+  // layers are its first units after the head's.
   auto expert_unit = [&](std::int64_t c, std::size_t u) -> std::optional<std::size_t> {
     if (!moe) return std::nullopt;
-    const std::size_t first_layer = has_head(c) ? 1 : 0;
-    const std::size_t layers = expert_chunks[static_cast<std::size_t>(c)].unit_params.size();
-    if (u < first_layer || u - first_layer >= layers) return std::nullopt;
-    return u - first_layer;
+    const std::size_t head = has_head(c) ? 1 : 0;
+    const std::size_t mtp = has_head(c) && mtp_experts > 0 ? 1 : 0;
+    if (head == 1 && u == 0) return mtp == 1 ? std::optional<std::size_t>(0) : std::nullopt;
+    const std::size_t moe_layers = static_cast<std::size_t>(moe_layers_in(c));
+    if (u < head || u - head >= moe_layers) return std::nullopt;
+    return u - head + mtp;
   };
   auto unit_done = [&](std::int64_t c, std::size_t u, bool last_micro_batch) {
     const ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
@@ -703,7 +750,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
       unit_needed(c, layer_unit(c, l), first_mb);
       enter_unit(c, order, i++, false);
       if (full_recompute(l)) w.alloc(ops.input_bytes);
-      emit(ops.layer_fwd, "forward", fwd_saves(l));
+      emit(layer_fwd(c, l), "forward", fwd_saves(l));
       leave_unit(c, layer_unit(c, l), false);
     }
     if (has_head(c)) {
@@ -719,7 +766,11 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   // Zero-bubble split: the input pass keeps the weight GEMMs' inputs and writes their output
   // gradients; the weight pass, later, frees both.
   const bool split = par.schedule == config::Schedule::zb_h1;
-  const SplitBackward layer_split = split_backward(ops.layer_bwd);
+  const SplitBackward moe_layer_split = split_backward(ops.layer_bwd);
+  const SplitBackward dense_layer_split = split_backward(ops.dense_bwd);
+  auto layer_split = [&](std::int64_t c, std::int64_t l) -> const SplitBackward& {
+    return dense_layer(c, l) ? dense_layer_split : moe_layer_split;
+  };
   const SplitBackward head_split = split_backward(ops.head_bwd);
   const SplitBackward emb_split = split_backward(ops.emb_bwd);
   std::int64_t weight_passes = 0;
@@ -753,9 +804,9 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
     }
     for (std::int64_t l = chunk_layers(c) - 1; l >= 0; --l) {
       enter_unit(c, order, i++, true);
-      if (full_recompute(l)) emit(ops.layer_fwd, "recompute", Saves::all);
-      if (recompute == config::Recompute::selective) emit(ops.layer_fwd, "recompute", Saves::all, /*core_only=*/true);
-      unit(ops.layer_bwd, layer_split, layer_free(l));
+      if (full_recompute(l)) emit(layer_fwd(c, l), "recompute", Saves::all);
+      if (recompute == config::Recompute::selective) emit(layer_fwd(c, l), "recompute", Saves::all, /*core_only=*/true);
+      unit(layer_bwd(c, l), layer_split(c, l), layer_free(c, l));
       leave_unit(c, layer_unit(c, l), true);
       if (!input_only) unit_done(c, layer_unit(c, l), last_mb);
     }
@@ -778,7 +829,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
       unit_done(c, u, last_mb);
     };
     if (has_head(c)) unit(head_split, head_unit(c));
-    for (std::int64_t l = chunk_layers(c) - 1; l >= 0; --l) unit(layer_split, layer_unit(c, l));
+    for (std::int64_t l = chunk_layers(c) - 1; l >= 0; --l) unit(layer_split(c, l), layer_unit(c, l));
     if (has_embedding(c)) unit(emb_split, emb_unit(c));
   };
 
@@ -806,7 +857,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   if (edp > 1 && !overlap_expert_grad && expert_params > 0)
     w.add(dp_collective(grad_op, kEdpGroup, expert_params * grad_bytes, expert_grad_name), true);
   for (const Dep& d : grad_deps) w.after(d);
-  if (sc.model.tied_embeddings && pp > 1 && (first || last)) {
+  if (shares_embedding(sc) && pp > 1 && (first || last)) {
     const std::int64_t emb = workload::embedding_params_per_rank(sc.model, par.tp);
     w.add(dp_collective(network::CollectiveOp::all_reduce, kEmbeddingGroup, emb * grad_bytes,
                         "embedding_grad_all_reduce"),
@@ -865,6 +916,27 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   ops.head_bwd = workload::head_backward(sc.model, lc);
   ops.input_bytes = workload::layer_input_bytes(sc.model, lc);
   ops.ring_kv_bytes = workload::ring_attention_kv_bytes(sc.model, lc);
+  if (sc.model.moe() && sc.model.first_dense_layers > 0) {
+    ops.dense_fwd = workload::layer_forward(sc.model.dense_variant(), lc);
+    ops.dense_bwd = workload::layer_backward(sc.model.dense_variant(), lc);
+  }
+  // Multi-token prediction: each module's prologue, layer and output layer run before the main
+  // output layer, and their backward after its backward.
+  if (sc.model.mtp_layers > 0) {
+    std::vector<Op> fwd, bwd;
+    std::vector<Op> pro_fwd = workload::mtp_forward(sc.model, lc);
+    std::vector<Op> pro_bwd = workload::mtp_backward(sc.model, lc);
+    for (std::int64_t i = 0; i < sc.model.mtp_layers; ++i) {
+      for (const std::vector<Op>* part : {&pro_fwd, &ops.layer_fwd, &ops.head_fwd})
+        fwd.insert(fwd.end(), part->begin(), part->end());
+      for (const std::vector<Op>* part : {&ops.head_bwd, &ops.layer_bwd, &pro_bwd})
+        bwd.insert(bwd.end(), part->begin(), part->end());
+    }
+    fwd.insert(fwd.end(), ops.head_fwd.begin(), ops.head_fwd.end());
+    bwd.insert(bwd.begin(), ops.head_bwd.begin(), ops.head_bwd.end());
+    ops.head_fwd = std::move(fwd);
+    ops.head_bwd = std::move(bwd);
+  }
   if (sc.training.framework == config::Framework::pytorch_eager) {
     const workload::EagerHost host{sc.training.host_forward_s, sc.training.host_backward_s};
     ops.layer_fwd = workload::eager_layer_forward(sc.model, lc, host);
@@ -883,13 +955,29 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
     st.chunks = par.schedule == config::Schedule::interleaved ? par.virtual_stages : 1;
     st.has_embedding = s == 0;
     st.has_head = s == par.pp - 1;
-    st.params_per_rank = st.layers * workload::layer_params_per_rank(sc.model, par.tp);
+    // A MoE model's dense first layers have their dense MLP and no experts.
+    std::int64_t dense = 0;
+    for (std::int64_t c = 0; c < st.chunks; ++c) {
+      const std::int64_t first_layer = config::chunk_first_layer(sc, s, c);
+      const std::int64_t n = config::chunk_layers(sc, s, c);
+      if (sc.model.moe()) dense += std::clamp<std::int64_t>(sc.model.first_dense_layers - first_layer, 0, n);
+    }
+    const std::int64_t moe_layers = st.layers - dense;
+    st.params_per_rank = moe_layers * workload::layer_params_per_rank(sc.model, par.tp);
+    if (dense > 0) st.params_per_rank += dense * workload::layer_params_per_rank(sc.model.dense_variant(), par.tp);
     if (st.has_embedding) st.params_per_rank += workload::embedding_params_per_rank(sc.model, par.tp);
     if (st.has_head) st.params_per_rank += workload::head_params_per_rank(sc.model, par.tp);
-    st.expert_params_per_rank = st.layers * workload::layer_expert_params_per_rank(sc.model, par.ep, par.etp);
-    // Tied embeddings: with pp > 1 the last stage keeps its own copy of the embedding as the output
-    // layer, kept in sync by the embedding-group all-reduce (Megatron's shared embedding).
-    if (st.has_head && !st.has_embedding && sc.model.tied_embeddings)
+    st.expert_params_per_rank = moe_layers * workload::layer_expert_params_per_rank(sc.model, par.ep, par.etp);
+    if (st.has_head && sc.model.mtp_layers > 0) {
+      st.params_per_rank += sc.model.mtp_layers * (workload::mtp_params_per_rank(sc.model, par.tp) +
+                                                   workload::layer_params_per_rank(sc.model, par.tp));
+      st.expert_params_per_rank +=
+          sc.model.mtp_layers * workload::layer_expert_params_per_rank(sc.model, par.ep, par.etp);
+    }
+    // Tied embeddings or multi-token prediction: with pp > 1 the last stage keeps its own copy of the
+    // embedding (the output layer's weight, or the modules' token embedding), kept in sync by the
+    // embedding-group all-reduce (Megatron's shared embedding).
+    if (st.has_head && !st.has_embedding && shares_embedding(sc))
       st.params_per_rank += workload::embedding_params_per_rank(sc.model, par.tp);
     build_stage_program(sc, st, s, ops, compute, plan.programs[static_cast<std::size_t>(s)]);
   }
@@ -929,7 +1017,7 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
     }
   }
   if (par.fsdp_units()) bind("dp-gather", kDpGatherGroup);
-  if (sc.model.tied_embeddings && par.pp > 1) {
+  if (shares_embedding(sc) && par.pp > 1) {
     const std::uint32_t kind_id = plan.groups.kind_id("embedding");
     for (const auto& pipeline : grid.groups("pp")) {
       const std::uint32_t pair[2] = {pipeline.front(), pipeline.back()};

@@ -95,9 +95,28 @@ ModelSpec parse_hf_gpt2(const util::JsonNode& n, const std::string& fallback_nam
 
 }  // namespace
 
+ModelSpec ModelSpec::dense_variant() const {
+  ModelSpec d = *this;
+  d.experts = d.experts_per_token = d.moe_ffn_hidden = d.shared_expert_ffn_hidden = 0;
+  d.first_dense_layers = 0;
+  return d;
+}
+
+std::int64_t ModelSpec::attention_params_per_layer() const {
+  if (!mla()) return hidden * (q_dim(*this) + 2 * kv_dim(*this)) + q_dim(*this) * hidden;
+  // Down projections (the key's rotary part comes out of the kv one), the latents' RMSNorm
+  // weights, up projections per head, and the output projection from the value heads.
+  const std::int64_t qk_head = head_dim + qk_rope_head_dim;
+  const std::int64_t q =
+      q_lora_rank > 0 ? hidden * q_lora_rank + q_lora_rank + q_lora_rank * heads * qk_head : hidden * heads * qk_head;
+  const std::int64_t kv =
+      hidden * (kv_lora_rank + qk_rope_head_dim) + kv_lora_rank + kv_lora_rank * heads * (head_dim + v_head_dim);
+  return q + kv + heads * v_head_dim * hidden;
+}
+
 std::int64_t ModelSpec::params_per_layer() const {
   const std::int64_t mats = mlp == MlpKind::swiglu ? 3 : 2;
-  std::int64_t weights = hidden * (q_dim(*this) + 2 * kv_dim(*this)) + q_dim(*this) * hidden;
+  std::int64_t weights = attention_params_per_layer();
   if (moe()) {
     // Router (hidden x experts, no bias), the routed experts, the shared expert.
     weights += hidden * experts + expert_params_per_layer() + mats * hidden * shared_expert_ffn_hidden;
@@ -124,33 +143,83 @@ std::int64_t ModelSpec::embedding_params() const {
   return vocab * hidden;
 }
 
+std::int64_t ModelSpec::main_params() const {
+  const std::int64_t output = tied_embeddings ? 0 : vocab * hidden;
+  const std::int64_t dense = moe() ? first_dense_layers : 0;
+  const std::int64_t dense_layers = dense > 0 ? dense * dense_variant().params_per_layer() : 0;
+  return dense_layers + (layers - dense) * params_per_layer() + embedding_params() + output + norm_params(*this);
+}
+
+std::int64_t ModelSpec::mtp_params() const {
+  // Per module: two input norms, the 2h -> h projection, one layer, its final norm (the embedding and
+  // the output layer are the model's own).
+  return mtp_layers * (3 * norm_params(*this) + 2 * hidden * hidden + params_per_layer());
+}
+
 std::int64_t ModelSpec::total_params() const {
-  std::int64_t output = tied_embeddings ? 0 : vocab * hidden;
-  return layers * params_per_layer() + embedding_params() + output + norm_params(*this);
+  return main_params() + mtp_params();
 }
 
 ModelSpec parse_model(const util::JsonNode& node) {
   node.expect_object();
-  node.reject_unknown({"name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "mlp", "tied_embeddings",
-                       "head_dim", "dropout", "experts", "experts_per_token", "moe_ffn_hidden",
-                       "shared_expert_ffn_hidden", "sliding_window", "sliding_window_pattern"});
+  node.reject_unknown({"name",
+                       "layers",
+                       "hidden",
+                       "heads",
+                       "kv_heads",
+                       "ffn_hidden",
+                       "vocab",
+                       "mlp",
+                       "tied_embeddings",
+                       "head_dim",
+                       "dropout",
+                       "experts",
+                       "experts_per_token",
+                       "moe_ffn_hidden",
+                       "shared_expert_ffn_hidden",
+                       "sliding_window",
+                       "sliding_window_pattern",
+                       "first_dense_layers",
+                       "q_lora_rank",
+                       "kv_lora_rank",
+                       "qk_rope_head_dim",
+                       "v_head_dim",
+                       "mtp_layers"});
   ModelSpec m;
   m.name = node.at("name").as_string();
   m.layers = node.at("layers").as_positive_int();
   m.hidden = node.at("hidden").as_positive_int();
   m.heads = node.at("heads").as_positive_int();
-  m.kv_heads = node.at("kv_heads").as_positive_int();
+  if (auto lora = node.find("kv_lora_rank")) {
+    m.kv_lora_rank = lora->as_positive_int();
+    m.qk_rope_head_dim = node.at("qk_rope_head_dim").as_positive_int();
+    if (auto q = node.find("q_lora_rank")) m.q_lora_rank = q->as_positive_int();
+    if (!node.has("head_dim")) node.at("head_dim");  // "missing required key": MLA's heads are not hidden / heads
+    m.kv_heads = m.heads;
+    if (auto kv = node.find("kv_heads"); kv && kv->as_positive_int() != m.heads)
+      kv->fail(fmt::format("must equal heads ({}) with multi-head latent attention", m.heads));
+  } else {
+    for (const char* key : {"q_lora_rank", "qk_rope_head_dim", "v_head_dim"}) {
+      if (auto k = node.find(key)) k->fail("only multi-head latent attention (with \"kv_lora_rank\") takes this key");
+    }
+    m.kv_heads = node.at("kv_heads").as_positive_int();
+  }
   if (auto e = node.find("experts")) {
     m.experts = e->as_positive_int();
     m.experts_per_token = node.at("experts_per_token").as_positive_int();
     m.moe_ffn_hidden = node.at("moe_ffn_hidden").as_positive_int();
     if (auto sh = node.find("shared_expert_ffn_hidden")) m.shared_expert_ffn_hidden = sh->as_positive_int();
-    if (auto f = node.find("ffn_hidden")) {
+    if (auto k = node.find("first_dense_layers")) {
+      m.first_dense_layers = k->as_positive_int();
+      if (m.first_dense_layers >= m.layers) k->fail(fmt::format("must be below layers ({})", m.layers));
+      m.ffn_hidden = node.at("ffn_hidden").as_positive_int();  // the dense layers' MLP
+    } else if (auto f = node.find("ffn_hidden")) {
       f->fail(
-          "a mixture-of-experts model has no dense MLP; its widths are moe_ffn_hidden and shared_expert_ffn_hidden");
+          "a mixture-of-experts model has no dense MLP unless first_dense_layers says which layers keep one; its "
+          "widths are moe_ffn_hidden and shared_expert_ffn_hidden");
     }
   } else {
-    for (const char* key : {"experts_per_token", "moe_ffn_hidden", "shared_expert_ffn_hidden"}) {
+    for (const char* key : {"experts_per_token", "moe_ffn_hidden", "shared_expert_ffn_hidden", "first_dense_layers"}) {
       if (auto k = node.find(key)) k->fail("only a mixture-of-experts model (with \"experts\") takes this key");
     }
     m.ffn_hidden = node.at("ffn_hidden").as_positive_int();
@@ -166,6 +235,8 @@ ModelSpec parse_model(const util::JsonNode& node) {
     }
     m.head_dim = m.hidden / m.heads;
   }
+  if (m.mla()) m.v_head_dim = node.has("v_head_dim") ? node.at("v_head_dim").as_positive_int() : m.head_dim;
+  if (auto mtp = node.find("mtp_layers")) m.mtp_layers = mtp->as_nonnegative_int();
   if (auto p = node.find("dropout")) {
     m.dropout = p->as_nonnegative_number();
     if (m.dropout >= 1) p->fail(fmt::format("must be below 1, got {}", m.dropout));
@@ -179,7 +250,10 @@ ModelSpec parse_model(const util::JsonNode& node) {
   if (m.moe() && m.experts_per_token > m.experts) {
     node.at("experts_per_token").fail(fmt::format("exceeds experts ({})", m.experts));
   }
-  if (auto w = node.find("sliding_window")) m.sliding_window = w->as_positive_int();
+  if (auto w = node.find("sliding_window")) {
+    m.sliding_window = w->as_positive_int();
+    if (m.mla()) w->fail("sliding-window attention with multi-head latent attention is not supported yet");
+  }
   if (auto n = node.find("sliding_window_pattern")) {
     if (m.sliding_window == 0) n->fail("applies only with sliding_window");
     m.sliding_window_pattern = n->as_positive_int();
@@ -197,15 +271,10 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
   if (auto text = node.find("text_config"); text && text->is_object()) {
     return parse_hf_config(*text, fallback_name);
   }
-  // Mixture-of-experts layouts trainsim does not model: DeepSeek's multi-head latent attention and
-  // dense first layers, Qwen-MoE's dense or sparse-every-k layers, per-layer attention kinds.
-  if (auto lora = node.find("kv_lora_rank"); lora && !lora->json().is_null()) {
-    lora->fail("multi-head latent attention (DeepSeek-V2/V3) is not supported yet");
-  }
-  if (node.has("n_routed_experts"))
-    node.at("n_routed_experts").fail("DeepSeek mixture-of-experts models are not supported yet");
-  if (auto k = node.find("first_k_dense_replace"); k && k->json().is_number() && k->json().get<double>() > 0) {
-    k->fail("dense layers among mixture-of-experts layers are not supported yet");
+  // Mixture-of-experts layouts trainsim does not model: Qwen-MoE's dense or sparse-every-k layers,
+  // DeepSeek's MoE layers on every k-th layer, per-layer attention kinds other than below.
+  if (auto freq = node.find("moe_layer_freq"); freq && freq->json().is_number() && freq->json().get<double>() != 1) {
+    freq->fail("mixture-of-experts layers on only some layers are not supported yet (every layer must be sparse)");
   }
   if (auto step = node.find("decoder_sparse_step");
       step && step->json().is_number() && step->json().get<double>() != 1) {
@@ -275,6 +344,39 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
     m.ffn_hidden = 0;
     break;
   }
+  // DeepSeek-V2/V3 and Kimi K2 (model_type deepseek_v2, deepseek_v3, kimi_k2): n_routed_experts of
+  // width moe_intermediate_size, n_shared_experts of the same width as one shared expert, the first
+  // first_k_dense_replace layers dense (intermediate_size), multi-head latent attention, and
+  // num_nextn_predict_layers multi-token prediction modules.
+  if (auto e = node.find("n_routed_experts"); e && !e->json().is_null()) {
+    m.experts = e->as_positive_int();
+    m.experts_per_token = node.at("num_experts_per_tok").as_positive_int();
+    if (m.experts_per_token > m.experts)
+      node.at("num_experts_per_tok").fail(fmt::format("exceeds n_routed_experts ({})", m.experts));
+    m.moe_ffn_hidden = node.at("moe_intermediate_size").as_positive_int();
+    if (auto sh = node.find("n_shared_experts"); sh && !sh->json().is_null())
+      m.shared_expert_ffn_hidden = sh->as_nonnegative_int() * m.moe_ffn_hidden;
+    m.first_dense_layers = 0;
+    if (auto k = node.find("first_k_dense_replace"); k && !k->json().is_null()) {
+      m.first_dense_layers = k->as_nonnegative_int();
+      if (m.first_dense_layers >= m.layers) k->fail(fmt::format("must be below num_hidden_layers ({})", m.layers));
+    }
+    if (m.first_dense_layers == 0) m.ffn_hidden = 0;
+  } else if (auto k = node.find("first_k_dense_replace"); k && k->json().is_number() && k->json().get<double>() > 0) {
+    k->fail("applies only with n_routed_experts");
+  }
+  if (auto lora = node.find("kv_lora_rank"); lora && !lora->json().is_null()) {
+    m.kv_lora_rank = lora->as_positive_int();
+    if (auto q = node.find("q_lora_rank"); q && !q->json().is_null()) m.q_lora_rank = q->as_positive_int();
+    m.head_dim = node.at("qk_nope_head_dim").as_positive_int();
+    m.qk_rope_head_dim = node.at("qk_rope_head_dim").as_positive_int();
+    m.v_head_dim = node.at("v_head_dim").as_positive_int();
+    m.kv_heads = m.heads;
+    if (m.sliding_window > 0)
+      node.at("sliding_window").fail("sliding-window attention with multi-head latent attention is not supported yet");
+  }
+  if (auto mtp = node.find("num_nextn_predict_layers"); mtp && !mtp->json().is_null())
+    m.mtp_layers = mtp->as_nonnegative_int();
   validate(m, node);
   return m;
 }
@@ -285,26 +387,41 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
 //   swiglu: seq·(12Lh²(1 + G/A + s/h) + 18LFh + 6Vh)           (NeMo's Llama/GQA form)
 //   gelu, F = 4h, G = A: seq·(24Lh² + 12Lhs + 48Lh² + 6Vh)     (NeMo's GPT form)
 //                        = 72·s·L·h²·(1 + s/(6h) + V/(12hL))   (Korthikanti et al. 2022)
+// Multi-head latent attention counts 2 FLOPs per weight of its projections and s·heads·(qk + v)
+// for scores and context (causal, as Megatron counts MLA); a multi-token prediction module its 2h -> h projection, one
+// layer and the logits.
 double model_flops_per_sequence(const ModelSpec& m, std::int64_t seq_len) {
   const double s = static_cast<double>(seq_len);
   const double h = static_cast<double>(m.hidden);
-  const double q = static_cast<double>(q_dim(m));
-  const double kv = static_cast<double>(kv_dim(m));
-  const double f = static_cast<double>(m.ffn_hidden);
   const double mlp_matrices = m.mlp == MlpKind::swiglu ? 3 : 2;
   // A mixture-of-experts layer: the router (2hE) and the experts_per_token experts and the shared
   // expert each token passes.
-  const double mlp =
-      m.moe() ? 2 * h * static_cast<double>(m.experts) +
-                    2 * mlp_matrices * h *
-                        static_cast<double>(m.experts_per_token * m.moe_ffn_hidden + m.shared_expert_ffn_hidden)
-              : 2 * mlp_matrices * h * f;
+  const double moe_mlp =
+      2 * h * static_cast<double>(m.experts) +
+      2 * mlp_matrices * h * static_cast<double>(m.experts_per_token * m.moe_ffn_hidden + m.shared_expert_ffn_hidden);
+  const double dense_mlp = 2 * mlp_matrices * h * static_cast<double>(m.ffn_hidden);
   // Attention scores and context: every key of the sequence (non-causal s²), or of the window in a
   // sliding-window layer.
   const double window = m.sliding_window > 0 ? std::min(s, static_cast<double>(m.sliding_window)) : s;
   const double keys = (1 - m.windowed_fraction()) * s + m.windowed_fraction() * window;
-  const double per_layer = 2 * h * (q + 2 * kv) + 2 * q * h + 4 * keys * q + mlp;
-  const double per_token = static_cast<double>(m.layers) * per_layer + 2 * static_cast<double>(m.vocab) * h;
+  const double heads = static_cast<double>(m.heads);
+  double linear = 0, core = 0;
+  if (m.mla()) {
+    const double latent_norms = static_cast<double>(m.kv_lora_rank + m.q_lora_rank);
+    linear = 2 * (static_cast<double>(m.attention_params_per_layer()) - latent_norms);
+    // Megatron's MLA branch (training.py num_floating_point_operations) counts causal pairs: s/2 keys.
+    core = keys * heads * static_cast<double>(m.head_dim + m.qk_rope_head_dim + m.v_head_dim);
+  } else {
+    linear = 2 * static_cast<double>(m.attention_params_per_layer());
+    core = 4 * keys * static_cast<double>(q_dim(m));
+  }
+  const double moe_layers = m.moe() ? static_cast<double>(m.layers - m.first_dense_layers) : 0;
+  const double dense_layers = static_cast<double>(m.layers) - moe_layers;
+  const double layer_mlp = m.moe() ? moe_mlp : dense_mlp;
+  const double logits = 2 * static_cast<double>(m.vocab) * h;
+  double per_token =
+      static_cast<double>(m.layers) * (linear + core) + moe_layers * moe_mlp + dense_layers * dense_mlp + logits;
+  per_token += static_cast<double>(m.mtp_layers) * (2 * 2 * h * h + linear + core + layer_mlp + logits);
   return 3 * s * per_token;
 }
 

@@ -45,22 +45,51 @@ struct ModelSpec {
   std::int64_t experts_per_token = 0;
   std::int64_t moe_ffn_hidden = 0;
   std::int64_t shared_expert_ffn_hidden = 0;
+  // A mixture-of-experts model whose first first_dense_layers layers keep a dense MLP of ffn_hidden
+  // (DeepSeek's first_k_dense_replace; Megatron's --moe-layer-freq with leading zeros).
+  std::int64_t first_dense_layers = 0;
+  // Multi-head latent attention (DeepSeek-V2/V3, Kimi K2; kv_lora_rank > 0): queries come from a
+  // q_lora_rank latent (0: straight from the hidden state), keys and values from a kv_lora_rank
+  // latent, each normed and projected up per head. Query and key heads are head_dim (without
+  // position) + qk_rope_head_dim (rotary, the key's part shared by all heads) wide, value heads
+  // v_head_dim; kv_heads = heads.
+  std::int64_t q_lora_rank = 0;
+  std::int64_t kv_lora_rank = 0;
+  std::int64_t qk_rope_head_dim = 0;
+  std::int64_t v_head_dim = 0;
+  // DeepSeek-V3's multi-token prediction (num_nextn_predict_layers; Megatron's --mtp-num-layers):
+  // each module embeds the tokens one further ahead, norms them and the hidden state, projects the
+  // pair (2h -> h), runs one more transformer layer (of the model's kind) and the shared output
+  // layer and loss. Megatron-Core runs the modules on the last pipeline stage.
+  std::int64_t mtp_layers = 0;
 
   bool moe() const { return experts > 0; }
+  bool mla() const { return kv_lora_rank > 0; }
+  // Whether transformer layer `layer` (0-based) is a mixture-of-experts layer.
+  bool moe_layer(std::int64_t layer) const { return moe() && layer >= first_dense_layers; }
+  // The model with a dense MLP of ffn_hidden in place of the experts: a first_dense_layers layer.
+  ModelSpec dense_variant() const;
 
   // Parameter counts (embedding = vocab * hidden; the output layer adds another unless tied).
-  // params_per_layer counts every expert; expert_params_per_layer the routed experts alone.
+  // params_per_layer counts every expert (of a mixture-of-experts layer); expert_params_per_layer
+  // the routed experts alone; attention_params_per_layer the attention block without its norm.
+  // total_params counts the multi-token prediction modules too (main_params without them).
   std::int64_t params_per_layer() const;
   std::int64_t expert_params_per_layer() const;
+  std::int64_t attention_params_per_layer() const;
   std::int64_t embedding_params() const;
+  std::int64_t main_params() const;
+  std::int64_t mtp_params() const;
   std::int64_t total_params() const;
 };
 
 // trainsim's format: name, layers, hidden, heads, kv_heads, ffn_hidden, vocab, mlp ("gelu" or
 // "swiglu"); optional tied_embeddings, head_dim, dropout, sliding_window, sliding_window_pattern. A
-// mixture-of-experts model gives experts,
-// experts_per_token and moe_ffn_hidden (optional shared_expert_ffn_hidden) instead of ffn_hidden.
-// Unknown keys are errors.
+// mixture-of-experts model gives experts, experts_per_token and moe_ffn_hidden (optional
+// shared_expert_ffn_hidden) instead of ffn_hidden, which it gives only with first_dense_layers.
+// Multi-head latent attention: kv_lora_rank, qk_rope_head_dim, head_dim, optional q_lora_rank,
+// v_head_dim (default head_dim); kv_heads optional (= heads). Optional mtp_layers. Unknown keys are
+// errors.
 ModelSpec parse_model(const util::JsonNode& node);
 // A Hugging Face config.json (recognised by "model_type" or "architectures").
 ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallback_name);

@@ -35,6 +35,11 @@ struct Dims {
   // balanced routing) and rows per local expert.
   bool moe = false;
   double experts = 0, topk = 0, local_experts = 0, fe = 0, fsh = 0, moe_rows = 0, expert_rows = 0, etp = 1, ep = 1;
+  // Multi-head latent attention: the q and kv latents, the rotary width, query/key and value head
+  // widths (q = heads·qk and kv = heads·v then size the attention core's tensors; hd is their mean,
+  // which gives the core's FLOPs as 2·(qk + v) per pair).
+  bool mla = false;
+  double ql = 0, kvl = 0, rope = 0, qk = 0, v = 0;
 };
 
 Dims dims(const ModelSpec& m, const LayerConfig& c) {
@@ -74,6 +79,18 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
     x.fsh = static_cast<double>(m.shared_expert_ffn_hidden / c.tp);
     x.moe_rows = x.region * x.topk * x.etp;
     x.expert_rows = x.moe_rows / x.local_experts;
+  }
+  if (m.mla()) {
+    TRAINSIM_ASSERT(c.cp == 1 && c.attention != AttentionImpl::softmax && x.windowed == 0);
+    x.mla = true;
+    x.ql = static_cast<double>(m.q_lora_rank);
+    x.kvl = static_cast<double>(m.kv_lora_rank);
+    x.rope = static_cast<double>(m.qk_rope_head_dim);
+    x.qk = static_cast<double>(m.head_dim + m.qk_rope_head_dim);
+    x.v = static_cast<double>(m.v_head_dim);
+    x.q = x.heads * x.qk;
+    x.kv = x.heads * x.v;
+    x.hd = (x.qk + x.v) / 2;
   }
   return x;
 }
@@ -318,6 +335,59 @@ void mark_fp8(std::vector<Op>& ops) {
   for (Op& op : ops) op.fp8 = op.kind == OpKind::gemm && !op.attention_core && op.name.rfind("router", 0) != 0;
 }
 
+// Multi-head latent attention up to the attention core, as Megatron-Core's MLASelfAttention runs
+// it: the down projections (replicated over TP, on the rank's sequence shard under SP; one GEMM for
+// the q latent and the kv latent with the key's rotary part) whose latents SP then all-gathers, the
+// latents' RMSNorms, the column-parallel up projections (q heads of qk; k heads without position
+// and v heads), and rotary plus the assembly of Q and K, which keeps Q, K, V for the core.
+void mla_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
+  const double d = x.d;
+  const double latent = x.ql + x.kvl + x.rope;
+  ops.push_back(gemm("qkv_down_proj", x.region, latent, x.h, d, act(x.region, x.h, gemm_in_d)));
+  if (x.sp) ops.push_back(comm("mla_latent_all_gather", Comm::all_gather, act(x.tokens, latent, d)));
+  double q_in = x.h;  // what the query up projection reads (the hidden state without a q latent)
+  if (x.ql > 0) {
+    ops.push_back(memory("q_latent_rmsnorm", 2 * act(x.tokens, x.ql, d), act(x.tokens, x.ql, d)));
+    q_in = x.ql;
+  }
+  ops.push_back(memory("kv_latent_rmsnorm", 2 * act(x.tokens, x.kvl, d), act(x.tokens, x.kvl, d)));
+  // Without a q latent the query projection reads the hidden state itself, all-gathered under SP.
+  if (x.ql == 0 && x.sp) ops.push_back(comm("q_input_all_gather", Comm::all_gather, act(x.tokens, x.h, d)));
+  ops.push_back(gemm("q_up_proj", x.tokens, x.q, q_in, d, x.ql > 0 ? act(x.tokens, q_in, gemm_in_d) : 0));
+  const double kv_up = x.heads * (x.qk - x.rope + x.v);
+  ops.push_back(gemm("kv_up_proj", x.tokens, kv_up, x.kvl, d, act(x.tokens, x.kvl, gemm_in_d)));
+  // Reads q, k without position, the shared rotary key; writes Q and K whole; keeps Q, K, V.
+  ops.push_back(memory("mla_rotary_assemble",
+                       act(x.tokens, x.q + x.heads * (x.qk - x.rope) + x.rope, d) + act(x.tokens, 2 * x.q, d),
+                       act(x.tokens, 2 * x.q + x.kv, d), 2));
+}
+
+// Its backward, from the core's input gradients to the layer input's: rotary, the up projections'
+// data and weight gradients, the latent norms, SP's reduce-scatter of the latents' gradient (the
+// all-reduce without SP), and the down projection's.
+void mla_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
+  const double d = x.d;
+  const double latent = x.ql + x.kvl + x.rope;
+  const double q_in = x.ql > 0 ? x.ql : x.h;
+  const double kv_up = x.heads * (x.qk - x.rope + x.v);
+  ops.push_back(memory("mla_rotary_assemble_backward",
+                       act(x.tokens, 2 * x.q, d) + act(x.tokens, x.q + x.heads * (x.qk - x.rope) + x.rope, d), 0, 2));
+  ops.push_back(gemm("kv_up_proj_dgrad", x.tokens, x.kvl, kv_up, d));
+  ops.push_back(wgrad("kv_up_proj_wgrad", x.kvl, kv_up, x.tokens, d, act(x.tokens, x.kvl, gemm_in_d)));
+  ops.push_back(gemm("q_up_proj_dgrad", x.tokens, q_in, x.q, d));
+  ops.push_back(wgrad("q_up_proj_wgrad", q_in, x.q, x.tokens, d, act(x.tokens, q_in, gemm_in_d)));
+  ops.push_back(memory("kv_latent_rmsnorm_backward", 3 * act(x.tokens, x.kvl, d)));
+  if (x.ql > 0) ops.push_back(memory("q_latent_rmsnorm_backward", 3 * act(x.tokens, x.ql, d)));
+  if (x.t > 1) {
+    // The query projection's input gradient joins the latents' when it read the hidden state.
+    const double width = x.ql > 0 ? latent : latent + x.h;
+    ops.push_back(x.sp ? comm("mla_latent_grad_reduce_scatter", Comm::reduce_scatter, act(x.tokens, width, d))
+                       : comm("mla_latent_grad_all_reduce", Comm::all_reduce, act(x.tokens, width, d)));
+  }
+  ops.push_back(gemm("qkv_down_proj_dgrad", x.region, x.h, latent, d));
+  ops.push_back(wgrad("qkv_down_proj_wgrad", x.h, latent, x.region, d, act(x.region, x.h, gemm_in_d)));
+}
+
 }  // namespace
 
 std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
@@ -336,12 +406,16 @@ std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
 
   // Norm: reads x, writes y; keeps its input.
   ops.push_back(memory("input_" + norm, 2 * region_act, region_act));
-  if (tp && x.sp) ops.push_back(comm("qkv_input_all_gather", Comm::all_gather, full));
-  // Column-parallel QKV: keeps its input (sharded under SP) and Q, K, V for the attention core.
-  const double qkv_width = x.q + 2 * x.kv;
-  ops.push_back(gemm("qkv", x.tokens, qkv_width, x.h, x.d, region_gemm_in + act(x.tokens, qkv_width, x.d)));
-  // Llama-family (swiglu) models rotate Q and K; GPT models add learned positions at the embedding.
-  if (x.swiglu) ops.push_back(memory("rotary_embedding", 2 * act(x.tokens, x.q + x.kv, x.d)));
+  if (x.mla) {
+    mla_forward(ops, x, gemm_in_d);
+  } else {
+    if (tp && x.sp) ops.push_back(comm("qkv_input_all_gather", Comm::all_gather, full));
+    // Column-parallel QKV: keeps its input (sharded under SP) and Q, K, V for the attention core.
+    const double qkv_width = x.q + 2 * x.kv;
+    ops.push_back(gemm("qkv", x.tokens, qkv_width, x.h, x.d, region_gemm_in + act(x.tokens, qkv_width, x.d)));
+    // Llama-family (swiglu) models rotate Q and K; GPT models add learned positions at the embedding.
+    if (x.swiglu) ops.push_back(memory("rotary_embedding", 2 * act(x.tokens, x.q + x.kv, x.d)));
+  }
 
   if (c.attention != AttentionImpl::softmax) {
     flash(ops, x, c, false);
@@ -357,7 +431,9 @@ std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
     ops.push_back(core(gemm("attention_context", x.s, x.hd, x.s, x.d, x.drop ? scores * x.d : 0, batch)));
   }
 
-  ops.push_back(gemm("attention_output", x.tokens, x.h, x.q, x.d, act(x.tokens, x.q, gemm_in_d)));
+  // The output projection reads the heads' context: heads·head_dim, or MLA's value heads.
+  const double context = x.mla ? x.kv : x.q;
+  ops.push_back(gemm("attention_output", x.tokens, x.h, context, x.d, act(x.tokens, context, gemm_in_d)));
   if (tp) {
     ops.push_back(x.sp ? comm("attention_reduce_scatter", Comm::reduce_scatter, full)
                        : comm("attention_all_reduce", Comm::all_reduce, full));
@@ -379,7 +455,8 @@ std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
     // activation; the projection input is cast on its own (read 2, write 1 byte per element), and
     // every GEMM input is also written transposed in FP8 for the weight gradient (1 byte). The
     // experts' permuted input is cast on its own too (2 + 1 + 1 bytes).
-    double cast = 3 * x.tokens * x.q + x.tokens * (x.h + x.q);
+    double cast = 3 * x.tokens * context + x.tokens * (x.h + context);
+    if (x.mla) cast += x.tokens * (x.ql + x.kvl);  // the up projections' inputs, cast in their norms
     cast += x.moe ? x.moe_rows * (4 * x.h + x.fe) + (x.fsh > 0 ? x.tokens * (x.h + x.fsh) : 0) : x.tokens * (x.h + x.f);
     ops.push_back(memory("fp8_cast_transpose", cast, 0, 4));
     mark_fp8(ops);
@@ -423,8 +500,9 @@ std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c) {
 
   if (x.drop) ops.push_back(memory("attention_dropout_add_backward", region_act * 2 + mask));
   if (tp && x.sp) ops.push_back(comm("attention_output_grad_all_gather", Comm::all_gather, full));
-  ops.push_back(gemm("attention_output_dgrad", x.tokens, x.q, x.h, x.d));
-  ops.push_back(wgrad("attention_output_wgrad", x.q, x.h, x.tokens, x.d, act(x.tokens, x.q, gemm_in_d)));
+  const double context = x.mla ? x.kv : x.q;
+  ops.push_back(gemm("attention_output_dgrad", x.tokens, context, x.h, x.d));
+  ops.push_back(wgrad("attention_output_wgrad", context, x.h, x.tokens, x.d, act(x.tokens, context, gemm_in_d)));
 
   if (c.attention != AttentionImpl::softmax) {
     flash(ops, x, c, true);
@@ -438,18 +516,23 @@ std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c) {
     ops.push_back(core(gemm("attention_scores_query_grad", x.s, x.hd, x.s, x.d, 0, batch)));
     ops.push_back(core(gemm("attention_scores_key_grad", x.s, x.hd, x.s, x.d, 0, batch)));
   }
-  if (x.swiglu) ops.push_back(memory("rotary_embedding_backward", 2 * act(x.tokens, x.q + x.kv, x.d)));
-
   const double qkv_width = x.q + 2 * x.kv;
-  if (tp && x.sp) ops.push_back(comm("qkv_input_all_gather", Comm::all_gather, full));
-  ops.push_back(gemm("qkv_dgrad", x.tokens, x.h, qkv_width, x.d));
-  input_grad_comm("qkv_input");
-  ops.push_back(wgrad("qkv_wgrad", x.h, qkv_width, x.tokens, x.d, region_gemm_in));
+  if (x.mla) {
+    mla_backward(ops, x, gemm_in_d);
+  } else {
+    if (x.swiglu) ops.push_back(memory("rotary_embedding_backward", 2 * act(x.tokens, x.q + x.kv, x.d)));
+    if (tp && x.sp) ops.push_back(comm("qkv_input_all_gather", Comm::all_gather, full));
+    ops.push_back(gemm("qkv_dgrad", x.tokens, x.h, qkv_width, x.d));
+    input_grad_comm("qkv_input");
+    ops.push_back(wgrad("qkv_wgrad", x.h, qkv_width, x.tokens, x.d, region_gemm_in));
+  }
   ops.push_back(memory("input_" + norm + "_backward", 4 * region_act, 0, 2));
   if (c.fp8) {
     // Each GEMM's output gradient is cast and transposed to FP8 once for its data and weight
-    // gradients: read 2, write 1 + 1 bytes per element.
-    double grads = x.tokens * (qkv_width + x.h);
+    // gradients: read 2, write 1 + 1 bytes per element. MLA: the down projection's (on the region),
+    // the up projections' and the output projection's.
+    double grads = x.mla ? x.region * (x.ql + x.kvl + x.rope) + x.tokens * (x.q + x.heads * (x.qk - x.rope + x.v) + x.h)
+                         : x.tokens * (qkv_width + x.h);
     if (x.moe) {
       grads += x.moe_rows * ((x.swiglu ? 2 * x.fe : x.fe) + x.h);
       if (x.fsh > 0) grads += x.tokens * ((x.swiglu ? 2 * x.fsh : x.fsh) + x.h);
@@ -577,6 +660,54 @@ std::vector<Op> head_backward(const ModelSpec& m, const LayerConfig& c) {
   return ops;
 }
 
+// Megatron-Core's MultiTokenPredictionLayer: the shifted tokens' embedding (as the first stage's),
+// enorm on it and hnorm on the previous depth's hidden state, their concatenation projected by the
+// column-parallel eh_proj (2h -> h; all-gathered back to the hidden width under TP). Kept for
+// backward: the norms' inputs and the projection's input.
+std::vector<Op> mtp_forward(const ModelSpec& m, const LayerConfig& c) {
+  const Dims x = dims(m, c);
+  const double full = act(x.tokens, x.h, x.d);
+  const double region_act = act(x.region, x.h, x.d);
+  const double gemm_in_d = c.fp8 ? 1.0 : x.d;
+  std::vector<Op> ops = embedding_forward(m, c);
+  for (Op& op : ops) op.name = "mtp_" + op.name;
+  ops.push_back(memory("mtp_enorm_hnorm", 4 * region_act, 2 * region_act, 2));
+  if (x.sp) ops.push_back(comm("mtp_eh_proj_input_all_gather", Comm::all_gather, 2 * full));
+  ops.push_back(gemm("mtp_eh_proj", x.tokens, x.h / x.t, 2 * x.h, x.d, act(x.region, 2 * x.h, gemm_in_d)));
+  if (x.t > 1)
+    ops.push_back(comm(x.sp ? "mtp_eh_proj_reduce_scatter" : "mtp_eh_proj_all_gather",
+                       x.sp ? Comm::reduce_scatter : Comm::all_gather, full));
+  if (c.fp8) mark_fp8(ops);
+  return ops;
+}
+
+std::vector<Op> mtp_backward(const ModelSpec& m, const LayerConfig& c) {
+  const Dims x = dims(m, c);
+  const double full = act(x.tokens, x.h, x.d);
+  const double region_act = act(x.region, x.h, x.d);
+  const double gemm_in_d = c.fp8 ? 1.0 : x.d;
+  std::vector<Op> ops;
+  if (x.sp) ops.push_back(comm("mtp_eh_proj_output_grad_all_gather", Comm::all_gather, full));
+  ops.push_back(gemm("mtp_eh_proj_dgrad", x.tokens, 2 * x.h, x.h / x.t, x.d));
+  ops.push_back(wgrad("mtp_eh_proj_wgrad", x.h / x.t, 2 * x.h, x.tokens, x.d, act(x.region, 2 * x.h, gemm_in_d)));
+  if (x.t > 1)
+    ops.push_back(comm(x.sp ? "mtp_eh_proj_input_grad_reduce_scatter" : "mtp_eh_proj_input_grad_all_reduce",
+                       x.sp ? Comm::reduce_scatter : Comm::all_reduce, 2 * full));
+  ops.push_back(memory("mtp_enorm_hnorm_backward", 6 * region_act, 0, 2));
+  if (c.fp8) mark_fp8(ops);
+  for (Op op : embedding_backward(m, c)) {
+    op.name = "mtp_" + op.name;
+    ops.push_back(op);
+  }
+  return ops;
+}
+
+std::int64_t mtp_params_per_rank(const ModelSpec& m, std::int64_t tp) {
+  TRAINSIM_ASSERT(tp >= 1);
+  const std::int64_t norm = m.mlp == MlpKind::gelu ? 2 * m.hidden : m.hidden;
+  return 3 * norm + 2 * m.hidden * m.hidden / tp;
+}
+
 // Bytes per parameter: fp32 master weight read + write (8), first moment read + write (8), second
 // moment read + write (8), fp32 gradient read (4), bf16 weight written (2) = 30.
 Op optimizer_step(std::int64_t params) {
@@ -599,7 +730,15 @@ std::int64_t layer_params_per_rank(const ModelSpec& m, std::int64_t tp) {
   const std::int64_t mats = m.mlp == MlpKind::swiglu ? 3 : 2;
   // The MLP: dense, or a mixture of experts' shared expert (TP-split) and router (replicated).
   const std::int64_t mlp_width = m.moe() ? m.shared_expert_ffn_hidden : m.ffn_hidden;
-  std::int64_t n = (m.hidden * (q + 2 * kv) + q * m.hidden + mats * m.hidden * mlp_width) / tp;
+  // Attention: split over TP, except MLA's down projections and latent norms (replicated).
+  std::int64_t attention = m.attention_params_per_layer();
+  std::int64_t replicated = 0;
+  if (m.mla()) {
+    replicated = m.hidden * ((m.q_lora_rank > 0 ? m.q_lora_rank : 0) + m.kv_lora_rank + m.qk_rope_head_dim) +
+                 m.q_lora_rank + m.kv_lora_rank;
+    attention -= replicated;
+  }
+  std::int64_t n = (attention + mats * m.hidden * mlp_width) / tp + replicated;
   if (m.moe()) n += m.hidden * m.experts;
   if (m.mlp == MlpKind::gelu) {
     // LayerNorm weight + bias twice (replicated); column-parallel biases split, row-parallel not.

@@ -116,6 +116,15 @@ std::vector<Op> embedding_backward(const ModelSpec& m, const LayerConfig& c);
 std::vector<Op> head_forward(const ModelSpec& m, const LayerConfig& c);
 std::vector<Op> head_backward(const ModelSpec& m, const LayerConfig& c);
 
+// A multi-token prediction module's own ops around its transformer layer and output layer: the
+// embedding of the shifted tokens, the two RMSNorms and the 2h -> h projection (forward); their
+// backward. The module runs these, one layer (layer_forward) and the output layer with its loss
+// (head_forward).
+std::vector<Op> mtp_forward(const ModelSpec& m, const LayerConfig& c);
+std::vector<Op> mtp_backward(const ModelSpec& m, const LayerConfig& c);
+// Parameters one TP rank holds for one module's norms and projection (its layer: layer_*params).
+std::int64_t mtp_params_per_rank(const ModelSpec& m, std::int64_t tp);
+
 // Adam step over `params` parameters held by this rank: fp32 master weights, two moments, the
 // fp32 gradient, and the bf16 copy written back.
 Op optimizer_step(std::int64_t params);

@@ -357,7 +357,7 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
        "overlap_grad_reduce, "
        "overlap_param_gather, dp_bucket_mb, tp_comm_overlap, first_stage_layers, last_stage_layers, "
        "account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split, fsdp_prefetch, "
-       "zero2_param_gather)"},
+       "zero2_param_gather, pipeline_layout)"},
       {[](json& d) { d["training"]["optimizer"] = "adam"; }, "training.optimizer",
        "unknown key (expected one of: micro_batch, global_batch, seq_len, recompute, recompute_layers, precision, "
        "attention, framework, host_forward_us, host_backward_us, grad_reduce_in_fp32, cross_entropy)"},
@@ -630,4 +630,71 @@ TEST_CASE("sliding-window models: context parallelism and unfused attention are 
         "s.json: training.attention: sliding-window attention runs fused (flash, flash2 or flash1), not softmax");
   j["training"]["attention"] = "flash";
   CHECK(error() == "no error");
+}
+
+TEST_CASE("pipeline_layout: Megatron-Core's layout string places the layers, one error line per mistake") {
+  // A DeepSeek-like model: 7 layers, the first dense, MLA, one multi-token prediction module.
+  const nlohmann::json mla = {
+      {"name", "mla"},           {"layers", 7},        {"hidden", 1024},      {"heads", 16},
+      {"head_dim", 64},          {"q_lora_rank", 256}, {"kv_lora_rank", 128}, {"qk_rope_head_dim", 32},
+      {"first_dense_layers", 1}, {"ffn_hidden", 2048}, {"experts", 8},        {"experts_per_token", 2},
+      {"moe_ffn_hidden", 256},   {"mtp_layers", 1},    {"vocab", 1000},       {"mlp", "swiglu"}};
+  auto make = [&](nlohmann::json par) {
+    return nlohmann::json{{"model", mla},
+                          {"cluster", "dgx-h100"},
+                          {"gpus", 8},
+                          {"parallel", par},
+                          {"training", {{"micro_batch", 1}, {"global_batch", 16}, {"seq_len", 1024}}}};
+  };
+  auto error = [&](nlohmann::json par) {
+    try {
+      parse_scenario(trainsim::util::JsonNode(make(par), "s.json"), TRAINSIM_SOURCE_DIR);
+    } catch (const trainsim::util::InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // 2 stages x 2 virtual stages: "Et|(tt|)*2tmL" expands to Et|tt|tt|tmL: 1 + 2 + 2 + 1 = 6 layers.
+  const nlohmann::json good = {
+      {"pp", 2}, {"schedule", "interleaved"}, {"virtual_stages", 2}, {"ep", 2}, {"pipeline_layout", "Et*2|(tt|)*2tmL"}};
+  CHECK(error(good) == "no error");
+  const Scenario sc = parse_scenario(trainsim::util::JsonNode(make(good), "s.json"), TRAINSIM_SOURCE_DIR);
+  // Virtual stage k = chunk * pp + stage: stage 0 holds k = 0 (2 layers) and 2 (2), stage 1 k = 1 (2), 3 (1).
+  CHECK(trainsim::config::chunk_layers(sc, 0, 0) == 2);
+  CHECK(trainsim::config::chunk_layers(sc, 1, 0) == 2);
+  CHECK(trainsim::config::chunk_layers(sc, 0, 1) == 2);
+  CHECK(trainsim::config::chunk_layers(sc, 1, 1) == 1);
+  CHECK(trainsim::config::stage_layers(sc, 0) == 4);
+  CHECK(trainsim::config::stage_layers(sc, 1) == 3);
+  CHECK(trainsim::config::chunk_first_layer(sc, 1, 0) == 2);
+  CHECK(trainsim::config::chunk_first_layer(sc, 0, 1) == 4);
+  CHECK(trainsim::config::chunk_first_layer(sc, 1, 1) == 6);
+  auto with = [&](const char* layout) {
+    nlohmann::json p = good;
+    p["pipeline_layout"] = layout;
+    return error(p);
+  };
+  CHECK(with("Et*2|tt|tt|tL") ==
+        "s.json: parallel.pipeline_layout: places 0 multi-token prediction modules ('m'); the model has mtp_layers 1");
+  CHECK(with("Et*3|tt|tt|tmL") ==
+        "s.json: parallel.pipeline_layout: places 8 transformer layers ('t'); the model has 7");
+  CHECK(with("Et*2|tt|tttmL") == "s.json: parallel.pipeline_layout: has 3 virtual stages; pp x virtual_stages = 4");
+  CHECK(with("t*2|Ett|tt|tmL") ==
+        "s.json: parallel.pipeline_layout: 'E' (the embedding) must open the first "
+        "virtual stage, found in stage 1");
+  CHECK(with("Et*2|tt|tmt|tL") ==
+        "s.json: parallel.pipeline_layout: 'm' (multi-token prediction) belongs to the "
+        "last virtual stage, found in stage 2");
+  CHECK(with("Et*2|(tt|*2tmL") == "s.json: parallel.pipeline_layout: unclosed '('");
+  CHECK(with("Et*|tt|tt|tmL") == "s.json: parallel.pipeline_layout: '*' at offset 2 is not followed by a count");
+  CHECK(with("Ex") ==
+        "s.json: parallel.pipeline_layout: unexpected 'x' at offset 1 (expected E, t, m, L, |, (, ) or *N)");
+  nlohmann::json both = good;
+  both["first_stage_layers"] = 3;
+  CHECK(error(both) ==
+        "s.json: parallel.pipeline_layout: cannot be combined with first_stage_layers / "
+        "last_stage_layers / account_for_*_in_pipeline_split");
+  // MLA has no context-parallel or unfused path yet.
+  CHECK(error({{"cp", 2}, {"ep", 4}}) ==
+        "s.json: parallel.cp: context parallelism with multi-head latent attention is not supported yet");
 }

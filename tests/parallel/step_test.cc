@@ -919,3 +919,77 @@ TEST_CASE("MoE with context parallelism: expert groups span CP ranks, the symmet
   CHECK(sym.memory[sym.peak_rank].peak_bytes == full.memory[full.peak_rank].peak_bytes);
   CHECK(sym.mean.cp_exposed_s == Approx(full.mean.cp_exposed_s).epsilon(1e-12));
 }
+
+namespace {
+
+// A DeepSeek-like model: MLA, the first 2 of 7 layers dense, one multi-token prediction module,
+// placed by a pipeline layout over pp 2 x 2 virtual stages (Et|tt|tt|tmL: 1, 2, 2 and 2 layers).
+nlohmann::json mla_scenario(std::int64_t gpus, std::int64_t tp, std::int64_t ep) {
+  nlohmann::json model = {{"name", "mla"},           {"layers", 7},
+                          {"hidden", 1024},          {"heads", 16},
+                          {"head_dim", 64},          {"q_lora_rank", 256},
+                          {"kv_lora_rank", 128},     {"qk_rope_head_dim", 32},
+                          {"first_dense_layers", 2}, {"ffn_hidden", 2048},
+                          {"experts", 16},           {"experts_per_token", 4},
+                          {"moe_ffn_hidden", 256},   {"shared_expert_ffn_hidden", 256},
+                          {"mtp_layers", 1},         {"vocab", 1024},
+                          {"mlp", "swiglu"}};
+  return {{"model", model},
+          {"cluster", "dgx-h100"},
+          {"gpus", gpus},
+          {"parallel",
+           {{"tp", tp},
+            {"pp", 2},
+            {"ep", ep},
+            {"etp", 1},
+            {"sequence_parallel", tp > 1},
+            {"zero", 1},
+            {"schedule", "interleaved"},
+            {"virtual_stages", 2},
+            {"pipeline_layout", "Et|tt|tt|ttmL"},
+            {"overlap_grad_reduce", true},
+            {"overlap_param_gather", true}}},
+          {"training", {{"micro_batch", 1}, {"global_batch", 4 * gpus / (tp * 2)}, {"seq_len", 2048}}}};
+}
+
+}  // namespace
+
+TEST_CASE("MLA, dense first layers and MTP under a pipeline layout: symmetric runs equal all ranks") {
+  for (auto [gpus, tp, ep] : {std::tuple{16, 1, 8}, std::tuple{32, 2, 8}}) {
+    const auto sc = scenario(mla_scenario(gpus, tp, ep));
+    parallel::BuildOptions all;
+    all.all_ranks = true;
+    const auto full = parallel::simulate_step(sc, all);
+    const auto sym = parallel::simulate_step(sc);
+    INFO("gpus " << gpus << " tp " << tp << " ep " << ep);
+    CHECK(sym.step_time_s == full.step_time_s);
+    CHECK(sym.memory[sym.peak_rank].peak_bytes == full.memory[full.peak_rank].peak_bytes);
+    CHECK(sym.mean.ep_exposed_s == Approx(full.mean.ep_exposed_s).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("MLA model: each stage holds its layers' parameters by kind, the MTP module and a shared embedding") {
+  // pp 2 x 2 chunks, layout Et|tt|tt|ttmL: stage 0 holds virtual stages 0 and 2 (layers 0; 3, 4),
+  // stage 1 virtual stages 1 and 3 (layers 1, 2; 5, 6 and the MTP module). Layers 0 and 1 are dense.
+  const auto sc = scenario(mla_scenario(16, 1, 8));
+  const auto& m = sc.model;
+  const std::int64_t moe_layer = workload::layer_params_per_rank(m, 1);
+  const std::int64_t dense_layer = workload::layer_params_per_rank(m.dense_variant(), 1);
+  const std::int64_t experts = workload::layer_expert_params_per_rank(m, 8, 1);
+  const std::int64_t emb = workload::embedding_params_per_rank(m, 1);
+  const std::int64_t head = workload::head_params_per_rank(m, 1);
+  const std::int64_t mtp = workload::mtp_params_per_rank(m, 1) + moe_layer;
+  CHECK(dense_layer > moe_layer);  // the 2048-wide dense MLP against the shared expert and router
+  // MTP: three RMSNorms of h and the 2h x h projection.
+  CHECK(workload::mtp_params_per_rank(m, 1) == 3 * 1024 + 2 * 1024 * 1024);
+  const auto plan = parallel::build_step(sc, hardware::ComputeModel(sc.cluster.gpu));
+  CHECK(plan.stages[0].params_per_rank == dense_layer + 2 * moe_layer + emb);
+  CHECK(plan.stages[0].expert_params_per_rank == 2 * experts);
+  // The last stage keeps its own embedding for the MTP module's tokens (Megatron's shared embedding).
+  CHECK(plan.stages[1].params_per_rank == dense_layer + 3 * moe_layer + head + mtp + emb);
+  CHECK(plan.stages[1].expert_params_per_rank == 4 * experts);
+  // Every stage's parameters, less the duplicated embedding, plus all routed experts of the 5 MoE
+  // layers and the MTP layer: the model's total.
+  CHECK(plan.stages[0].params_per_rank + plan.stages[1].params_per_rank - emb + 6 * m.expert_params_per_layer() ==
+        m.total_params());
+}

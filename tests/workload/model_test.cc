@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "util/error.h"
@@ -95,7 +96,8 @@ TEST_CASE("model JSON defaults and validation") {
         }) ==
         "m.json: colour: unknown key (expected one of: name, layers, hidden, heads, kv_heads, ffn_hidden, "
         "vocab, mlp, tied_embeddings, head_dim, dropout, experts, experts_per_token, moe_ffn_hidden, "
-        "shared_expert_ffn_hidden, sliding_window, sliding_window_pattern)");
+        "shared_expert_ffn_hidden, sliding_window, sliding_window_pattern, first_dense_layers, q_lora_rank, "
+        "kv_lora_rank, qk_rope_head_dim, v_head_dim, mtp_layers)");
   CHECK(error_of([] {
           parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 8,
                                 "ffn_hidden": 256, "vocab": 100, "mlp": "gelu"})");
@@ -169,10 +171,18 @@ TEST_CASE("Hugging Face errors name the JSON path") {
       "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 10, "num_local_experts": 8,
       "num_experts_per_tok": 9})");
         }) == "config.json: num_experts_per_tok: exceeds num_local_experts (8)");
-  CHECK(error_of([] { parse_hf(R"({"model_type": "deepseek_v3", "n_routed_experts": 256})"); }) ==
-        "config.json: n_routed_experts: DeepSeek mixture-of-experts models are not supported yet");
-  CHECK(error_of([] { parse_hf(R"({"model_type": "deepseek_v2", "kv_lora_rank": 512})"); }) ==
-        "config.json: kv_lora_rank: multi-head latent attention (DeepSeek-V2/V3) is not supported yet");
+  CHECK(error_of([] {
+          parse_hf(R"({"model_type": "deepseek_v3", "num_hidden_layers": 4, "hidden_size": 64,
+      "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 10, "n_routed_experts": 8,
+      "num_experts_per_tok": 2, "moe_intermediate_size": 16, "moe_layer_freq": 2})");
+        }) ==
+        "config.json: moe_layer_freq: mixture-of-experts layers on only some layers are not supported yet "
+        "(every layer must be sparse)");
+  CHECK(error_of([] {
+          parse_hf(R"({"model_type": "deepseek_v2", "num_hidden_layers": 4, "hidden_size": 64,
+      "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 10, "kv_lora_rank": 16,
+      "qk_rope_head_dim": 8, "v_head_dim": 16})");
+        }) == "config.json: qk_nope_head_dim: missing required key");
   CHECK(error_of([] { parse_hf(R"({"model_type": "qwen2_moe", "decoder_sparse_step": 2})"); }) ==
         "config.json: decoder_sparse_step: mixture-of-experts layers on only some layers are not supported yet "
         "(every layer must be sparse)");
@@ -225,8 +235,8 @@ TEST_CASE("trainsim's model format takes experts instead of ffn_hidden") {
           parse(R"({"name": "moe", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4, "ffn_hidden": 256,
             "vocab": 100, "mlp": "swiglu", "experts": 8, "experts_per_token": 2, "moe_ffn_hidden": 32})");
         }) ==
-        "m.json: ffn_hidden: a mixture-of-experts model has no dense MLP; its widths are moe_ffn_hidden and "
-        "shared_expert_ffn_hidden");
+        "m.json: ffn_hidden: a mixture-of-experts model has no dense MLP unless first_dense_layers says "
+        "which layers keep one; its widths are moe_ffn_hidden and shared_expert_ffn_hidden");
   CHECK(error_of([] {
           parse(R"({"name": "d", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4, "ffn_hidden": 256,
             "vocab": 100, "mlp": "swiglu", "moe_ffn_hidden": 32})");
@@ -299,4 +309,70 @@ TEST_CASE("sliding windows: Mistral's on every layer, Qwen's unused one ignored,
           parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4, "ffn_hidden": 256,
             "vocab": 100, "mlp": "gelu", "sliding_window_pattern": 2})");
         }) == "m.json: sliding_window_pattern: applies only with sliding_window");
+}
+
+TEST_CASE("DeepSeek-V3: its Hugging Face config reads as models/deepseek-v3.json, with the model card's sizes") {
+  // deepseek-ai/DeepSeek-V3 config.json (the keys trainsim reads).
+  const ModelSpec hf = parse_hf(R"({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+      "num_hidden_layers": 61, "hidden_size": 7168, "num_attention_heads": 128, "num_key_value_heads": 128,
+      "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1,
+      "num_experts_per_tok": 8, "first_k_dense_replace": 3, "moe_layer_freq": 1, "q_lora_rank": 1536,
+      "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+      "num_nextn_predict_layers": 1, "vocab_size": 129280, "hidden_act": "silu", "tie_word_embeddings": false})");
+  nlohmann::json j =
+      nlohmann::json::parse(std::ifstream(std::filesystem::path(TRAINSIM_SOURCE_DIR) / "models" / "deepseek-v3.json"));
+  const ModelSpec m = parse_model(JsonNode(j, "deepseek-v3.json"));
+  CHECK(hf.total_params() == m.total_params());
+  CHECK(hf.first_dense_layers == 3);
+  CHECK(hf.shared_expert_ffn_hidden == 2048);
+  CHECK(hf.mtp_layers == 1);
+  CHECK(hf.mla());
+  // The model card: 671B parameters in the main model; the MTP module adds 11.6B of its own (the card's
+  // "14B" counts its copies of the embedding and output layer, 2 x 129280 x 7168 = 1.85B, as well).
+  CHECK(static_cast<double>(m.main_params()) == Approx(671e9).epsilon(0.002));
+  CHECK(static_cast<double>(m.mtp_params() + 2 * m.embedding_params()) == Approx(13.5e9).epsilon(0.01));
+  // MLA attention per layer by hand: q down 7168 x 1536 + norm 1536 + q up 1536 x 128 x 192; kv down
+  // 7168 x 576 + norm 512 + kv up 512 x 128 x 256; output 128 x 128 x 7168.
+  const std::int64_t attention =
+      7168LL * 1536 + 1536 + 1536LL * 128 * 192 + 7168LL * 576 + 512 + 512LL * 128 * 256 + 128LL * 128 * 7168;
+  CHECK(m.attention_params_per_layer() == attention);
+  // Training FLOPs per token at 4096 tokens, as Megatron counts them (training.py, MLA branch: causal
+  // core attention s·heads·(qk + v)/2 per pass pair), 61 layers + 1 MTP layer:
+  const double s = 4096, h = 7168;
+  const double linear = 2.0 * static_cast<double>(attention - 1536 - 512);
+  const double core = s * 128 * (192 + 128);
+  const double moe = 2 * h * 256 + 6 * h * (8 * 2048 + 2048), dense = 6 * h * 18432;
+  const double logits = 2 * 129280 * h;
+  const double per_token =
+      61 * (linear + core) + 58 * moe + 3 * dense + logits + (4 * h * h + linear + core + moe + logits);
+  CHECK(model_flops_per_sequence(m, 4096) / s == Approx(3 * per_token));
+  // Megatron-Bridge's published DeepSeek-V3 rows: 1276 TFLOP/s at 4912 tokens/s per GPU (26.08, GB200).
+  CHECK(model_flops_per_sequence(m, 4096) / s == Approx(1276e12 / 4912).epsilon(0.005));
+}
+
+TEST_CASE("Kimi K2 has the model card's one trillion parameters, 32B of them active") {
+  nlohmann::json j =
+      nlohmann::json::parse(std::ifstream(std::filesystem::path(TRAINSIM_SOURCE_DIR) / "models" / "kimi-k2.json"));
+  const ModelSpec m = parse_model(JsonNode(j, "kimi-k2.json"));
+  // The card says "1T" (total) and "32B" (activated), both rounded: within 3%.
+  CHECK(static_cast<double>(m.total_params()) == Approx(1e12).epsilon(0.03));
+  // Active: everything but the 376 of 384 routed experts a token does not visit in the 60 MoE layers.
+  const double inactive = 60.0 * static_cast<double>(m.expert_params_per_layer()) * (384 - 8) / 384;
+  CHECK(static_cast<double>(m.total_params()) - inactive == Approx(32e9).epsilon(0.03));
+}
+
+TEST_CASE("MLA and dense-first keys: one error line each") {
+  CHECK(error_of([] {
+          parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4, "ffn_hidden": 256,
+                    "vocab": 100, "mlp": "swiglu", "q_lora_rank": 16})");
+        }) == "m.json: q_lora_rank: only multi-head latent attention (with \"kv_lora_rank\") takes this key");
+  CHECK(error_of([] {
+          parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_lora_rank": 16, "qk_rope_head_dim": 8,
+                    "ffn_hidden": 256, "vocab": 100, "mlp": "swiglu"})");
+        }) == "m.json: head_dim: missing required key");
+  CHECK(error_of([] {
+          parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4, "ffn_hidden": 256,
+                    "vocab": 100, "mlp": "swiglu", "experts": 4, "experts_per_token": 2, "moe_ffn_hidden": 16,
+                    "first_dense_layers": 2})");
+        }) == "m.json: first_dense_layers: must be below layers (2)");
 }
