@@ -32,7 +32,9 @@ std::vector<std::int64_t> divisors(std::int64_t n, std::int64_t lo, std::int64_t
 
 // The scenario keys of one layout: the base file's parallel and training blocks with the searched
 // settings replaced, and the settings that only make sense for some layouts adjusted to each.
-void fill_keys(Candidate& c, const nlohmann::json& doc, std::int64_t layers, bool moe) {
+void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpec& model) {
+  const std::int64_t layers = model.layers;
+  const bool moe = model.moe();
   const Layout& l = c.layout;
   nlohmann::json p = doc.contains("parallel") ? doc["parallel"] : nlohmann::json::object();
   nlohmann::json t = doc.at("training");
@@ -62,10 +64,28 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, std::int64_t layers, boo
   p.erase("last_stage_layers");
   p.erase("account_for_embedding_in_pipeline_split");
   p.erase("account_for_loss_in_pipeline_split");
+  p.erase("pipeline_layout");
   const std::int64_t chunks = l.pp * l.virtual_stages;
-  if (l.pp > 1 && layers % chunks != 0 && (layers + 2) % chunks == 0) {
+  const std::int64_t mtp = model.mtp_layers;
+  if (l.pp > 1 && layers % chunks != 0 && mtp == 0 && (layers + 2) % chunks == 0) {
     p["account_for_embedding_in_pipeline_split"] = true;
     p["account_for_loss_in_pipeline_split"] = true;
+  } else if (l.pp > 1 && layers % chunks != 0 && mtp > 0 && (layers + 2 + mtp) % chunks == 0) {
+    // With multi-token prediction modules: a pipeline layout in which the embedding, each module and
+    // the loss take a layer's place, as Megatron-Bridge's DeepSeek-V3 layouts do for 16 and 32
+    // virtual stages (Et*4|(t*4|)*14tmL).
+    const std::int64_t per = (layers + 2 + mtp) / chunks;
+    std::string layout;
+    for (std::int64_t k = 0; k < chunks; ++k) {
+      const bool first = k == 0, last = k + 1 == chunks;
+      const std::int64_t n = per - (first ? 1 : 0) - (last ? 1 + mtp : 0);
+      if (n < 0) break;
+      if (!first) layout += '|';
+      if (first) layout += 'E';
+      layout += std::string(static_cast<std::size_t>(n), 't');
+      if (last) layout += std::string(static_cast<std::size_t>(mtp), 'm') + 'L';
+    }
+    p["pipeline_layout"] = layout;
   }
   const bool fsdp = l.zero >= 3 || (l.zero == 2 && p.value("zero2_param_gather", "") == "per_unit");
   if (l.zero != 2) p.erase("zero2_param_gather");
@@ -95,7 +115,7 @@ std::vector<Candidate> enumerate(const Axes& a, const config::Scenario& base, co
                   c.layout = {tp, pp, cp, ep, 0, vs, mb, z, rc};
                   const std::int64_t model_parallel = tp * pp * cp;
                   c.layout.dp = base.gpus % model_parallel == 0 ? base.gpus / model_parallel : 0;
-                  fill_keys(c, doc, base.model.layers, base.model.moe());
+                  fill_keys(c, doc, base.model);
                   out.push_back(std::move(c));
                 }
           }
@@ -237,11 +257,11 @@ bool secondary_rank() {
 Axes default_axes(const config::Scenario& base) {
   Axes a;
   for (std::int64_t tp = 1; tp <= std::min<std::int64_t>(8, base.cluster.gpus_per_node); tp *= 2) a.tp.push_back(tp);
-  // Pipeline sizes that split the layers evenly, or evenly once the embedding and the loss take a
-  // layer's place each (fill_keys).
+  // Pipeline sizes that split the layers evenly, or evenly once the embedding, the loss (and any
+  // multi-token prediction modules) take a layer's place each (fill_keys).
   const std::int64_t layers = base.model.layers;
   a.pp = divisors(layers, 1, 64);
-  for (const auto d : divisors(layers + 2, 2, 64))
+  for (const auto d : divisors(layers + 2 + base.model.mtp_layers, 2, 64))
     if (std::find(a.pp.begin(), a.pp.end(), d) == a.pp.end()) a.pp.push_back(d);
   std::sort(a.pp.begin(), a.pp.end());
   for (std::int64_t cp = 1; cp <= 16 && (cp == 1 || base.training.seq_len / cp >= 4096); cp *= 2) a.cp.push_back(cp);
@@ -250,7 +270,7 @@ Axes default_axes(const config::Scenario& base) {
   a.virtual_stages = {1};
   for (std::int64_t v = 2; v <= 8; ++v)
     for (const auto pp : a.pp)
-      if (pp > 1 && (layers % (pp * v) == 0 || (layers + 2) % (pp * v) == 0)) {
+      if (pp > 1 && (layers % (pp * v) == 0 || (layers + 2 + base.model.mtp_layers) % (pp * v) == 0)) {
         a.virtual_stages.push_back(v);
         break;
       }
