@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdlib>
 #include <memory>
 #include <system_error>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "hardware/profile.h"
 #include "util/error.h"
@@ -298,10 +300,32 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
   return p;
 }
 
+// Megatron-Core's --recompute-modules names, in the order of workload::RecomputeModule's bits.
+constexpr std::array<std::string_view, 7> kRecomputeModuleNames = {"core_attn", "layernorm", "mla_up_proj",   "mlp",
+                                                                   "moe",       "moe_act",   "shared_experts"};
+
+std::uint8_t parse_recompute_modules(const util::JsonNode& v) {
+  if (!v.json().is_array()) v.fail("must be an array of module names");
+  if (v.json().empty()) v.fail("must name at least one module");
+  std::uint8_t mask = 0;
+  for (std::size_t i = 0; i < v.json().size(); ++i) {
+    const util::JsonNode item(v.json()[i], v.file(), fmt::format("{}[{}]", v.path(), i));
+    const std::string name = item.as_string();
+    const auto* it = std::find(kRecomputeModuleNames.begin(), kRecomputeModuleNames.end(), name);
+    if (it == kRecomputeModuleNames.end())
+      item.fail(
+          fmt::format("unknown module \"{}\" (expected one of: {})", name, fmt::join(kRecomputeModuleNames, ", ")));
+    const auto bit = static_cast<std::uint8_t>(1u << (it - kRecomputeModuleNames.begin()));
+    if (mask & bit) item.fail(fmt::format("\"{}\" is listed twice", name));
+    mask = static_cast<std::uint8_t>(mask | bit);
+  }
+  return mask;
+}
+
 TrainingSpec parse_training(const util::JsonNode& node) {
   node.reject_unknown({"micro_batch", "global_batch", "seq_len", "recompute", "recompute_layers", "precision",
                        "attention", "framework", "host_forward_us", "host_backward_us", "grad_reduce_in_fp32",
-                       "cross_entropy"});
+                       "cross_entropy", "recompute_modules"});
   TrainingSpec t;
   if (auto v = node.find("micro_batch")) t.micro_batch = v->as_positive_int();
   t.global_batch = node.at("global_batch").as_positive_int();
@@ -313,6 +337,10 @@ TrainingSpec parse_training(const util::JsonNode& node) {
   if (auto v = node.find("precision")) {
     constexpr std::array<Precision, 3> kPrecision = {Precision::bf16, Precision::fp16, Precision::fp8};
     t.precision = kPrecision[parse_choice(*v, Choices{{"bf16", "fp16", "fp8"}, {}})];
+  }
+  if (auto v = node.find("recompute_modules")) {
+    if (t.recompute != Recompute::selective) v->fail("applies to \"recompute\": \"selective\" only");
+    t.recompute_modules = parse_recompute_modules(*v);
   }
   if (auto v = node.find("recompute_layers")) {
     t.recompute_layers = v->as_positive_int();
@@ -628,6 +656,29 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
       throw util::InputError(file, util::join_path(training_path, "framework"),
                              "pytorch-eager with multi-head latent attention is not supported yet");
   }
+  // Recompute modules the model has no part for (Megatron-Core would ignore or reject them).
+  if (s.training.recompute == Recompute::selective) {
+    const std::uint8_t mods = s.training.recompute_modules;
+    const std::string path = util::join_path(training_path, "recompute_modules");
+    auto refuse_module = [&](std::uint8_t bit, bool has, const char* what) {
+      if ((mods & bit) && !has)
+        throw util::InputError(
+            file, path,
+            fmt::format("\"{}\" needs {}",
+                        kRecomputeModuleNames[static_cast<std::size_t>(std::countr_zero(static_cast<unsigned>(bit)))],
+                        what));
+    };
+    refuse_module(workload::kRecomputeMlaUpProj, m.mla(), "multi-head latent attention (kv_lora_rank)");
+    refuse_module(workload::kRecomputeMoe, m.moe(), "a mixture-of-experts model");
+    refuse_module(workload::kRecomputeMoeAct, m.moe(), "a mixture-of-experts model");
+    refuse_module(workload::kRecomputeSharedExperts, m.shared_expert_ffn_hidden > 0, "a shared expert");
+    refuse_module(workload::kRecomputeMlp, !m.moe() || m.first_dense_layers > 0, "dense MLP layers");
+    refuse_module(workload::kRecomputeLayernorm, m.mla() || m.moe(),
+                  "a norm Megatron-Core runs on its own (multi-head latent attention's, or a mixture of experts' "
+                  "pre-MLP norm; Transformer Engine fuses the others into the next GEMM)");
+    if (mods != workload::kRecomputeCoreAttn && s.training.framework == Framework::pytorch_eager)
+      throw util::InputError(file, path, "applies to \"framework\": \"megatron\" only");
+  }
   if (m.mtp_layers > 0 && s.training.framework == Framework::pytorch_eager)
     throw util::InputError(file, util::join_path(training_path, "framework"),
                            "pytorch-eager with multi-token prediction is not supported yet");
@@ -706,6 +757,13 @@ Scenario parse_scenario_in(const util::JsonNode& root, const fs::path& data_dir,
 fs::path default_data_dir() {
   if (const char* env = std::getenv("TRAINSIM_DATA_DIR"); env != nullptr && *env != '\0') return fs::path(env);
   return fs::path(TRAINSIM_SOURCE_DIR);
+}
+
+std::vector<std::string> recompute_module_names(std::uint8_t mask) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < kRecomputeModuleNames.size(); ++i)
+    if (mask & (1u << i)) out.emplace_back(kRecomputeModuleNames[i]);
+  return out;
 }
 
 std::int64_t chunk_layers(const Scenario& sc, std::int64_t stage, std::int64_t chunk) {

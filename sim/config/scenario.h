@@ -94,6 +94,9 @@ struct TrainingSpec {
   // Full recompute of only the first N layers of each stage (Megatron --recompute-method block
   // --recompute-num-layers N); 0: every layer.
   std::int64_t recompute_layers = 0;
+  // Selective recompute's modules (Megatron-Core's --recompute-modules; workload::RecomputeModule
+  // bits): core_attn by default.
+  std::uint8_t recompute_modules = workload::kRecomputeCoreAttn;
   std::int64_t num_micro_batches = 1;  // derived: global_batch / (micro_batch * dp), per pipeline
   Framework framework = Framework::megatron;
   // pytorch_eager: CPU time to issue one kernel in the forward (Python, dispatcher, autograd
@@ -144,6 +147,10 @@ std::int64_t chunk_layers(const Scenario& scenario, std::int64_t stage, std::int
 // The model's index of that chunk's first transformer layer (virtual stage chunk * pp + stage holds
 // the layers after those of the virtual stages before it).
 std::int64_t chunk_first_layer(const Scenario& scenario, std::int64_t stage, std::int64_t chunk);
+
+// The names of selective recompute's modules in `mask` (workload::RecomputeModule bits), as
+// Megatron-Core's --recompute-modules spells them, in bit order.
+std::vector<std::string> recompute_module_names(std::uint8_t mask);
 
 Scenario load_scenario(const std::string& file, const std::filesystem::path& data_dir);
 Scenario parse_scenario(const util::JsonNode& root, const std::filesystem::path& data_dir);

@@ -58,17 +58,19 @@ constexpr std::int64_t kWeightBytes = 2;
 constexpr std::int64_t kOptimizerBytes = 12;
 
 enum class Saves : std::uint8_t {
-  all,       // allocate every op's saved bytes
-  none,      // allocate nothing (full recompute keeps only the layer input)
-  non_core,  // selective recompute: everything but the attention core
+  all,        // allocate every op's saved bytes
+  none,       // allocate nothing (full recompute keeps only the layer input)
+  selective,  // selective recompute: all but what the recomputed modules discard
 };
 
 // Appends ops to one stage's program: compute ops between communication points become one
 // compute task; each tp_comm op a collective on the TP stream that the next compute waits for.
 class StageWriter {
  public:
-  StageWriter(Program& program, const hardware::ComputeModel& compute, bool tp_comm, bool tp_overlap)
-      : p_(program), compute_(compute), tp_comm_(tp_comm), tp_overlap_(tp_overlap) {}
+  // `recompute`: selective recompute's modules (workload::RecomputeModule bits).
+  StageWriter(Program& program, const hardware::ComputeModel& compute, bool tp_comm, bool tp_overlap,
+              std::uint8_t recompute)
+      : p_(program), compute_(compute), tp_comm_(tp_comm), tp_overlap_(tp_overlap), recompute_(recompute) {}
 
   // Eager PyTorch: every kernel is issued by the CPU (op.host_s per op) and cannot start before it
   // is; see queued_s.
@@ -78,14 +80,27 @@ class StageWriter {
   void after(Dep d) { pending_.push_back(d); }
   void alloc(std::int64_t bytes) { seg_alloc_ += bytes; }
 
-  void emit(const std::vector<Op>& ops, std::string_view phase, Saves saves, bool core_only = false) {
+  // Emits ops: all of them, or with `recomputing` (selective recompute's pass before a layer's
+  // backward) only those the recomputed modules run again, allocating again the saved bytes the
+  // forward discarded (also of ops that do not run again: an output-discarding module's consumer).
+  void emit(const std::vector<Op>& ops, std::string_view phase, Saves saves, bool recomputing = false) {
     for (const Op& op : ops) {
-      if (core_only && !op.attention_core) continue;
+      if (recomputing && !(op.rerun & recompute_)) {
+        if (op.discards & recompute_) {  // joins the next compute task's allocation, no work
+          if (seg_.first.empty()) seg_.first = op.name;
+          seg_.last = op.name;
+          seg_.phase = phase;
+          seg_.alloc += op.saved_bytes;
+          tail_gemm_ = false;
+        }
+        continue;
+      }
       if (op.kind == workload::OpKind::tp_comm) {
         if (tp_comm_ || op.group != workload::CommGroup::tp) tp_collective(op, phase);
         continue;
       }
-      const bool keep = saves == Saves::all || (saves == Saves::non_core && !op.attention_core);
+      const bool keep = recomputing ? (op.discards & recompute_) != 0
+                                    : saves == Saves::all || (saves == Saves::selective && !(op.discards & recompute_));
       const std::int64_t saved = keep ? op.saved_bytes : 0;
       if (overlapped_ && op.kind == workload::OpKind::gemm) {
         // The GEMM that consumes an overlapped all-gather runs as its own task beside it.
@@ -295,6 +310,7 @@ class StageWriter {
   std::int64_t seg_alloc_ = 0;  // extra allocation for the next compute task (layer inputs)
   std::int64_t seg_ws_ = 0;     // largest workspace_bytes of the ops in seg_
   bool host_queue_ = false;
+  std::uint8_t recompute_ = 0;
   double host_s_ = 0, device_s_ = 0;  // host queue: when the CPU has issued everything so far; the GPU's end
 };
 
@@ -416,7 +432,10 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   const bool eager = sc.training.framework == config::Framework::pytorch_eager;
   const std::int64_t megatron_grad_bytes = sc.training.grad_reduce_in_fp32 ? 4 : 2;
   const std::int64_t grad_bytes = eager ? workload::kEagerGradBytes : megatron_grad_bytes;
-  StageWriter w(p, compute, par.tp > 1, par.tp_comm_overlap && par.sequence_parallel && par.tp > 1);
+  // Selective recompute's modules (none without it).
+  const std::uint8_t recompute_modules =
+      recompute == config::Recompute::selective ? sc.training.recompute_modules : std::uint8_t{0};
+  StageWriter w(p, compute, par.tp > 1, par.tp_comm_overlap && par.sequence_parallel && par.tp > 1, recompute_modules);
   const workload::EagerHost host{sc.training.host_forward_s, sc.training.host_backward_s};
   if (eager) w.use_host_queue();
 
@@ -428,7 +447,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
            (sc.training.recompute_layers == 0 || l < sc.training.recompute_layers);
   };
   auto fwd_saves = [&](std::int64_t l) {
-    return full_recompute(l) ? Saves::none : recompute == config::Recompute::selective ? Saves::non_core : Saves::all;
+    return full_recompute(l) ? Saves::none : recompute == config::Recompute::selective ? Saves::selective : Saves::all;
   };
   // Which of a chunk's layers are a MoE model's dense first layers.
   const workload::ModelSpec& model = sc.model;
@@ -500,25 +519,24 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
       w.after(w.side(p2p(TaskKind::recv, kCpRecv, kCpPrev, kv_bytes, "recv_kv_grad_home")));
     }
   };
-  // Emits a list of ops (a layer's forward or backward, or only its attention core with
-  // `core_only`), with ring attention in place of each attention op when cp > 1.
-  auto emit = [&](const std::vector<Op>& list, std::string_view phase, Saves saves, bool core_only = false) {
+  // Emits a list of ops (a layer's forward or backward, or with `recomputing` what selective
+  // recompute runs again), with ring attention in place of each attention op when cp > 1.
+  auto emit = [&](const std::vector<Op>& list, std::string_view phase, Saves saves, bool recomputing = false) {
     if (cp == 1) {
-      w.emit(list, phase, saves, core_only);
+      w.emit(list, phase, saves, recomputing);
       return;
     }
     std::vector<Op> run;
     for (const Op& op : list) {
-      if (core_only && !op.attention_core) continue;
-      if (op.kind != workload::OpKind::attention) {
-        run.push_back(op);
+      if (op.kind != workload::OpKind::attention || (recomputing && !(op.rerun & recompute_modules))) {
+        run.push_back(op);  // (an attention op the recompute does not rerun: the writer skips it)
         continue;
       }
-      w.emit(run, phase, saves);
+      w.emit(run, phase, saves, recomputing);
       run.clear();
-      ring_attention(op, phase, saves);
+      ring_attention(op, phase, recomputing ? Saves::all : saves);
     }
-    w.emit(run, phase, saves);
+    w.emit(run, phase, saves, recomputing);
   };
 
   // The rank's model chunks: one, or virtual_stages with the interleaved schedule (chunk c of
@@ -805,7 +823,8 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
     for (std::int64_t l = chunk_layers(c) - 1; l >= 0; --l) {
       enter_unit(c, order, i++, true);
       if (full_recompute(l)) emit(layer_fwd(c, l), "recompute", Saves::all);
-      if (recompute == config::Recompute::selective) emit(layer_fwd(c, l), "recompute", Saves::all, /*core_only=*/true);
+      if (recompute == config::Recompute::selective)
+        emit(layer_fwd(c, l), "recompute", Saves::all, /*recomputing=*/true);
       unit(layer_bwd(c, l), layer_split(c, l), layer_free(c, l));
       leave_unit(c, layer_unit(c, l), true);
       if (!input_only) unit_done(c, layer_unit(c, l), last_mb);
@@ -907,6 +926,7 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   lc.causal = true;
   lc.attention = sc.training.attention;
   lc.fused_cross_entropy = sc.training.fused_cross_entropy;
+  if (sc.training.recompute == config::Recompute::selective) lc.recompute_modules = sc.training.recompute_modules;
   LayerOps ops;
   ops.layer_fwd = workload::layer_forward(sc.model, lc);
   ops.layer_bwd = workload::layer_backward(sc.model, lc);

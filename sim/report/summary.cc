@@ -4,6 +4,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "workload/model.h"
 
@@ -73,6 +74,18 @@ const char* recompute_name(config::Recompute r) {
   }
   return "?";
 }
+
+namespace {
+
+// " (mla_up_proj, moe_act)": selective recompute's modules when not only core_attn.
+std::string modules_part(const config::Scenario& sc) {
+  if (sc.training.recompute != config::Recompute::selective ||
+      sc.training.recompute_modules == workload::kRecomputeCoreAttn)
+    return {};
+  return fmt::format(" ({})", fmt::join(config::recompute_module_names(sc.training.recompute_modules), ", "));
+}
+
+}  // namespace
 
 Metrics compute_metrics(const config::Scenario& sc, const parallel::StepResult& r) {
   Metrics m;
@@ -151,7 +164,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
                            {"bubble", t.bubble_s * k}}},
                          {"memory_peak_gib", static_cast<double>(stage_peak[s]) / kGiB}});
   }
-  return nlohmann::json{
+  nlohmann::json out = nlohmann::json{
       {"scenario",
        {{"file", sc.file},
         {"model", sc.model.name},
@@ -203,6 +216,9 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
         {"tasks", r.tasks},
         {"events", r.events}}},
   };
+  if (!modules_part(sc).empty())
+    out["scenario"]["recompute_modules"] = config::recompute_module_names(sc.training.recompute_modules);
+  return out;
 }
 
 std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
@@ -221,9 +237,9 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   out +=
       fmt::format("layout        tp {} · pp {} · dp {} · cp {}{} · sequence parallel {} · zero {} · {}\n", p.tp, p.pp,
                   p.dp, p.cp, ep_part, p.sequence_parallel && p.tp > 1 ? "on" : "off", p.zero, schedule_name(p));
-  out += fmt::format("batch         {} sequences of {} tokens = {} micro-batches of {} per pipeline · recompute {}\n",
+  out += fmt::format("batch         {} sequences of {} tokens = {} micro-batches of {} per pipeline · recompute {}{}\n",
                      sc.training.global_batch, sc.training.seq_len, sc.training.num_micro_batches,
-                     sc.training.micro_batch, recompute_name(sc.training.recompute));
+                     sc.training.micro_batch, recompute_name(sc.training.recompute), modules_part(sc));
   out += fmt::format("step time     {:.3f} s\n", m.step_time_s);
   out += fmt::format("throughput    {} tokens/s · {:.1f} tokens/s/GPU\n", thousands(m.tokens_per_s),
                      m.tokens_per_s_per_gpu);

@@ -94,6 +94,8 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
   t["micro_batch"] = l.micro_batch;
   t["recompute"] = recompute_name(l.recompute);
   t.erase("recompute_layers");
+  // The scenario's recompute modules go with selective recompute only.
+  if (l.recompute != config::Recompute::selective) t.erase("recompute_modules");
   c.parallel = std::move(p);
   c.training = std::move(t);
 }

@@ -145,7 +145,22 @@ Op comm(std::string name, Comm what, double bytes, CommGroup group = CommGroup::
 
 Op core(Op op) {
   op.attention_core = true;
+  op.rerun = op.discards = kRecomputeCoreAttn;
   return op;
+}
+
+// Marks ops [from, end) as run again (and, with `discards`, their saved bytes dropped) when
+// `module` is recomputed.
+void tag(std::vector<Op>& ops, std::size_t from, std::uint8_t module, bool discards = true) {
+  for (std::size_t i = from; i < ops.size(); ++i) {
+    ops[i].rerun |= module;
+    if (discards) ops[i].discards |= module;
+  }
+}
+
+// The input a checkpointed module keeps (bf16, the layer's region of tokens): an op without work.
+Op checkpoint_input(std::string name, double bytes) {
+  return memory(std::move(name), 0, bytes, 0);
 }
 
 // One fused attention kernel over `share` of the rank's heads, whose queries each see `window`
@@ -179,6 +194,7 @@ Op flash_part(const Dims& x, const LayerConfig& c, bool backward, double share, 
   op.bytes = share * (backward ? x.tokens * (4 * x.q + 4 * x.kv) * x.d : x.tokens * (2 * x.q + 2 * x.kv) * x.d) + lse;
   op.saved_bytes = backward ? 0 : to_bytes(lse);
   op.attention_core = true;
+  op.rerun = op.discards = kRecomputeCoreAttn;
   return op;
 }
 
@@ -271,7 +287,9 @@ TpMlp shared_expert(const Dims& x) {
 void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   const double d = x.d;
   const double routed = x.region * x.topk;  // token copies this rank sends (and receives)
+  const std::size_t first = ops.size();
   ops.push_back(gemm("router", x.region, x.experts, x.h, d, act(x.region, x.h, d)));
+  ops.back().discards |= kRecomputeLayernorm;  // it keeps the pre-MLP norm's bf16 output
   ops.push_back(
       memory("router_softmax_topk", x.region * x.experts * (d + 4 + 4) + routed * 8, x.region * x.experts * 4, 2));
   ops.push_back(memory("moe_permute", act(x.region, x.h, d) + act(routed, x.h, d)));
@@ -285,16 +303,21 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
     ops.push_back(memory("experts_swiglu", 3 * act(x.moe_rows, x.fe, d), act(x.moe_rows, 2 * x.fe, d)));
   else
     ops.push_back(memory("experts_gelu", 2 * act(x.moe_rows, x.fe, d), act(x.moe_rows, x.fe, d)));
+  ops.back().rerun |= kRecomputeMoeAct;  // moe_act: the activation runs again, fc2 keeps no input
   ops.push_back(gemm("experts_fc2", x.expert_rows, x.h, x.fe, d, act(x.moe_rows, x.fe, gemm_in_d), x.local_experts));
+  ops.back().discards |= kRecomputeMoeAct;
   if (x.etp > 1)
     ops.push_back(comm("moe_combine_reduce_scatter", Comm::reduce_scatter, act(x.moe_rows, x.h, d), CommGroup::etp));
   if (x.ep > 1) ops.push_back(comm("moe_combine_all_to_all", Comm::all_to_all, act(routed, x.h, d), CommGroup::ep));
   ops.push_back(memory("moe_unpermute", act(routed, x.h, d) + routed * 4 + act(x.region, x.h, d), act(routed, x.h, d)));
   if (x.fsh > 0) {
     // Its input is the router's (kept once, above) unless FP8 keeps a cast copy.
+    const std::size_t shared = ops.size();
     tp_mlp_forward(ops, x, shared_expert(x), gemm_in_d < d ? act(x.region, x.h, gemm_in_d) : 0, gemm_in_d);
+    tag(ops, shared, kRecomputeSharedExperts);
     ops.push_back(memory("shared_expert_add", 3 * act(x.region, x.h, d)));
   }
+  tag(ops, first, kRecomputeMoe);
 }
 
 // The backward of moe_forward, in reverse: the shared expert, the weighted sum (grads of the expert
@@ -344,7 +367,11 @@ void mla_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   const double d = x.d;
   const double latent = x.ql + x.kvl + x.rope;
   ops.push_back(gemm("qkv_down_proj", x.region, latent, x.h, d, act(x.region, x.h, gemm_in_d)));
+  // Recomputing the layernorm drops the bf16 norm output this GEMM keeps (FP8 keeps its own copy).
+  if (gemm_in_d == d) ops.back().discards |= kRecomputeLayernorm;
   if (x.sp) ops.push_back(comm("mla_latent_all_gather", Comm::all_gather, act(x.tokens, latent, d)));
+  // mla_up_proj: the latent norms, up projections and rotary run again; Q, K, V are not kept.
+  const std::size_t up = ops.size();
   double q_in = x.h;  // what the query up projection reads (the hidden state without a q latent)
   if (x.ql > 0) {
     ops.push_back(memory("q_latent_rmsnorm", 2 * act(x.tokens, x.ql, d), act(x.tokens, x.ql, d)));
@@ -360,6 +387,8 @@ void mla_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   ops.push_back(memory("mla_rotary_assemble",
                        act(x.tokens, x.q + x.heads * (x.qk - x.rope) + x.rope, d) + act(x.tokens, 2 * x.q, d),
                        act(x.tokens, 2 * x.q + x.kv, d), 2));
+  tag(ops, up, kRecomputeMlaUpProj, false);
+  ops.back().discards |= kRecomputeMlaUpProj;
 }
 
 // Its backward, from the core's input gradients to the layer input's: rotary, the up projections'
@@ -404,8 +433,11 @@ std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
   const double region_gemm_in = act(x.region, x.h, gemm_in_d);
   std::vector<Op> ops;
 
-  // Norm: reads x, writes y; keeps its input.
+  // Norm: reads x, writes y; keeps its input. (Recomputing "layernorm" reruns the norms Megatron-Core
+  // runs as modules of their own: MLA's input norm, a MoE layer's pre-MLP norm; Transformer Engine
+  // fuses the others into the next GEMM.)
   ops.push_back(memory("input_" + norm, 2 * region_act, region_act));
+  if (x.mla) ops.back().rerun |= kRecomputeLayernorm;
   if (x.mla) {
     mla_forward(ops, x, gemm_in_d);
   } else {
@@ -442,11 +474,19 @@ std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
   ops.push_back(x.drop ? memory("attention_dropout_add", region_act * 3 + mask, mask)
                        : memory("attention_residual_add", region_act * 3));
 
+  // A checkpointed MLP keeps its input, the residual stream (its norm is fused into fc1 and runs
+  // again); a checkpointed MoE layer keeps the pre-MLP norm's output.
+  const std::uint8_t modules = c.recompute_modules;
+  if (!x.moe && (modules & kRecomputeMlp)) ops.push_back(checkpoint_input("mlp_checkpoint_input", region_act));
+  const std::size_t mlp = ops.size();
   ops.push_back(memory("post_attention_" + norm, 2 * region_act, region_act));
   if (x.moe) {
+    ops.back().rerun |= kRecomputeLayernorm;
+    if (modules & kRecomputeMoe) ops.push_back(checkpoint_input("moe_checkpoint_input", region_act));
     moe_forward(ops, x, gemm_in_d);
   } else {
     tp_mlp_forward(ops, x, dense_mlp(x), region_gemm_in, gemm_in_d);
+    tag(ops, mlp, kRecomputeMlp);
   }
   ops.push_back(x.drop ? memory("mlp_dropout_add", region_act * 3 + mask, mask)
                        : memory("mlp_residual_add", region_act * 3));

@@ -35,6 +35,20 @@ enum class CommGroup : std::uint8_t { tp, ep, etp };
 // (batched GEMMs with the s x s scores materialised, fused scale-mask-softmax, dropout).
 enum class AttentionImpl : std::uint8_t { flash, flash2, flash1, softmax };
 
+// Megatron-Core's selective recompute modules (--recompute-granularity selective
+// --recompute-modules), as bits. core_attn, mlp, moe and shared_experts are checkpointed as a whole
+// (their input kept, everything inside run again); layernorm, moe_act and mla_up_proj discard their
+// output after use and run again before the backward needs it.
+enum RecomputeModule : std::uint8_t {
+  kRecomputeCoreAttn = 1,
+  kRecomputeLayernorm = 2,
+  kRecomputeMlaUpProj = 4,
+  kRecomputeMlp = 8,
+  kRecomputeMoe = 16,
+  kRecomputeMoeAct = 32,
+  kRecomputeSharedExperts = 64,
+};
+
 struct GemmShape {
   std::int64_t m = 0, n = 0, k = 0;
   std::int64_t batch = 1;
@@ -62,8 +76,14 @@ struct Op {
   CommGroup group = CommGroup::tp;
   std::int64_t comm_bytes = 0;   // tp_comm: full (unsharded) tensor size, nccl-tests convention
   std::int64_t saved_bytes = 0;  // forward ops: activation bytes kept until the layer's backward
-  bool attention_core = false;   // recomputed by selective recompute
-  bool fp8 = false;              // gemm: runs in FP8 (Transformer Engine), at the FP8 peak
+  bool attention_core = false;   // the attention core (selective recompute's core_attn)
+  // Selective recompute: the modules (RecomputeModule bits) whose recomputation runs this op again
+  // before the layer's backward (`rerun`), and those whose recomputation drops the op's saved bytes
+  // in the forward and restores them in the recompute (`discards`). A checkpointed module's kept
+  // input is an op of its own (no work; saved bytes only), emitted when LayerConfig asks for it.
+  std::uint8_t rerun = 0;
+  std::uint8_t discards = 0;
+  bool fp8 = false;  // gemm: runs in FP8 (Transformer Engine), at the FP8 peak
   // Backward ops that compute weight gradients (the W pass of zero-bubble schedules); what such an
   // op reads that must outlive the input-gradient pass: the output gradient (written by that pass)
   // and the input the forward saved.
@@ -98,6 +118,9 @@ struct LayerConfig {
   // bf16 logits once and keeps them, the backward writes the gradient over them. Otherwise Megatron's
   // unfused vocab-parallel cross-entropy in fp32.
   bool fused_cross_entropy = false;
+  // Selective recompute's modules (RecomputeModule bits): adds the kept input of each checkpointed
+  // module (mlp, moe) to the forward's ops. The ops' rerun / discards bits are set regardless.
+  std::uint8_t recompute_modules = kRecomputeCoreAttn;
 };
 
 std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c);

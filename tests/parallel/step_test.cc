@@ -993,3 +993,118 @@ TEST_CASE("MLA model: each stage holds its layers' parameters by kind, the MTP m
   CHECK(plan.stages[0].params_per_rank + plan.stages[1].params_per_rank - emb + 6 * m.expert_params_per_layer() ==
         m.total_params());
 }
+
+TEST_CASE("selective recompute modules: mla_up_proj reruns the up projections and drops Q, K, V") {
+  // One GPU, the MLA model above without pipelining: 2 micro-batches through 7 layers (2 dense).
+  auto j = mla_scenario(1, 1, 1);
+  j["parallel"] = {{"tp", 1}, {"pp", 1}, {"ep", 1}};
+  j["training"]["global_batch"] = 2;
+  j["training"]["recompute"] = "selective";
+  const auto base_sc = scenario(j);
+  j["training"]["recompute_modules"] = {"core_attn", "mla_up_proj"};
+  const auto mla_sc = scenario(j);
+  CHECK(mla_sc.training.recompute_modules == (workload::kRecomputeCoreAttn | workload::kRecomputeMlaUpProj));
+
+  workload::LayerConfig lc;
+  lc.seq_len = 2048;
+  const auto fwd = workload::layer_forward(mla_sc.model, lc);
+  std::vector<std::string> rerun;
+  std::int64_t dropped = 0;
+  double rerun_s = 0;
+  const hardware::ComputeModel compute(mla_sc.cluster.gpu);
+  for (const auto& op : fwd) {
+    if (op.rerun & workload::kRecomputeMlaUpProj) {
+      rerun.push_back(op.name);
+      rerun_s += compute.time_s(op);
+    }
+    if (op.discards & workload::kRecomputeMlaUpProj) dropped += op.saved_bytes;
+  }
+  CHECK(rerun == std::vector<std::string>{"q_latent_rmsnorm", "kv_latent_rmsnorm", "q_up_proj", "kv_up_proj",
+                                          "mla_rotary_assemble"});
+  // Q and K of 16 heads x (64 + 32) and V of 16 x 64, bf16, for 2048 tokens.
+  CHECK(dropped == 2048 * 16 * (2 * 96 + 64) * 2);
+  // The same ops in dense and MoE layers; one GPU runs them on the critical path once more per layer
+  // and micro-batch.
+  const auto base = parallel::simulate_step(base_sc);
+  const auto mla = parallel::simulate_step(mla_sc);
+  CHECK(mla.step_time_s - base.step_time_s == Approx(2 * 7 * rerun_s).epsilon(1e-6));
+  // The activation peak falls in the output layers' backward (the MTP module's logits and their
+  // gradient), after every layer's forward and before any layer's recompute: all 7 layers' Q, K, V
+  // are dropped there. (The MTP module's own layer keeps its saved tensors.)
+  const auto act = [](const parallel::StepResult& r) {
+    return r.memory[r.peak_rank].peak_breakdown_bytes[parallel::kActivations];
+  };
+  CHECK(act(base) - act(mla) == 7 * dropped);
+}
+
+TEST_CASE("selective recompute modules: moe_act drops the experts' fc2 input, a checkpointed MoE keeps its input") {
+  auto j = mla_scenario(1, 1, 1);
+  j["parallel"] = {{"tp", 1}, {"pp", 1}, {"ep", 1}};
+  j["training"]["global_batch"] = 2;
+  j["training"]["recompute"] = "selective";
+  j["training"]["recompute_modules"] = {"moe_act"};
+  const auto sc = scenario(j);
+  workload::LayerConfig lc;
+  lc.seq_len = 2048;
+  lc.recompute_modules = sc.training.recompute_modules;
+  const auto fwd = workload::layer_forward(sc.model, lc);
+  std::int64_t dropped = 0;
+  for (const auto& op : fwd) {
+    if (op.discards & workload::kRecomputeMoeAct) {
+      CHECK(op.name == "experts_fc2");
+      dropped += op.saved_bytes;
+    }
+    if (op.rerun & workload::kRecomputeMoeAct) CHECK(op.name == "experts_swiglu");
+  }
+  // 2048 tokens x 4 experts each, 256 wide, bf16.
+  CHECK(dropped == 2048 * 4 * 256 * 2);
+  // moe: everything from the pre-MLP norm's output on runs again; the checkpoint keeps that input.
+  lc.recompute_modules = workload::kRecomputeMoe;
+  const auto moe_fwd = workload::layer_forward(sc.model, lc);
+  std::int64_t kept = 0, moe_saved = 0;
+  for (const auto& op : moe_fwd) {
+    if (op.name == "moe_checkpoint_input") kept = op.saved_bytes;
+    if (op.discards & workload::kRecomputeMoe) moe_saved += op.saved_bytes;
+  }
+  CHECK(kept == 2048 * 1024 * 2);
+  CHECK(moe_saved > 10 * kept);
+  // Scenario errors: one line each.
+  auto error = [&](nlohmann::json training) {
+    auto k = j;
+    k["training"] = training;
+    try {
+      scenario(k);
+    } catch (const util::InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  nlohmann::json t = j["training"];
+  t["recompute"] = "full";
+  CHECK(error(t) == "test.json: training.recompute_modules: applies to \"recompute\": \"selective\" only");
+  t["recompute"] = "selective";
+  t["recompute_modules"] = {"moe_act", "attn"};
+  CHECK(error(t) ==
+        "test.json: training.recompute_modules[1]: unknown module \"attn\" (expected one of: "
+        "core_attn, layernorm, mla_up_proj, mlp, moe, moe_act, shared_experts)");
+  t["recompute_modules"] = {"mlp", "mlp"};
+  CHECK(error(t) == "test.json: training.recompute_modules[1]: \"mlp\" is listed twice");
+  t["recompute_modules"] = nlohmann::json::array();
+  CHECK(error(t) == "test.json: training.recompute_modules: must name at least one module");
+}
+
+TEST_CASE("selective recompute modules a model lacks are refused on their path") {
+  auto j = base(8, 8, 1, 8);
+  j["training"]["recompute"] = "selective";
+  j["training"]["recompute_modules"] = {"core_attn", "mla_up_proj"};
+  try {
+    scenario(j);
+    FAIL("accepted mla_up_proj on a model without MLA");
+  } catch (const util::InputError& e) {
+    CHECK(std::string(e.what()) ==
+          "test.json: training.recompute_modules: \"mla_up_proj\" needs multi-head "
+          "latent attention (kv_lora_rank)");
+  }
+  j["training"]["recompute_modules"] = {"core_attn", "mlp"};
+  CHECK(parallel::simulate_step(scenario(j)).step_time_s > 0);
+}
