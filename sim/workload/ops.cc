@@ -702,8 +702,9 @@ std::vector<Op> head_backward(const ModelSpec& m, const LayerConfig& c) {
 
 // Megatron-Core's MultiTokenPredictionLayer: the shifted tokens' embedding (as the first stage's),
 // enorm on it and hnorm on the previous depth's hidden state, their concatenation projected by the
-// column-parallel eh_proj (2h -> h; all-gathered back to the hidden width under TP). Kept for
-// backward: the norms' inputs and the projection's input.
+// column-parallel eh_proj (2h -> h; its output all-gathered back to the hidden width under TP, and
+// under SP split by sequence again). Kept for backward: the norms' inputs and the projection's
+// input.
 std::vector<Op> mtp_forward(const ModelSpec& m, const LayerConfig& c) {
   const Dims x = dims(m, c);
   const double full = act(x.tokens, x.h, x.d);
@@ -714,9 +715,8 @@ std::vector<Op> mtp_forward(const ModelSpec& m, const LayerConfig& c) {
   ops.push_back(memory("mtp_enorm_hnorm", 4 * region_act, 2 * region_act, 2));
   if (x.sp) ops.push_back(comm("mtp_eh_proj_input_all_gather", Comm::all_gather, 2 * full));
   ops.push_back(gemm("mtp_eh_proj", x.tokens, x.h / x.t, 2 * x.h, x.d, act(x.region, 2 * x.h, gemm_in_d)));
-  if (x.t > 1)
-    ops.push_back(comm(x.sp ? "mtp_eh_proj_reduce_scatter" : "mtp_eh_proj_all_gather",
-                       x.sp ? Comm::reduce_scatter : Comm::all_gather, full));
+  // Gathered back to the whole hidden width (then split by sequence again under SP, locally).
+  if (x.t > 1) ops.push_back(comm("mtp_eh_proj_output_all_gather", Comm::all_gather, full));
   if (c.fp8) mark_fp8(ops);
   return ops;
 }
