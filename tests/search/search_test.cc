@@ -193,3 +193,39 @@ TEST_CASE("search: a mixture-of-experts model adds the ep axis, filtered by the 
   };
   CHECK(by_ep(1, 8) < by_ep(1, 16));
 }
+
+// DeepSeek-V3 (61 layers, one MTP module) on 256 GB200: pipelines that split 61 + embedding + MTP +
+// loss = 64 slots evenly get a generated pipeline layout (Megatron-Bridge's for 16 virtual stages:
+// E + 3 t | 4 t x 14 | t m L, here with the embedding, the module and the loss each in a layer's
+// place); the winner's keys give the same step on their own.
+TEST_CASE("search: a model with multi-token prediction gets pipeline layouts with the module as a layer") {
+  const auto doc = util::read_json_file((kData / "configs/deepseek-v3-gb200-256.json").string());
+  const auto base = parse(doc);
+  const search::Axes defaults = search::default_axes(base);
+  // Divisors of 61 (prime) and of 64.
+  CHECK(defaults.pp == std::vector<std::int64_t>{1, 2, 4, 8, 16, 32, 61, 64});
+  search::Axes a;
+  a.tp = {1};
+  a.pp = {4};
+  a.cp = {1};
+  a.ep = {64};
+  a.virtual_stages = {1, 4};
+  a.micro_batch = {1};
+  a.recompute = {config::Recompute::none};
+  a.zero = {1};
+  const auto r = search::run_search(base, doc, a, 2, kData);
+  CHECK(r.rejected == 0);
+  REQUIRE(r.ranked.size() == 2);
+  for (const auto& c : r.ranked) {
+    const std::string layout = c.parallel.at("pipeline_layout");
+    const auto stages = std::count(layout.begin(), layout.end(), '|') + 1;
+    CHECK(stages == c.layout.pp * c.layout.virtual_stages);
+    CHECK(std::count(layout.begin(), layout.end(), 't') == 61);
+    CHECK(layout.substr(layout.size() - 2) == "mL");
+    CHECK_FALSE(c.parallel.contains("account_for_embedding_in_pipeline_split"));
+  }
+  nlohmann::json d = doc;
+  d["parallel"] = r.ranked.front().parallel;
+  d["training"] = r.ranked.front().training;
+  CHECK(parallel::simulate_step(parse(d)).step_time_s == r.ranked.front().metrics.step_time_s);
+}
