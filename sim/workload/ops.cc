@@ -279,11 +279,12 @@ TpMlp shared_expert(const Dims& x) {
 // the R tokens of this rank's region (its sequence shard under SP) are routed (router GEMM, softmax
 // and top-k in fp32), each copied to its k experts (permute), exchanged over the expert-parallel
 // group so that every rank receives R·k copies for its local experts (all-to-all), all-gathered over
-// the expert tensor-parallel group when etp > 1, run through the local experts as grouped GEMMs,
-// and sent back (reduce-scatter, all-to-all) to be summed with their routing weights (unpermute).
-// A shared expert runs as a tensor-parallel MLP beside it. Kept for backward: the router input and
-// fp32 probabilities, the experts' GEMM and activation inputs (as the dense MLP keeps them), and the
-// experts' outputs that the weighted sum reads for the probabilities' gradient.
+// the expert tensor-parallel group when etp > 1, run through the local experts as grouped GEMMs
+// whose activation also scales each row by its routing weight (Megatron-Core's TEGroupedMLP applies
+// the permuted probabilities there, weighted_bias_swiglu_impl), and sent back (reduce-scatter,
+// all-to-all) to be summed per token (unpermute). A shared expert runs as a tensor-parallel MLP
+// beside it. Kept for backward: the router input and fp32 probabilities, the experts' GEMM and
+// activation inputs (as the dense MLP keeps them) with each row's fp32 weight.
 void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   const double d = x.d;
   const double routed = x.region * x.topk;  // token copies this rank sends (and receives)
@@ -300,16 +301,18 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   ops.push_back(
       gemm("experts_fc1", x.expert_rows, fc1_width, x.h, d, act(x.moe_rows, x.h, gemm_in_d), x.local_experts));
   if (x.swiglu)
-    ops.push_back(memory("experts_swiglu", 3 * act(x.moe_rows, x.fe, d), act(x.moe_rows, 2 * x.fe, d)));
+    ops.push_back(memory("experts_swiglu", 3 * act(x.moe_rows, x.fe, d) + x.moe_rows * 4,
+                         act(x.moe_rows, 2 * x.fe, d) + x.moe_rows * 4));
   else
-    ops.push_back(memory("experts_gelu", 2 * act(x.moe_rows, x.fe, d), act(x.moe_rows, x.fe, d)));
+    ops.push_back(memory("experts_gelu", 2 * act(x.moe_rows, x.fe, d) + x.moe_rows * 4,
+                         act(x.moe_rows, x.fe, d) + x.moe_rows * 4));
   ops.back().rerun |= kRecomputeMoeAct;  // moe_act: the activation runs again, fc2 keeps no input
   ops.push_back(gemm("experts_fc2", x.expert_rows, x.h, x.fe, d, act(x.moe_rows, x.fe, gemm_in_d), x.local_experts));
   ops.back().discards |= kRecomputeMoeAct;
   if (x.etp > 1)
     ops.push_back(comm("moe_combine_reduce_scatter", Comm::reduce_scatter, act(x.moe_rows, x.h, d), CommGroup::etp));
   if (x.ep > 1) ops.push_back(comm("moe_combine_all_to_all", Comm::all_to_all, act(routed, x.h, d), CommGroup::ep));
-  ops.push_back(memory("moe_unpermute", act(routed, x.h, d) + routed * 4 + act(x.region, x.h, d), act(routed, x.h, d)));
+  ops.push_back(memory("moe_unpermute", act(routed, x.h, d) + act(x.region, x.h, d)));
   if (x.fsh > 0) {
     // Its input is the router's (kept once, above) unless FP8 keeps a cast copy.
     const std::size_t shared = ops.size();
@@ -320,15 +323,15 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   tag(ops, first, kRecomputeMoe);
 }
 
-// The backward of moe_forward, in reverse: the shared expert, the weighted sum (grads of the expert
-// outputs and of the probabilities), the combine all-to-all's backward (an all-to-all), the experts'
-// data and weight gradients, the dispatch all-to-all's backward, the sum over each token's k copies,
-// and the router's softmax, data and weight gradients.
+// The backward of moe_forward, in reverse: the shared expert, the per-token sum (its gradient copied
+// to the k rows), the combine all-to-all's backward (an all-to-all), the experts' data and weight
+// gradients (the activation's with the routing weights'), the dispatch all-to-all's backward, the
+// sum over each token's k copies, and the router's softmax, data and weight gradients.
 void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   const double d = x.d;
   const double routed = x.region * x.topk;
   if (x.fsh > 0) tp_mlp_backward(ops, x, shared_expert(x), act(x.region, x.h, gemm_in_d), gemm_in_d);
-  ops.push_back(memory("moe_unpermute_backward", act(x.region, x.h, d) + 2 * act(routed, x.h, d) + routed * 4));
+  ops.push_back(memory("moe_unpermute_backward", act(x.region, x.h, d) + act(routed, x.h, d)));
   if (x.ep > 1)
     ops.push_back(comm("moe_combine_grad_all_to_all", Comm::all_to_all, act(routed, x.h, d), CommGroup::ep));
   if (x.etp > 1)
@@ -337,8 +340,9 @@ void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   ops.push_back(gemm("experts_fc2_dgrad", x.expert_rows, x.fe, x.h, d, 0, x.local_experts));
   ops.push_back(
       wgrad("experts_fc2_wgrad", x.fe, x.h, x.expert_rows, d, act(x.moe_rows, x.fe, gemm_in_d), x.local_experts));
-  ops.push_back(x.swiglu ? memory("experts_swiglu_backward", 5 * act(x.moe_rows, x.fe, d))
-                         : memory("experts_gelu_backward", 3 * act(x.moe_rows, x.fe, d)));
+  // With the routing weights' gradient (one fp32 per row, read and written).
+  ops.push_back(x.swiglu ? memory("experts_swiglu_backward", 5 * act(x.moe_rows, x.fe, d) + x.moe_rows * 8)
+                         : memory("experts_gelu_backward", 3 * act(x.moe_rows, x.fe, d) + x.moe_rows * 8));
   ops.push_back(gemm("experts_fc1_dgrad", x.expert_rows, x.h, fc1_width, d, 0, x.local_experts));
   ops.push_back(
       wgrad("experts_fc1_wgrad", x.h, fc1_width, x.expert_rows, d, act(x.moe_rows, x.h, gemm_in_d), x.local_experts));
