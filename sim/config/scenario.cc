@@ -676,8 +676,6 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     refuse_module(workload::kRecomputeLayernorm, m.mla() || m.moe(),
                   "a norm Megatron-Core runs on its own (multi-head latent attention's, or a mixture of experts' "
                   "pre-MLP norm; Transformer Engine fuses the others into the next GEMM)");
-    if (mods != workload::kRecomputeCoreAttn && s.training.framework == Framework::pytorch_eager)
-      throw util::InputError(file, path, "applies to \"framework\": \"megatron\" only");
   }
   if (m.mtp_layers > 0 && s.training.framework == Framework::pytorch_eager)
     throw util::InputError(file, util::join_path(training_path, "framework"),

@@ -415,6 +415,14 @@ std::vector<ScheduleStep> schedule(config::Schedule kind, std::int64_t p, std::i
   return out;
 }
 
+// How many of the first layers of model chunk `chunk` on pipeline stage `stage` are a MoE model's
+// dense first layers (they come first in the model, so first in the chunk).
+std::int64_t dense_layers_in_chunk(const config::Scenario& sc, std::int64_t stage, std::int64_t chunk) {
+  if (!sc.model.moe()) return 0;
+  return std::clamp<std::int64_t>(sc.model.first_dense_layers - config::chunk_first_layer(sc, stage, chunk), 0,
+                                  config::chunk_layers(sc, stage, chunk));
+}
+
 // The first and last pipeline stages both hold the word embedding, kept equal by an all-reduce of
 // its gradient (Megatron's shared embedding): with tied embeddings (the output layer's weight), and
 // with multi-token prediction, whose modules on the last stage embed tokens too.
@@ -449,11 +457,11 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   auto fwd_saves = [&](std::int64_t l) {
     return full_recompute(l) ? Saves::none : recompute == config::Recompute::selective ? Saves::selective : Saves::all;
   };
-  // Which of a chunk's layers are a MoE model's dense first layers.
-  const workload::ModelSpec& model = sc.model;
-  auto dense_layer = [&](std::int64_t c, std::int64_t l) {
-    return model.moe() && config::chunk_first_layer(sc, stage_index, c) + l < model.first_dense_layers;
-  };
+  // Which of a chunk's layers are a MoE model's dense first layers (its first chunk_dense[c]).
+  std::vector<std::int64_t> chunk_dense(static_cast<std::size_t>(stage.chunks));
+  for (std::int64_t c = 0; c < stage.chunks; ++c)
+    chunk_dense[static_cast<std::size_t>(c)] = dense_layers_in_chunk(sc, stage_index, c);
+  auto dense_layer = [&](std::int64_t c, std::int64_t l) { return l < chunk_dense[static_cast<std::size_t>(c)]; };
   auto layer_fwd = [&](std::int64_t c, std::int64_t l) -> const std::vector<Op>& {
     return dense_layer(c, l) ? ops.dense_fwd : ops.layer_fwd;
   };
@@ -572,11 +580,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   // The head's multi-token prediction layers have routed experts of their own (a unit of the expert
   // buffer before the chunk's layers in backward order); dense first layers have none.
   const std::int64_t mtp_experts = stage.has_head && moe ? sc.model.mtp_layers : 0;
-  auto moe_layers_in = [&](std::int64_t c) {
-    std::int64_t n = 0;
-    for (std::int64_t l = 0; l < chunk_layers(c); ++l) n += dense_layer(c, l) ? 0 : 1;
-    return n;
-  };
+  auto moe_layers_in = [&](std::int64_t c) { return chunk_layers(c) - chunk_dense[static_cast<std::size_t>(c)]; };
   const bool overlap_grad = par.overlap_grad_reduce && dp > 1;
   const bool overlap_expert_grad = par.overlap_grad_reduce && edp > 1;
   const double bucket_limit = par.dp_bucket_mb > 0 ? par.dp_bucket_mb * 1e6 / static_cast<double>(grad_bytes)
@@ -977,11 +981,7 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
     st.has_head = s == par.pp - 1;
     // A MoE model's dense first layers have their dense MLP and no experts.
     std::int64_t dense = 0;
-    for (std::int64_t c = 0; c < st.chunks; ++c) {
-      const std::int64_t first_layer = config::chunk_first_layer(sc, s, c);
-      const std::int64_t n = config::chunk_layers(sc, s, c);
-      if (sc.model.moe()) dense += std::clamp<std::int64_t>(sc.model.first_dense_layers - first_layer, 0, n);
-    }
+    for (std::int64_t c = 0; c < st.chunks; ++c) dense += dense_layers_in_chunk(sc, s, c);
     const std::int64_t moe_layers = st.layers - dense;
     st.params_per_rank = moe_layers * workload::layer_params_per_rank(sc.model, par.tp);
     if (dense > 0) st.params_per_rank += dense * workload::layer_params_per_rank(sc.model.dense_variant(), par.tp);
