@@ -325,7 +325,7 @@ std::uint8_t parse_recompute_modules(const util::JsonNode& v) {
 TrainingSpec parse_training(const util::JsonNode& node) {
   node.reject_unknown({"micro_batch", "global_batch", "seq_len", "recompute", "recompute_layers", "precision",
                        "attention", "framework", "host_forward_us", "host_backward_us", "grad_reduce_in_fp32",
-                       "cross_entropy", "recompute_modules"});
+                       "cross_entropy", "recompute_modules", "cpu_offload_layers"});
   TrainingSpec t;
   if (auto v = node.find("micro_batch")) t.micro_batch = v->as_positive_int();
   t.global_batch = node.at("global_batch").as_positive_int();
@@ -345,6 +345,13 @@ TrainingSpec parse_training(const util::JsonNode& node) {
   if (auto v = node.find("recompute_layers")) {
     t.recompute_layers = v->as_positive_int();
     if (t.recompute != Recompute::full) v->fail("applies to \"recompute\": \"full\" only");
+  }
+  if (auto v = node.find("cpu_offload_layers")) {
+    t.cpu_offload_layers = v->as_nonnegative_int();
+    if (t.cpu_offload_layers > 0 && t.recompute != Recompute::none)
+      v->fail(
+          "needs \"recompute\": \"none\" (Megatron-Core: CPU offloading does not work with activation "
+          "recomputation)");
   }
   if (auto v = node.find("attention")) {
     constexpr std::array<workload::AttentionImpl, 4> kAttention = {
@@ -680,6 +687,21 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
   if (m.mtp_layers > 0 && s.training.framework == Framework::pytorch_eager)
     throw util::InputError(file, util::join_path(training_path, "framework"),
                            "pytorch-eager with multi-token prediction is not supported yet");
+  // Activation offloading, with Megatron-Core's TransformerConfig checks.
+  if (const std::int64_t n = s.training.cpu_offload_layers; n > 0) {
+    const std::string path = util::join_path(training_path, "cpu_offload_layers");
+    auto refuse = [&](bool bad, const std::string& why) {
+      if (bad) throw util::InputError(file, path, why);
+    };
+    refuse(n >= m.layers, fmt::format("{} must be less than the model's {} layers", n, m.layers));
+    refuse(p.pp > 1,
+           fmt::format("needs pp 1, got {} (Megatron-Core has no pipeline parallelism with CPU offloading)", p.pp));
+    refuse(p.schedule != Schedule::one_f_one_b,
+           "needs schedule 1f1b (each micro-batch's forward followed by its backward)");
+    refuse(s.training.framework != Framework::megatron, "needs framework megatron");
+    refuse(s.cluster.host_link_Bps <= 0,
+           fmt::format("the topology \"{}\" states no host_link_GBps (GPU-host copy bandwidth)", s.cluster.name));
+  }
 
   TrainingSpec& t = s.training;
   if (t.global_batch % t.micro_batch != 0 || (t.global_batch / t.micro_batch) % p.dp != 0) {

@@ -97,6 +97,11 @@ struct TrainingSpec {
   // Selective recompute's modules (Megatron-Core's --recompute-modules; workload::RecomputeModule
   // bits): core_attn by default.
   std::uint8_t recompute_modules = workload::kRecomputeCoreAttn;
+  // Activation offloading to host memory (Megatron-Core's --cpu-offloading with
+  // --cpu-offloading-num-layers N, Transformer Engine's offload handler): the saved activations of
+  // the first N transformer layers are copied to pinned host memory during the forward and back
+  // during the backward; 0: none.
+  std::int64_t cpu_offload_layers = 0;
   std::int64_t num_micro_batches = 1;  // derived: global_batch / (micro_batch * dp), per pipeline
   Framework framework = Framework::megatron;
   // pytorch_eager: CPU time to issue one kernel in the forward (Python, dispatcher, autograd

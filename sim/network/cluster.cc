@@ -38,8 +38,8 @@ void check_sources(const util::JsonNode& node) {
 }  // namespace
 
 ClusterSpec parse_cluster(const util::JsonNode& node) {
-  node.reject_unknown(
-      {"name", "gpu", "gpus_per_node", "nvlink", "nic", "collective_base_latency_us", "fabric", "sources"});
+  node.reject_unknown({"name", "gpu", "gpus_per_node", "nvlink", "nic", "collective_base_latency_us", "host_link_GBps",
+                       "fabric", "sources"});
   ClusterSpec c;
   c.name = node.at("name").as_string();
   c.gpu = parse_gpu(node.at("gpu"));
@@ -63,6 +63,7 @@ ClusterSpec parse_cluster(const util::JsonNode& node) {
   c.nic.latency_s = micros(nic, "latency_us");
 
   c.collective_base_latency_s = micros(node, "collective_base_latency_us");
+  if (node.has("host_link_GBps")) c.host_link_Bps = gbps(node, "host_link_GBps");
   if (auto fabric = node.find("fabric")) {
     fabric->reject_unknown(
         {"kind", "nodes_per_leaf", "spines", "oversubscription", "pod_nodes", "pod_oversubscription"});

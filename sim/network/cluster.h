@@ -35,6 +35,9 @@ struct ClusterSpec {
     double latency_s = 0;  // per inter-node ring step
   } nic;
   double collective_base_latency_s = 0;  // fixed NCCL launch/setup latency per collective
+  // Achieved copy bandwidth between one GPU and pinned host memory, per direction, when every GPU
+  // of the node copies at once (PCIe or NVLink-C2C); 0: not stated (host offloading is refused).
+  double host_link_Bps = 0;
   // The fabric between the nodes' NICs (the flow-level network builds its graph from it).
   struct Fabric {
     enum class Kind : std::uint8_t { rail_optimized, fat_tree };

@@ -22,7 +22,7 @@ using workload::Op;
 
 const char* stream_name(int stream) {
   static constexpr const char* kNames[] = {"compute",   "tp-comm", "dp-comm", "pp-send", "pp-recv",
-                                           "dp-gather", "cp-send", "cp-recv", "ep-comm"};
+                                           "dp-gather", "cp-send", "cp-recv", "ep-comm", "host-copy"};
   return stream >= 0 && stream < kStreamCount ? kNames[stream] : "?";
 }
 
@@ -474,6 +474,59 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
     return (dense_layer(c, l) ? dense_layer_saved : moe_layer_saved) + (full_recompute(l) ? ops.input_bytes : 0);
   };
 
+  // Activation offloading (Transformer Engine's asynchronous group offload handler, which
+  // Megatron-Core's --cpu-offloading runs; pp 1, so chunk 0 holds every layer): the saved
+  // activations of layers 0..n-1 go to host memory on a copy stream of their own. The copy of
+  // layer 0 starts when its forward ends; at the end of layer window[k] the forward waits for copy
+  // k, frees layer k's activations and starts copy k + 1. window[] spreads the n copies over the L
+  // layers: window[k] = (L / n)(k + 1) - 1, plus k + 1 for the first L mod n windows and L mod n
+  // after them. In the backward, before layer window[k] the compute waits for the reloads issued
+  // so far and issues reload k, which allocates layer k's activations again; layer 0 waits for all.
+  const std::int64_t offload_layers = sc.training.cpu_offload_layers;
+  std::vector<std::int64_t> offload_window(static_cast<std::size_t>(offload_layers));
+  for (std::int64_t k = 0, extra = 0, total = sc.model.layers; k < offload_layers; ++k) {
+    if (k < total % offload_layers) extra = k + 1;
+    offload_window[static_cast<std::size_t>(k)] = total / offload_layers * (k + 1) - 1 + extra;
+  }
+  auto host_copy = [&](std::string_view name, std::int64_t layer, std::int64_t bytes, bool reload) {
+    Task t;
+    t.stream = kHostCopy;
+    t.duration = engine::Time::from_seconds(static_cast<double>(bytes) / sc.cluster.host_link_Bps);
+    t.label = p.label(fmt::format("{} layer {}", name, layer));
+    if (reload) {
+      t.mem_alloc_bytes = bytes;
+      t.mem_category = kActivations;
+    }
+    return t;
+  };
+  auto offload_bytes = [&](std::int64_t l) { return dense_layer(0, l) ? dense_layer_saved : moe_layer_saved; };
+  std::int64_t offloaded = 0;  // the handler's count of copies completed (forward) / reloads to issue (backward)
+  std::optional<Dep> host_copy_issued;
+  // After layer l's forward.
+  auto offload_after_forward = [&](std::int64_t l) {
+    if (offload_layers == 0) return;
+    if (l == 0) {
+      offloaded = 0;
+      host_copy_issued = w.side(host_copy("offload_to_host", 0, offload_bytes(0), false));
+    }
+    if (offloaded < offload_layers && offload_window[static_cast<std::size_t>(offloaded)] == l) {
+      w.after(*host_copy_issued);
+      w.release(offload_bytes(offloaded), kActivations, fmt::format("offloaded layer {} freed", offloaded));
+      if (++offloaded < offload_layers)
+        host_copy_issued = w.side(host_copy("offload_to_host", offloaded, offload_bytes(offloaded), false));
+    }
+  };
+  // Before layer l's backward.
+  auto reload_before_backward = [&](std::int64_t l) {
+    if (offload_layers == 0) return;
+    if (offloaded > 0 && offload_window[static_cast<std::size_t>(offloaded - 1)] == l) {
+      w.after(*host_copy_issued);
+      --offloaded;
+      host_copy_issued = w.side(host_copy("reload_from_host", offloaded, offload_bytes(offloaded), true));
+    }
+    if (l == 0) w.after(*host_copy_issued);
+  };
+
   auto p2p = [&p](TaskKind kind, std::uint8_t stream, std::uint8_t slot, std::int64_t bytes, const char* name) {
     Task t;
     t.kind = kind;
@@ -774,6 +827,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
       if (full_recompute(l)) w.alloc(ops.input_bytes);
       emit(layer_fwd(c, l), "forward", fwd_saves(l));
       leave_unit(c, layer_unit(c, l), false);
+      offload_after_forward(l);
     }
     if (has_head(c)) {
       unit_needed(c, head_unit(c), first_mb);
@@ -825,6 +879,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
       if (!input_only) unit_done(c, head_unit(c), last_mb);
     }
     for (std::int64_t l = chunk_layers(c) - 1; l >= 0; --l) {
+      reload_before_backward(l);
       enter_unit(c, order, i++, true);
       if (full_recompute(l)) emit(layer_fwd(c, l), "recompute", Saves::all);
       if (recompute == config::Recompute::selective)

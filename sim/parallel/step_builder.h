@@ -28,7 +28,8 @@ enum Stream : std::uint8_t {
   kCpSend = 6,    // context parallelism: ring-attention K/V blocks to the next CP rank
   kCpRecv = 7,    // ... and from the previous one
   kEpComm = 8,    // mixture of experts: token dispatch / combine over the expert groups
-  kStreamCount = 9
+  kHostCopy = 9,  // activation offloading: copies to and from host memory
+  kStreamCount = 10
 };
 // Group slots and peer slots of every rank's Binding.
 // kDpGatherGroup is the DP group again, as a second communicator for the gather stream (a group

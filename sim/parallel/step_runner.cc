@@ -20,12 +20,14 @@ enum Bucket : std::uint8_t {
   kBusyPp = 3,
   kBusyDp = 4,
   kBusyCp = 5,
-  kBusyEp = 6
+  kBusyEp = 6,
+  kBusyOffload = 7
 };
 
 // Which activity a moment belongs to, by the streams busy in it: compute hides everything, then
 // TP communication, then expert-parallel dispatch, then context-parallel K/V transfers, then
-// pipeline sends, then DP communication; nothing busy is bubble.
+// pipeline sends, then DP communication, then activation copies to or from host memory; nothing
+// busy is bubble.
 engine::Executor::BucketMap bucket_map() {
   engine::Executor::BucketMap map{};
   for (std::size_t mask = 0; mask < map.size(); ++mask) {
@@ -36,6 +38,7 @@ engine::Executor::BucketMap bucket_map() {
                 : busy(kCpSend)                    ? kBusyCp
                 : busy(kPpSend)                    ? kBusyPp
                 : busy(kDpComm) || busy(kDpGather) ? kBusyDp
+                : busy(kHostCopy)                  ? kBusyOffload
                                                    : kIdle;
   }
   return map;
@@ -128,6 +131,7 @@ StepResult simulate_step(const config::Scenario& scenario, const BuildOptions& o
     t.ep_exposed_s = s.bucket_time[kBusyEp].seconds();
     t.pp_exposed_s = s.bucket_time[kBusyPp].seconds();
     t.dp_exposed_s = s.bucket_time[kBusyDp].seconds();
+    t.offload_exposed_s = s.bucket_time[kBusyOffload].seconds();
     t.bubble_s = s.bucket_time[kIdle].seconds();
     out.mean.compute_s += t.compute_s;
     out.mean.tp_exposed_s += t.tp_exposed_s;
@@ -135,6 +139,7 @@ StepResult simulate_step(const config::Scenario& scenario, const BuildOptions& o
     out.mean.ep_exposed_s += t.ep_exposed_s;
     out.mean.pp_exposed_s += t.pp_exposed_s;
     out.mean.dp_exposed_s += t.dp_exposed_s;
+    out.mean.offload_exposed_s += t.offload_exposed_s;
     out.mean.bubble_s += t.bubble_s;
     RankMemory& m = out.memory[r];
     m.peak_bytes = s.peak_bytes;
@@ -150,6 +155,7 @@ StepResult simulate_step(const config::Scenario& scenario, const BuildOptions& o
   out.mean.ep_exposed_s *= inv;
   out.mean.pp_exposed_s *= inv;
   out.mean.dp_exposed_s *= inv;
+  out.mean.offload_exposed_s *= inv;
   out.mean.bubble_s *= inv;
   return out;
 }

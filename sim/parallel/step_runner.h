@@ -18,15 +18,18 @@ namespace trainsim::parallel {
 // How one rank spent the step. The parts add up to the step time.
 struct TimeBreakdown {
   double compute_s = 0;
-  double tp_exposed_s = 0;  // TP communication while no compute ran
-  double cp_exposed_s = 0;  // ring-attention K/V transfers while no compute or TP communication ran
-  double ep_exposed_s = 0;  // expert-parallel token dispatch / combine while no compute or TP ran
-  double pp_exposed_s = 0;  // pipeline sends while none of the above ran
-  double dp_exposed_s = 0;  // data-parallel communication while nothing else ran
-  double bubble_s = 0;      // nothing ran: pipeline bubbles and waiting on peers
+  double tp_exposed_s = 0;       // TP communication while no compute ran
+  double cp_exposed_s = 0;       // ring-attention K/V transfers while no compute or TP communication ran
+  double ep_exposed_s = 0;       // expert-parallel token dispatch / combine while no compute or TP ran
+  double pp_exposed_s = 0;       // pipeline sends while none of the above ran
+  double dp_exposed_s = 0;       // data-parallel communication while nothing else ran
+  double offload_exposed_s = 0;  // activation copies to or from host memory while nothing else ran
+  double bubble_s = 0;           // nothing ran: pipeline bubbles and waiting on peers
 
-  // All exposed communication: TP, CP, EP, PP and DP.
-  double exposed_s() const { return tp_exposed_s + cp_exposed_s + ep_exposed_s + pp_exposed_s + dp_exposed_s; }
+  // All exposed data movement: TP, CP, EP, PP and DP communication and host copies.
+  double exposed_s() const {
+    return tp_exposed_s + cp_exposed_s + ep_exposed_s + pp_exposed_s + dp_exposed_s + offload_exposed_s;
+  }
 };
 
 struct RankMemory {

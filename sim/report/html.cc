@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -230,15 +231,16 @@ std::string memory_chart(const config::Scenario& sc, const RankTimeline& rt, std
 }
 
 std::string breakdown_chart(const parallel::StepResult& r) {
-  const std::array<std::pair<const char*, double>, 7> parts = {{{"compute", r.mean.compute_s},
-                                                                {"exposed TP", r.mean.tp_exposed_s},
-                                                                {"exposed CP", r.mean.cp_exposed_s},
-                                                                {"exposed EP", r.mean.ep_exposed_s},
-                                                                {"exposed PP", r.mean.pp_exposed_s},
-                                                                {"exposed DP", r.mean.dp_exposed_s},
-                                                                {"bubble", r.mean.bubble_s}}};
-  constexpr std::array<const char*, 7> colors = {"#4e79a7", "#59a14f", "#8cd17d", "#b07aa1",
-                                                 "#76b7b2", "#e15759", "#f6d5d3"};
+  std::vector<std::pair<const char*, double>> parts = {
+      {"compute", r.mean.compute_s},       {"exposed TP", r.mean.tp_exposed_s}, {"exposed CP", r.mean.cp_exposed_s},
+      {"exposed EP", r.mean.ep_exposed_s}, {"exposed PP", r.mean.pp_exposed_s}, {"exposed DP", r.mean.dp_exposed_s},
+      {"bubble", r.mean.bubble_s}};
+  std::vector<const char*> colors = {"#4e79a7", "#59a14f", "#8cd17d", "#b07aa1", "#76b7b2", "#e15759", "#f6d5d3"};
+  // Host copies appear only when activation offloading exposed some.
+  if (r.mean.offload_exposed_s > 0) {
+    parts.insert(parts.end() - 1, {"exposed offload", r.mean.offload_exposed_s});
+    colors.insert(colors.end() - 1, "#edc948");
+  }
   const double left = 16, w = 940, top = 30, h = 34;
   Svg svg(left * 2 + w, 100, "Step time breakdown");
   svg.text(left, 16, fmt::format("Step time breakdown (mean over ranks): {}", time_label(r.step_time_s)), "start", 13);

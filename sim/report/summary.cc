@@ -143,10 +143,13 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
     stage_time[s].ep_exposed_s += t.ep_exposed_s;
     stage_time[s].pp_exposed_s += t.pp_exposed_s;
     stage_time[s].dp_exposed_s += t.dp_exposed_s;
+    stage_time[s].offload_exposed_s += t.offload_exposed_s;
     stage_time[s].bubble_s += t.bubble_s;
     ++stage_ranks[s];
     stage_peak[s] = std::max(stage_peak[s], r.memory[i].peak_bytes);
   }
+  // Activation offloading adds its exposed host copies to the breakdowns (absent otherwise).
+  const bool offloading = sc.training.cpu_offload_layers > 0;
   nlohmann::json per_stage = nlohmann::json::array();
   for (std::size_t s = 0; s < stages; ++s) {
     const double k = 1.0 / stage_ranks[s];
@@ -163,6 +166,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
                            {"dp_exposed", t.dp_exposed_s * k},
                            {"bubble", t.bubble_s * k}}},
                          {"memory_peak_gib", static_cast<double>(stage_peak[s]) / kGiB}});
+    if (offloading) per_stage.back()["time_breakdown_s"]["offload_exposed"] = t.offload_exposed_s * k;
   }
   nlohmann::json out = nlohmann::json{
       {"scenario",
@@ -218,6 +222,10 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
   };
   if (!modules_part(sc).empty())
     out["scenario"]["recompute_modules"] = config::recompute_module_names(sc.training.recompute_modules);
+  if (offloading) {
+    out["scenario"]["cpu_offload_layers"] = sc.training.cpu_offload_layers;
+    out["time_breakdown_s"]["offload_exposed"] = r.mean.offload_exposed_s;
+  }
   return out;
 }
 
@@ -240,6 +248,9 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   out += fmt::format("batch         {} sequences of {} tokens = {} micro-batches of {} per pipeline · recompute {}{}\n",
                      sc.training.global_batch, sc.training.seq_len, sc.training.num_micro_batches,
                      sc.training.micro_batch, recompute_name(sc.training.recompute), modules_part(sc));
+  if (sc.training.cpu_offload_layers > 0)
+    out += fmt::format("offload       activations of {} of {} layers to host memory at {:.0f} GB/s per direction\n",
+                       sc.training.cpu_offload_layers, sc.model.layers, sc.cluster.host_link_Bps / 1e9);
   out += fmt::format("step time     {:.3f} s\n", m.step_time_s);
   out += fmt::format("throughput    {} tokens/s · {:.1f} tokens/s/GPU\n", thousands(m.tokens_per_s),
                      m.tokens_per_s_per_gpu);
@@ -249,10 +260,13 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   std::string cp_ep_parts;
   if (p.cp > 1) cp_ep_parts = fmt::format(" · CP {:.1f}%", pct(r.mean.cp_exposed_s));
   if (sc.model.moe()) cp_ep_parts += fmt::format(" · EP {:.1f}%", pct(r.mean.ep_exposed_s));
+  std::string offload_part;
+  if (sc.training.cpu_offload_layers > 0)
+    offload_part = fmt::format(" · offload {:.1f}%", pct(r.mean.offload_exposed_s));
   out +=
-      fmt::format("time          compute {:.1f}% · exposed TP {:.1f}%{} · PP {:.1f}% · DP {:.1f}% · bubble {:.1f}%\n",
+      fmt::format("time          compute {:.1f}% · exposed TP {:.1f}%{} · PP {:.1f}% · DP {:.1f}%{} · bubble {:.1f}%\n",
                   pct(r.mean.compute_s), pct(r.mean.tp_exposed_s), cp_ep_parts, pct(r.mean.pp_exposed_s),
-                  pct(r.mean.dp_exposed_s), pct(r.mean.bubble_s));
+                  pct(r.mean.dp_exposed_s), offload_part, pct(r.mean.bubble_s));
   out += fmt::format(
       "memory peak   {:.1f} GiB of {:.1f} GiB on rank {} at {:.3f} s: weights {:.1f} · gradients {:.1f} · "
       "optimizer {:.1f} · activations {:.1f} GiB\n",

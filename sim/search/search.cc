@@ -96,6 +96,8 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
   t.erase("recompute_layers");
   // The scenario's recompute modules go with selective recompute only.
   if (l.recompute != config::Recompute::selective) t.erase("recompute_modules");
+  // And its activation offloading with the layouts Megatron-Core allows it on: pp 1, no recompute.
+  if (l.pp > 1 || l.recompute != config::Recompute::none) t.erase("cpu_offload_layers");
   c.parallel = std::move(p);
   c.training = std::move(t);
 }

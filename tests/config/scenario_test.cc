@@ -361,7 +361,7 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
       {[](json& d) { d["training"]["optimizer"] = "adam"; }, "training.optimizer",
        "unknown key (expected one of: micro_batch, global_batch, seq_len, recompute, recompute_layers, precision, "
        "attention, framework, host_forward_us, host_backward_us, grad_reduce_in_fp32, cross_entropy, "
-       "recompute_modules)"},
+       "recompute_modules, cpu_offload_layers)"},
       {[](json& d) { d["gpus"] = "64"; }, "gpus", "expected an integer, got a string"},
       {[](json& d) { d["gpus"] = 64.5; }, "gpus", "expected an integer, got 64.5"},
       {[](json& d) { d["parallel"]["sequence_parallel"] = 1; }, "parallel.sequence_parallel",

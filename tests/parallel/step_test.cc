@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <fstream>
 #include <string>
 
 #include "config/scenario.h"
@@ -1112,4 +1113,116 @@ TEST_CASE("selective recompute modules a model lacks are refused on their path")
   }
   j["training"]["recompute_modules"] = {"core_attn", "mlp"};
   CHECK(parallel::simulate_step(scenario(j)).step_time_s > 0);
+}
+
+namespace {
+
+// One GPU of a DGX H100 whose host link is `host_GBps` (the topology inline), 8 layers of the small
+// model, one micro-batch, the first `offload` layers' activations offloaded.
+nlohmann::json offload_scenario(double host_GBps, std::int64_t offload) {
+  std::ifstream in(std::string(TRAINSIM_SOURCE_DIR) + "/topologies/dgx-h100.json");
+  nlohmann::json cluster = nlohmann::json::parse(in);
+  cluster["host_link_GBps"] = host_GBps;
+  auto j = base(1, 1, 1, 1);
+  j["cluster"] = cluster;
+  j["model"]["layers"] = 8;
+  j["training"]["cpu_offload_layers"] = offload;
+  return j;
+}
+
+}  // namespace
+
+TEST_CASE("activation offloading: a slow host link stalls the forward and the backward as the handler's windows say") {
+  // 8 layers, 4 offloaded: the windows end at layers 1, 3, 5, 7. Each copy takes c = S / bandwidth
+  // (S: one layer's saved bytes), longer than two layers' forward (f) or backward (b), so:
+  // forward: copy 0 runs from the end of layer 0; the forward waits at the end of layer 1 (c - f
+  // idle), then copy k runs beside layers 2k, 2k+1 and the forward waits c - 2f more, three times:
+  // 4c - 7f. Backward: before layer 7 reload 3 starts; before layers 5, 3, 1 the backward waits
+  // for the previous reload (c - 2b each) and starts the next; layer 0 waits for reload 0, which
+  // ran beside layer 1 alone (c - b): 4c - 7b.
+  const auto plain = scenario(offload_scenario(5, 0));
+  const auto slow = scenario(offload_scenario(5, 4));
+  workload::LayerConfig lc;
+  lc.seq_len = 2048;
+  const auto fwd = workload::layer_forward(slow.model, lc);
+  const auto bwd = workload::layer_backward(slow.model, lc);
+  const hardware::ComputeModel compute(slow.cluster.gpu);
+  double f = 0, b = 0;
+  for (const auto& op : fwd) f += compute.time_s(op);
+  for (const auto& op : bwd) b += compute.time_s(op);
+  const double c = static_cast<double>(saved(fwd)) / 5e9;
+  REQUIRE(c > 2 * b);
+  REQUIRE(c > 2 * f);
+  const auto base_r = parallel::simulate_step(plain);
+  const auto r = parallel::simulate_step(slow);
+  CHECK(r.step_time_s - base_r.step_time_s == Approx(8 * c - 7 * f - 7 * b).epsilon(1e-6));
+  CHECK(r.mean.offload_exposed_s == Approx(8 * c - 7 * f - 7 * b).epsilon(1e-6));
+  CHECK(base_r.mean.offload_exposed_s == 0);
+}
+
+TEST_CASE("activation offloading: the peak holds the layers not offloaded and the first reload") {
+  // A fast link: the copies never stall. With n of 8 layers offloaded the forward has freed layers
+  // 0..n-1 when it ends, and the backward of layer 7 starts by reloading layer n-1: 9 - n layers
+  // are held there, the peak once enough layers are offloaded (without offloading, the output
+  // layer's backward holds all 8 and peaks a little higher than layer 7's). So offloading 4 rather
+  // than 2 layers lowers the peak by exactly two layers, and no offloading peaks at least three
+  // layers above 4.
+  const auto plain = scenario(offload_scenario(1000, 0));
+  const auto two = scenario(offload_scenario(1000, 2));
+  const auto fast = scenario(offload_scenario(1000, 4));
+  workload::LayerConfig lc;
+  lc.seq_len = 2048;
+  const std::int64_t layer = saved(workload::layer_forward(fast.model, lc));
+  const auto base_r = parallel::simulate_step(plain);
+  const auto two_r = parallel::simulate_step(two);
+  const auto r = parallel::simulate_step(fast);
+  const auto act = [](const parallel::StepResult& x) {
+    return x.memory[x.peak_rank].peak_breakdown_bytes[kActivations];
+  };
+  CHECK(act(two_r) - act(r) == 2 * layer);
+  CHECK(act(base_r) - act(r) > 3 * layer);
+  // The copies hide behind the layers' compute (each at 1000 GB/s is far shorter than a layer).
+  CHECK(r.step_time_s == Approx(base_r.step_time_s).epsilon(1e-9));
+  // The program: 4 copies out, 4 back, on the host-copy stream.
+  hardware::ComputeModel cm(fast.cluster.gpu);
+  const auto plan = parallel::build_step(fast, cm);
+  CHECK(labels(plan.programs[0], parallel::kHostCopy) ==
+        std::vector<std::string>{"offload_to_host layer 0", "offload_to_host layer 1", "offload_to_host layer 2",
+                                 "offload_to_host layer 3", "reload_from_host layer 3", "reload_from_host layer 2",
+                                 "reload_from_host layer 1", "reload_from_host layer 0"});
+}
+
+TEST_CASE("activation offloading is refused where Megatron-Core refuses it") {
+  auto error = [](const nlohmann::json& j) {
+    try {
+      scenario(j);
+    } catch (const util::InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  auto j = offload_scenario(50, 8);
+  CHECK(error(j) == "test.json: training.cpu_offload_layers: 8 must be less than the model's 8 layers");
+  j = base(2, 1, 2, 2);
+  j["training"]["cpu_offload_layers"] = 2;
+  CHECK(error(j) ==
+        "test.json: training.cpu_offload_layers: needs pp 1, got 2 (Megatron-Core has no pipeline parallelism with "
+        "CPU offloading)");
+  j = offload_scenario(50, 2);
+  j["training"]["recompute"] = "full";
+  CHECK(error(j) ==
+        "test.json: training.cpu_offload_layers: needs \"recompute\": \"none\" (Megatron-Core: CPU offloading does "
+        "not work with activation recomputation)");
+  j = offload_scenario(50, 2);
+  j["cluster"].erase("host_link_GBps");
+  CHECK(error(j) ==
+        "test.json: training.cpu_offload_layers: the topology \"dgx-h100\" states no host_link_GBps (GPU-host copy "
+        "bandwidth)");
+  j = offload_scenario(50, 2);
+  j["parallel"]["schedule"] = "gpipe";
+  CHECK(error(j) ==
+        "test.json: training.cpu_offload_layers: needs schedule 1f1b (each micro-batch's forward followed by its "
+        "backward)");
+  j = offload_scenario(50, -1);
+  CHECK(error(j).rfind("test.json: training.cpu_offload_layers: ", 0) == 0);
 }
