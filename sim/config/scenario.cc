@@ -216,6 +216,7 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
                        "overlap_param_gather",
                        "dp_bucket_mb",
                        "tp_comm_overlap",
+                       "moe_a2a_overlap",
                        "first_stage_layers",
                        "last_stage_layers",
                        "account_for_embedding_in_pipeline_split",
@@ -292,6 +293,7 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
     if (fixed_stages || p.account_for_embedding || p.account_for_loss)
       v->fail("cannot be combined with first_stage_layers / last_stage_layers / account_for_*_in_pipeline_split");
   }
+  if (auto v = node.find("moe_a2a_overlap")) p.moe_a2a_overlap = v->as_bool();
   if (auto v = node.find("tp_comm_overlap")) {
     p.tp_comm_overlap = v->as_bool();
     // Megatron: --tp-comm-overlap requires --sequence-parallel.
@@ -687,6 +689,23 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
   if (m.mtp_layers > 0 && s.training.framework == Framework::pytorch_eager)
     throw util::InputError(file, util::join_path(training_path, "framework"),
                            "pytorch-eager with multi-token prediction is not supported yet");
+  // Expert-parallel all-to-all overlap, with Megatron-Core's TransformerConfig checks.
+  if (p.moe_a2a_overlap) {
+    const std::string path = util::join_path(parallel_path, "moe_a2a_overlap");
+    auto refuse = [&](bool bad, const std::string& why) {
+      if (bad) throw util::InputError(file, path, why);
+    };
+    refuse(!m.moe() || p.ep < 2, "needs a mixture-of-experts model with ep > 1");
+    refuse(p.pp > 1 && p.schedule != Schedule::interleaved,
+           "needs the interleaved schedule when pp > 1 (Megatron-Core: virtual pipeline stages)");
+    refuse(p.pp == 1 && p.schedule != Schedule::one_f_one_b, "needs schedule 1f1b when pp is 1");
+    refuse(s.training.recompute == Recompute::full, "does not work with full recompute (Megatron-Core)");
+    refuse(s.training.recompute == Recompute::selective && (s.training.recompute_modules & workload::kRecomputeMoe),
+           "does not work with the \"moe\" recompute module (Megatron-Core)");
+    refuse(p.fsdp_units(), "with FSDP (zero 3, or zero 2 per_unit) is not supported yet");
+    refuse(s.training.cpu_offload_layers > 0, "with cpu_offload_layers is not supported yet");
+    refuse(s.training.framework != Framework::megatron, "needs framework megatron");
+  }
   // Activation offloading, with Megatron-Core's TransformerConfig checks.
   if (const std::int64_t n = s.training.cpu_offload_layers; n > 0) {
     const std::string path = util::join_path(training_path, "cpu_offload_layers");

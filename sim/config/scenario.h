@@ -69,6 +69,11 @@ struct ParallelSpec {
   // Transformer Engine's --tp-comm-overlap: TP all-gathers and reduce-scatters run concurrently with
   // the GEMM that consumes or produces them.
   bool tp_comm_overlap = false;
+  // Megatron-Core's --overlap-moe-expert-parallel-comm (Megatron-Bridge moe_a2a_overlap): in the
+  // pipeline's steady state a forward and a backward of different micro-batches run merged layer by
+  // layer, each one's token all-to-alls beside the other's compute (combined 1F1B); one more
+  // warm-up forward makes room for it.
+  bool moe_a2a_overlap = false;
   // ZeRO-3 / FSDP: each unit's parameter all-gather is issued one unit ahead of the compute in both
   // passes (Megatron FSDP; PyTorch FSDP with forward_prefetch and BACKWARD_PRE), or, when false, when
   // the unit is reached, so the unit's compute waits for it (PyTorch FSDP with forward_prefetch off

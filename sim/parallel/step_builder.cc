@@ -136,6 +136,11 @@ class StageWriter {
     return p_.add(t, deps);
   }
 
+  // The collective of a communication op beside the compute stream (combined 1F1B's token
+  // all-to-alls): it starts after the last task and the pending dependencies; only tasks told to
+  // wait for it (after()) do.
+  Dep comm_side(const Op& op, std::string_view phase) { return side(tp_task(op, phase)); }
+
   void compute_task(std::string_view name, double seconds) {
     flush();
     if (last_) pending_.push_back(*last_);
@@ -194,8 +199,9 @@ class StageWriter {
   // overlap slowdown is calibrated, they stay exposed.) With Transformer Engine's overlap (sequence
   // parallelism) an all-gather runs beside the GEMM that consumes it and a reduce-scatter beside the
   // GEMM that produces it, chunk by chunk; whatever follows waits for both.
-  // Expert-parallel communication (token dispatch and combine) is always exposed: Megatron-Core's
-  // alltoall dispatcher runs it in the layer's critical path.
+  // Expert-parallel communication (token dispatch and combine) is exposed here: Megatron-Core's
+  // alltoall dispatcher runs it in the layer's critical path (combined 1F1B, moe_a2a_overlap, puts
+  // it beside the other micro-batch's compute instead: see `merged` in build_stage_program).
   void tp_collective(const Op& op, std::string_view phase) {
     const bool overlap = tp_overlap_ && op.group == workload::CommGroup::tp;
     if (overlap && op.comm == workload::Comm::all_gather) {
@@ -349,16 +355,40 @@ SplitBackward split_backward(const std::vector<Op>& backward) {
   return out;
 }
 
+// A layer pass cut at its expert-parallel all-to-alls, for combined 1F1B: a MoE layer's forward is
+// attention (with router and permutation) | dispatch | experts | combine | unpermutation, its
+// backward the reverse; a dense layer is one part. parts.size() == a2a.size() + 1.
+struct A2aParts {
+  std::vector<std::vector<Op>> parts{{}};
+  std::vector<Op> a2a;
+};
+
+A2aParts cut_at_all_to_alls(const std::vector<Op>& ops) {
+  A2aParts out;
+  for (const Op& op : ops) {
+    if (op.kind == workload::OpKind::tp_comm && op.group == workload::CommGroup::ep) {
+      out.a2a.push_back(op);
+      out.parts.emplace_back();
+    } else {
+      out.parts.back().push_back(op);
+    }
+  }
+  TRAINSIM_ASSERT(out.a2a.empty() || out.a2a.size() == 2);
+  return out;
+}
+
 enum class Pass : std::uint8_t {
   forward,
   backward,        // input and weight gradients together
   backward_input,  // zb-h1: input gradients only, sent upstream at once
   weight,          // zb-h1: the weight gradients of the oldest micro-batch whose input pass ran
+  merged,          // combined 1F1B (moe_a2a_overlap): a forward of `chunk` and a backward of `backward_chunk`
 };
 
 struct ScheduleStep {
   Pass pass = Pass::forward;
   std::int64_t chunk = 0;
+  std::int64_t backward_chunk = 0;  // Pass::merged
 };
 
 // The order in which pipeline rank r runs the passes of its m micro-batches (per model chunk), as
@@ -374,8 +404,11 @@ struct ScheduleStep {
 //                (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", ZB-H1; the order of the
 //                authors' reference schedule). At most p - r micro-batches are between forward and
 //                input gradient, as in 1F1B.
+// With `merged` (Megatron-Core's combined 1F1B for --overlap-moe-expert-parallel-comm; 1f1b at pp 1
+// or interleaved) one more warm-up forward, so that every steady-state forward / backward pair
+// belongs to different micro-batches, and each pair is one merged step.
 std::vector<ScheduleStep> schedule(config::Schedule kind, std::int64_t p, std::int64_t v, std::int64_t m,
-                                   std::int64_t r) {
+                                   std::int64_t r, bool merged = false) {
   std::vector<ScheduleStep> out;
   const ScheduleStep f{Pass::forward, 0}, b{Pass::backward, 0}, bi{Pass::backward_input, 0}, w{Pass::weight, 0};
   if (kind == config::Schedule::gpipe) {
@@ -402,12 +435,18 @@ std::vector<ScheduleStep> schedule(config::Schedule kind, std::int64_t p, std::i
     return out;
   }
   const std::int64_t total = m * v;
-  const std::int64_t warmup =
-      kind == config::Schedule::interleaved ? std::min((p - r - 1) * 2 + (v - 1) * p, total) : std::min(p - r - 1, m);
-  auto fwd = [&](std::int64_t k) { return ScheduleStep{Pass::forward, (k / p) % v}; };
-  auto bwd = [&](std::int64_t k) { return ScheduleStep{Pass::backward, v - 1 - (k / p) % v}; };
+  const std::int64_t extra = merged ? 1 : 0;
+  const std::int64_t warmup = kind == config::Schedule::interleaved
+                                  ? std::min((p - r - 1) * 2 + (v - 1) * p + extra, total)
+                                  : std::min(p - r - 1 + extra, m);
+  auto fwd = [&](std::int64_t k) { return ScheduleStep{Pass::forward, (k / p) % v, 0}; };
+  auto bwd = [&](std::int64_t k) { return ScheduleStep{Pass::backward, v - 1 - (k / p) % v, 0}; };
   for (std::int64_t k = 0; k < warmup; ++k) out.push_back(fwd(k));
   for (std::int64_t i = 0; i < total - warmup; ++i) {
+    if (merged) {
+      out.push_back(ScheduleStep{Pass::merged, fwd(warmup + i).chunk, bwd(i).chunk});
+      continue;
+    }
     out.push_back(fwd(warmup + i));
     out.push_back(bwd(i));
   }
@@ -911,7 +950,121 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
     if (has_embedding(c)) unit(emb_split, emb_unit(c));
   };
 
-  for (const ScheduleStep& step : schedule(par.schedule, pp, v, m, stage_index)) {
+  // Combined 1F1B (Megatron-Core's --overlap-moe-expert-parallel-comm, schedule_chunk_1f1b): the
+  // forward of chunk cf and the backward of chunk cb (other micro-batches) run layer by layer
+  // together, forward layer i with backward layer Lb - 1 - i, on a compute and a communication
+  // stream. Per layer pair the compute stream runs the previous backward layer's attention part,
+  // this backward layer's unpermutation, the previous forward layer's unpermutation, this forward
+  // layer's attention part, the backward experts, the forward experts; the all-to-alls run beside
+  // it in the order previous forward combine, backward combine, forward dispatch, backward
+  // dispatch, each waited for only by the part that needs its tokens. The layers one chunk has more
+  // than the other run alone after the pairs (backward first), as do the embedding and output layer.
+  const A2aParts moe_fwd_parts = cut_at_all_to_alls(ops.layer_fwd);
+  const A2aParts moe_bwd_parts = cut_at_all_to_alls(ops.layer_bwd);
+  const A2aParts dense_fwd_parts = cut_at_all_to_alls(ops.dense_fwd);
+  const A2aParts dense_bwd_parts = cut_at_all_to_alls(ops.dense_bwd);
+  auto fwd_parts = [&](std::int64_t c, std::int64_t l) -> const A2aParts& {
+    return dense_layer(c, l) ? dense_fwd_parts : moe_fwd_parts;
+  };
+  auto bwd_parts = [&](std::int64_t c, std::int64_t l) -> const A2aParts& {
+    return dense_layer(c, l) ? dense_bwd_parts : moe_bwd_parts;
+  };
+  auto merged = [&](std::int64_t cf, std::int64_t cb) {
+    const bool first_mb = forwards[static_cast<std::size_t>(cf)]++ == 0;
+    const bool last_mb = ++backwards[static_cast<std::size_t>(cb)] == m;
+    if (!(first && cf == 0)) w.after(w.add(p2p(TaskKind::recv, kPpRecv, kPrevStage, p2p_bytes, "recv_forward"), false));
+    if (!(last && cb == v - 1))
+      w.after(w.add(p2p(TaskKind::recv, kPpRecv, kNextStage, p2p_bytes, "recv_backward"), false));
+    if (has_embedding(cf)) {
+      unit_needed(cf, emb_unit(cf), first_mb);
+      w.emit(ops.emb_fwd, "forward", Saves::all);
+    }
+    if (has_head(cb)) {
+      emit(ops.head_bwd, "backward", Saves::none);
+      w.free_at_last(sum_saved(ops.head_fwd));
+      unit_done(cb, head_unit(cb), last_mb);
+    }
+    const std::int64_t lf_count = chunk_layers(cf), lb_count = chunk_layers(cb);
+    const std::int64_t pairs = std::min(lf_count, lb_count);
+    // What the previous pair left: its forward layer's combine (then unpermutation) and its backward
+    // layer's dispatch (then attention part).
+    std::optional<Dep> f_combine, b_dispatch;
+    std::int64_t f_prev = -1, b_prev = -1;
+    auto finish_backward_layer = [&]() {
+      if (b_prev < 0) return;
+      if (b_dispatch) w.after(*b_dispatch);
+      emit(bwd_parts(cb, b_prev).parts.back(), "backward", Saves::none);
+      w.free_at_last(layer_free(cb, b_prev));
+      unit_done(cb, layer_unit(cb, b_prev), last_mb);
+      b_prev = -1;
+      b_dispatch.reset();
+    };
+    auto finish_forward_layer = [&]() {
+      if (f_prev < 0) return;
+      if (f_combine) w.after(*f_combine);
+      emit(fwd_parts(cf, f_prev).parts.back(), "forward", fwd_saves(f_prev));
+      f_prev = -1;
+      f_combine.reset();
+    };
+    for (std::int64_t i = 0; i < pairs; ++i) {
+      const std::int64_t lb = lb_count - 1 - i;
+      const A2aParts& fp = fwd_parts(cf, i);
+      const A2aParts& bp = bwd_parts(cb, lb);
+      finish_backward_layer();
+      if (recompute == config::Recompute::selective)
+        emit(layer_fwd(cb, lb), "recompute", Saves::all, /*recomputing=*/true);
+      std::optional<Dep> b_combine, f_dispatch;
+      if (!bp.a2a.empty()) {
+        emit(bp.parts[0], "backward", Saves::none);
+        b_combine = w.comm_side(bp.a2a[0], "backward");
+      }
+      finish_forward_layer();
+      unit_needed(cf, layer_unit(cf, i), first_mb);
+      if (!fp.a2a.empty()) {
+        emit(fp.parts[0], "forward", fwd_saves(i));
+        f_dispatch = w.comm_side(fp.a2a[0], "forward");
+      }
+      if (b_combine) {
+        w.after(*b_combine);
+        emit(bp.parts[1], "backward", Saves::none);
+        b_dispatch = w.comm_side(bp.a2a[1], "backward");
+      }
+      if (f_dispatch) {
+        w.after(*f_dispatch);
+        emit(fp.parts[1], "forward", fwd_saves(i));
+        f_combine = w.comm_side(fp.a2a[1], "forward");
+      }
+      b_prev = lb;
+      f_prev = i;
+    }
+    finish_backward_layer();
+    for (std::int64_t l = lb_count - 1 - pairs; l >= 0; --l) {  // backward layers without a partner
+      if (recompute == config::Recompute::selective)
+        emit(layer_fwd(cb, l), "recompute", Saves::all, /*recomputing=*/true);
+      emit(layer_bwd(cb, l), "backward", Saves::none);
+      w.free_at_last(layer_free(cb, l));
+      unit_done(cb, layer_unit(cb, l), last_mb);
+    }
+    if (has_embedding(cb)) {
+      emit(ops.emb_bwd, "backward", Saves::none);
+      w.free_at_last(sum_saved(ops.emb_fwd));
+      unit_done(cb, emb_unit(cb), last_mb);
+    }
+    finish_forward_layer();
+    for (std::int64_t l = pairs; l < lf_count; ++l) {  // forward layers without a partner
+      unit_needed(cf, layer_unit(cf, l), first_mb);
+      emit(layer_fwd(cf, l), "forward", fwd_saves(l));
+    }
+    if (has_head(cf)) {
+      unit_needed(cf, head_unit(cf), first_mb);
+      w.emit(ops.head_fwd, "forward", Saves::all);
+    }
+    if (!(last && cf == v - 1))
+      w.after(w.add(p2p(TaskKind::send, kPpSend, kNextStage, p2p_bytes, "send_forward"), true));
+    if (!(first && cb == 0)) w.after(w.add(p2p(TaskKind::send, kPpSend, kPrevStage, p2p_bytes, "send_backward"), true));
+  };
+
+  for (const ScheduleStep& step : schedule(par.schedule, pp, v, m, stage_index, par.moe_a2a_overlap)) {
     switch (step.pass) {
       case Pass::forward:
         forward(step.chunk);
@@ -924,6 +1077,9 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
         break;
       case Pass::weight:
         weight(step.chunk);
+        break;
+      case Pass::merged:
+        merged(step.chunk, step.backward_chunk);
         break;
     }
   }

@@ -98,6 +98,9 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
   if (l.recompute != config::Recompute::selective) t.erase("recompute_modules");
   // And its activation offloading with the layouts Megatron-Core allows it on: pp 1, no recompute.
   if (l.pp > 1 || l.recompute != config::Recompute::none) t.erase("cpu_offload_layers");
+  // Its expert all-to-all overlap likewise: ep > 1, pp 1 or interleaved, no full recompute, no FSDP.
+  if (l.ep < 2 || (l.pp > 1 && l.virtual_stages < 2) || l.recompute == config::Recompute::full || fsdp)
+    p.erase("moe_a2a_overlap");
   c.parallel = std::move(p);
   c.training = std::move(t);
 }

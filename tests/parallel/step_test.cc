@@ -1226,3 +1226,95 @@ TEST_CASE("activation offloading is refused where Megatron-Core refuses it") {
   j = offload_scenario(50, -1);
   CHECK(error(j).rfind("test.json: training.cpu_offload_layers: ", 0) == 0);
 }
+
+TEST_CASE("moe_a2a_overlap: merged forward/backward pairs hide every paired all-to-all behind the other's compute") {
+  // pp 1, 8 GPUs of one node, ep 8, 4 micro-batches of 8 MoE layers. Without the overlap every
+  // token all-to-all is exposed: m passes each way, each layer with the same four all-to-alls
+  // (A in all per micro-batch), so EP exposure is m·A. Combined 1F1B runs the first forward alone,
+  // then m - 1 merged steps (forward of micro-batch k + 1 with backward of k), then the last
+  // backward alone. With experts 4096 wide every all-to-all is shorter than the compute it is
+  // paired with, so only the lone first forward's and last backward's all-to-alls stay exposed, one
+  // micro-batch's worth: A. The step shortens by the (m - 1)·A hidden.
+  auto j = moe_scenario(8, 1, 1, 8, 1);
+  j["model"]["moe_ffn_hidden"] = 4096;
+  const auto plain_sc = scenario(j);
+  j["parallel"]["moe_a2a_overlap"] = true;
+  const auto sc = scenario(j);
+  REQUIRE(sc.training.num_micro_batches == 4);
+  const auto plain = parallel::simulate_step(plain_sc);
+  const auto ov = parallel::simulate_step(sc);
+  const double a = plain.mean.ep_exposed_s / 4;
+  REQUIRE(a > 0);
+  CHECK(ov.mean.ep_exposed_s == Approx(a).epsilon(1e-6));
+  CHECK(plain.step_time_s - ov.step_time_s == Approx(3 * a).epsilon(1e-6));
+  CHECK(ov.mean.compute_s == Approx(plain.mean.compute_s).epsilon(1e-9));
+  // The extra warm-up forward holds a second micro-batch in flight, but a merged step frees the
+  // backward's layers as its forward fills its own, one layer behind: the peak rises by less than
+  // two layers' activations.
+  const auto act = [](const parallel::StepResult& x) {
+    return x.memory[x.peak_rank].peak_breakdown_bytes[kActivations];
+  };
+  workload::LayerConfig lc;
+  lc.seq_len = 2048;
+  lc.ep = 8;
+  lc.etp = 1;
+  const std::int64_t layer = saved(workload::layer_forward(sc.model, lc));
+  CHECK(act(ov) > act(plain));
+  CHECK(act(ov) - act(plain) < 2 * layer);
+  // The program: F, then three merged steps, then B, with the same all-to-alls.
+  hardware::ComputeModel cm(sc.cluster.gpu);
+  const auto plan = parallel::build_step(sc, cm);
+  const auto plain_plan = parallel::build_step(plain_sc, cm);
+  CHECK(plan.programs[0].stream(parallel::kEpComm).size() == plain_plan.programs[0].stream(parallel::kEpComm).size());
+}
+
+TEST_CASE("moe_a2a_overlap with the interleaved schedule: runs, symmetric equals all ranks, and is faster") {
+  auto j = moe_scenario(16, 1, 2, 8, 1);
+  j["model"]["moe_ffn_hidden"] = 4096;
+  j["parallel"]["schedule"] = "interleaved";
+  j["parallel"]["virtual_stages"] = 2;
+  j["training"]["global_batch"] = 32;
+  const auto plain = parallel::simulate_step(scenario(j));
+  j["parallel"]["moe_a2a_overlap"] = true;
+  const auto sc = scenario(j);
+  parallel::BuildOptions all;
+  all.all_ranks = true;
+  const auto sym = parallel::simulate_step(sc);
+  const auto full = parallel::simulate_step(sc, all);
+  CHECK(sym.step_time_s == full.step_time_s);
+  CHECK(sym.step_time_s < plain.step_time_s);
+  // pp 2 · vp 2 with 4 micro-batches: 8 passes each way per rank. With the extra warm-up forward
+  // stage 0 runs (2·1 + 1·2 + 1) = 5 forwards alone, stage 1 (0 + 2 + 1) = 3; the rest pair up, and
+  // as many backwards run alone at the end. The paired all-to-alls hide, so each stage's EP
+  // exposure is its unpaired share of the plain one: (5/8 + 3/8) / 2 = 1/2 on average.
+  CHECK(sym.mean.ep_exposed_s == Approx(plain.mean.ep_exposed_s / 2).epsilon(1e-6));
+}
+
+TEST_CASE("moe_a2a_overlap is refused where Megatron-Core refuses it") {
+  auto error = [](const nlohmann::json& j) {
+    try {
+      scenario(j);
+    } catch (const util::InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  auto j = base(8, 1, 1, 8);
+  j["parallel"]["moe_a2a_overlap"] = true;
+  CHECK(error(j) == "test.json: parallel.moe_a2a_overlap: needs a mixture-of-experts model with ep > 1");
+  j = moe_scenario(16, 1, 2, 8, 1);
+  j["parallel"]["moe_a2a_overlap"] = true;
+  CHECK(error(j) ==
+        "test.json: parallel.moe_a2a_overlap: needs the interleaved schedule when pp > 1 (Megatron-Core: virtual "
+        "pipeline stages)");
+  j = moe_scenario(8, 1, 1, 8, 1);
+  j["parallel"]["moe_a2a_overlap"] = true;
+  j["training"]["recompute"] = "full";
+  CHECK(error(j) == "test.json: parallel.moe_a2a_overlap: does not work with full recompute (Megatron-Core)");
+  j["training"]["recompute"] = "selective";
+  j["training"]["recompute_modules"] = {"moe"};
+  CHECK(error(j) ==
+        "test.json: parallel.moe_a2a_overlap: does not work with the \"moe\" recompute module (Megatron-Core)");
+  j["training"]["recompute_modules"] = {"moe_act"};
+  CHECK(error(j) == "accepted");
+}
