@@ -1210,6 +1210,9 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
     // embedding-group all-reduce (Megatron's shared embedding).
     if (st.has_head && !st.has_embedding && shares_embedding(sc))
       st.params_per_rank += workload::embedding_params_per_rank(sc.model, par.tp);
+    // Activation offloading (pp 1, one micro-batch in flight): the first N layers' saved bytes.
+    for (std::int64_t l = 0; l < sc.training.cpu_offload_layers; ++l)
+      st.host_offload_bytes += sum_saved(dense_layers_in_chunk(sc, s, 0) > l ? ops.dense_fwd : ops.layer_fwd);
     build_stage_program(sc, st, s, ops, compute, plan.programs[static_cast<std::size_t>(s)]);
   }
 

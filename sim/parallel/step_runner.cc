@@ -114,6 +114,7 @@ StepResult simulate_step(const config::Scenario& scenario, const BuildOptions& o
   out.step_time_s = end.seconds();
   out.events = ex.events();
   for (const auto& p : plan.programs) out.tasks += p.task_count();
+  for (const auto& st : plan.stages) out.host_offload_bytes = std::max(out.host_offload_bytes, st.host_offload_bytes);
   const std::size_t n = ex.rank_count();
   out.all_ranks = build.all_ranks;
   out.ranks.resize(n);

@@ -70,6 +70,7 @@ struct StepResult {
   bool all_ranks = false;
   std::uint64_t events = 0;
   std::size_t tasks = 0;                // tasks in all programs (shared by ranks of a stage)
+  std::int64_t host_offload_bytes = 0;  // activation offloading: pinned host memory per GPU (largest stage)
   std::optional<NetworkStats> network;  // flow network only
 };
 

@@ -225,6 +225,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
   if (p.moe_a2a_overlap) out["scenario"]["moe_a2a_overlap"] = true;
   if (offloading) {
     out["scenario"]["cpu_offload_layers"] = sc.training.cpu_offload_layers;
+    out["memory"]["host_offload_gib"] = static_cast<double>(r.host_offload_bytes) / kGiB;
     out["time_breakdown_s"]["offload_exposed"] = r.mean.offload_exposed_s;
   }
   return out;
@@ -251,8 +252,11 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
                      sc.training.global_batch, sc.training.seq_len, sc.training.num_micro_batches,
                      sc.training.micro_batch, recompute_name(sc.training.recompute), modules_part(sc));
   if (sc.training.cpu_offload_layers > 0)
-    out += fmt::format("offload       activations of {} of {} layers to host memory at {:.0f} GB/s per direction\n",
-                       sc.training.cpu_offload_layers, sc.model.layers, sc.cluster.host_link_Bps / 1e9);
+    out += fmt::format(
+        "offload       activations of {} of {} layers to host memory at {:.0f} GB/s per direction: {:.1f} GiB of "
+        "pinned host memory per GPU\n",
+        sc.training.cpu_offload_layers, sc.model.layers, sc.cluster.host_link_Bps / 1e9,
+        static_cast<double>(r.host_offload_bytes) / kGiB);
   out += fmt::format("step time     {:.3f} s\n", m.step_time_s);
   out += fmt::format("throughput    {} tokens/s · {:.1f} tokens/s/GPU\n", thousands(m.tokens_per_s),
                      m.tokens_per_s_per_gpu);

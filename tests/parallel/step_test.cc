@@ -1180,6 +1180,9 @@ TEST_CASE("activation offloading: the peak holds the layers not offloaded and th
     return x.memory[x.peak_rank].peak_breakdown_bytes[kActivations];
   };
   CHECK(act(two_r) - act(r) == 2 * layer);
+  // Host memory: one micro-batch's 4 offloaded layers.
+  CHECK(r.host_offload_bytes == 4 * layer);
+  CHECK(base_r.host_offload_bytes == 0);
   CHECK(act(base_r) - act(r) > 3 * layer);
   // The copies hide behind the layers' compute (each at 1000 GB/s is far shorter than a layer).
   CHECK(r.step_time_s == Approx(base_r.step_time_s).epsilon(1e-9));
