@@ -217,6 +217,7 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
                        "dp_bucket_mb",
                        "tp_comm_overlap",
                        "moe_a2a_overlap",
+                       "moe_token_dispatcher",
                        "first_stage_layers",
                        "last_stage_layers",
                        "account_for_embedding_in_pipeline_split",
@@ -294,6 +295,8 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
       v->fail("cannot be combined with first_stage_layers / last_stage_layers / account_for_*_in_pipeline_split");
   }
   if (auto v = node.find("moe_a2a_overlap")) p.moe_a2a_overlap = v->as_bool();
+  if (auto v = node.find("moe_token_dispatcher"))
+    p.moe_flex_dispatch = parse_choice(*v, Choices{{"alltoall", "flex"}, {"allgather"}}) == 1;
   if (auto v = node.find("tp_comm_overlap")) {
     p.tp_comm_overlap = v->as_bool();
     // Megatron: --tp-comm-overlap requires --sequence-parallel.
@@ -689,6 +692,12 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
   if (m.mtp_layers > 0 && s.training.framework == Framework::pytorch_eager)
     throw util::InputError(file, util::join_path(training_path, "framework"),
                            "pytorch-eager with multi-token prediction is not supported yet");
+  if (p.moe_flex_dispatch) {
+    const std::string path = util::join_path(parallel_path, "moe_token_dispatcher");
+    if (!m.moe() || p.ep < 2)
+      throw util::InputError(file, path, "\"flex\" needs a mixture-of-experts model with ep > 1");
+    if (p.etp > 1) throw util::InputError(file, path, "\"flex\" with etp > 1 is not supported yet");
+  }
   // Expert-parallel all-to-all overlap, with Megatron-Core's TransformerConfig checks.
   if (p.moe_a2a_overlap) {
     const std::string path = util::join_path(parallel_path, "moe_a2a_overlap");

@@ -74,6 +74,10 @@ struct ParallelSpec {
   // layer, each one's token all-to-alls beside the other's compute (combined 1F1B); one more
   // warm-up forward makes room for it.
   bool moe_a2a_overlap = false;
+  // Megatron-Core's --moe-token-dispatcher-type: alltoall (NCCL all-to-all of one copy per routed
+  // expert) or flex (DeepEP / HybridEP: one copy per destination rank inside a node, per
+  // destination node across nodes).
+  bool moe_flex_dispatch = false;
   // ZeRO-3 / FSDP: each unit's parameter all-gather is issued one unit ahead of the compute in both
   // passes (Megatron FSDP; PyTorch FSDP with forward_prefetch and BACKWARD_PRE), or, when false, when
   // the unit is reached, so the unit's compute waits for it (PyTorch FSDP with forward_prefetch off

@@ -1136,6 +1136,10 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   lc.cp = par.cp;
   lc.ep = par.ep;
   lc.etp = par.etp;
+  // An expert-parallel group is ep ranks etp apart (Megatron-Core's expert rank order, etp
+  // innermost): ep·etp consecutive ranks, on this many nodes (NVLink domains).
+  lc.moe_flex_dispatch = par.moe_flex_dispatch;
+  lc.ep_nodes = std::max<std::int64_t>(1, (par.ep * par.etp + sc.cluster.gpus_per_node - 1) / sc.cluster.gpus_per_node);
   lc.fp8 = sc.training.precision == config::Precision::fp8;
   lc.sequence_parallel = par.sequence_parallel && par.tp > 1;
   lc.causal = true;

@@ -223,6 +223,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
   if (!modules_part(sc).empty())
     out["scenario"]["recompute_modules"] = config::recompute_module_names(sc.training.recompute_modules);
   if (p.moe_a2a_overlap) out["scenario"]["moe_a2a_overlap"] = true;
+  if (p.moe_flex_dispatch) out["scenario"]["moe_token_dispatcher"] = "flex";
   if (offloading) {
     out["scenario"]["cpu_offload_layers"] = sc.training.cpu_offload_layers;
     out["memory"]["host_offload_gib"] = static_cast<double>(r.host_offload_bytes) / kGiB;
@@ -244,6 +245,7 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   out += fmt::format("{} on {} x {} ({})\n", sc.model.name, sc.gpus, sc.cluster.gpu.name, sc.cluster.name);
   std::string ep_part;
   if (sc.model.moe()) ep_part = fmt::format(" · ep {} · etp {}", p.ep, p.etp);
+  if (p.moe_flex_dispatch) ep_part += " · flex dispatch";
   if (p.moe_a2a_overlap) ep_part += " · all-to-all overlap";
   out +=
       fmt::format("layout        tp {} · pp {} · dp {} · cp {}{} · sequence parallel {} · zero {} · {}\n", p.tp, p.pp,

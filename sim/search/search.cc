@@ -101,6 +101,8 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
   // Its expert all-to-all overlap likewise: ep > 1, pp 1 or interleaved, no full recompute, no FSDP.
   if (l.ep < 2 || (l.pp > 1 && l.virtual_stages < 2) || l.recompute == config::Recompute::full || fsdp)
     p.erase("moe_a2a_overlap");
+  // And its flex token dispatcher: ep > 1 (etp 1, which the search keeps).
+  if (l.ep < 2) p.erase("moe_token_dispatcher");
   c.parallel = std::move(p);
   c.training = std::move(t);
 }

@@ -1,5 +1,7 @@
 #include "workload/ops.h"
 
+#include <algorithm>
+
 #include "util/error.h"
 
 // Saved activations follow Korthikanti et al. 2022 (arXiv:2205.05198, §4): every op keeps the
@@ -35,12 +37,36 @@ struct Dims {
   // balanced routing) and rows per local expert.
   bool moe = false;
   double experts = 0, topk = 0, local_experts = 0, fe = 0, fsh = 0, moe_rows = 0, expert_rows = 0, etp = 1, ep = 1;
+  // Token rows one dispatch (and one combine) all-to-all moves per rank: region·k with the alltoall
+  // dispatcher; deduplicated per destination with the flex one (dispatch_rows).
+  double a2a_rows = 0;
   // Multi-head latent attention: the q and kv latents, the rotary width, query/key and value head
   // widths (q = heads·qk and kv = heads·v then size the attention core's tensors; hd is their mean,
   // which gives the core's FLOPs as 2·(qk + v) per pair).
   bool mla = false;
   double ql = 0, kvl = 0, rope = 0, qk = 0, v = 0;
 };
+
+// The chance that a token's k experts, drawn uniformly without repeats from E (balanced routing),
+// miss one group of `group` experts: C(E - group, k) / C(E, k).
+double misses_group(double experts, double k, double group) {
+  double p = 1;
+  for (double i = 0; i < k; ++i) p *= std::max(0.0, experts - group - i) / (experts - i);
+  return p;
+}
+
+// Flex dispatch (DeepEP, HybridEP): the copies of one token a rank sends, sized so that the
+// all-to-all's cost model charges what the kernels move. Inside one node a token goes once to each
+// rank holding any of its experts: ep·(1 - miss(E/ep)) copies. Across nodes it crosses once to each
+// node holding any of its experts and is forwarded over NVLink there; the cost model sends
+// (N - 1)/N of an all-to-all's bytes over the NICs, so N·(1 - miss(E/N)) copies (its expected
+// distinct nodes) put exactly the node-deduplicated traffic on them. (NVLink forwarding is then
+// undercounted; the NICs bound the time.)
+double flex_copies_per_token(const ModelSpec& m, const LayerConfig& c) {
+  const double e = static_cast<double>(m.experts), k = static_cast<double>(m.experts_per_token);
+  const double groups = static_cast<double>(c.ep_nodes > 1 ? c.ep_nodes : c.ep);
+  return groups * (1 - misses_group(e, k, e / groups));
+}
 
 Dims dims(const ModelSpec& m, const LayerConfig& c) {
   TRAINSIM_ASSERT(c.tp >= 1 && m.heads % c.tp == 0 && m.kv_heads % c.tp == 0 && m.ffn_hidden % c.tp == 0);
@@ -79,6 +105,7 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
     x.fsh = static_cast<double>(m.shared_expert_ffn_hidden / c.tp);
     x.moe_rows = x.region * x.topk * x.etp;
     x.expert_rows = x.moe_rows / x.local_experts;
+    x.a2a_rows = c.moe_flex_dispatch ? x.region * flex_copies_per_token(m, c) : x.region * x.topk;
   }
   if (m.mla()) {
     TRAINSIM_ASSERT(c.cp == 1 && c.attention != AttentionImpl::softmax && x.windowed == 0);
@@ -294,7 +321,8 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   ops.push_back(
       memory("router_softmax_topk", x.region * x.experts * (d + 4 + 4) + routed * 8, x.region * x.experts * 4, 2));
   ops.push_back(memory("moe_permute", act(x.region, x.h, d) + act(routed, x.h, d)));
-  if (x.ep > 1) ops.push_back(comm("moe_dispatch_all_to_all", Comm::all_to_all, act(routed, x.h, d), CommGroup::ep));
+  if (x.ep > 1)
+    ops.push_back(comm("moe_dispatch_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.h, d), CommGroup::ep));
   if (x.etp > 1)
     ops.push_back(comm("moe_dispatch_all_gather", Comm::all_gather, act(x.moe_rows, x.h, d), CommGroup::etp));
   const double fc1_width = x.swiglu ? 2 * x.fe : x.fe;
@@ -311,7 +339,7 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   ops.back().discards |= kRecomputeMoeAct;
   if (x.etp > 1)
     ops.push_back(comm("moe_combine_reduce_scatter", Comm::reduce_scatter, act(x.moe_rows, x.h, d), CommGroup::etp));
-  if (x.ep > 1) ops.push_back(comm("moe_combine_all_to_all", Comm::all_to_all, act(routed, x.h, d), CommGroup::ep));
+  if (x.ep > 1) ops.push_back(comm("moe_combine_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.h, d), CommGroup::ep));
   ops.push_back(memory("moe_unpermute", act(routed, x.h, d) + act(x.region, x.h, d)));
   if (x.fsh > 0) {
     // Its input is the router's (kept once, above) unless FP8 keeps a cast copy.
@@ -333,7 +361,7 @@ void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   if (x.fsh > 0) tp_mlp_backward(ops, x, shared_expert(x), act(x.region, x.h, gemm_in_d), gemm_in_d);
   ops.push_back(memory("moe_unpermute_backward", act(x.region, x.h, d) + act(routed, x.h, d)));
   if (x.ep > 1)
-    ops.push_back(comm("moe_combine_grad_all_to_all", Comm::all_to_all, act(routed, x.h, d), CommGroup::ep));
+    ops.push_back(comm("moe_combine_grad_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.h, d), CommGroup::ep));
   if (x.etp > 1)
     ops.push_back(comm("moe_combine_grad_all_gather", Comm::all_gather, act(x.moe_rows, x.h, d), CommGroup::etp));
   const double fc1_width = x.swiglu ? 2 * x.fe : x.fe;
@@ -350,7 +378,7 @@ void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
     ops.push_back(
         comm("moe_dispatch_grad_reduce_scatter", Comm::reduce_scatter, act(x.moe_rows, x.h, d), CommGroup::etp));
   if (x.ep > 1)
-    ops.push_back(comm("moe_dispatch_grad_all_to_all", Comm::all_to_all, act(routed, x.h, d), CommGroup::ep));
+    ops.push_back(comm("moe_dispatch_grad_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.h, d), CommGroup::ep));
   ops.push_back(memory("moe_permute_backward", act(routed, x.h, d) + act(x.region, x.h, d)));
   ops.push_back(memory("router_softmax_topk_backward", x.region * x.experts * (4 + 4 + 4 + d) + routed * 8, 0, 2));
   ops.push_back(gemm("router_dgrad", x.region, x.h, x.experts, d));

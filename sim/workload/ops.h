@@ -105,6 +105,11 @@ struct LayerConfig {
   // over etp ranks (Megatron-Core's expert tensor parallelism).
   std::int64_t ep = 1;
   std::int64_t etp = 1;
+  // Megatron-Core's flex token dispatcher (DeepEP / HybridEP): each token goes once to every node
+  // (once to every rank, inside one node) that holds any of its experts, not once per expert.
+  // ep_nodes: the nodes (NVLink domains) one expert-parallel group spans.
+  bool moe_flex_dispatch = false;
+  std::int64_t ep_nodes = 1;
   bool sequence_parallel = false;
   bool causal = true;
   AttentionImpl attention = AttentionImpl::flash;

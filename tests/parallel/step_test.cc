@@ -1321,3 +1321,37 @@ TEST_CASE("moe_a2a_overlap is refused where Megatron-Core refuses it") {
   j["training"]["recompute_modules"] = {"moe_act"};
   CHECK(error(j) == "accepted");
 }
+
+TEST_CASE("flex dispatcher: fewer token copies cross the NICs, and it is refused where it cannot run") {
+  // ep 16 over two 8-GPU nodes, top 4 of 32 experts, 2,048 tokens per rank: the alltoall dispatcher
+  // sends each token's 4 copies, half of them over the NICs; flex sends 2·(1 - 1820/35960) copies
+  // per token (tests/workload/ops_test.cc), half of them over the NICs. Each all-to-all is bound by
+  // its NIC share (one NIC per GPU); the latency is the same, so every one of the 4 all-to-alls of
+  // each of 8 layers and 4 micro-batches is shorter by the NIC time of the copies saved.
+  auto j = moe_scenario(16, 1, 1, 16, 1);
+  const auto plain_sc = scenario(j);
+  const auto plain = parallel::simulate_step(plain_sc);
+  j["parallel"]["moe_token_dispatcher"] = "flex";
+  const auto flex = parallel::simulate_step(scenario(j));
+  REQUIRE(plain_sc.training.num_micro_batches == 4);
+  const double token_bytes = 2048.0 * 1024 * 2;
+  const double saved_s = token_bytes * (4 - 2 * (1 - 1820.0 / 35960)) / 2 / plain_sc.cluster.nic.busbw_Bps;
+  CHECK(plain.mean.ep_exposed_s - flex.mean.ep_exposed_s == Approx(4 * 8 * 4 * saved_s).epsilon(1e-4));
+  CHECK(flex.mean.compute_s == Approx(plain.mean.compute_s).epsilon(1e-9));
+  auto error = [](const nlohmann::json& s) {
+    try {
+      scenario(s);
+    } catch (const util::InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  auto d = base(8, 1, 1, 8);
+  d["parallel"]["moe_token_dispatcher"] = "flex";
+  CHECK(error(d) == "test.json: parallel.moe_token_dispatcher: \"flex\" needs a mixture-of-experts model with ep > 1");
+  j = moe_scenario(32, 2, 2, 4, 2);
+  j["parallel"]["moe_token_dispatcher"] = "flex";
+  CHECK(error(j) == "test.json: parallel.moe_token_dispatcher: \"flex\" with etp > 1 is not supported yet");
+  j["parallel"]["moe_token_dispatcher"] = "allgather";
+  CHECK(error(j).find("not supported yet") != std::string::npos);
+}

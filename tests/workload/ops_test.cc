@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <tuple>
 
 #include "workload/ops.h"
 
@@ -407,6 +408,35 @@ TEST_CASE("MoE layer: expert FLOPs follow the tokens routed, all-to-alls move R�
   }
   // No dense MLP is left.
   for (const Op& op : layer_forward(m, c)) CHECK(op.name.rfind("fc", 0) != 0);
+}
+
+// Flex dispatch (DeepEP / HybridEP): a token goes once to each destination that holds any of its k
+// experts, not once per expert. With 32 experts and top 4, uniform routing misses a given group of g
+// experts with probability C(32 - g, 4) / C(32, 4). Inside one node (ep 8, groups of 4 experts):
+// C(28,4)/C(32,4) = 20475/35960, so 8·(1 - 20475/35960) = 3.4455 copies per token instead of 4.
+// Across 2 nodes (ep 16, 16 experts per node): C(16,4)/C(32,4) = 1820/35960, so 2·(1 - 1820/35960)
+// = 1.8988 copies, the all-to-all sending half of them over the NICs: each token crosses once to
+// the other node when any of its experts is there.
+TEST_CASE("MoE layer with the flex dispatcher: all-to-alls move one copy per destination rank or node") {
+  const ModelSpec m = moe_model();
+  LayerConfig c;
+  c.seq_len = 2048;
+  c.moe_flex_dispatch = true;
+  const double R = 2048, h = 1024;
+  for (auto [ep, nodes, copies] :
+       {std::tuple{8, 1, 8 * (1 - 20475.0 / 35960)}, std::tuple{16, 2, 2 * (1 - 1820.0 / 35960)}}) {
+    c.ep = ep;
+    c.ep_nodes = nodes;
+    INFO("ep " << ep << " nodes " << nodes);
+    int a2a = 0;
+    for (const auto& ops : {layer_forward(m, c), layer_backward(m, c)})
+      for (const Op& op : ops)
+        if (op.kind == OpKind::tp_comm && op.group == CommGroup::ep) {
+          CHECK(op.comm_bytes == static_cast<std::int64_t>(R * copies * h * 2));
+          ++a2a;
+        }
+    CHECK(a2a == 4);
+  }
 }
 
 // Expert tensor parallelism: the R·k copies each rank receives are all-gathered over its etp ranks
