@@ -43,6 +43,16 @@ std::vector<std::string> labels(const engine::Program& p, int stream) {
   return out;
 }
 
+// The one-line error a scenario is refused with, or "accepted".
+std::string refusal(const nlohmann::json& j) {
+  try {
+    scenario(j);
+  } catch (const util::InputError& e) {
+    return std::string(e.what());
+  }
+  return std::string("accepted");
+}
+
 std::int64_t saved(const std::vector<workload::Op>& ops) {
   std::int64_t s = 0;
   for (const auto& op : ops) s += op.saved_bytes;
@@ -1196,38 +1206,30 @@ TEST_CASE("activation offloading: the peak holds the layers not offloaded and th
 }
 
 TEST_CASE("activation offloading is refused where Megatron-Core refuses it") {
-  auto error = [](const nlohmann::json& j) {
-    try {
-      scenario(j);
-    } catch (const util::InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("accepted");
-  };
   auto j = offload_scenario(50, 8);
-  CHECK(error(j) == "test.json: training.cpu_offload_layers: 8 must be less than the model's 8 layers");
+  CHECK(refusal(j) == "test.json: training.cpu_offload_layers: 8 must be less than the model's 8 layers");
   j = base(2, 1, 2, 2);
   j["training"]["cpu_offload_layers"] = 2;
-  CHECK(error(j) ==
+  CHECK(refusal(j) ==
         "test.json: training.cpu_offload_layers: needs pp 1, got 2 (Megatron-Core has no pipeline parallelism with "
         "CPU offloading)");
   j = offload_scenario(50, 2);
   j["training"]["recompute"] = "full";
-  CHECK(error(j) ==
+  CHECK(refusal(j) ==
         "test.json: training.cpu_offload_layers: needs \"recompute\": \"none\" (Megatron-Core: CPU offloading does "
         "not work with activation recomputation)");
   j = offload_scenario(50, 2);
   j["cluster"].erase("host_link_GBps");
-  CHECK(error(j) ==
+  CHECK(refusal(j) ==
         "test.json: training.cpu_offload_layers: the topology \"dgx-h100\" states no host_link_GBps (GPU-host copy "
         "bandwidth)");
   j = offload_scenario(50, 2);
   j["parallel"]["schedule"] = "gpipe";
-  CHECK(error(j) ==
+  CHECK(refusal(j) ==
         "test.json: training.cpu_offload_layers: needs schedule 1f1b (each micro-batch's forward followed by its "
         "backward)");
   j = offload_scenario(50, -1);
-  CHECK(error(j).rfind("test.json: training.cpu_offload_layers: ", 0) == 0);
+  CHECK(refusal(j).rfind("test.json: training.cpu_offload_layers: ", 0) == 0);
 }
 
 TEST_CASE("moe_a2a_overlap: merged forward/backward pairs hide every paired all-to-all behind the other's compute") {
@@ -1294,32 +1296,24 @@ TEST_CASE("moe_a2a_overlap with the interleaved schedule: runs, symmetric equals
 }
 
 TEST_CASE("moe_a2a_overlap is refused where Megatron-Core refuses it") {
-  auto error = [](const nlohmann::json& j) {
-    try {
-      scenario(j);
-    } catch (const util::InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("accepted");
-  };
   auto j = base(8, 1, 1, 8);
   j["parallel"]["moe_a2a_overlap"] = true;
-  CHECK(error(j) == "test.json: parallel.moe_a2a_overlap: needs a mixture-of-experts model with ep > 1");
+  CHECK(refusal(j) == "test.json: parallel.moe_a2a_overlap: needs a mixture-of-experts model with ep > 1");
   j = moe_scenario(16, 1, 2, 8, 1);
   j["parallel"]["moe_a2a_overlap"] = true;
-  CHECK(error(j) ==
+  CHECK(refusal(j) ==
         "test.json: parallel.moe_a2a_overlap: needs the interleaved schedule when pp > 1 (Megatron-Core: virtual "
         "pipeline stages)");
   j = moe_scenario(8, 1, 1, 8, 1);
   j["parallel"]["moe_a2a_overlap"] = true;
   j["training"]["recompute"] = "full";
-  CHECK(error(j) == "test.json: parallel.moe_a2a_overlap: does not work with full recompute (Megatron-Core)");
+  CHECK(refusal(j) == "test.json: parallel.moe_a2a_overlap: does not work with full recompute (Megatron-Core)");
   j["training"]["recompute"] = "selective";
   j["training"]["recompute_modules"] = {"moe"};
-  CHECK(error(j) ==
+  CHECK(refusal(j) ==
         "test.json: parallel.moe_a2a_overlap: does not work with the \"moe\" recompute module (Megatron-Core)");
   j["training"]["recompute_modules"] = {"moe_act"};
-  CHECK(error(j) == "accepted");
+  CHECK(refusal(j) == "accepted");
 }
 
 TEST_CASE("flex dispatcher: fewer token copies cross the NICs, and it is refused where it cannot run") {
@@ -1338,20 +1332,13 @@ TEST_CASE("flex dispatcher: fewer token copies cross the NICs, and it is refused
   const double saved_s = token_bytes * (4 - 2 * (1 - 1820.0 / 35960)) / 2 / plain_sc.cluster.nic.busbw_Bps;
   CHECK(plain.mean.ep_exposed_s - flex.mean.ep_exposed_s == Approx(4 * 8 * 4 * saved_s).epsilon(1e-4));
   CHECK(flex.mean.compute_s == Approx(plain.mean.compute_s).epsilon(1e-9));
-  auto error = [](const nlohmann::json& s) {
-    try {
-      scenario(s);
-    } catch (const util::InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("accepted");
-  };
   auto d = base(8, 1, 1, 8);
   d["parallel"]["moe_token_dispatcher"] = "flex";
-  CHECK(error(d) == "test.json: parallel.moe_token_dispatcher: \"flex\" needs a mixture-of-experts model with ep > 1");
+  CHECK(refusal(d) ==
+        "test.json: parallel.moe_token_dispatcher: \"flex\" needs a mixture-of-experts model with ep > 1");
   j = moe_scenario(32, 2, 2, 4, 2);
   j["parallel"]["moe_token_dispatcher"] = "flex";
-  CHECK(error(j) == "test.json: parallel.moe_token_dispatcher: \"flex\" with etp > 1 is not supported yet");
+  CHECK(refusal(j) == "test.json: parallel.moe_token_dispatcher: \"flex\" with etp > 1 is not supported yet");
   j["parallel"]["moe_token_dispatcher"] = "allgather";
-  CHECK(error(j).find("not supported yet") != std::string::npos);
+  CHECK(refusal(j).find("not supported yet") != std::string::npos);
 }
