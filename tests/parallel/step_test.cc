@@ -1266,11 +1266,21 @@ TEST_CASE("moe_a2a_overlap: merged forward/backward pairs hide every paired all-
   const std::int64_t layer = saved(workload::layer_forward(sc.model, lc));
   CHECK(act(ov) > act(plain));
   CHECK(act(ov) - act(plain) < 2 * layer);
-  // The program: F, then three merged steps, then B, with the same all-to-alls.
+  // The program: F, then three merged steps, then B, with the same all-to-alls. On the
+  // communication stream a merged step runs, per layer pair, the backward combine, the forward
+  // dispatch, the backward dispatch and the forward combine (schedule_layer_1f1b's order).
   hardware::ComputeModel cm(sc.cluster.gpu);
   const auto plan = parallel::build_step(sc, cm);
   const auto plain_plan = parallel::build_step(plain_sc, cm);
   CHECK(plan.programs[0].stream(parallel::kEpComm).size() == plain_plan.programs[0].stream(parallel::kEpComm).size());
+  const std::string fd = "forward moe_dispatch_all_to_all", fc = "forward moe_combine_all_to_all",
+                    bc = "backward moe_combine_grad_all_to_all", bd = "backward moe_dispatch_grad_all_to_all";
+  std::vector<std::string> expected;
+  for (int l = 0; l < 8; ++l) expected.insert(expected.end(), {fd, fc});  // the first forward alone
+  for (int step = 0; step < 3; ++step)
+    for (int l = 0; l < 8; ++l) expected.insert(expected.end(), {bc, fd, bd, fc});
+  for (int l = 0; l < 8; ++l) expected.insert(expected.end(), {bc, bd});  // the last backward alone
+  CHECK(labels(plan.programs[0], parallel::kEpComm) == expected);
 }
 
 TEST_CASE("moe_a2a_overlap with the interleaved schedule: runs, symmetric equals all ranks, and is faster") {
