@@ -152,9 +152,8 @@ struct SearchArgs {
   std::string gpus, nodes;  // search at these GPU counts instead of the scenario's
 };
 
-int search_command(const SearchArgs& a, int* argc, char*** argv) {
+int search_layouts(const SearchArgs& a) {
   using namespace trainsim;
-  search::MpiSession mpi(argc, argv);
   const auto data_dir = config::default_data_dir();
   const config::Scenario base = config::load_scenario(a.scenario_file, data_dir);
   search::Axes axes = search::default_axes(base);
@@ -236,6 +235,19 @@ int search_command(const SearchArgs& a, int* argc, char*** argv) {
   }
   if (results.front().root) print(results, bases);
   return 0;
+}
+
+int search_command(const SearchArgs& a, int* argc, char*** argv) {
+  trainsim::search::MpiSession mpi(argc, argv);
+  try {
+    return search_layouts(a);
+  } catch (const trainsim::util::InputError& e) {
+    // Every rank meets the same bad input; rank 0 says so once, before MPI_Finalize (the session's
+    // end), whose fence holds the other ranks until then: had they ended first, mpirun could have
+    // ended the job, rank 0 with it, before its line was out.
+    if (!trainsim::search::secondary_rank()) std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
 }
 
 }  // namespace

@@ -256,7 +256,7 @@ MpiSession::~MpiSession() {
 #ifdef TRAINSIM_WITH_MPI
   if (started_) MPI_Finalize();
 #endif
-  // g_rank stays: main() prints a failed search's error on rank 0 only, after this has run.
+  // g_rank stays: an error met outside a search session is printed by main() on rank 0 only.
 }
 
 bool secondary_rank() {
