@@ -146,7 +146,7 @@ struct SearchArgs {
   std::size_t top = 10;
   int threads = 0;  // 0: one per hardware thread
   bool json = false, markdown = false;
-  std::string tp, pp, cp, ep, vp, micro_batch, recompute, zero;
+  std::string tp, pp, cp, ep, vp, micro_batch, recompute, zero, a2a_overlap;
   std::string network;  // overrides the scenario's network model
   std::string headroom = "0";
   std::string gpus, nodes;  // search at these GPU counts instead of the scenario's
@@ -172,6 +172,25 @@ int search_layouts(const SearchArgs& a) {
     axes.zero = trainsim::cli::parse_int_list(a.zero, "--zero", 0, false);
     for (const auto z : axes.zero)
       if (z > 3) throw util::InputError("--zero", "", fmt::format("must be 0, 1, 2 or 3, got {}", z));
+  }
+  if (!a.a2a_overlap.empty()) {
+    if (!base.model.moe())
+      throw util::InputError("--a2a-overlap", "", fmt::format("{} is not a mixture-of-experts model", base.model.name));
+    axes.moe_a2a_overlap.clear();
+    std::string_view rest = a.a2a_overlap;
+    while (true) {
+      const auto comma = rest.find(',');
+      const std::string_view item = rest.substr(0, comma);
+      if (item != "off" && item != "on")
+        throw util::InputError("--a2a-overlap", "",
+                               fmt::format("unknown value \"{}\" (expected a list of off, on)", std::string(item)));
+      const bool on = item == "on";
+      if (std::find(axes.moe_a2a_overlap.begin(), axes.moe_a2a_overlap.end(), on) != axes.moe_a2a_overlap.end())
+        throw util::InputError("--a2a-overlap", "", fmt::format("{} is listed twice", std::string(item)));
+      axes.moe_a2a_overlap.push_back(on);
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
   }
   if (!a.recompute.empty()) {
     axes.recompute.clear();
@@ -339,6 +358,8 @@ int main(int argc, char** argv) {
   search->add_option("--micro-batch", search_args.micro_batch, "Micro-batch sizes (default 1,2,4,8)");
   search->add_option("--recompute", search_args.recompute, "Recompute modes (default none,selective,full)");
   search->add_option("--zero", search_args.zero, "ZeRO stages (default: the scenario's)");
+  search->add_option("--a2a-overlap", search_args.a2a_overlap,
+                     "Mixture of experts: the all-to-all overlap off and/or on (default: the scenario's)");
   auto* search_gpus = search->add_option(
       "--gpus", search_args.gpus,
       "Search at each of these GPU counts (increasing: 256,512,1024) instead of the scenario's, then list the best "

@@ -98,8 +98,12 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
   if (l.recompute != config::Recompute::selective) t.erase("recompute_modules");
   // And its activation offloading with the layouts Megatron-Core allows it on: pp 1, no recompute.
   if (l.pp > 1 || l.recompute != config::Recompute::none) t.erase("cpu_offload_layers");
-  // Its expert all-to-all overlap likewise: ep > 1, pp 1 or interleaved, no full recompute, no FSDP.
-  if (l.ep < 2 || (l.pp > 1 && l.virtual_stages < 2) || l.recompute == config::Recompute::full || fsdp)
+  // The expert all-to-all overlap as the layout says (enumerate keeps it on only where it applies:
+  // ep > 1, pp 1 or interleaved, no full recompute), and not with FSDP.
+  if (fsdp) c.layout.moe_a2a_overlap = false;
+  if (c.layout.moe_a2a_overlap)
+    p["moe_a2a_overlap"] = true;
+  else
     p.erase("moe_a2a_overlap");
   // And its flex token dispatcher: ep > 1 (etp 1, which the search keeps).
   if (l.ep < 2) p.erase("moe_token_dispatcher");
@@ -111,6 +115,7 @@ std::vector<Candidate> enumerate(const Axes& a, const config::Scenario& base, co
   std::vector<Candidate> out;
   const std::vector<std::int64_t> no_ep = {1};
   const auto& eps = base.model.moe() && !a.ep.empty() ? a.ep : no_ep;
+  const std::vector<bool> overlaps = a.moe_a2a_overlap.empty() ? std::vector<bool>{false} : a.moe_a2a_overlap;
   for (const auto tp : a.tp)
     for (const auto pp : a.pp)
       for (const auto cp : a.cp)
@@ -119,14 +124,19 @@ std::vector<Candidate> enumerate(const Axes& a, const config::Scenario& base, co
             if (vs > 1 && pp == 1) continue;  // interleaving needs a pipeline
             for (const auto mb : a.micro_batch)
               for (const auto rc : a.recompute)
-                for (const auto z : a.zero) {
-                  Candidate c;
-                  c.layout = {tp, pp, cp, ep, 0, vs, mb, z, rc};
-                  const std::int64_t model_parallel = tp * pp * cp;
-                  c.layout.dp = base.gpus % model_parallel == 0 ? base.gpus / model_parallel : 0;
-                  fill_keys(c, doc, base.model);
-                  out.push_back(std::move(c));
-                }
+                for (const auto z : a.zero)
+                  for (const bool overlap : overlaps) {
+                    // Where the overlap cannot apply, the layout runs without it: once, if "off" is
+                    // on the axis too.
+                    const bool applies = ep > 1 && (pp == 1 || vs > 1) && rc != config::Recompute::full;
+                    if (overlap && !applies && overlaps.size() > 1) continue;
+                    Candidate c;
+                    c.layout = {tp, pp, cp, ep, 0, vs, mb, z, rc, overlap && applies};
+                    const std::int64_t model_parallel = tp * pp * cp;
+                    c.layout.dp = base.gpus % model_parallel == 0 ? base.gpus / model_parallel : 0;
+                    fill_keys(c, doc, base.model);
+                    out.push_back(std::move(c));
+                  }
           }
   return out;
 }
@@ -151,9 +161,14 @@ void evaluate(Candidate& c, const std::string& file, const nlohmann::json& doc, 
   c.exposed_comm_fraction = t.exposed_s() / r.step_time_s;
 }
 
+// The ep cell of the tables: "*" marks the all-to-all overlap (parallel.moe_a2a_overlap).
+std::string ep_cell(const Layout& l) {
+  return fmt::format("{}{}", l.ep, l.moe_a2a_overlap ? "*" : "");
+}
+
 std::string layout_name(const Layout& l, bool moe) {
   return fmt::format("tp {} · pp {} · cp {}{} · dp {} · vp {} · mbs {} · recompute {} · zero {}", l.tp, l.pp, l.cp,
-                     moe ? fmt::format(" · ep {}", l.ep) : std::string(), l.dp, l.virtual_stages, l.micro_batch,
+                     moe ? fmt::format(" · ep {}", ep_cell(l)) : std::string(), l.dp, l.virtual_stages, l.micro_batch,
                      recompute_name(l.recompute), l.zero);
 }
 
@@ -285,6 +300,7 @@ Axes default_axes(const config::Scenario& base) {
       }
   a.micro_batch = {1, 2, 4, 8};
   a.recompute = {config::Recompute::none, config::Recompute::selective, config::Recompute::full};
+  a.moe_a2a_overlap = {base.parallel.moe_a2a_overlap};
   a.zero = {base.parallel.zero};
   if (base.model.moe()) a.ep = divisors(base.model.experts, 1, 64);
   return a;
@@ -380,7 +396,7 @@ std::vector<std::string> cells(const Candidate& c, std::size_t rank, bool moe) {
                                   fmt::format("{:.1f}%", 100 * m.bubble_fraction),
                                   fmt::format("{:.1f}%", 100 * c.exposed_comm_fraction),
                                   fmt::format("{:.1f}", m.peak_gib)};
-  if (moe) row.insert(row.begin() + kEpColumn, fmt::format("{}", l.ep));
+  if (moe) row.insert(row.begin() + kEpColumn, ep_cell(l));
   return row;
 }
 
@@ -408,7 +424,12 @@ std::string to_text(const Result& r, const config::Scenario& base, std::size_t t
   if (shown == 0) return out + "no layout fits in memory\n";
   const bool moe = base.model.moe();
   out += "\n" + text_row(heads(moe), moe);
-  for (std::size_t i = 0; i < shown; ++i) out += text_row(cells(r.ranked[i], i + 1, moe), moe);
+  bool overlap = false;
+  for (std::size_t i = 0; i < shown; ++i) {
+    out += text_row(cells(r.ranked[i], i + 1, moe), moe);
+    overlap = overlap || r.ranked[i].layout.moe_a2a_overlap;
+  }
+  if (overlap) out += "(ep n*: with the all-to-all overlap, parallel.moe_a2a_overlap)\n";
   const Candidate& best = r.ranked.front();
   out += fmt::format("\nbest layout as scenario keys:\n  \"parallel\": {},\n  \"training\": {}\n", best.parallel.dump(),
                      best.training.dump());
@@ -438,15 +459,17 @@ std::string to_markdown(const Result& r, const config::Scenario& base, std::size
 namespace {
 
 nlohmann::json layout_json(const Layout& l) {
-  return {{"tp", l.tp},
-          {"pp", l.pp},
-          {"cp", l.cp},
-          {"ep", l.ep},
-          {"dp", l.dp},
-          {"virtual_stages", l.virtual_stages},
-          {"micro_batch", l.micro_batch},
-          {"recompute", recompute_name(l.recompute)},
-          {"zero", l.zero}};
+  nlohmann::json j = {{"tp", l.tp},
+                      {"pp", l.pp},
+                      {"cp", l.cp},
+                      {"ep", l.ep},
+                      {"dp", l.dp},
+                      {"virtual_stages", l.virtual_stages},
+                      {"micro_batch", l.micro_batch},
+                      {"recompute", recompute_name(l.recompute)},
+                      {"zero", l.zero}};
+  if (l.moe_a2a_overlap) j["moe_a2a_overlap"] = true;
+  return j;
 }
 
 }  // namespace
@@ -534,7 +557,7 @@ std::string to_text(const std::vector<Result>& results, const std::vector<config
     const auto& m = row.best->metrics;
     out +=
         fmt::format("{:>6} {:>3} {:>3} {:>3}{} {:>5} {:>3} {:>4}  {:<9} {:>4} {:>9.3f} {:>12.1f} {:>5.1f}% {:>7.1f}%\n",
-                    row.gpus, l.tp, l.pp, l.cp, moe ? fmt::format(" {:>3}", l.ep) : std::string(), l.dp,
+                    row.gpus, l.tp, l.pp, l.cp, moe ? fmt::format(" {:>3}", ep_cell(l)) : std::string(), l.dp,
                     l.virtual_stages, l.micro_batch, recompute_name(l.recompute), l.zero, m.step_time_s,
                     m.tokens_per_s_per_gpu, 100 * m.mfu, 100 * row.scaling_efficiency);
   }

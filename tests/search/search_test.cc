@@ -192,6 +192,24 @@ TEST_CASE("search: a mixture-of-experts model adds the ep axis, filtered by the 
         ->metrics.step_time_s;
   };
   CHECK(by_ep(1, 8) < by_ep(1, 16));
+  // The all-to-all overlap as an axis: pp 2 has no virtual stages here, so only pp 1's four layouts
+  // come once more with it (ep 32 rejected again), each that runs faster than without.
+  CHECK(search::default_axes(base).moe_a2a_overlap == std::vector<bool>{false});
+  a.moe_a2a_overlap = {false, true};
+  const auto ro = search::run_search(base, doc, a, 2, kData);
+  CHECK(ro.enumerated == 2 * 4 + 4);
+  CHECK(ro.rejected == 3 + 1);
+  for (const auto& c : ro.ranked) {
+    CHECK(c.parallel.contains("moe_a2a_overlap") == c.layout.moe_a2a_overlap);
+    if (!c.layout.moe_a2a_overlap) continue;
+    CHECK(c.layout.pp == 1);
+    const auto plain = std::find_if(ro.ranked.begin(), ro.ranked.end(), [&](const auto& o) {
+      return !o.layout.moe_a2a_overlap && o.layout.pp == 1 && o.layout.ep == c.layout.ep;
+    });
+    REQUIRE(plain != ro.ranked.end());
+    CHECK(c.metrics.step_time_s < plain->metrics.step_time_s);
+  }
+  CHECK(search::to_text(ro, base, 0).find("(ep n*: with the all-to-all overlap") != std::string::npos);
 }
 
 // DeepSeek-V3 (61 layers, one MTP module) on 256 GB200: pipelines that split 61 + embedding + MTP +
