@@ -327,10 +327,48 @@ std::uint8_t parse_recompute_modules(const util::JsonNode& v) {
   return mask;
 }
 
+// Megatron-Core's --cuda-graph-scope names: workload::GraphScope's bits in order, then the whole
+// iteration (--cuda-graph-impl local).
+constexpr std::array<std::string_view, 5> kGraphScopeNames = {"attn", "mlp", "moe_router", "moe_preprocess",
+                                                              "full_iteration"};
+
+std::uint8_t parse_graph_scopes(const util::JsonNode& v) {
+  if (!v.json().is_array()) v.fail("must be an array of scope names (empty: no CUDA graphs)");
+  std::uint8_t mask = 0;
+  for (std::size_t i = 0; i < v.json().size(); ++i) {
+    const util::JsonNode item(v.json()[i], v.file(), fmt::format("{}[{}]", v.path(), i));
+    const std::string name = item.as_string();
+    const auto* it = std::find(kGraphScopeNames.begin(), kGraphScopeNames.end(), name);
+    if (it == kGraphScopeNames.end())
+      item.fail(fmt::format("unknown scope \"{}\" (expected one of: {})", name, fmt::join(kGraphScopeNames, ", ")));
+    const auto bit = static_cast<std::uint8_t>(1u << (it - kGraphScopeNames.begin()));
+    if (mask & bit) item.fail(fmt::format("\"{}\" is listed twice", name));
+    mask = static_cast<std::uint8_t>(mask | bit);
+  }
+  constexpr std::uint8_t kFull = 1u << 4;
+  if ((mask & kFull) && mask != kFull) v.fail("\"full_iteration\" captures everything and takes no other scope");
+  if ((mask & workload::kGraphMoePreprocess) && !(mask & workload::kGraphMoeRouter))
+    v.fail("\"moe_preprocess\" needs \"moe_router\" (Megatron-Core)");
+  return mask;
+}
+
+}  // namespace
+
+std::vector<std::string> graph_scope_names(const TrainingSpec& training) {
+  std::vector<std::string> out;
+  if (training.cuda_graph_full_iteration) out.emplace_back(kGraphScopeNames[4]);
+  for (std::size_t i = 0; i < 4; ++i)
+    if ((training.cuda_graph_scope >> i) & 1u) out.emplace_back(kGraphScopeNames[i]);
+  return out;
+}
+
+namespace {
+
 TrainingSpec parse_training(const util::JsonNode& node) {
   node.reject_unknown({"micro_batch", "global_batch", "seq_len", "recompute", "recompute_layers", "precision",
                        "attention", "framework", "host_forward_us", "host_backward_us", "grad_reduce_in_fp32",
-                       "cross_entropy", "recompute_modules", "cpu_offload_layers"});
+                       "cross_entropy", "recompute_modules", "cpu_offload_layers", "host_overhead",
+                       "cuda_graph_scope"});
   TrainingSpec t;
   if (auto v = node.find("micro_batch")) t.micro_batch = v->as_positive_int();
   t.global_batch = node.at("global_batch").as_positive_int();
@@ -374,6 +412,17 @@ TrainingSpec parse_training(const util::JsonNode& node) {
     if (t.framework != Framework::pytorch_eager) v->fail("applies to \"framework\": \"pytorch-eager\" only");
     (std::string_view(key) == "host_forward_us" ? t.host_forward_s : t.host_backward_s) =
         v->as_positive_number() * 1e-6;
+  }
+  if (auto v = node.find("host_overhead")) {
+    if (t.framework != Framework::megatron) v->fail("applies to \"framework\": \"megatron\" only");
+    t.host_overhead = v->as_bool();
+  }
+  if (auto v = node.find("cuda_graph_scope")) {
+    if (t.framework != Framework::megatron) v->fail("applies to \"framework\": \"megatron\" only");
+    const std::uint8_t mask = parse_graph_scopes(*v);
+    if (mask != 0 && !t.host_overhead) v->fail("needs \"host_overhead\": true (CUDA graphs save host time)");
+    t.cuda_graph_full_iteration = (mask >> 4) & 1u;
+    t.cuda_graph_scope = static_cast<std::uint8_t>(mask & 0x0f);
   }
   if (auto v = node.find("cross_entropy")) {
     t.fused_cross_entropy = parse_choice(*v, Choices{{"unfused", "fused"}, {}}) == 1;
@@ -688,6 +737,18 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     refuse_module(workload::kRecomputeLayernorm, m.mla() || m.moe(),
                   "a norm Megatron-Core runs on its own (multi-head latent attention's, or a mixture of experts' "
                   "pre-MLP norm; Transformer Engine fuses the others into the next GEMM)");
+  }
+  // CUDA graph scopes the model has no part for.
+  if (const std::uint8_t g = s.training.cuda_graph_scope; g != 0 || s.training.cuda_graph_full_iteration) {
+    const std::string path = util::join_path(training_path, "cuda_graph_scope");
+    if (s.training.cuda_graph_full_iteration && m.moe())
+      throw util::InputError(file, path,
+                             "\"full_iteration\" with a dropless mixture of experts is not supported (Megatron-Core "
+                             "captures its token-count dependent shapes only with token dropping)");
+    if ((g & (workload::kGraphMoeRouter | workload::kGraphMoePreprocess)) && !m.moe())
+      throw util::InputError(file, path, "\"moe_router\" and \"moe_preprocess\" need a mixture-of-experts model");
+    if ((g & workload::kGraphMlp) && m.moe() && m.first_dense_layers == 0)
+      throw util::InputError(file, path, "\"mlp\" needs dense MLP layers");
   }
   if (m.mtp_layers > 0 && s.training.framework == Framework::pytorch_eager)
     throw util::InputError(file, util::join_path(training_path, "framework"),

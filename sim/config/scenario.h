@@ -118,6 +118,12 @@ struct TrainingSpec {
   // server CPU; tools/device/torch_steps.py measures both on the machine it runs on.
   double host_forward_s = 8e-6;
   double host_backward_s = 4e-6;
+  // framework megatron: model the CPU that issues the kernels (parallel/step_builder.cc's host
+  // stream: each op's host time, the MoE dispatcher's and the pipeline's device-to-host syncs), and
+  // the Transformer Engine CUDA graph scopes that take ops off it (workload::GraphScope bits).
+  bool host_overhead = true;
+  std::uint8_t cuda_graph_scope = 0;
+  bool cuda_graph_full_iteration = false;  // the whole step one graph (--cuda-graph-impl local): no host time
   // Megatron's gradient buffer and data-parallel reduction in fp32 (its default for bf16 and fp8,
   // forced by arguments.py unless --grad-reduce-in-bf16) or in the 16-bit type (fp16's default;
   // Megatron-Bridge's and NeMo's ddp.grad_reduce_in_fp32 false). Resolved from precision when unset.
@@ -161,6 +167,10 @@ std::int64_t chunk_layers(const Scenario& scenario, std::int64_t stage, std::int
 // The model's index of that chunk's first transformer layer (virtual stage chunk * pp + stage holds
 // the layers after those of the virtual stages before it).
 std::int64_t chunk_first_layer(const Scenario& scenario, std::int64_t stage, std::int64_t chunk);
+
+// The CUDA graph scopes of a training spec, as Megatron-Core's --cuda-graph-scope spells them (empty:
+// none).
+std::vector<std::string> graph_scope_names(const TrainingSpec& training);
 
 // The names of selective recompute's modules in `mask` (workload::RecomputeModule bits), as
 // Megatron-Core's --recompute-modules spells them, in bit order.

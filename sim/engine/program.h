@@ -17,11 +17,11 @@
 
 namespace trainsim::engine {
 
-inline constexpr int kMaxStreams = 10;  // busy masks are StreamMask bits
+inline constexpr int kMaxStreams = 11;  // busy masks are StreamMask bits
 using StreamMask = std::uint16_t;
 inline constexpr int kMaxSlots = 8;  // group slots and peer slots per rank
 inline constexpr int kMaxMemCategories = 8;
-inline constexpr int kMaxBuckets = 8;  // time accounting classes (see Executor)
+inline constexpr int kMaxBuckets = 9;  // time accounting classes (see Executor)
 inline constexpr std::uint32_t kNone = UINT32_MAX;
 
 enum class TaskKind : std::uint8_t {

@@ -21,8 +21,8 @@ using engine::TaskKind;
 using workload::Op;
 
 const char* stream_name(int stream) {
-  static constexpr const char* kNames[] = {"compute",   "tp-comm", "dp-comm", "pp-send", "pp-recv",
-                                           "dp-gather", "cp-send", "cp-recv", "ep-comm", "host-copy"};
+  static constexpr const char* kNames[] = {"compute", "tp-comm", "dp-comm", "pp-send",   "pp-recv", "dp-gather",
+                                           "cp-send", "cp-recv", "ep-comm", "host-copy", "host"};
   return stream >= 0 && stream < kStreamCount ? kNames[stream] : "?";
 }
 
@@ -76,6 +76,14 @@ class StageWriter {
   // is; see queued_s.
   void use_host_queue() { host_queue_ = true; }
 
+  // Megatron's host overhead: one CPU thread issues every task in program order on the host
+  // stream, `launch_s` per communication task and op.host_s per compute op; a GPU task cannot
+  // start before the CPU has issued it (see issue()), and the CPU waits for ops marked host_sync.
+  void use_host_stream(double launch_s) {
+    host_stream_ = true;
+    launch_s_ = launch_s;
+  }
+
   // The next task waits for `d` as well.
   void after(Dep d) { pending_.push_back(d); }
   void alloc(std::int64_t bytes) { seg_alloc_ += bytes; }
@@ -97,6 +105,7 @@ class StageWriter {
       }
       if (op.kind == workload::OpKind::tp_comm) {
         if (tp_comm_ || op.group != workload::CommGroup::tp) tp_collective(op, phase);
+        if (op.host_sync) host_sync();
         continue;
       }
       const bool keep = recomputing ? (op.discards & recompute_) != 0
@@ -112,6 +121,7 @@ class StageWriter {
         continue;
       }
       accumulate(op, phase, saved);
+      if (op.host_sync) host_sync();
     }
     flush();
     if (overlapped_) {
@@ -121,10 +131,17 @@ class StageWriter {
   }
 
   // Adds a task of another kind (send, recv, collective on the DP stream) after the last task.
-  Dep add(Task t, bool depends_on_last) {
+  // With `host_waits` the CPU then waits for it and for the last task (torch.cuda.synchronize()).
+  Dep add(Task t, bool depends_on_last, bool host_waits = false) {
     flush();
+    const std::optional<Dep> before = last_;
     if (depends_on_last && last_) pending_.push_back(*last_);
-    return push(t);
+    const Dep d = push(t);
+    if (host_waits && host_stream_) {
+      if (before) host_wait_.push_back(*before);
+      host_wait_.push_back(d);
+    }
+    return d;
   }
 
   // Adds a task that starts after the last task but that later tasks do not wait for (a bucket's
@@ -133,6 +150,7 @@ class StageWriter {
     flush();
     std::vector<Dep> deps = pending_;
     if (last_) deps.push_back(*last_);
+    issue(t, deps, launch_s_, launch_s_);
     return p_.add(t, deps);
   }
 
@@ -148,6 +166,7 @@ class StageWriter {
     t.stream = kCompute;
     t.duration = engine::Time::from_seconds(seconds);
     t.label = p_.label(name);
+    issue(t, pending_, launch_s_, launch_s_);
     push(t);
   }
 
@@ -214,6 +233,7 @@ class StageWriter {
       flush();
       const Dep c = side(tp_task(op, phase));
       seg_ = gemm;
+      if (host_stream_) seg_host_.push_back(tail_host_);
       flush();
       pending_.push_back(c);
       return;
@@ -248,6 +268,7 @@ class StageWriter {
 
   void accumulate(const Op& op, std::string_view phase, std::int64_t saved) {
     const double t = host_queue_ ? queued_s(op) : compute_.time_s(op);
+    if (host_stream_) seg_host_.push_back({op.host_s, t});
     seg_ws_ = std::max(seg_ws_, op.workspace_bytes);
     if (seg_.first.empty()) seg_.first = op.name;
     before_tail_ = seg_.last;
@@ -262,6 +283,10 @@ class StageWriter {
 
   // Removes the trailing GEMM from the open segment and returns it as a segment of its own.
   Segment split_tail() {
+    if (host_stream_) {
+      tail_host_ = seg_host_.back();
+      seg_host_.pop_back();
+    }
     seg_.s -= tail_.s;
     seg_.alloc -= tail_.alloc;
     seg_.flops -= tail_.flops;
@@ -292,14 +317,53 @@ class StageWriter {
     seg_ws_ = 0;
     // Compute runs in program order: after the previous task, whatever stream it was on.
     if (last_) pending_.push_back(*last_);
+    if (host_stream_) {
+      // The CPU issues op i (h_i) after ops 0..i-1; the GPU runs it (g_i) once it is issued and op
+      // i-1 has ended. From the moment the CPU starts issuing the task's ops (T_h) and the GPU is
+      // free (T_g), the last op ends at max(T_g + G, T_h + max_i(H_<=i + G_>=i)): the task waits for
+      // the first lead = max_i(H_<=i - G_<i) of the CPU's work, which is at most H = sum h_i.
+      double host = 0, device = 0, lead = 0;
+      for (const auto& [h, g] : seg_host_) {
+        host += h;
+        lead = std::max(lead, host - device);
+        device += g;
+      }
+      seg_host_.clear();
+      issue(t, pending_, host, lead);
+    }
     push(t);
   }
 
   Dep push(const Task& t) {
+    if (t.kind != TaskKind::compute) issue(t, pending_, launch_s_, launch_s_);
     Dep d = p_.add(t, pending_);
     pending_.clear();
     last_ = d;
     return d;
+  }
+
+  // With the host stream: the CPU issues task `t` (`host_s` of CPU time in all) after everything
+  // issued before; the task waits for the first `lead_s` of it (see flush), the rest runs beside
+  // it. Zero-time markers are not issued.
+  void issue(const Task& t, std::vector<Dep>& deps, double host_s, double lead_s) {
+    if (!host_stream_ || (t.kind == TaskKind::compute && t.duration.seconds() == 0 && t.flops == 0) || host_s <= 0)
+      return;
+    Task h;
+    h.stream = kHost;
+    h.duration = engine::Time::from_seconds(lead_s);
+    h.label = p_.label("issue");
+    deps.push_back(p_.add(h, host_wait_));
+    host_wait_.clear();
+    if (host_s > lead_s) {
+      h.duration = engine::Time::from_seconds(host_s - lead_s);
+      p_.add(h);
+    }
+  }
+
+  // The CPU waits for the last task (a device-to-host copy it reads) before issuing more.
+  void host_sync() {
+    flush();
+    if (host_stream_ && last_) host_wait_.push_back(*last_);
   }
 
   Program& p_;
@@ -316,6 +380,11 @@ class StageWriter {
   std::int64_t seg_alloc_ = 0;  // extra allocation for the next compute task (layer inputs)
   std::int64_t seg_ws_ = 0;     // largest workspace_bytes of the ops in seg_
   bool host_queue_ = false;
+  bool host_stream_ = false;
+  double launch_s_ = 0;                              // host stream: CPU time to issue a communication task
+  std::vector<std::pair<double, double>> seg_host_;  // host stream: (CPU, GPU) seconds of each op in seg_
+  std::pair<double, double> tail_host_{};            // ... of the op split_tail took out
+  std::vector<Dep> host_wait_;                       // tasks the next host task waits for (syncs)
   std::uint8_t recompute_ = 0;
   double host_s_ = 0, device_s_ = 0;  // host queue: when the CPU has issued everything so far; the GPU's end
 };
@@ -485,6 +554,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   StageWriter w(p, compute, par.tp > 1, par.tp_comm_overlap && par.sequence_parallel && par.tp > 1, recompute_modules);
   const workload::EagerHost host{sc.training.host_forward_s, sc.training.host_backward_s};
   if (eager) w.use_host_queue();
+  if (host_stream(sc)) w.use_host_stream(host_costs(sc.cluster).forward_call_s);
 
   // Full recompute applies to the first recompute_layers layers of each model chunk (Megatron's
   // --recompute-method block; all of them by default, as uniform with one layer per group); the
@@ -577,6 +647,10 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   };
   // Pipeline messages carry one micro-batch of hidden states (sequence-sharded under SP).
   const std::int64_t p2p_bytes = ops.input_bytes;
+  // Without interleaving Megatron-Core batches each step's sends and receives and then calls
+  // torch.cuda.synchronize() (ModelParallelConfig.batch_p2p_sync, on by default; the interleaved
+  // schedule overlaps its p2p communication instead, without the sync).
+  const bool p2p_sync = par.schedule != config::Schedule::interleaved;
 
   auto dp_collective = [&p](network::CollectiveOp op, std::uint8_t slot, std::int64_t bytes, std::string_view name) {
     Task t;
@@ -850,7 +924,8 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   std::vector<std::int64_t> forwards(static_cast<std::size_t>(v), 0), backwards(static_cast<std::size_t>(v), 0);
   auto forward = [&](std::int64_t c) {
     const bool first_mb = forwards[static_cast<std::size_t>(c)]++ == 0;
-    if (!(first && c == 0)) w.after(w.add(p2p(TaskKind::recv, kPpRecv, kPrevStage, p2p_bytes, "recv_forward"), false));
+    if (!(first && c == 0))
+      w.after(w.add(p2p(TaskKind::recv, kPpRecv, kPrevStage, p2p_bytes, "recv_forward"), false, p2p_sync));
     start_pass(c);
     const auto order = forward_order(c);
     std::size_t i = 0;
@@ -876,7 +951,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
     }
     // Megatron's p2p calls block, so the next compute waits for the send to finish.
     if (!(last && c == v - 1))
-      w.after(w.add(p2p(TaskKind::send, kPpSend, kNextStage, p2p_bytes, "send_forward"), true));
+      w.after(w.add(p2p(TaskKind::send, kPpSend, kNextStage, p2p_bytes, "send_forward"), true, p2p_sync));
   };
   // Zero-bubble split: the input pass keeps the weight GEMMs' inputs and writes their output
   // gradients; the weight pass, later, frees both.
@@ -895,7 +970,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   auto backward = [&](std::int64_t c, bool input_only) {
     const bool last_mb = ++backwards[static_cast<std::size_t>(c)] == m;
     if (!(last && c == v - 1))
-      w.after(w.add(p2p(TaskKind::recv, kPpRecv, kNextStage, p2p_bytes, "recv_backward"), false));
+      w.after(w.add(p2p(TaskKind::recv, kPpRecv, kNextStage, p2p_bytes, "recv_backward"), false, p2p_sync));
     start_pass(c);
     const auto order = backward_order(c);
     std::size_t i = 0;
@@ -933,7 +1008,8 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
       leave_unit(c, emb_unit(c), true);
       if (!input_only) unit_done(c, emb_unit(c), last_mb);
     }
-    if (!(first && c == 0)) w.after(w.add(p2p(TaskKind::send, kPpSend, kPrevStage, p2p_bytes, "send_backward"), true));
+    if (!(first && c == 0))
+      w.after(w.add(p2p(TaskKind::send, kPpSend, kPrevStage, p2p_bytes, "send_backward"), true, p2p_sync));
   };
   // The weight pass of the oldest micro-batch whose input pass ran (zb-h1, one chunk): every unit's
   // weight gradients, in backward order; then its gradients are complete for DP reduction.
@@ -1124,6 +1200,53 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
 
 }  // namespace
 
+// Megatron's host overhead: the CPU time to issue each op, on the CPU thread that drives one GPU.
+// Reference CPU: the x86 host of a DGX H100 (Xeon Platinum 8480C).
+//   [TE] Transformer Engine issue #2053 ("High CPU overhead on Grace systems"): host time of one
+//        Linear forward (bf16, hidden 2048, 8192 tokens): torch.nn.Linear 13.48 µs on DGX H100,
+//        37.08 µs on GB200; te.Linear 99.66 µs on GB200.
+//   [E]  PyTorch eager, per kernel: 8 µs in the forward, 4 µs in the backward's autograd engine
+//        (training.host_forward_us / host_backward_us's defaults, configs/README.md).
+//   [L]  a kernel launched from C++: 3 µs (the GPU catalog's back-to-back launch rate).
+// A Transformer Engine module call (a GEMM's module, the fused attention) costs te.Linear's host
+// time, taken to x86 by torch.nn.Linear's GB200 / DGX H100 ratio; its backward (a Python autograd
+// function) as much. Grace costs that ratio more throughout.
+constexpr double kGraceHostRatio = 37.08 / 13.48;  // [TE]
+
+HostCosts host_costs(const network::ClusterSpec& cluster) {
+  const double scale = cluster.gpu.grace_host ? kGraceHostRatio : 1.0;
+  return {99.66e-6 / kGraceHostRatio * scale, 8e-6 * scale, 4e-6 * scale, 3e-6 * scale};
+}
+
+// Sets op.host_s of a Megatron op list (`backward`: a backward pass). GEMMs and attention are
+// Transformer Engine modules: a GEMM's module call issues its data gradient and its weight gradient
+// together, so a weight-gradient GEMM adds only its launches; a grouped GEMM launches one GEMM per
+// local expert (and under FP8 one quantisation per expert). An op in a captured CUDA graph scope
+// costs nothing but the graph's launch (a module call) at the start of each captured run.
+void set_host_costs(std::vector<Op>& ops, const HostCosts& c, bool backward, std::uint8_t graphed) {
+  std::uint8_t run = 0;  // the scope of the captured run the previous op belongs to
+  for (Op& op : ops) {
+    const std::uint8_t scope = op.graph & graphed;
+    if (scope != 0) {
+      op.host_s = scope != run ? c.module_s : 0;
+      run = scope;
+      continue;
+    }
+    run = 0;
+    const bool module = op.kind == workload::OpKind::gemm || op.kind == workload::OpKind::attention;
+    double calls = op.host_calls;
+    if (module && op.weight_grad) calls = 0;
+    const double launches = std::max(op.host_launches * (op.fp8 ? 2.0 : 1.0), module && op.weight_grad ? 1.0 : 0.0);
+    const double call_s = module ? c.module_s : backward ? c.backward_call_s : c.forward_call_s;
+    op.host_s = calls * call_s + launches * c.launch_s;
+  }
+}
+
+bool host_stream(const config::Scenario& sc) {
+  return sc.training.framework == config::Framework::megatron && sc.training.host_overhead &&
+         !sc.training.cuda_graph_full_iteration;
+}
+
 StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& compute, const BuildOptions& options) {
   const auto& par = sc.parallel;
   TRAINSIM_ASSERT(par.tp * par.pp * par.cp * par.dp == sc.gpus);
@@ -1175,6 +1298,14 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
     bwd.insert(bwd.begin(), ops.head_bwd.begin(), ops.head_bwd.end());
     ops.head_fwd = std::move(fwd);
     ops.head_bwd = std::move(bwd);
+  }
+  if (host_stream(sc)) {
+    const HostCosts costs = host_costs(sc.cluster);
+    const std::uint8_t graphed = sc.training.cuda_graph_scope;
+    for (std::vector<Op>* list : {&ops.layer_fwd, &ops.dense_fwd, &ops.emb_fwd, &ops.head_fwd})
+      set_host_costs(*list, costs, false, graphed);
+    for (std::vector<Op>* list : {&ops.layer_bwd, &ops.dense_bwd, &ops.emb_bwd, &ops.head_bwd})
+      set_host_costs(*list, costs, true, graphed);
   }
   if (sc.training.framework == config::Framework::pytorch_eager) {
     const workload::EagerHost host{sc.training.host_forward_s, sc.training.host_backward_s};

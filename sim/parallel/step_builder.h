@@ -29,7 +29,8 @@ enum Stream : std::uint8_t {
   kCpRecv = 7,    // ... and from the previous one
   kEpComm = 8,    // mixture of experts: token dispatch / combine over the expert groups
   kHostCopy = 9,  // activation offloading: copies to and from host memory
-  kStreamCount = 10
+  kHost = 10,     // the CPU thread that issues the kernels (Megatron's host overhead; not a GPU stream)
+  kStreamCount = 11
 };
 // Group slots and peer slots of every rank's Binding.
 // kDpGatherGroup is the DP group again, as a second communicator for the gather stream (a group
@@ -85,6 +86,24 @@ struct BuildOptions {
   // rank's memory are exactly those of the full run; tests check it.
   bool all_ranks = false;
 };
+
+// Megatron's host overhead: CPU seconds per Transformer Engine module call, per PyTorch call in the
+// forward and in the backward, and per kernel launched from C++ inside a call (step_builder.cc
+// gives the sources), on the cluster's host CPU.
+struct HostCosts {
+  double module_s = 0;
+  double forward_call_s = 0;
+  double backward_call_s = 0;
+  double launch_s = 0;
+};
+HostCosts host_costs(const network::ClusterSpec& cluster);
+// Sets op.host_s of a Megatron op list (`backward`: a backward pass); ops in the CUDA graph scopes
+// `graphed` (workload::GraphScope bits) cost only their captured run's graph launch.
+void set_host_costs(std::vector<workload::Op>& ops, const HostCosts& costs, bool backward, std::uint8_t graphed);
+
+// Whether the step is simulated with Megatron's host overhead (a host stream: the CPU issuing the
+// kernels): framework megatron with host_overhead, unless a CUDA graph captures the whole iteration.
+bool host_stream(const config::Scenario& scenario);
 
 StepPlan build_step(const config::Scenario& scenario, const hardware::ComputeModel& compute,
                     const BuildOptions& options = {});

@@ -21,13 +21,14 @@ enum Bucket : std::uint8_t {
   kBusyDp = 4,
   kBusyCp = 5,
   kBusyEp = 6,
-  kBusyOffload = 7
+  kBusyOffload = 7,
+  kHostBound = 8
 };
 
 // Which activity a moment belongs to, by the streams busy in it: compute hides everything, then
 // TP communication, then expert-parallel dispatch, then context-parallel K/V transfers, then
-// pipeline sends, then DP communication, then activation copies to or from host memory; nothing
-// busy is bubble.
+// pipeline sends, then DP communication, then activation copies to or from host memory, then the
+// CPU issuing kernels the GPU waits for (host-bound); nothing busy is bubble.
 engine::Executor::BucketMap bucket_map() {
   engine::Executor::BucketMap map{};
   for (std::size_t mask = 0; mask < map.size(); ++mask) {
@@ -39,6 +40,7 @@ engine::Executor::BucketMap bucket_map() {
                 : busy(kPpSend)                    ? kBusyPp
                 : busy(kDpComm) || busy(kDpGather) ? kBusyDp
                 : busy(kHostCopy)                  ? kBusyOffload
+                : busy(kHost)                      ? kHostBound
                                                    : kIdle;
   }
   return map;
@@ -133,6 +135,7 @@ StepResult simulate_step(const config::Scenario& scenario, const BuildOptions& o
     t.pp_exposed_s = s.bucket_time[kBusyPp].seconds();
     t.dp_exposed_s = s.bucket_time[kBusyDp].seconds();
     t.offload_exposed_s = s.bucket_time[kBusyOffload].seconds();
+    t.host_bound_s = s.bucket_time[kHostBound].seconds();
     t.bubble_s = s.bucket_time[kIdle].seconds();
     out.mean.compute_s += t.compute_s;
     out.mean.tp_exposed_s += t.tp_exposed_s;
@@ -141,6 +144,7 @@ StepResult simulate_step(const config::Scenario& scenario, const BuildOptions& o
     out.mean.pp_exposed_s += t.pp_exposed_s;
     out.mean.dp_exposed_s += t.dp_exposed_s;
     out.mean.offload_exposed_s += t.offload_exposed_s;
+    out.mean.host_bound_s += t.host_bound_s;
     out.mean.bubble_s += t.bubble_s;
     RankMemory& m = out.memory[r];
     m.peak_bytes = s.peak_bytes;
@@ -157,6 +161,7 @@ StepResult simulate_step(const config::Scenario& scenario, const BuildOptions& o
   out.mean.pp_exposed_s *= inv;
   out.mean.dp_exposed_s *= inv;
   out.mean.offload_exposed_s *= inv;
+  out.mean.host_bound_s *= inv;
   out.mean.bubble_s *= inv;
   return out;
 }

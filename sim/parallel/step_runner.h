@@ -24,6 +24,7 @@ struct TimeBreakdown {
   double pp_exposed_s = 0;       // pipeline sends while none of the above ran
   double dp_exposed_s = 0;       // data-parallel communication while nothing else ran
   double offload_exposed_s = 0;  // activation copies to or from host memory while nothing else ran
+  double host_bound_s = 0;       // the GPU waited for the CPU to issue kernels, nothing else ran
   double bubble_s = 0;           // nothing ran: pipeline bubbles and waiting on peers
 
   // All exposed data movement: TP, CP, EP, PP and DP communication and host copies.

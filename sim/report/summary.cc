@@ -144,6 +144,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
     stage_time[s].pp_exposed_s += t.pp_exposed_s;
     stage_time[s].dp_exposed_s += t.dp_exposed_s;
     stage_time[s].offload_exposed_s += t.offload_exposed_s;
+    stage_time[s].host_bound_s += t.host_bound_s;
     stage_time[s].bubble_s += t.bubble_s;
     ++stage_ranks[s];
     stage_peak[s] = std::max(stage_peak[s], r.memory[i].peak_bytes);
@@ -164,6 +165,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
                            {"ep_exposed", t.ep_exposed_s * k},
                            {"pp_exposed", t.pp_exposed_s * k},
                            {"dp_exposed", t.dp_exposed_s * k},
+                           {"host_bound", t.host_bound_s * k},
                            {"bubble", t.bubble_s * k}}},
                          {"memory_peak_gib", static_cast<double>(stage_peak[s]) / kGiB}});
     if (offloading) per_stage.back()["time_breakdown_s"]["offload_exposed"] = t.offload_exposed_s * k;
@@ -202,6 +204,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
         {"ep_exposed", r.mean.ep_exposed_s},
         {"pp_exposed", r.mean.pp_exposed_s},
         {"dp_exposed", r.mean.dp_exposed_s},
+        {"host_bound", r.mean.host_bound_s},
         {"bubble", r.mean.bubble_s}}},
       {"memory",
        {{"peak_gib", m.peak_gib},
@@ -224,6 +227,11 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
     out["scenario"]["recompute_modules"] = config::recompute_module_names(sc.training.recompute_modules);
   if (p.moe_a2a_overlap) out["scenario"]["moe_a2a_overlap"] = true;
   if (p.moe_flex_dispatch) out["scenario"]["moe_token_dispatcher"] = "flex";
+  if (sc.training.framework == config::Framework::megatron) {
+    out["scenario"]["host_overhead"] = sc.training.host_overhead;
+    const std::vector<std::string> scopes = config::graph_scope_names(sc.training);
+    if (!scopes.empty()) out["scenario"]["cuda_graph_scope"] = scopes;
+  }
   if (offloading) {
     out["scenario"]["cpu_offload_layers"] = sc.training.cpu_offload_layers;
     out["memory"]["host_offload_gib"] = static_cast<double>(r.host_offload_bytes) / kGiB;
@@ -259,6 +267,8 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
         "pinned host memory per GPU\n",
         sc.training.cpu_offload_layers, sc.model.layers, sc.cluster.host_link_Bps / 1e9,
         static_cast<double>(r.host_offload_bytes) / kGiB);
+  if (const std::vector<std::string> scopes = config::graph_scope_names(sc.training); !scopes.empty())
+    out += fmt::format("CUDA graphs   {}\n", fmt::join(scopes, ", "));
   out += fmt::format("step time     {:.3f} s\n", m.step_time_s);
   out += fmt::format("throughput    {} tokens/s · {:.1f} tokens/s/GPU\n", thousands(m.tokens_per_s),
                      m.tokens_per_s_per_gpu);
@@ -271,6 +281,7 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   std::string offload_part;
   if (sc.training.cpu_offload_layers > 0)
     offload_part = fmt::format(" · offload {:.1f}%", pct(r.mean.offload_exposed_s));
+  if (parallel::host_stream(sc)) offload_part += fmt::format(" · host {:.1f}%", pct(r.mean.host_bound_s));
   out +=
       fmt::format("time          compute {:.1f}% · exposed TP {:.1f}%{} · PP {:.1f}% · DP {:.1f}%{} · bubble {:.1f}%\n",
                   pct(r.mean.compute_s), pct(r.mean.tp_exposed_s), cp_ep_parts, pct(r.mean.pp_exposed_s),

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "parallel/rank_grid.h"
+#include "parallel/step_builder.h"
 #include "util/error.h"
 
 namespace trainsim::report {
@@ -53,6 +54,7 @@ void TimelineRecorder::on_plan(const parallel::StepPlan& plan) {
 
   slot_of_sim_.assign(bindings.size(), engine::kNone);
   timeline_.ranks.resize(sims.size());
+  last_host_.assign(sims.size(), kNoSpan);
   group_of_slot_.assign(sims.size() * engine::kMaxSlots, engine::kNone);
   for (std::uint32_t i = 0; i < sims.size(); ++i) {
     const std::uint32_t s = sims[i];
@@ -105,6 +107,13 @@ void TimelineRecorder::on_task(std::uint32_t rank, const engine::Program& progra
   if (i == engine::kNone) return;
   RankTimeline& rt = timeline_.ranks[i];
   if (rt.spans_recorded) {
+    // The CPU's issue tasks run back to back while it is ahead of the GPU: one span per busy stretch.
+    std::size_t& host = last_host_[i];
+    if (task.stream == parallel::kHost && host != kNoSpan && rt.spans[host].end_ps == start.ps()) {
+      rt.spans[host].end_ps = end.ps();
+      return;
+    }
+    if (task.stream == parallel::kHost) host = rt.spans.size();
     Span s;
     s.start_ps = start.ps();
     s.end_ps = end.ps();

@@ -91,6 +91,8 @@ class TimelineRecorder : public parallel::StepObserver {
   Timeline timeline_;
   std::vector<std::uint32_t> slot_of_sim_;  // simulated rank -> index into timeline_.ranks, or kNone
   const engine::Program* programs_ = nullptr;
+  static constexpr std::size_t kNoSpan = SIZE_MAX;
+  std::vector<std::size_t> last_host_;        // per recorded rank: its latest host-stream span, or kNoSpan
   std::vector<std::uint32_t> group_of_slot_;  // simulated rank * kMaxSlots + slot -> group
   std::unordered_map<std::uint64_t, std::uint32_t> label_ids_;
   std::unordered_map<std::string, std::uint32_t> name_ids_;

@@ -40,6 +40,7 @@ struct Dims {
   // Token rows one dispatch (and one combine) all-to-all moves per rank: region·k with the alltoall
   // dispatcher; deduplicated per destination with the flex one (dispatch_rows).
   double a2a_rows = 0;
+  bool flex = false;  // the flex dispatcher (DeepEP / HybridEP)
   // Multi-head latent attention: the q and kv latents, the rotary width, query/key and value head
   // widths (q = heads·qk and kv = heads·v then size the attention core's tensors; hd is their mean,
   // which gives the core's FLOPs as 2·(qk + v) per pair).
@@ -106,6 +107,7 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
     x.moe_rows = x.region * x.topk * x.etp;
     x.expert_rows = x.moe_rows / x.local_experts;
     x.a2a_rows = c.moe_flex_dispatch ? x.region * flex_copies_per_token(m, c) : x.region * x.topk;
+    x.flex = c.moe_flex_dispatch;
   }
   if (m.mla()) {
     TRAINSIM_ASSERT(c.cp == 1 && c.attention != AttentionImpl::softmax && x.windowed == 0);
@@ -155,8 +157,22 @@ Op memory(std::string name, double bytes, double saved = 0, std::int32_t kernels
   op.kind = OpKind::memory;
   op.bytes = bytes;
   op.kernels = kernels;
+  op.host_calls = kernels;
   op.saved_bytes = to_bytes(saved);
   return op;
+}
+
+// A grouped GEMM over the local experts: Transformer Engine's GroupedLinear, one call that launches
+// a cuBLAS GEMM per expert from C++ (multi-stream cuBLAS, the MoE guide of Megatron-LM's
+// docs/discussions/deepseek-v3-gb200-optimization, section 1).
+Op grouped(Op op) {
+  op.host_launches = static_cast<std::int32_t>(op.gemm.batch);
+  return op;
+}
+
+// Marks ops [from, end) as captured by the CUDA graph scope `scope`.
+void graph(std::vector<Op>& ops, std::size_t from, std::uint8_t scope) {
+  for (std::size_t i = from; i < ops.size(); ++i) ops[i].graph = scope;
 }
 
 Op comm(std::string name, Comm what, double bytes, CommGroup group = CommGroup::tp) {
@@ -320,14 +336,29 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   ops.back().discards |= kRecomputeLayernorm;  // it keeps the pre-MLP norm's bf16 output
   ops.push_back(
       memory("router_softmax_topk", x.region * x.experts * (d + 4 + 4) + routed * 8, x.region * x.experts * 4, 2));
+  // The router's and the dispatcher's preprocessing kernels, fused as Megatron-Core's
+  // --moe-router-fusion fuses them: 31 kernels with the router GEMM for the alltoall dispatcher, 17
+  // with the permutation for the flex one (DeepEP's fused preprocess) (Megatron-LM's DeepSeek-V3
+  // GB200 guide, sections 2.1.4 and 2.2.1). Their GPU time is the two kernels' above.
+  ops.back().host_calls = x.flex ? 17 - 2 : 31 - 1;
+  graph(ops, first, kGraphMoeRouter);
+  const std::size_t preprocess = ops.size();
   ops.push_back(memory("moe_permute", act(x.region, x.h, d) + act(routed, x.h, d)));
-  if (x.ep > 1)
+  graph(ops, preprocess, kGraphMoePreprocess);
+  // Dropless, the alltoall dispatcher copies the token counts to the CPU and waits for them before
+  // the dispatch all-to-all (before the permutation without expert parallelism); the flex
+  // dispatcher's CPU waits inside the dispatch for the counts received (token_dispatcher.py's
+  // cuda_sync_point, fused_a2a.py). The backward reuses the counts.
+  if (!x.flex) ops[x.ep > 1 ? preprocess : preprocess - 1].host_sync = true;
+  if (x.ep > 1) {
     ops.push_back(comm("moe_dispatch_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.h, d), CommGroup::ep));
+    ops.back().host_sync = x.flex;
+  }
   if (x.etp > 1)
     ops.push_back(comm("moe_dispatch_all_gather", Comm::all_gather, act(x.moe_rows, x.h, d), CommGroup::etp));
   const double fc1_width = x.swiglu ? 2 * x.fe : x.fe;
   ops.push_back(
-      gemm("experts_fc1", x.expert_rows, fc1_width, x.h, d, act(x.moe_rows, x.h, gemm_in_d), x.local_experts));
+      grouped(gemm("experts_fc1", x.expert_rows, fc1_width, x.h, d, act(x.moe_rows, x.h, gemm_in_d), x.local_experts)));
   if (x.swiglu)
     ops.push_back(memory("experts_swiglu", 3 * act(x.moe_rows, x.fe, d) + x.moe_rows * 4,
                          act(x.moe_rows, 2 * x.fe, d) + x.moe_rows * 4));
@@ -335,7 +366,8 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
     ops.push_back(memory("experts_gelu", 2 * act(x.moe_rows, x.fe, d) + x.moe_rows * 4,
                          act(x.moe_rows, x.fe, d) + x.moe_rows * 4));
   ops.back().rerun |= kRecomputeMoeAct;  // moe_act: the activation runs again, fc2 keeps no input
-  ops.push_back(gemm("experts_fc2", x.expert_rows, x.h, x.fe, d, act(x.moe_rows, x.fe, gemm_in_d), x.local_experts));
+  ops.push_back(
+      grouped(gemm("experts_fc2", x.expert_rows, x.h, x.fe, d, act(x.moe_rows, x.fe, gemm_in_d), x.local_experts)));
   ops.back().discards |= kRecomputeMoeAct;
   if (x.etp > 1)
     ops.push_back(comm("moe_combine_reduce_scatter", Comm::reduce_scatter, act(x.moe_rows, x.h, d), CommGroup::etp));
@@ -347,6 +379,7 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
     tp_mlp_forward(ops, x, shared_expert(x), gemm_in_d < d ? act(x.region, x.h, gemm_in_d) : 0, gemm_in_d);
     tag(ops, shared, kRecomputeSharedExperts);
     ops.push_back(memory("shared_expert_add", 3 * act(x.region, x.h, d)));
+    graph(ops, shared, kGraphMoeRouter);
   }
   tag(ops, first, kRecomputeMoe);
 }
@@ -358,31 +391,40 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
 void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   const double d = x.d;
   const double routed = x.region * x.topk;
-  if (x.fsh > 0) tp_mlp_backward(ops, x, shared_expert(x), act(x.region, x.h, gemm_in_d), gemm_in_d);
+  if (x.fsh > 0) {
+    const std::size_t shared = ops.size();
+    tp_mlp_backward(ops, x, shared_expert(x), act(x.region, x.h, gemm_in_d), gemm_in_d);
+    graph(ops, shared, kGraphMoeRouter);
+  }
   ops.push_back(memory("moe_unpermute_backward", act(x.region, x.h, d) + act(routed, x.h, d)));
   if (x.ep > 1)
     ops.push_back(comm("moe_combine_grad_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.h, d), CommGroup::ep));
   if (x.etp > 1)
     ops.push_back(comm("moe_combine_grad_all_gather", Comm::all_gather, act(x.moe_rows, x.h, d), CommGroup::etp));
   const double fc1_width = x.swiglu ? 2 * x.fe : x.fe;
-  ops.push_back(gemm("experts_fc2_dgrad", x.expert_rows, x.fe, x.h, d, 0, x.local_experts));
-  ops.push_back(
-      wgrad("experts_fc2_wgrad", x.fe, x.h, x.expert_rows, d, act(x.moe_rows, x.fe, gemm_in_d), x.local_experts));
+  ops.push_back(grouped(gemm("experts_fc2_dgrad", x.expert_rows, x.fe, x.h, d, 0, x.local_experts)));
+  ops.push_back(grouped(
+      wgrad("experts_fc2_wgrad", x.fe, x.h, x.expert_rows, d, act(x.moe_rows, x.fe, gemm_in_d), x.local_experts)));
   // With the routing weights' gradient (one fp32 per row, read and written).
   ops.push_back(x.swiglu ? memory("experts_swiglu_backward", 5 * act(x.moe_rows, x.fe, d) + x.moe_rows * 8)
                          : memory("experts_gelu_backward", 3 * act(x.moe_rows, x.fe, d) + x.moe_rows * 8));
-  ops.push_back(gemm("experts_fc1_dgrad", x.expert_rows, x.h, fc1_width, d, 0, x.local_experts));
-  ops.push_back(
-      wgrad("experts_fc1_wgrad", x.h, fc1_width, x.expert_rows, d, act(x.moe_rows, x.h, gemm_in_d), x.local_experts));
+  ops.push_back(grouped(gemm("experts_fc1_dgrad", x.expert_rows, x.h, fc1_width, d, 0, x.local_experts)));
+  ops.push_back(grouped(
+      wgrad("experts_fc1_wgrad", x.h, fc1_width, x.expert_rows, d, act(x.moe_rows, x.h, gemm_in_d), x.local_experts)));
   if (x.etp > 1)
     ops.push_back(
         comm("moe_dispatch_grad_reduce_scatter", Comm::reduce_scatter, act(x.moe_rows, x.h, d), CommGroup::etp));
   if (x.ep > 1)
     ops.push_back(comm("moe_dispatch_grad_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.h, d), CommGroup::ep));
+  const std::size_t preprocess = ops.size();
   ops.push_back(memory("moe_permute_backward", act(routed, x.h, d) + act(x.region, x.h, d)));
+  graph(ops, preprocess, kGraphMoePreprocess);
+  const std::size_t router = ops.size();
   ops.push_back(memory("router_softmax_topk_backward", x.region * x.experts * (4 + 4 + 4 + d) + routed * 8, 0, 2));
+  ops.back().host_calls = x.flex ? 17 - 2 : 31 - 1;  // as many as the forward's (above)
   ops.push_back(gemm("router_dgrad", x.region, x.h, x.experts, d));
   ops.push_back(wgrad("router_wgrad", x.h, x.experts, x.region, d, act(x.region, x.h, d)));
+  graph(ops, router, kGraphMoeRouter);
 }
 
 // The router's GEMMs stay in BF16 under FP8 (Megatron-Core never quantises the router).
@@ -505,6 +547,7 @@ std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
   // Bias + dropout + residual add: reads the branch and the residual, writes the sum and the mask.
   ops.push_back(x.drop ? memory("attention_dropout_add", region_act * 3 + mask, mask)
                        : memory("attention_residual_add", region_act * 3));
+  graph(ops, 0, kGraphAttn);
 
   // A checkpointed MLP keeps its input, the residual stream (its norm is fused into fc1 and runs
   // again); a checkpointed MoE layer keeps the pre-MLP norm's output.
@@ -516,12 +559,14 @@ std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
     ops.back().rerun |= kRecomputeLayernorm;
     if (modules & kRecomputeMoe) ops.push_back(checkpoint_input("moe_checkpoint_input", region_act));
     moe_forward(ops, x, gemm_in_d);
+    ops[mlp].graph = kGraphMoeRouter;
   } else {
     tp_mlp_forward(ops, x, dense_mlp(x), region_gemm_in, gemm_in_d);
     tag(ops, mlp, kRecomputeMlp);
   }
   ops.push_back(x.drop ? memory("mlp_dropout_add", region_act * 3 + mask, mask)
                        : memory("mlp_residual_add", region_act * 3));
+  if (!x.moe) graph(ops, mlp, kGraphMlp);
   if (c.fp8) {
     // TE fuses the casts of the QKV and fc1 inputs into the norms and of the fc2 input into the
     // activation; the projection input is cast on its own (read 2, write 1 byte per element), and
@@ -569,6 +614,11 @@ std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c) {
   }
   // Norm backward reads its input, the output grad and the residual grad it is summed with.
   ops.push_back(memory("post_attention_" + norm + "_backward", 4 * region_act, 0, 2));
+  if (x.moe)
+    ops.back().graph = kGraphMoeRouter;
+  else
+    graph(ops, 0, kGraphMlp);
+  const std::size_t attention = ops.size();
 
   if (x.drop) ops.push_back(memory("attention_dropout_add_backward", region_act * 2 + mask));
   if (tp && x.sp) ops.push_back(comm("attention_output_grad_all_gather", Comm::all_gather, full));
@@ -599,6 +649,7 @@ std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c) {
     ops.push_back(wgrad("qkv_wgrad", x.h, qkv_width, x.tokens, x.d, region_gemm_in));
   }
   ops.push_back(memory("input_" + norm + "_backward", 4 * region_act, 0, 2));
+  graph(ops, attention, kGraphAttn);
   if (c.fp8) {
     // Each GEMM's output gradient is cast and transposed to FP8 once for its data and weight
     // gradients: read 2, write 1 + 1 bytes per element. MLA: the down projection's (on the region),

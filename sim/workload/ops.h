@@ -91,9 +91,28 @@ struct Op {
   std::int64_t grad_output_bytes = 0;
   std::int64_t held_input_bytes = 0;
   // PyTorch eager mode only (eager_ops.h; 0 in Megatron's op lists): bytes alive only while the op
-  // runs (temporaries beyond its saved tensors), and the CPU time to issue its kernels.
+  // runs (temporaries beyond its saved tensors).
   std::int64_t workspace_bytes = 0;
+  // The CPU time to issue the op's kernels: set by eager_ops.h, and by the step builder for
+  // Megatron's op lists from the following.
   double host_s = 0;
+  // Megatron's host overhead: the framework calls the CPU makes for the op (a PyTorch, Transformer
+  // Engine or NCCL call that launches a kernel; a grouped GEMM launches one per local expert), the
+  // CUDA graph scopes (GraphScope bits) that capture it, and whether the CPU reads its result
+  // before issuing more (a device-to-host copy of the MoE token counts).
+  std::int32_t host_calls = 1;
+  std::int32_t host_launches = 0;  // kernels launched from C++ inside those calls (per-expert GEMMs)
+  std::uint8_t graph = 0;
+  bool host_sync = false;
+};
+
+// Megatron-Core's partial CUDA graph scopes (--cuda-graph-scope with Transformer Engine graphs), as
+// bits: a captured op costs the CPU nothing; each captured region one graph launch.
+enum GraphScope : std::uint8_t {
+  kGraphAttn = 1,           // the attention block: input norm to the residual add
+  kGraphMlp = 2,            // a dense layer's MLP block
+  kGraphMoeRouter = 4,      // the pre-MLP norm, the router and the shared expert
+  kGraphMoePreprocess = 8,  // the token dispatcher's preprocessing (token counts, permutation)
 };
 
 struct LayerConfig {

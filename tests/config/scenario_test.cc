@@ -362,7 +362,31 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
       {[](json& d) { d["training"]["optimizer"] = "adam"; }, "training.optimizer",
        "unknown key (expected one of: micro_batch, global_batch, seq_len, recompute, recompute_layers, precision, "
        "attention, framework, host_forward_us, host_backward_us, grad_reduce_in_fp32, cross_entropy, "
-       "recompute_modules, cpu_offload_layers)"},
+       "recompute_modules, cpu_offload_layers, host_overhead, cuda_graph_scope)"},
+      {[](json& d) { d["training"]["cuda_graph_scope"] = "attn"; }, "training.cuda_graph_scope",
+       "must be an array of scope names (empty: no CUDA graphs)"},
+      {[](json& d) {
+         d["training"]["cuda_graph_scope"] = {"attn", "router"};
+       },
+       "training.cuda_graph_scope[1]",
+       "unknown scope \"router\" (expected one of: attn, mlp, moe_router, moe_preprocess, full_iteration)"},
+      {[](json& d) {
+         d["training"]["cuda_graph_scope"] = {"attn", "attn"};
+       },
+       "training.cuda_graph_scope[1]", "\"attn\" is listed twice"},
+      {[](json& d) {
+         d["training"]["cuda_graph_scope"] = {"full_iteration", "attn"};
+       },
+       "training.cuda_graph_scope", "\"full_iteration\" captures everything and takes no other scope"},
+      {[](json& d) {
+         d["training"]["host_overhead"] = false;
+         d["training"]["cuda_graph_scope"] = {"attn"};
+       },
+       "training.cuda_graph_scope", "needs \"host_overhead\": true (CUDA graphs save host time)"},
+      {[](json& d) { d["training"]["cuda_graph_scope"] = {"moe_router"}; }, "training.cuda_graph_scope",
+       "\"moe_router\" and \"moe_preprocess\" need a mixture-of-experts model"},
+      {[](json& d) { d["training"]["host_overhead"] = "yes"; }, "training.host_overhead",
+       "expected true or false, got a string"},
       {[](json& d) { d["gpus"] = "64"; }, "gpus", "expected an integer, got a string"},
       {[](json& d) { d["gpus"] = 64.5; }, "gpus", "expected an integer, got 64.5"},
       {[](json& d) { d["parallel"]["sequence_parallel"] = 1; }, "parallel.sequence_parallel",

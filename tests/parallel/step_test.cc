@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <set>
 #include <string>
 
 #include "config/scenario.h"
@@ -19,7 +20,12 @@ using parallel::kActivations;
 
 namespace {
 
-config::Scenario scenario(const nlohmann::json& j) {
+// The hand-worked expectations below are of the GPU's work: Megatron's host overhead is off unless
+// a test turns it on ("host_overhead": true; the host stream's tests).
+config::Scenario scenario(nlohmann::json j) {
+  if (j.contains("training") && !j["training"].contains("host_overhead") &&
+      j["training"].value("framework", "megatron") == "megatron")
+    j["training"]["host_overhead"] = false;
   return config::parse_scenario(util::JsonNode(j, "test.json"), TRAINSIM_SOURCE_DIR);
 }
 
@@ -1351,4 +1357,172 @@ TEST_CASE("flex dispatcher: fewer token copies cross the NICs, and it is refused
   CHECK(refusal(j) == "test.json: parallel.moe_token_dispatcher: \"flex\" with etp > 1 is not supported yet");
   j["parallel"]["moe_token_dispatcher"] = "allgather";
   CHECK(refusal(j).find("not supported yet") != std::string::npos);
+}
+
+namespace {
+
+// A dense model small enough that the CPU, not the GPU, sets the pace: every kernel is a few
+// microseconds, every issue at least as long.
+nlohmann::json host_bound_scenario() {
+  nlohmann::json model = {{"name", "tiny"}, {"layers", 2},       {"hidden", 64}, {"heads", 1},
+                          {"kv_heads", 1},  {"ffn_hidden", 256}, {"vocab", 256}, {"mlp", "swiglu"}};
+  return {{"model", model},
+          {"cluster", "dgx-h100"},
+          {"gpus", 1},
+          {"parallel", {{"tp", 1}, {"pp", 1}}},
+          {"training", {{"micro_batch", 1}, {"global_batch", 2}, {"seq_len", 64}, {"host_overhead", true}}}};
+}
+
+// One CPU thread issuing ops back to back (h each) and one GPU running them in order (g each), each
+// once issued: when the last one ends.
+struct SerialQueue {
+  double host = 0, gpu = 0;
+  void run(double h, double g) {
+    host += h;
+    gpu = std::max(gpu, host) + g;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("host overhead: the host stream reproduces one CPU thread issuing every kernel of the step") {
+  // pp 1, one GPU, no communication: the step is the serial queue of its ops (zero the gradient
+  // buffer; per micro-batch the embedding, layers and head forward, then their backward; the
+  // optimizer step), each issued by the CPU (its host_s; a bare compute task: a PyTorch call) and
+  // run by the GPU once issued. The builder merges each pass into one task that waits for the first
+  // max_i(H_<=i - G_<i) of its issue; that must give the queue's end exactly.
+  const auto sc = scenario(host_bound_scenario());
+  hardware::ComputeModel cm(sc.cluster.gpu);
+  workload::LayerConfig lc;
+  lc.seq_len = 64;
+  const parallel::HostCosts costs = parallel::host_costs(sc.cluster);
+  auto with_host = [&](std::vector<workload::Op> ops, bool backward) {
+    parallel::set_host_costs(ops, costs, backward, 0);
+    return ops;
+  };
+  const auto emb_f = with_host(workload::embedding_forward(sc.model, lc), false);
+  const auto layer_f = with_host(workload::layer_forward(sc.model, lc), false);
+  const auto head_f = with_host(workload::head_forward(sc.model, lc), false);
+  const auto head_b = with_host(workload::head_backward(sc.model, lc), true);
+  const auto layer_b = with_host(workload::layer_backward(sc.model, lc), true);
+  const auto emb_b = with_host(workload::embedding_backward(sc.model, lc), true);
+  SerialQueue q;
+  auto run = [&](const std::vector<workload::Op>& ops) {
+    for (const auto& op : ops) q.run(op.host_s, cm.time_s(op));
+  };
+  const std::int64_t params = workload::embedding_params_per_rank(sc.model, 1) +
+                              2 * workload::layer_params_per_rank(sc.model, 1) +
+                              workload::head_params_per_rank(sc.model, 1);
+  q.run(costs.forward_call_s, cm.time_s(workload::zero_grad_buffer(params)));
+  for (int mb = 0; mb < 2; ++mb) {
+    for (const auto* ops : {&emb_f, &layer_f, &layer_f, &head_f, &head_b, &layer_b, &layer_b, &emb_b}) run(*ops);
+  }
+  q.run(costs.forward_call_s, cm.time_s(workload::optimizer_step(params)));
+  const auto r = parallel::simulate_step(sc);
+  CHECK(r.step_time_s == Approx(q.gpu).epsilon(1e-9));
+  // Host-bound: the GPU waits for the CPU most of the step, and the time is reported as such.
+  CHECK(q.gpu > 1.5 * parallel::simulate_step(scenario([] {
+                        auto j = host_bound_scenario();
+                        j["training"]["host_overhead"] = false;
+                        return j;
+                      }()))
+                          .step_time_s);
+  CHECK(r.mean.host_bound_s > 0.3 * r.step_time_s);
+  CHECK(r.mean.compute_s + r.mean.host_bound_s + r.mean.bubble_s + r.mean.exposed_s() ==
+        Approx(r.step_time_s).epsilon(1e-9));
+}
+
+TEST_CASE("host overhead: Grace costs 37.08 / 13.48 times the x86 host's CPU time") {
+  // Transformer Engine issue #2053: torch.nn.Linear's host time, GB200 against DGX H100.
+  const auto x86 = parallel::host_costs(scenario(host_bound_scenario()).cluster);
+  auto j = host_bound_scenario();
+  j["cluster"] = "gb200-nvl72";
+  const auto grace = parallel::host_costs(scenario(j).cluster);
+  const double ratio = 37.08 / 13.48;
+  CHECK(grace.module_s == Approx(99.66e-6).epsilon(1e-12));  // te.Linear on GB200, as measured
+  CHECK(x86.module_s == Approx(99.66e-6 / ratio).epsilon(1e-12));
+  CHECK(grace.forward_call_s == Approx(x86.forward_call_s * ratio).epsilon(1e-12));
+  CHECK(grace.launch_s == Approx(x86.launch_s * ratio).epsilon(1e-12));
+}
+
+TEST_CASE("host overhead: a captured CUDA graph scope costs the CPU one graph launch per captured run") {
+  // The attention block of a layer's forward (input norm to residual add) is one captured run: its
+  // ops' host time becomes one module call. The dense MLP likewise under "mlp".
+  const auto sc = scenario(host_bound_scenario());
+  workload::LayerConfig lc;
+  lc.seq_len = 64;
+  const parallel::HostCosts costs = parallel::host_costs(sc.cluster);
+  auto host_of = [&](std::uint8_t graphed, std::uint8_t scope) {
+    auto ops = workload::layer_forward(sc.model, lc);
+    parallel::set_host_costs(ops, costs, false, graphed);
+    double in = 0, out = 0;
+    for (const auto& op : ops) ((op.graph & scope) ? in : out) += op.host_s;
+    return std::pair{in, out};
+  };
+  const auto [attn_plain, rest_plain] = host_of(0, workload::kGraphAttn);
+  const auto [attn_graphed, rest_graphed] = host_of(workload::kGraphAttn, workload::kGraphAttn);
+  CHECK(attn_plain > 3 * costs.module_s);  // QKV, the attention core, the projection, the norm, rotary, the add
+  CHECK(attn_graphed == Approx(costs.module_s).epsilon(1e-12));
+  CHECK(rest_graphed == Approx(rest_plain).epsilon(1e-12));
+  const auto [mlp_graphed, other] = host_of(workload::kGraphAttn | workload::kGraphMlp, workload::kGraphMlp);
+  CHECK(mlp_graphed == Approx(costs.module_s).epsilon(1e-12));
+  CHECK(other == Approx(costs.module_s).epsilon(1e-12));  // the attention run's launch: the rest is captured
+  // End to end: the graphs shorten the host-bound step.
+  auto j = host_bound_scenario();
+  j["training"]["cuda_graph_scope"] = {"attn", "mlp"};
+  CHECK(parallel::simulate_step(scenario(j)).step_time_s < parallel::simulate_step(sc).step_time_s);
+  // A whole-iteration graph leaves no host stream.
+  j["training"]["cuda_graph_scope"] = {"full_iteration"};
+  const auto full = scenario(j);
+  CHECK_FALSE(parallel::host_stream(full));
+  j["training"]["host_overhead"] = false;
+  j["training"].erase("cuda_graph_scope");
+  CHECK(parallel::simulate_step(full).step_time_s == parallel::simulate_step(scenario(j)).step_time_s);
+}
+
+TEST_CASE(
+    "host overhead: the CPU waits once per MoE layer forward for the token counts, and per pipeline step "
+    "without interleaving") {
+  // The alltoall dispatcher syncs before the dispatch all-to-all (after the permutation), the flex
+  // dispatcher inside it; the backward reuses the counts. 8 MoE layers, 4 micro-batches on pp 1:
+  // 32 host tasks wait for the GPU.
+  // The tasks of stream `on` some host task waits for.
+  auto waits = [](const engine::Program& p, int on) {
+    std::set<std::uint32_t> waited;
+    for (const auto& t : p.stream(parallel::kHost))
+      for (const auto& d : p.deps(t))
+        if (d.stream == on) waited.insert(d.position);
+    return static_cast<int>(waited.size());
+  };
+  auto j = moe_scenario(8, 1, 1, 8, 1);
+  j["training"]["host_overhead"] = true;
+  auto sc = scenario(j);
+  hardware::ComputeModel cm(sc.cluster.gpu);
+  auto plan = parallel::build_step(sc, cm);
+  CHECK(waits(plan.programs[0], parallel::kCompute) == 8 * 4);
+  CHECK(waits(plan.programs[0], parallel::kEpComm) == 0);
+  j["parallel"]["moe_token_dispatcher"] = "flex";
+  plan = parallel::build_step(scenario(j), cm);
+  CHECK(waits(plan.programs[0], parallel::kCompute) == 0);
+  CHECK(waits(plan.programs[0], parallel::kEpComm) == 8 * 4);
+  // Every token dispatch waits for the CPU; the syncs cost time the GPU waits.
+  const auto synced = parallel::simulate_step(scenario(j));
+  j["training"]["host_overhead"] = false;
+  const auto free = parallel::simulate_step(scenario(j));
+  CHECK(synced.step_time_s > free.step_time_s);
+  CHECK(synced.mean.host_bound_s > 0);
+  CHECK(free.mean.host_bound_s == 0);
+
+  // Pipeline: 1F1B's batched p2p calls end in torch.cuda.synchronize(): the CPU waits for each
+  // send or receive (and the compute before it); the interleaved schedule does not sync.
+  auto k = base(2, 1, 2, 8);
+  k["training"]["host_overhead"] = true;
+  plan = parallel::build_step(scenario(k), cm);
+  // Stage 0 of 8 micro-batches: 8 sends forward, 8 receives backward.
+  CHECK(waits(plan.programs[0], parallel::kPpSend) == 8);
+  CHECK(waits(plan.programs[0], parallel::kPpRecv) == 8);
+  k["parallel"]["schedule"] = "interleaved";
+  k["parallel"]["virtual_stages"] = 2;
+  plan = parallel::build_step(scenario(k), cm);
+  CHECK(waits(plan.programs[0], parallel::kPpSend) + waits(plan.programs[0], parallel::kPpRecv) == 0);
 }
