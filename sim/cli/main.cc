@@ -53,15 +53,17 @@ int run_command(const std::string& scenario_file, bool json, bool all_ranks, con
 }
 
 int validate_command(const std::string& dir_arg, bool json, bool markdown, const std::string& gate,
-                     const std::string& network_name, int threads_arg) {
+                     const std::string& network_name, double host_cost_scale, int threads_arg) {
   using namespace trainsim;
   const auto data_dir = config::default_data_dir();
   const std::filesystem::path dir =
       dir_arg.empty() ? data_dir / "validation" / "records" : std::filesystem::path(dir_arg);
   const auto records = validate::load_records(dir);
-  std::optional<config::NetworkModel> network;
+  validate::Overrides overrides;
+  std::optional<config::NetworkModel>& network = overrides.network;
   if (network_name == "flow") network = config::NetworkModel::flow;
   if (network_name == "analytical") network = config::NetworkModel::analytical;
+  if (host_cost_scale > 0) overrides.host_cost_scale = host_cost_scale;
   if (!network_name.empty() && !network)
     throw util::InputError("--network", "",
                            fmt::format("unknown network \"{}\" (expected one of: analytical, flow)", network_name));
@@ -77,7 +79,7 @@ int validate_command(const std::string& dir_arg, bool json, bool markdown, const
     for (std::size_t i = next++; i < records.size(); i = next++) {
       spdlog::info("validating {}", records[i].id);
       try {
-        outcomes[i] = validate::evaluate(records[i], data_dir, network);
+        outcomes[i] = validate::evaluate(records[i], data_dir, overrides);
       } catch (...) {
         errors[i] = std::current_exception();
       }
@@ -313,6 +315,12 @@ int main(int argc, char** argv) {
   std::string validate_network;
   validate->add_option("--network", validate_network,
                        "Run every record on this network model (analytical or flow) instead of the record's own");
+  double validate_host_scale = 0;
+  validate
+      ->add_option("--host-cost-scale", validate_host_scale,
+                   "Run every Megatron record with training.host_cost_scale set to this (a host overhead "
+                   "sensitivity study)")
+      ->check(CLI::PositiveNumber);
   int validate_threads = 0;
   validate->add_option("--threads", validate_threads, "Records simulated at once (default: one per hardware thread)")
       ->check(CLI::PositiveNumber);
@@ -397,7 +405,7 @@ int main(int argc, char** argv) {
     if (calibrate->parsed()) return trainsim::calibrate::run_command(calibrate_options);
     if (validate->parsed())
       return validate_command(validate_dir, validate_json, validate_markdown, gate_file, validate_network,
-                              validate_threads);
+                              validate_host_scale, validate_threads);
     if (collective->parsed()) {
       const auto algo = trainsim::network::algorithm_from_string(coll_algo);
       if (!algo)

@@ -367,8 +367,8 @@ namespace {
 TrainingSpec parse_training(const util::JsonNode& node) {
   node.reject_unknown({"micro_batch", "global_batch", "seq_len", "recompute", "recompute_layers", "precision",
                        "attention", "framework", "host_forward_us", "host_backward_us", "grad_reduce_in_fp32",
-                       "cross_entropy", "recompute_modules", "cpu_offload_layers", "host_overhead",
-                       "cuda_graph_scope"});
+                       "cross_entropy", "recompute_modules", "cpu_offload_layers", "host_overhead", "cuda_graph_scope",
+                       "host_cost_scale"});
   TrainingSpec t;
   if (auto v = node.find("micro_batch")) t.micro_batch = v->as_positive_int();
   t.global_batch = node.at("global_batch").as_positive_int();
@@ -416,6 +416,11 @@ TrainingSpec parse_training(const util::JsonNode& node) {
   if (auto v = node.find("host_overhead")) {
     if (t.framework != Framework::megatron) v->fail("applies to \"framework\": \"megatron\" only");
     t.host_overhead = v->as_bool();
+  }
+  if (auto v = node.find("host_cost_scale")) {
+    if (t.framework != Framework::megatron) v->fail("applies to \"framework\": \"megatron\" only");
+    t.host_cost_scale = v->as_positive_number();
+    if (!t.host_overhead) v->fail("needs \"host_overhead\": true");
   }
   if (auto v = node.find("cuda_graph_scope")) {
     if (t.framework != Framework::megatron) v->fail("applies to \"framework\": \"megatron\" only");

@@ -122,6 +122,7 @@ struct TrainingSpec {
   // stream: each op's host time, the MoE dispatcher's and the pipeline's device-to-host syncs), and
   // the Transformer Engine CUDA graph scopes that take ops off it (workload::GraphScope bits).
   bool host_overhead = true;
+  double host_cost_scale = 1;  // multiplies every host cost (a slower or busier CPU: > 1)
   std::uint8_t cuda_graph_scope = 0;
   bool cuda_graph_full_iteration = false;  // the whole step one graph (--cuda-graph-impl local): no host time
   // Megatron's gradient buffer and data-parallel reduction in fp32 (its default for bf16 and fp8,

@@ -554,7 +554,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   StageWriter w(p, compute, par.tp > 1, par.tp_comm_overlap && par.sequence_parallel && par.tp > 1, recompute_modules);
   const workload::EagerHost host{sc.training.host_forward_s, sc.training.host_backward_s};
   if (eager) w.use_host_queue();
-  if (host_stream(sc)) w.use_host_stream(host_costs(sc.cluster).forward_call_s);
+  if (host_stream(sc)) w.use_host_stream(host_costs(sc.cluster, sc.training.host_cost_scale).forward_call_s);
 
   // Full recompute applies to the first recompute_layers layers of each model chunk (Megatron's
   // --recompute-method block; all of them by default, as uniform with one layer per group); the
@@ -1213,8 +1213,8 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
 // function) as much. Grace costs that ratio more throughout.
 constexpr double kGraceHostRatio = 37.08 / 13.48;  // [TE]
 
-HostCosts host_costs(const network::ClusterSpec& cluster) {
-  const double scale = cluster.gpu.grace_host ? kGraceHostRatio : 1.0;
+HostCosts host_costs(const network::ClusterSpec& cluster, double user_scale) {
+  const double scale = (cluster.gpu.grace_host ? kGraceHostRatio : 1.0) * user_scale;
   return {99.66e-6 / kGraceHostRatio * scale, 8e-6 * scale, 4e-6 * scale, 3e-6 * scale};
 }
 
@@ -1300,7 +1300,7 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
     ops.head_bwd = std::move(bwd);
   }
   if (host_stream(sc)) {
-    const HostCosts costs = host_costs(sc.cluster);
+    const HostCosts costs = host_costs(sc.cluster, sc.training.host_cost_scale);
     const std::uint8_t graphed = sc.training.cuda_graph_scope;
     for (std::vector<Op>* list : {&ops.layer_fwd, &ops.dense_fwd, &ops.emb_fwd, &ops.head_fwd})
       set_host_costs(*list, costs, false, graphed);

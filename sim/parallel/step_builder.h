@@ -96,7 +96,7 @@ struct HostCosts {
   double backward_call_s = 0;
   double launch_s = 0;
 };
-HostCosts host_costs(const network::ClusterSpec& cluster);
+HostCosts host_costs(const network::ClusterSpec& cluster, double scale = 1);
 // Sets op.host_s of a Megatron op list (`backward`: a backward pass); ops in the CUDA graph scopes
 // `graphed` (workload::GraphScope bits) cost only their captured run's graph launch.
 void set_host_costs(std::vector<workload::Op>& ops, const HostCosts& costs, bool backward, std::uint8_t graphed);

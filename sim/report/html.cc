@@ -241,6 +241,11 @@ std::string breakdown_chart(const parallel::StepResult& r) {
     parts.insert(parts.end() - 1, {"exposed offload", r.mean.offload_exposed_s});
     colors.insert(colors.end() - 1, "#edc948");
   }
+  // The GPU waiting for the CPU (Megatron's host overhead), where it did.
+  if (r.mean.host_bound_s > 0) {
+    parts.insert(parts.end() - 1, {"host-bound", r.mean.host_bound_s});
+    colors.insert(colors.end() - 1, "#9c755f");
+  }
   const double left = 16, w = 940, top = 30, h = 34;
   Svg svg(left * 2 + w, 100, "Step time breakdown");
   svg.text(left, 16, fmt::format("Step time breakdown (mean over ranks): {}", time_label(r.step_time_s)), "start", 13);

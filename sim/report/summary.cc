@@ -229,6 +229,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
   if (p.moe_flex_dispatch) out["scenario"]["moe_token_dispatcher"] = "flex";
   if (sc.training.framework == config::Framework::megatron) {
     out["scenario"]["host_overhead"] = sc.training.host_overhead;
+    if (sc.training.host_cost_scale != 1) out["scenario"]["host_cost_scale"] = sc.training.host_cost_scale;
     const std::vector<std::string> scopes = config::graph_scope_names(sc.training);
     if (!scopes.empty()) out["scenario"]["cuda_graph_scope"] = scopes;
   }

@@ -138,7 +138,8 @@ std::vector<Record> load_records(const fs::path& dir) {
   return records;
 }
 
-Outcome evaluate(const Record& r, const fs::path& data_dir, std::optional<config::NetworkModel> network) {
+Outcome evaluate(const Record& r, const fs::path& data_dir, const Overrides& overrides) {
+  const std::optional<config::NetworkModel>& network = overrides.network;
   Outcome out;
   out.record = &r;
   if (r.skip) {
@@ -150,6 +151,10 @@ Outcome evaluate(const Record& r, const fs::path& data_dir, std::optional<config
   // network needs whole nodes) apply.
   nlohmann::json doc = r.scenario;
   if (network) doc["network"] = *network == config::NetworkModel::flow ? "flow" : "analytical";
+  const nlohmann::json& training = doc["training"];
+  if (overrides.host_cost_scale && training.value("framework", "megatron") == "megatron" &&
+      training.value("host_overhead", true))
+    doc["training"]["host_cost_scale"] = *overrides.host_cost_scale;
   try {
     sc = config::parse_scenario(util::JsonNode(doc, r.file, "scenario"), data_dir);
   } catch (const util::InputError& e) {

@@ -66,10 +66,14 @@ struct Summary {
 
 // Reads every *.json in `dir` (sorted by file name); bad records are InputErrors.
 std::vector<Record> load_records(const std::filesystem::path& dir);
-// `network` replaces the records' network model when set (e.g. to re-run every record on the flow
-// network).
-Outcome evaluate(const Record& record, const std::filesystem::path& data_dir,
-                 std::optional<config::NetworkModel> network = std::nullopt);
+// What `validate` changes in every record before running it: the network model (e.g. to re-run every
+// record on the flow network), and the host cost scale of the Megatron records
+// (training.host_cost_scale, a sensitivity study of the host overhead).
+struct Overrides {
+  std::optional<config::NetworkModel> network;
+  std::optional<double> host_cost_scale;
+};
+Outcome evaluate(const Record& record, const std::filesystem::path& data_dir, const Overrides& overrides = {});
 Summary summarize(const std::vector<Outcome>& outcomes);
 
 std::string to_text(const std::vector<Outcome>& outcomes, const Summary& summary);

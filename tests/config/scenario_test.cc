@@ -362,7 +362,7 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
       {[](json& d) { d["training"]["optimizer"] = "adam"; }, "training.optimizer",
        "unknown key (expected one of: micro_batch, global_batch, seq_len, recompute, recompute_layers, precision, "
        "attention, framework, host_forward_us, host_backward_us, grad_reduce_in_fp32, cross_entropy, "
-       "recompute_modules, cpu_offload_layers, host_overhead, cuda_graph_scope)"},
+       "recompute_modules, cpu_offload_layers, host_overhead, cuda_graph_scope, host_cost_scale)"},
       {[](json& d) { d["training"]["cuda_graph_scope"] = "attn"; }, "training.cuda_graph_scope",
        "must be an array of scope names (empty: no CUDA graphs)"},
       {[](json& d) {
@@ -387,6 +387,13 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
        "\"moe_router\" and \"moe_preprocess\" need a mixture-of-experts model"},
       {[](json& d) { d["training"]["host_overhead"] = "yes"; }, "training.host_overhead",
        "expected true or false, got a string"},
+      {[](json& d) {
+         d["training"]["host_overhead"] = false;
+         d["training"]["host_cost_scale"] = 2;
+       },
+       "training.host_cost_scale", "needs \"host_overhead\": true"},
+      {[](json& d) { d["training"]["host_cost_scale"] = 0; }, "training.host_cost_scale",
+       "must be positive, got 0"},
       {[](json& d) { d["gpus"] = "64"; }, "gpus", "expected an integer, got a string"},
       {[](json& d) { d["gpus"] = 64.5; }, "gpus", "expected an integer, got 64.5"},
       {[](json& d) { d["parallel"]["sequence_parallel"] = 1; }, "parallel.sequence_parallel",

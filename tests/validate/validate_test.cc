@@ -124,9 +124,30 @@ TEST_CASE("validate --network flow lists a record on part of a node group as ski
   const auto analytical = validate::evaluate(records[0], TRAINSIM_SOURCE_DIR);
   CHECK(analytical.skipped.empty());
   CHECK(analytical.comparisons.size() == 1);
-  const auto flow = validate::evaluate(records[0], TRAINSIM_SOURCE_DIR, config::NetworkModel::flow);
+  const auto flow = validate::evaluate(records[0], TRAINSIM_SOURCE_DIR,
+                                       {.network = config::NetworkModel::flow, .host_cost_scale = std::nullopt});
   CHECK(flow.comparisons.empty());
   CHECK(flow.skipped.find("whole nodes") != std::string::npos);
+}
+
+TEST_CASE("validate --host-cost-scale sets training.host_cost_scale in the Megatron records") {
+  // A 22B step on 12 A100s: a 50 times slower CPU makes it host-bound, so the prediction grows; a
+  // record that turns the host overhead off is left as it is.
+  const fs::path dir = fresh_dir("host_scale");
+  auto rec = record("h_scale", "step", {{"step_time_s", 1.0}});
+  rec["scenario"]["gpus"] = 12;
+  rec["scenario"]["parallel"] = {{"tp", 4}, {"zero", 1}};
+  rec["scenario"]["training"] = {{"micro_batch", 1}, {"global_batch", 3}, {"seq_len", 2048}, {"recompute", "full"}};
+  write(dir / "h_scale.json", rec);
+  rec["scenario"]["training"]["host_overhead"] = false;
+  write(dir / "h_scale_off.json", rec);
+  const auto records = validate::load_records(dir);
+  REQUIRE(records.size() == 2);
+  const validate::Overrides slow{.network = std::nullopt, .host_cost_scale = 50.0};
+  const double base = validate::evaluate(records[0], TRAINSIM_SOURCE_DIR).comparisons.at(0).predicted;
+  CHECK(validate::evaluate(records[0], TRAINSIM_SOURCE_DIR, slow).comparisons.at(0).predicted > 1.2 * base);
+  CHECK(validate::evaluate(records[1], TRAINSIM_SOURCE_DIR, slow).comparisons.at(0).predicted ==
+        validate::evaluate(records[1], TRAINSIM_SOURCE_DIR).comparisons.at(0).predicted);
 }
 
 TEST_CASE("MAPE is the mean of absolute relative errors, the worst run the largest") {
