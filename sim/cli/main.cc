@@ -148,7 +148,7 @@ struct SearchArgs {
   std::size_t top = 10;
   int threads = 0;  // 0: one per hardware thread
   bool json = false, markdown = false;
-  std::string tp, pp, cp, ep, vp, micro_batch, recompute, zero, a2a_overlap;
+  std::string tp, pp, cp, ep, vp, micro_batch, recompute, zero, a2a_overlap, dispatcher;
   std::string network;  // overrides the scenario's network model
   std::string headroom = "0";
   std::string gpus, nodes;  // search at these GPU counts instead of the scenario's
@@ -190,6 +190,26 @@ int search_layouts(const SearchArgs& a) {
       if (std::find(axes.moe_a2a_overlap.begin(), axes.moe_a2a_overlap.end(), on) != axes.moe_a2a_overlap.end())
         throw util::InputError("--a2a-overlap", "", fmt::format("{} is listed twice", std::string(item)));
       axes.moe_a2a_overlap.push_back(on);
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+  }
+  if (!a.dispatcher.empty()) {
+    if (!base.model.moe())
+      throw util::InputError("--dispatcher", "", fmt::format("{} is not a mixture-of-experts model", base.model.name));
+    axes.moe_flex_dispatch.clear();
+    std::string_view rest = a.dispatcher;
+    while (true) {
+      const auto comma = rest.find(',');
+      const std::string_view item = rest.substr(0, comma);
+      if (item != "alltoall" && item != "flex")
+        throw util::InputError(
+            "--dispatcher", "",
+            fmt::format("unknown value \"{}\" (expected a list of alltoall, flex)", std::string(item)));
+      const bool flex = item == "flex";
+      if (std::find(axes.moe_flex_dispatch.begin(), axes.moe_flex_dispatch.end(), flex) != axes.moe_flex_dispatch.end())
+        throw util::InputError("--dispatcher", "", fmt::format("{} is listed twice", std::string(item)));
+      axes.moe_flex_dispatch.push_back(flex);
       if (comma == std::string_view::npos) break;
       rest.remove_prefix(comma + 1);
     }
@@ -368,6 +388,8 @@ int main(int argc, char** argv) {
   search->add_option("--zero", search_args.zero, "ZeRO stages (default: the scenario's)");
   search->add_option("--a2a-overlap", search_args.a2a_overlap,
                      "Mixture of experts: the all-to-all overlap off and/or on (default: the scenario's)");
+  search->add_option("--dispatcher", search_args.dispatcher,
+                     "Mixture of experts: the token dispatcher, alltoall and/or flex (default: the scenario's)");
   auto* search_gpus = search->add_option(
       "--gpus", search_args.gpus,
       "Search at each of these GPU counts (increasing: 256,512,1024) instead of the scenario's, then list the best "

@@ -105,8 +105,11 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
     p["moe_a2a_overlap"] = true;
   else
     p.erase("moe_a2a_overlap");
-  // And its flex token dispatcher: ep > 1 (etp 1, which the search keeps).
-  if (l.ep < 2) p.erase("moe_token_dispatcher");
+  // The token dispatcher as the layout says (enumerate sets flex only where it applies: ep > 1, etp 1).
+  if (l.moe_flex_dispatch)
+    p["moe_token_dispatcher"] = "flex";
+  else
+    p.erase("moe_token_dispatcher");
   c.parallel = std::move(p);
   c.training = std::move(t);
 }
@@ -116,6 +119,7 @@ std::vector<Candidate> enumerate(const Axes& a, const config::Scenario& base, co
   const std::vector<std::int64_t> no_ep = {1};
   const auto& eps = base.model.moe() && !a.ep.empty() ? a.ep : no_ep;
   const std::vector<bool> overlaps = a.moe_a2a_overlap.empty() ? std::vector<bool>{false} : a.moe_a2a_overlap;
+  const std::vector<bool> flexes = a.moe_flex_dispatch.empty() ? std::vector<bool>{false} : a.moe_flex_dispatch;
   for (const auto tp : a.tp)
     for (const auto pp : a.pp)
       for (const auto cp : a.cp)
@@ -125,18 +129,21 @@ std::vector<Candidate> enumerate(const Axes& a, const config::Scenario& base, co
             for (const auto mb : a.micro_batch)
               for (const auto rc : a.recompute)
                 for (const auto z : a.zero)
-                  for (const bool overlap : overlaps) {
-                    // Where the overlap cannot apply, the layout runs without it: once, if "off" is
-                    // on the axis too.
-                    const bool applies = ep > 1 && (pp == 1 || vs > 1) && rc != config::Recompute::full;
-                    if (overlap && !applies && overlaps.size() > 1) continue;
-                    Candidate c;
-                    c.layout = {tp, pp, cp, ep, 0, vs, mb, z, rc, overlap && applies};
-                    const std::int64_t model_parallel = tp * pp * cp;
-                    c.layout.dp = base.gpus % model_parallel == 0 ? base.gpus / model_parallel : 0;
-                    fill_keys(c, doc, base.model);
-                    out.push_back(std::move(c));
-                  }
+                  for (const bool overlap : overlaps)
+                    for (const bool flex : flexes) {
+                      // Where the overlap (the flex dispatcher) cannot apply, the layout runs without
+                      // it: once, if "off" ("alltoall") is on the axis too.
+                      const bool applies = ep > 1 && (pp == 1 || vs > 1) && rc != config::Recompute::full;
+                      if (overlap && !applies && overlaps.size() > 1) continue;
+                      const bool flex_applies = ep > 1 && base.parallel.etp == 1;
+                      if (flex && !flex_applies && flexes.size() > 1) continue;
+                      Candidate c;
+                      c.layout = {tp, pp, cp, ep, 0, vs, mb, z, rc, overlap && applies, flex && flex_applies};
+                      const std::int64_t model_parallel = tp * pp * cp;
+                      c.layout.dp = base.gpus % model_parallel == 0 ? base.gpus / model_parallel : 0;
+                      fill_keys(c, doc, base.model);
+                      out.push_back(std::move(c));
+                    }
           }
   return out;
 }
@@ -161,9 +168,10 @@ void evaluate(Candidate& c, const std::string& file, const nlohmann::json& doc, 
   c.exposed_comm_fraction = t.exposed_s() / r.step_time_s;
 }
 
-// The ep cell of the tables: "*" marks the all-to-all overlap (parallel.moe_a2a_overlap).
+// The ep cell of the tables: "f" marks the flex token dispatcher (parallel.moe_token_dispatcher),
+// "*" the all-to-all overlap (parallel.moe_a2a_overlap).
 std::string ep_cell(const Layout& l) {
-  return fmt::format("{}{}", l.ep, l.moe_a2a_overlap ? "*" : "");
+  return fmt::format("{}{}{}", l.ep, l.moe_flex_dispatch ? "f" : "", l.moe_a2a_overlap ? "*" : "");
 }
 
 std::string layout_name(const Layout& l, bool moe) {
@@ -301,6 +309,7 @@ Axes default_axes(const config::Scenario& base) {
   a.micro_batch = {1, 2, 4, 8};
   a.recompute = {config::Recompute::none, config::Recompute::selective, config::Recompute::full};
   a.moe_a2a_overlap = {base.parallel.moe_a2a_overlap};
+  a.moe_flex_dispatch = {base.parallel.moe_flex_dispatch};
   a.zero = {base.parallel.zero};
   if (base.model.moe()) a.ep = divisors(base.model.experts, 1, 64);
   return a;
@@ -424,11 +433,13 @@ std::string to_text(const Result& r, const config::Scenario& base, std::size_t t
   if (shown == 0) return out + "no layout fits in memory\n";
   const bool moe = base.model.moe();
   out += "\n" + text_row(heads(moe), moe);
-  bool overlap = false;
+  bool overlap = false, flex = false;
   for (std::size_t i = 0; i < shown; ++i) {
     out += text_row(cells(r.ranked[i], i + 1, moe), moe);
     overlap = overlap || r.ranked[i].layout.moe_a2a_overlap;
+    flex = flex || r.ranked[i].layout.moe_flex_dispatch;
   }
+  if (flex) out += "(ep nf: with the flex token dispatcher, parallel.moe_token_dispatcher)\n";
   if (overlap) out += "(ep n*: with the all-to-all overlap, parallel.moe_a2a_overlap)\n";
   const Candidate& best = r.ranked.front();
   out += fmt::format("\nbest layout as scenario keys:\n  \"parallel\": {},\n  \"training\": {}\n", best.parallel.dump(),
@@ -469,6 +480,7 @@ nlohmann::json layout_json(const Layout& l) {
                       {"recompute", recompute_name(l.recompute)},
                       {"zero", l.zero}};
   if (l.moe_a2a_overlap) j["moe_a2a_overlap"] = true;
+  if (l.moe_flex_dispatch) j["moe_token_dispatcher"] = "flex";
   return j;
 }
 

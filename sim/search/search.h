@@ -24,6 +24,9 @@ struct Axes {
   // parallel.moe_a2a_overlap off and/or on (a mixture-of-experts model's layouts where it applies;
   // empty: off).
   std::vector<bool> moe_a2a_overlap;
+  // parallel.moe_token_dispatcher alltoall (false) and/or flex (true) (layouts with ep > 1 and etp 1;
+  // empty: alltoall).
+  std::vector<bool> moe_flex_dispatch;
 };
 
 // The defaults for a scenario (README.md, "trainsim search"): tp 1, 2, 4, 8 within a node; pp every
@@ -32,14 +35,15 @@ struct Axes {
 // tokens of the sequence; virtual stages 1 and each of 2 ... 8 that splits some pp's stages the same way;
 // micro-batch 1, 2, 4, 8; recompute none, selective, full; zero as the scenario sets it; ep 1 for a
 // dense model, every divisor of the experts up to 64 for a mixture of experts (with etp as the
-// scenario sets it, else 1, as Megatron-Bridge's MoE recipes run); the all-to-all overlap as the
-// scenario sets it.
+// scenario sets it, else 1, as Megatron-Bridge's MoE recipes run); the all-to-all overlap and the
+// token dispatcher as the scenario sets them.
 Axes default_axes(const config::Scenario& base);
 
 struct Layout {
   std::int64_t tp = 1, pp = 1, cp = 1, ep = 1, dp = 1, virtual_stages = 1, micro_batch = 1, zero = 0;
   config::Recompute recompute = config::Recompute::none;
   bool moe_a2a_overlap = false;
+  bool moe_flex_dispatch = false;
 };
 
 struct Candidate {

@@ -423,6 +423,11 @@ TEST_CASE("search: ranks the layouts that fit, prints the winner's keys, agrees 
   bad("configs/qwen3-30b-a3b-h100-16.json --a2a-overlap off,yes",
       "--a2a-overlap: unknown value \"yes\" (expected a list of off, on)");
   bad("configs/qwen3-30b-a3b-h100-16.json --a2a-overlap on,on", "--a2a-overlap: on is listed twice");
+  bad("configs/llama3.1-8b-h200-64.json --dispatcher flex",
+      "--dispatcher: llama3.1-8b is not a mixture-of-experts model");
+  bad("configs/qwen3-30b-a3b-h100-16.json --dispatcher alltoall,deepep",
+      "--dispatcher: unknown value \"deepep\" (expected a list of alltoall, flex)");
+  bad("configs/qwen3-30b-a3b-h100-16.json --dispatcher flex,flex", "--dispatcher: flex is listed twice");
   const fs::path broken = write("search-bad.json", R"({"model": "llama3.1-8b", "cluster": "dgx-h200", "gpus": 64,
     "training": {"global_batch": 512, "seq_len": 8192, "micro_batches": 2}})");
   bad(fmt::format("'{}'", broken.string()), broken.string() + ": training.micro_batches: unknown key");

@@ -210,6 +210,30 @@ TEST_CASE("search: a mixture-of-experts model adds the ep axis, filtered by the 
     CHECK(c.metrics.step_time_s < plain->metrics.step_time_s);
   }
   CHECK(search::to_text(ro, base, 0).find("(ep n*: with the all-to-all overlap") != std::string::npos);
+  // The token dispatcher as an axis: every layout has ep > 1 here, so all eight come once more with
+  // flex (ep 32 rejected again); across the two nodes of ep 16 flex sends fewer copies over the NICs.
+  CHECK(search::default_axes(base).moe_flex_dispatch == std::vector<bool>{false});
+  a.moe_a2a_overlap = {};
+  a.moe_flex_dispatch = {false, true};
+  const auto rf = search::run_search(base, doc, a, 2, kData);
+  CHECK(rf.enumerated == 2 * 4 * 2);
+  CHECK(rf.rejected == 3 * 2);
+  for (const auto& c : rf.ranked)
+    CHECK(c.parallel.value("moe_token_dispatcher", "alltoall") == (c.layout.moe_flex_dispatch ? "flex" : "alltoall"));
+  const auto by = [&](std::int64_t ep, bool flex) {
+    return std::find_if(rf.ranked.begin(), rf.ranked.end(),
+                        [&](const auto& c) {
+                          return c.layout.pp == 1 && c.layout.ep == ep && c.layout.moe_flex_dispatch == flex;
+                        })
+        ->metrics.step_time_s;
+  };
+  CHECK(by(16, true) < by(16, false));
+  CHECK(search::to_text(rf, base, 0).find("(ep nf: with the flex token dispatcher") != std::string::npos);
+  // ep 1 has no dispatch: the flex value does not double it.
+  a.ep = {1, 8};
+  a.pp = {1};
+  const auto r1 = search::run_search(base, doc, a, 2, kData);
+  CHECK(r1.enumerated == 1 + 2);
 }
 
 // DeepSeek-V3 (61 layers, one MTP module) on 256 GB200: pipelines that split 61 + embedding + MTP +
