@@ -72,13 +72,10 @@ class StageWriter {
               std::uint8_t recompute)
       : p_(program), compute_(compute), tp_comm_(tp_comm), tp_overlap_(tp_overlap), recompute_(recompute) {}
 
-  // Eager PyTorch: every kernel is issued by the CPU (op.host_s per op) and cannot start before it
-  // is; see queued_s.
-  void use_host_queue() { host_queue_ = true; }
-
-  // Megatron's host overhead: one CPU thread issues every task in program order on the host
-  // stream, `launch_s` per communication task and op.host_s per compute op; a GPU task cannot
-  // start before the CPU has issued it (see issue()), and the CPU waits for ops marked host_sync.
+  // The CPU that issues the kernels (Megatron's host overhead, eager PyTorch): one CPU thread issues
+  // every task in program order on the host stream, `launch_s` per communication task or bare
+  // compute task and op.host_s per op; a GPU task cannot start before the CPU has issued it (see
+  // issue() and flush()), and the CPU waits for ops marked host_sync.
   void use_host_stream(double launch_s) {
     host_stream_ = true;
     launch_s_ = launch_s;
@@ -250,25 +247,9 @@ class StageWriter {
     double flops = 0;
   };
 
-  // The time an op adds to the GPU timeline when one CPU thread issues its kernels back to back
-  // (op.host_s in all, spread evenly) and the GPU runs each (its share of the op's time) once it
-  // is issued and the previous kernel has ended. Kernel j of k ends at the latest of: the previous
-  // op's end plus the op's whole time, or its issue time plus the rest of the op; that is linear in
-  // j, so its largest value is at the first or the last kernel.
-  double queued_s(const Op& op) {
-    const double device = compute_.time_s(op);
-    const double k = static_cast<double>(std::max(1, op.kernels));
-    const double end =
-        std::max({device_s_ + device, host_s_ + op.host_s / k + device, host_s_ + op.host_s + device / k});
-    host_s_ += op.host_s;
-    const double added = end - device_s_;
-    device_s_ = end;
-    return added;
-  }
-
   void accumulate(const Op& op, std::string_view phase, std::int64_t saved) {
-    const double t = host_queue_ ? queued_s(op) : compute_.time_s(op);
-    if (host_stream_) seg_host_.push_back({op.host_s, t});
+    const double t = compute_.time_s(op);
+    if (host_stream_) seg_host_.push_back({op.host_s, t, std::max(1, op.kernels)});
     seg_ws_ = std::max(seg_ws_, op.workspace_bytes);
     if (seg_.first.empty()) seg_.first = op.name;
     before_tail_ = seg_.last;
@@ -318,14 +299,17 @@ class StageWriter {
     // Compute runs in program order: after the previous task, whatever stream it was on.
     if (last_) pending_.push_back(*last_);
     if (host_stream_) {
-      // The CPU issues op i (h_i) after ops 0..i-1; the GPU runs it (g_i) once it is issued and op
-      // i-1 has ended. From the moment the CPU starts issuing the task's ops (T_h) and the GPU is
-      // free (T_g), the last op ends at max(T_g + G, T_h + max_i(H_<=i + G_>=i)): the task waits for
-      // the first lead = max_i(H_<=i - G_<i) of the CPU's work, which is at most H = sum h_i.
+      // The CPU issues kernel i (h_i) after kernels 0..i-1; the GPU runs it (g_i) once it is issued
+      // and kernel i-1 has ended (an op of k kernels: h/k and g/k each). From the moment the CPU
+      // starts issuing the task's kernels (T_h) and the GPU is free (T_g), the last one ends at
+      // max(T_g + G, T_h + max_i(H_<=i + G_>=i)): the task waits for the first
+      // lead = max_i(H_<=i - G_<i) of the CPU's work, which is at most H = sum h_i. Within an op
+      // H_<=i - G_<i is linear in i, so its largest value is at the op's first or last kernel.
       double host = 0, device = 0, lead = 0;
-      for (const auto& [h, g] : seg_host_) {
+      for (const auto& [h, g, kernels] : seg_host_) {
+        const double k = kernels;
+        lead = std::max({lead, host + h / k - device, host + h - device - g * (k - 1) / k});
         host += h;
-        lead = std::max(lead, host - device);
         device += g;
       }
       seg_host_.clear();
@@ -379,14 +363,16 @@ class StageWriter {
   bool tail_gemm_ = false;
   std::int64_t seg_alloc_ = 0;  // extra allocation for the next compute task (layer inputs)
   std::int64_t seg_ws_ = 0;     // largest workspace_bytes of the ops in seg_
-  bool host_queue_ = false;
   bool host_stream_ = false;
-  double launch_s_ = 0;                              // host stream: CPU time to issue a communication task
-  std::vector<std::pair<double, double>> seg_host_;  // host stream: (CPU, GPU) seconds of each op in seg_
-  std::pair<double, double> tail_host_{};            // ... of the op split_tail took out
-  std::vector<Dep> host_wait_;                       // tasks the next host task waits for (syncs)
+  double launch_s_ = 0;  // host stream: CPU time to issue a communication task
+  struct OpIssue {
+    double host_s = 0, device_s = 0;
+    int kernels = 1;
+  };
+  std::vector<OpIssue> seg_host_;  // host stream: CPU and GPU seconds and kernels of each op in seg_
+  OpIssue tail_host_{};            // ... of the op split_tail took out
+  std::vector<Dep> host_wait_;     // tasks the next host task waits for (syncs)
   std::uint8_t recompute_ = 0;
-  double host_s_ = 0, device_s_ = 0;  // host queue: when the CPU has issued everything so far; the GPU's end
 };
 
 std::int64_t sum_saved(const std::vector<Op>& ops) {
@@ -553,8 +539,8 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
       recompute == config::Recompute::selective ? sc.training.recompute_modules : std::uint8_t{0};
   StageWriter w(p, compute, par.tp > 1, par.tp_comm_overlap && par.sequence_parallel && par.tp > 1, recompute_modules);
   const workload::EagerHost host{sc.training.host_forward_s, sc.training.host_backward_s};
-  if (eager) w.use_host_queue();
-  if (host_stream(sc)) w.use_host_stream(host_costs(sc.cluster, sc.training.host_cost_scale).forward_call_s);
+  if (host_stream(sc))
+    w.use_host_stream(eager ? host.forward_s : host_costs(sc.cluster, sc.training.host_cost_scale).forward_call_s);
 
   // Full recompute applies to the first recompute_layers layers of each model chunk (Megatron's
   // --recompute-method block; all of them by default, as uniform with one layer per group); the
@@ -1243,8 +1229,8 @@ void set_host_costs(std::vector<Op>& ops, const HostCosts& c, bool backward, std
 }
 
 bool host_stream(const config::Scenario& sc) {
-  return sc.training.framework == config::Framework::megatron && sc.training.host_overhead &&
-         !sc.training.cuda_graph_full_iteration;
+  if (sc.training.framework == config::Framework::pytorch_eager) return true;
+  return sc.training.host_overhead && !sc.training.cuda_graph_full_iteration;
 }
 
 StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& compute, const BuildOptions& options) {
@@ -1299,7 +1285,7 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
     ops.head_fwd = std::move(fwd);
     ops.head_bwd = std::move(bwd);
   }
-  if (host_stream(sc)) {
+  if (sc.training.framework == config::Framework::megatron && host_stream(sc)) {
     const HostCosts costs = host_costs(sc.cluster, sc.training.host_cost_scale);
     const std::uint8_t graphed = sc.training.cuda_graph_scope;
     for (std::vector<Op>* list : {&ops.layer_fwd, &ops.dense_fwd, &ops.emb_fwd, &ops.head_fwd})

@@ -101,8 +101,8 @@ HostCosts host_costs(const network::ClusterSpec& cluster, double scale = 1);
 // `graphed` (workload::GraphScope bits) cost only their captured run's graph launch.
 void set_host_costs(std::vector<workload::Op>& ops, const HostCosts& costs, bool backward, std::uint8_t graphed);
 
-// Whether the step is simulated with Megatron's host overhead (a host stream: the CPU issuing the
-// kernels): framework megatron with host_overhead, unless a CUDA graph captures the whole iteration.
+// Whether the step is simulated with a host stream (the CPU issuing the kernels): eager PyTorch,
+// and Megatron with host_overhead unless a CUDA graph captures the whole iteration.
 bool host_stream(const config::Scenario& scenario);
 
 StepPlan build_step(const config::Scenario& scenario, const hardware::ComputeModel& compute,

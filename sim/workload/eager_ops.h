@@ -13,7 +13,7 @@
 // only while an op runs (e.g. the fp32 logit gradients) are `workspace_bytes`.
 //
 // Each op also carries `host_s`, the CPU time to issue its kernels: PyTorch eager dispatches every
-// kernel from the CPU, and small kernels wait for it (the step builder's host-queue model).
+// kernel from the CPU, and small kernels wait for it (the step builder's host stream).
 //
 // Not modelled: the CPU time of Python operations that launch no kernel (split, view, transpose,
 // chunk, the RoPE slices: about 14 per layer forward, and their backward nodes), which matters only

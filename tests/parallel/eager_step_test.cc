@@ -1,5 +1,5 @@
 // A single-GPU eager-PyTorch step (training.framework pytorch-eager): its memory peak by hand, and
-// its step time in the two limits of the host queue (GPU-bound: the kernels' times add up;
+// its step time in the two limits of the host stream (GPU-bound: the kernels' times add up;
 // CPU-bound: the CPU's issue time is the step).
 
 #include <catch2/catch.hpp>

@@ -1373,13 +1373,16 @@ nlohmann::json host_bound_scenario() {
           {"training", {{"micro_batch", 1}, {"global_batch", 2}, {"seq_len", 64}, {"host_overhead", true}}}};
 }
 
-// One CPU thread issuing ops back to back (h each) and one GPU running them in order (g each), each
-// once issued: when the last one ends.
+// One CPU thread issuing kernels back to back and one GPU running them in order, each once issued
+// (an op of k kernels: h/k and g/k each): when the last one ends.
 struct SerialQueue {
   double host = 0, gpu = 0;
-  void run(double h, double g) {
-    host += h;
-    gpu = std::max(gpu, host) + g;
+  void run(double h, double g, int kernels = 1) {
+    const int k = std::max(1, kernels);
+    for (int j = 0; j < k; ++j) {
+      host += h / k;
+      gpu = std::max(gpu, host) + g / k;
+    }
   }
 };
 
@@ -1388,9 +1391,10 @@ struct SerialQueue {
 TEST_CASE("host overhead: the host stream reproduces one CPU thread issuing every kernel of the step") {
   // pp 1, one GPU, no communication: the step is the serial queue of its ops (zero the gradient
   // buffer; per micro-batch the embedding, layers and head forward, then their backward; the
-  // optimizer step), each issued by the CPU (its host_s; a bare compute task: a PyTorch call) and
-  // run by the GPU once issued. The builder merges each pass into one task that waits for the first
-  // max_i(H_<=i - G_<i) of its issue; that must give the queue's end exactly.
+  // optimizer step), each kernel issued by the CPU (its op's host_s spread over its kernels; a bare
+  // compute task: a PyTorch call) and run by the GPU once issued. The builder merges each pass into
+  // one task that waits for the first max_i(H_<=i - G_<i) of its issue; that must give the queue's
+  // end exactly.
   const auto sc = scenario(host_bound_scenario());
   hardware::ComputeModel cm(sc.cluster.gpu);
   workload::LayerConfig lc;
@@ -1408,7 +1412,7 @@ TEST_CASE("host overhead: the host stream reproduces one CPU thread issuing ever
   const auto emb_b = with_host(workload::embedding_backward(sc.model, lc), true);
   SerialQueue q;
   auto run = [&](const std::vector<workload::Op>& ops) {
-    for (const auto& op : ops) q.run(op.host_s, cm.time_s(op));
+    for (const auto& op : ops) q.run(op.host_s, cm.time_s(op), op.kernels);
   };
   const std::int64_t params = workload::embedding_params_per_rank(sc.model, 1) +
                               2 * workload::layer_params_per_rank(sc.model, 1) +
