@@ -136,6 +136,7 @@ StepResult simulate_step(const config::Scenario& scenario, const BuildOptions& o
     t.dp_exposed_s = s.bucket_time[kBusyDp].seconds();
     t.offload_exposed_s = s.bucket_time[kBusyOffload].seconds();
     t.host_bound_s = s.bucket_time[kHostBound].seconds();
+    out.host_busy_fraction = std::max(out.host_busy_fraction, s.stream_busy[kHost].seconds() / out.step_time_s);
     t.bubble_s = s.bucket_time[kIdle].seconds();
     out.mean.compute_s += t.compute_s;
     out.mean.tp_exposed_s += t.tp_exposed_s;

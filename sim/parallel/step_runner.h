@@ -72,6 +72,9 @@ struct StepResult {
   std::uint64_t events = 0;
   std::size_t tasks = 0;                // tasks in all programs (shared by ranks of a stage)
   std::int64_t host_offload_bytes = 0;  // activation offloading: pinned host memory per GPU (largest stage)
+  // With a host stream: the share of the step the CPU spent issuing kernels, largest over ranks (how
+  // close the step is to host-bound: near 1, any more host work adds to the step).
+  double host_busy_fraction = 0;
   std::optional<NetworkStats> network;  // flow network only
 };
 

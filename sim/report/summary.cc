@@ -227,6 +227,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
     out["scenario"]["recompute_modules"] = config::recompute_module_names(sc.training.recompute_modules);
   if (p.moe_a2a_overlap) out["scenario"]["moe_a2a_overlap"] = true;
   if (p.moe_flex_dispatch) out["scenario"]["moe_token_dispatcher"] = "flex";
+  if (parallel::host_stream(sc)) out["host_busy_fraction"] = r.host_busy_fraction;
   if (sc.training.framework == config::Framework::megatron) {
     out["scenario"]["host_overhead"] = sc.training.host_overhead;
     if (sc.training.host_cost_scale != 1) out["scenario"]["host_cost_scale"] = sc.training.host_cost_scale;
@@ -287,6 +288,10 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
       fmt::format("time          compute {:.1f}% · exposed TP {:.1f}%{} · PP {:.1f}% · DP {:.1f}%{} · bubble {:.1f}%\n",
                   pct(r.mean.compute_s), pct(r.mean.tp_exposed_s), cp_ep_parts, pct(r.mean.pp_exposed_s),
                   pct(r.mean.dp_exposed_s), offload_part, pct(r.mean.bubble_s));
+  if (parallel::host_stream(sc))
+    out += fmt::format(
+        "host          the CPU issues kernels {:.1f}% of the step (busiest rank); the GPU waits for it {:.1f}%\n",
+        100 * r.host_busy_fraction, pct(r.mean.host_bound_s));
   out += fmt::format(
       "memory peak   {:.1f} GiB of {:.1f} GiB on rank {} at {:.3f} s: weights {:.1f} · gradients {:.1f} · "
       "optimizer {:.1f} · activations {:.1f} GiB\n",

@@ -1432,6 +1432,9 @@ TEST_CASE("host overhead: the host stream reproduces one CPU thread issuing ever
                       }()))
                           .step_time_s);
   CHECK(r.mean.host_bound_s > 0.3 * r.step_time_s);
+  // The CPU is busy nearly all the step: all but the GPU's share after the last issue.
+  CHECK(r.host_busy_fraction > 0.9);
+  CHECK(r.host_busy_fraction <= 1.0);
   CHECK(r.mean.compute_s + r.mean.host_bound_s + r.mean.bubble_s + r.mean.exposed_s() ==
         Approx(r.step_time_s).epsilon(1e-9));
 }
