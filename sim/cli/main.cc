@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <initializer_list>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
@@ -154,6 +156,30 @@ struct SearchArgs {
   std::string gpus, nodes;  // search at these GPU counts instead of the scenario's
 };
 
+// The items of a comma-separated option value, as indices into `names`; an unknown or repeated item
+// is an InputError naming the option ("unknown <noun> "x" (expected a list of a, b)").
+std::vector<std::size_t> parse_choice_list(std::string_view value, const char* option, const char* noun,
+                                           std::initializer_list<std::string_view> names) {
+  using trainsim::util::InputError;
+  const std::vector<std::string_view> known(names);
+  std::vector<std::size_t> out;
+  while (true) {
+    const std::size_t comma = value.find(',');
+    const std::string item(value.substr(0, comma));
+    const auto it = std::find(known.begin(), known.end(), item);
+    if (it == known.end())
+      throw InputError(option, "",
+                       fmt::format("unknown {} \"{}\" (expected a list of {})", noun, item, fmt::join(known, ", ")));
+    const auto i = static_cast<std::size_t>(it - known.begin());
+    if (std::find(out.begin(), out.end(), i) != out.end())
+      throw InputError(option, "", fmt::format("{} is listed twice", item));
+    out.push_back(i);
+    if (comma == std::string_view::npos) break;
+    value.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
 int search_layouts(const SearchArgs& a) {
   using namespace trainsim;
   const auto data_dir = config::default_data_dir();
@@ -175,66 +201,29 @@ int search_layouts(const SearchArgs& a) {
     for (const auto z : axes.zero)
       if (z > 3) throw util::InputError("--zero", "", fmt::format("must be 0, 1, 2 or 3, got {}", z));
   }
-  if (!a.a2a_overlap.empty()) {
+  auto moe_only = [&](const char* option) {
     if (!base.model.moe())
-      throw util::InputError("--a2a-overlap", "", fmt::format("{} is not a mixture-of-experts model", base.model.name));
+      throw util::InputError(option, "", fmt::format("{} is not a mixture-of-experts model", base.model.name));
+  };
+  if (!a.a2a_overlap.empty()) {
+    moe_only("--a2a-overlap");
     axes.moe_a2a_overlap.clear();
-    std::string_view rest = a.a2a_overlap;
-    while (true) {
-      const auto comma = rest.find(',');
-      const std::string_view item = rest.substr(0, comma);
-      if (item != "off" && item != "on")
-        throw util::InputError("--a2a-overlap", "",
-                               fmt::format("unknown value \"{}\" (expected a list of off, on)", std::string(item)));
-      const bool on = item == "on";
-      if (std::find(axes.moe_a2a_overlap.begin(), axes.moe_a2a_overlap.end(), on) != axes.moe_a2a_overlap.end())
-        throw util::InputError("--a2a-overlap", "", fmt::format("{} is listed twice", std::string(item)));
-      axes.moe_a2a_overlap.push_back(on);
-      if (comma == std::string_view::npos) break;
-      rest.remove_prefix(comma + 1);
-    }
+    for (const std::size_t i : parse_choice_list(a.a2a_overlap, "--a2a-overlap", "value", {"off", "on"}))
+      axes.moe_a2a_overlap.push_back(i == 1);
   }
   if (!a.dispatcher.empty()) {
-    if (!base.model.moe())
-      throw util::InputError("--dispatcher", "", fmt::format("{} is not a mixture-of-experts model", base.model.name));
+    moe_only("--dispatcher");
     axes.moe_flex_dispatch.clear();
-    std::string_view rest = a.dispatcher;
-    while (true) {
-      const auto comma = rest.find(',');
-      const std::string_view item = rest.substr(0, comma);
-      if (item != "alltoall" && item != "flex")
-        throw util::InputError(
-            "--dispatcher", "",
-            fmt::format("unknown value \"{}\" (expected a list of alltoall, flex)", std::string(item)));
-      const bool flex = item == "flex";
-      if (std::find(axes.moe_flex_dispatch.begin(), axes.moe_flex_dispatch.end(), flex) != axes.moe_flex_dispatch.end())
-        throw util::InputError("--dispatcher", "", fmt::format("{} is listed twice", std::string(item)));
-      axes.moe_flex_dispatch.push_back(flex);
-      if (comma == std::string_view::npos) break;
-      rest.remove_prefix(comma + 1);
-    }
+    for (const std::size_t i : parse_choice_list(a.dispatcher, "--dispatcher", "value", {"alltoall", "flex"}))
+      axes.moe_flex_dispatch.push_back(i == 1);
   }
   if (!a.recompute.empty()) {
+    constexpr std::array<config::Recompute, 3> kModes = {config::Recompute::none, config::Recompute::selective,
+                                                         config::Recompute::full};
     axes.recompute.clear();
-    std::string_view rest = a.recompute;
-    while (true) {
-      const std::size_t comma = rest.find(',');
-      const std::string_view item = rest.substr(0, comma);
-      const std::array<config::Recompute, 3> modes = {config::Recompute::none, config::Recompute::selective,
-                                                      config::Recompute::full};
-      const auto* it = std::find_if(modes.begin(), modes.end(),
-                                    [&](config::Recompute m) { return item == report::recompute_name(m); });
-      if (it == modes.end())
-        throw util::InputError(
-            "--recompute", "",
-            fmt::format("unknown recompute \"{}\" (expected a list of none, selective, full)", std::string(item)));
-      const config::Recompute r = *it;
-      if (std::find(axes.recompute.begin(), axes.recompute.end(), r) != axes.recompute.end())
-        throw util::InputError("--recompute", "", fmt::format("{} is listed twice", std::string(item)));
-      axes.recompute.push_back(r);
-      if (comma == std::string_view::npos) break;
-      rest = rest.substr(comma + 1);
-    }
+    for (const std::size_t i :
+         parse_choice_list(a.recompute, "--recompute", "recompute", {"none", "selective", "full"}))
+      axes.recompute.push_back(kModes[i]);
   }
   const int threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   nlohmann::json doc = util::read_json_file(a.scenario_file);

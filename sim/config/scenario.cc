@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstdlib>
 #include <memory>
+#include <span>
 #include <system_error>
 #include <vector>
 
@@ -309,22 +310,27 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
 constexpr std::array<std::string_view, 7> kRecomputeModuleNames = {"core_attn", "layernorm", "mla_up_proj",   "mlp",
                                                                    "moe",       "moe_act",   "shared_experts"};
 
-std::uint8_t parse_recompute_modules(const util::JsonNode& v) {
-  if (!v.json().is_array()) v.fail("must be an array of module names");
-  if (v.json().empty()) v.fail("must name at least one module");
+// A JSON array of names as bits: name i of `names` is bit i; an unknown or repeated name fails at its
+// element ("unknown <noun> "x" (expected one of: ...)").
+std::uint8_t parse_name_bits(const util::JsonNode& v, std::span<const std::string_view> names, const char* noun) {
   std::uint8_t mask = 0;
   for (std::size_t i = 0; i < v.json().size(); ++i) {
     const util::JsonNode item(v.json()[i], v.file(), fmt::format("{}[{}]", v.path(), i));
     const std::string name = item.as_string();
-    const auto* it = std::find(kRecomputeModuleNames.begin(), kRecomputeModuleNames.end(), name);
-    if (it == kRecomputeModuleNames.end())
-      item.fail(
-          fmt::format("unknown module \"{}\" (expected one of: {})", name, fmt::join(kRecomputeModuleNames, ", ")));
-    const auto bit = static_cast<std::uint8_t>(1u << (it - kRecomputeModuleNames.begin()));
+    const auto it = std::find(names.begin(), names.end(), name);
+    if (it == names.end())
+      item.fail(fmt::format("unknown {} \"{}\" (expected one of: {})", noun, name, fmt::join(names, ", ")));
+    const auto bit = static_cast<std::uint8_t>(1u << (it - names.begin()));
     if (mask & bit) item.fail(fmt::format("\"{}\" is listed twice", name));
     mask = static_cast<std::uint8_t>(mask | bit);
   }
   return mask;
+}
+
+std::uint8_t parse_recompute_modules(const util::JsonNode& v) {
+  if (!v.json().is_array()) v.fail("must be an array of module names");
+  if (v.json().empty()) v.fail("must name at least one module");
+  return parse_name_bits(v, kRecomputeModuleNames, "module");
 }
 
 // Megatron-Core's --cuda-graph-scope names: workload::GraphScope's bits in order, then the whole
@@ -334,17 +340,7 @@ constexpr std::array<std::string_view, 5> kGraphScopeNames = {"attn", "mlp", "mo
 
 std::uint8_t parse_graph_scopes(const util::JsonNode& v) {
   if (!v.json().is_array()) v.fail("must be an array of scope names (empty: no CUDA graphs)");
-  std::uint8_t mask = 0;
-  for (std::size_t i = 0; i < v.json().size(); ++i) {
-    const util::JsonNode item(v.json()[i], v.file(), fmt::format("{}[{}]", v.path(), i));
-    const std::string name = item.as_string();
-    const auto* it = std::find(kGraphScopeNames.begin(), kGraphScopeNames.end(), name);
-    if (it == kGraphScopeNames.end())
-      item.fail(fmt::format("unknown scope \"{}\" (expected one of: {})", name, fmt::join(kGraphScopeNames, ", ")));
-    const auto bit = static_cast<std::uint8_t>(1u << (it - kGraphScopeNames.begin()));
-    if (mask & bit) item.fail(fmt::format("\"{}\" is listed twice", name));
-    mask = static_cast<std::uint8_t>(mask | bit);
-  }
+  const std::uint8_t mask = parse_name_bits(v, kGraphScopeNames, "scope");
   constexpr std::uint8_t kFull = 1u << 4;
   if ((mask & kFull) && mask != kFull) v.fail("\"full_iteration\" captures everything and takes no other scope");
   if ((mask & workload::kGraphMoePreprocess) && !(mask & workload::kGraphMoeRouter))
