@@ -77,6 +77,7 @@ std::string pipeline_chart(const config::Scenario& sc, const Timeline& tl, std::
     std::vector<double> comm(static_cast<std::size_t>(px), 0.0);
     for (const Span& s : rt->spans) {
       if (s.end_ps <= t0 || s.start_ps >= t1 || s.end_ps == s.start_ps) continue;
+      if (s.stream == parallel::kHost) continue;  // the CPU issuing kernels: neither compute nor communication
       const bool is_compute = s.stream == parallel::kCompute;
       const Kind k = is_compute ? compute_kind(tl.names[s.name]) : kComm;
       const double a = (static_cast<double>(std::max(s.start_ps, t0) - t0)) / px_ps;
