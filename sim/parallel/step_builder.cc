@@ -328,20 +328,24 @@ class StageWriter {
 
   // With the host stream: the CPU issues task `t` (`host_s` of CPU time in all) after everything
   // issued before; the task waits for the first `lead_s` of it (see flush), the rest runs beside
-  // it. Zero-time markers are not issued.
+  // it. Nothing waits for that rest, so it joins the next host task (one host task per GPU task),
+  // unless the CPU must first wait for the GPU (a sync): the rest then runs before the wait. Zero-
+  // time markers are not issued.
   void issue(const Task& t, std::vector<Dep>& deps, double host_s, double lead_s) {
     if (!host_stream_ || (t.kind == TaskKind::compute && t.duration.seconds() == 0 && t.flops == 0) || host_s <= 0)
       return;
     Task h;
     h.stream = kHost;
-    h.duration = engine::Time::from_seconds(lead_s);
     h.label = p_.label("issue");
+    if (!host_wait_.empty() && host_rest_s_ > 0) {
+      h.duration = engine::Time::from_seconds(host_rest_s_);
+      p_.add(h);
+      host_rest_s_ = 0;
+    }
+    h.duration = engine::Time::from_seconds(host_rest_s_ + lead_s);
     deps.push_back(p_.add(h, host_wait_));
     host_wait_.clear();
-    if (host_s > lead_s) {
-      h.duration = engine::Time::from_seconds(host_s - lead_s);
-      p_.add(h);
-    }
+    host_rest_s_ = host_s - lead_s;
   }
 
   // The CPU waits for the last task (a device-to-host copy it reads) before issuing more.
@@ -372,6 +376,7 @@ class StageWriter {
   std::vector<OpIssue> seg_host_;  // host stream: CPU and GPU seconds and kernels of each op in seg_
   OpIssue tail_host_{};            // ... of the op split_tail took out
   std::vector<Dep> host_wait_;     // tasks the next host task waits for (syncs)
+  double host_rest_s_ = 0;         // the CPU's work after the last issued task's lead, not yet a task
   std::uint8_t recompute_ = 0;
 };
 
