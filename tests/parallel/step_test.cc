@@ -1533,3 +1533,22 @@ TEST_CASE(
   plan = parallel::build_step(scenario(k), cm);
   CHECK(waits(plan.programs[0], parallel::kPpSend) + waits(plan.programs[0], parallel::kPpRecv) == 0);
 }
+
+TEST_CASE("host overhead: a symmetric run gives the full run's step time, with the syncs") {
+  // Every rank of a class issues the same tasks and waits at the same syncs, so simulating one per
+  // class stays exact with the host stream: MoE token-count syncs across nodes, 1F1B's p2p syncs.
+  auto moe = moe_scenario(16, 1, 2, 4, 1);
+  moe["training"]["host_overhead"] = true;
+  auto dense = base(16, 2, 4, 16);
+  dense["training"]["host_overhead"] = true;
+  for (const auto& j : {moe, dense}) {
+    const auto sc = scenario(j);
+    parallel::BuildOptions all;
+    all.all_ranks = true;
+    const auto full = parallel::simulate_step(sc, all);
+    const auto sym = parallel::simulate_step(sc);
+    CHECK(sym.step_time_s == full.step_time_s);
+    CHECK(sym.mean.host_bound_s == Approx(full.mean.host_bound_s).epsilon(1e-9));
+    CHECK(sym.host_busy_fraction == Approx(full.host_busy_fraction).epsilon(1e-12));
+  }
+}
