@@ -346,14 +346,13 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   ops.push_back(memory("moe_permute", act(x.region, x.h, d) + act(routed, x.h, d)));
   graph(ops, preprocess, kGraphMoePreprocess);
   // Dropless, the alltoall dispatcher copies the token counts to the CPU and waits for them before
-  // the dispatch all-to-all (before the permutation without expert parallelism); the flex
-  // dispatcher's CPU waits inside the dispatch for the counts received (token_dispatcher.py's
-  // cuda_sync_point, fused_a2a.py). The backward reuses the counts.
-  if (!x.flex) ops[x.ep > 1 ? preprocess : preprocess - 1].host_sync = true;
-  if (x.ep > 1) {
+  // the dispatch all-to-all (before the permutation without expert parallelism; token_dispatcher.py's
+  // cuda_sync_point); the flex dispatcher's CPU waits for the counts its notify step exchanges
+  // before it launches the dispatch's data movement (DeepEP's dispatch, HybridEP's blocking
+  // dispatch; fused_a2a.py), which the model takes at the same point. The backward reuses the counts.
+  ops[x.ep > 1 ? preprocess : preprocess - 1].host_sync = true;
+  if (x.ep > 1)
     ops.push_back(comm("moe_dispatch_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.h, d), CommGroup::ep));
-    ops.back().host_sync = x.flex;
-  }
   if (x.etp > 1)
     ops.push_back(comm("moe_dispatch_all_gather", Comm::all_gather, act(x.moe_rows, x.h, d), CommGroup::etp));
   const double fc1_width = x.swiglu ? 2 * x.fe : x.fe;

@@ -1490,9 +1490,9 @@ TEST_CASE("host overhead: a captured CUDA graph scope costs the CPU one graph la
 TEST_CASE(
     "host overhead: the CPU waits once per MoE layer forward for the token counts, and per pipeline step "
     "without interleaving") {
-  // The alltoall dispatcher syncs before the dispatch all-to-all (after the permutation), the flex
-  // dispatcher inside it; the backward reuses the counts. 8 MoE layers, 4 micro-batches on pp 1:
-  // 32 host tasks wait for the GPU.
+  // Both dispatchers sync before the dispatch all-to-all (after the permutation: alltoall copies the
+  // counts to the CPU, flex's notify step exchanges them); the backward reuses the counts. 8 MoE
+  // layers, 4 micro-batches on pp 1: 32 host tasks wait for the GPU.
   // The tasks of stream `on` some host task waits for.
   auto waits = [](const engine::Program& p, int on) {
     std::set<std::uint32_t> waited;
@@ -1510,8 +1510,13 @@ TEST_CASE(
   CHECK(waits(plan.programs[0], parallel::kEpComm) == 0);
   j["parallel"]["moe_token_dispatcher"] = "flex";
   plan = parallel::build_step(scenario(j), cm);
-  CHECK(waits(plan.programs[0], parallel::kCompute) == 0);
-  CHECK(waits(plan.programs[0], parallel::kEpComm) == 8 * 4);
+  CHECK(waits(plan.programs[0], parallel::kCompute) == 8 * 4);
+  CHECK(waits(plan.programs[0], parallel::kEpComm) == 0);
+  // Combined 1F1B runs the dispatches beside the compute; the CPU still waits once per layer forward.
+  j["parallel"]["moe_a2a_overlap"] = true;
+  plan = parallel::build_step(scenario(j), cm);
+  CHECK(waits(plan.programs[0], parallel::kCompute) == 8 * 4);
+  j["parallel"].erase("moe_a2a_overlap");
   // Every token dispatch waits for the CPU; the syncs cost time the GPU waits.
   const auto synced = parallel::simulate_step(scenario(j));
   j["training"]["host_overhead"] = false;
