@@ -137,6 +137,7 @@ class StageWriter {
     if (host_waits && host_stream_) {
       if (before) host_wait_.push_back(*before);
       host_wait_.push_back(d);
+      restart_host_bounds();
     }
     return d;
   }
@@ -192,6 +193,20 @@ class StageWriter {
   }
 
   std::optional<Dep> last() const { return last_; }
+
+  // Ends the program: the CPU's work no task has carried yet (a last issue's rest) as a host task
+  // of its own, so the host stream's busy time is all of it.
+  void finish() {
+    flush();
+    if (!host_stream_ || host_rest_s_ <= 0) return;
+    Task h;
+    h.stream = kHost;
+    h.label = p_.label("issue");
+    h.duration = engine::Time::from_seconds(host_rest_s_);
+    p_.add(h, host_wait_);
+    host_wait_.clear();
+    host_rest_s_ = 0;
+  }
 
  private:
   Task tp_task(const Op& op, std::string_view phase) {
@@ -320,9 +335,11 @@ class StageWriter {
 
   Dep push(const Task& t) {
     if (t.kind != TaskKind::compute) issue(t, pending_, launch_s_, launch_s_);
+    if (t.stream == kCompute) gpu_floor_s_ += t.duration.seconds();
     Dep d = p_.add(t, pending_);
     pending_.clear();
     last_ = d;
+    if (t.stream == kCompute) last_compute_ = d;
     return d;
   }
 
@@ -331,9 +348,28 @@ class StageWriter {
   // it. Nothing waits for that rest, so it joins the next host task (one host task per GPU task),
   // unless the CPU must first wait for the GPU (a sync): the rest then runs before the wait. Zero-
   // time markers are not issued.
+  //
+  // A task the CPU has provably issued before the GPU can run it gets no host task (its CPU time
+  // joins the next one): since the last sync (or the step's start) the CPU has worked
+  // host_issued_s_ and the compute stream has run at least gpu_floor_s_, every compute task waiting
+  // for the previous one, so the task's issue ends by host_issued_s_ + lead_s after that point,
+  // while a compute task, or a task that waits for the latest compute task, starts no earlier than
+  // gpu_floor_s_ after it. (The margin covers the engine's picosecond rounding; the dependency it
+  // drops could never bind, so results are the same.)
   void issue(const Task& t, std::vector<Dep>& deps, double host_s, double lead_s) {
     if (!host_stream_ || (t.kind == TaskKind::compute && t.duration.seconds() == 0 && t.flops == 0) || host_s <= 0)
       return;
+    constexpr double kMargin_s = 1e-6;
+    const bool after_compute = (t.stream == kCompute && t.kind == TaskKind::compute) ||
+                               (last_compute_ && std::any_of(deps.begin(), deps.end(), [&](const Dep& d) {
+                                  return d.stream == last_compute_->stream && d.position == last_compute_->position;
+                                }));
+    const bool ahead = after_compute && host_wait_.empty() && host_issued_s_ + lead_s + kMargin_s <= gpu_floor_s_;
+    host_issued_s_ += host_s;
+    if (ahead) {
+      host_rest_s_ += host_s;
+      return;
+    }
     Task h;
     h.stream = kHost;
     h.label = p_.label("issue");
@@ -351,7 +387,18 @@ class StageWriter {
   // The CPU waits for the last task (a device-to-host copy it reads) before issuing more.
   void host_sync() {
     flush();
-    if (host_stream_ && last_) host_wait_.push_back(*last_);
+    if (host_stream_ && last_) {
+      host_wait_.push_back(*last_);
+      restart_host_bounds();
+    }
+  }
+
+  // At a sync the CPU resumes once the awaited tasks have ended, which is no earlier than
+  // gpu_floor_s_ after the previous such point: from there it is at most host_issued_s_ -
+  // gpu_floor_s_ behind.
+  void restart_host_bounds() {
+    host_issued_s_ = std::max(0.0, host_issued_s_ - gpu_floor_s_);
+    gpu_floor_s_ = 0;
   }
 
   Program& p_;
@@ -373,10 +420,13 @@ class StageWriter {
     double host_s = 0, device_s = 0;
     int kernels = 1;
   };
-  std::vector<OpIssue> seg_host_;  // host stream: CPU and GPU seconds and kernels of each op in seg_
-  OpIssue tail_host_{};            // ... of the op split_tail took out
-  std::vector<Dep> host_wait_;     // tasks the next host task waits for (syncs)
-  double host_rest_s_ = 0;         // the CPU's work after the last issued task's lead, not yet a task
+  std::vector<OpIssue> seg_host_;    // host stream: CPU and GPU seconds and kernels of each op in seg_
+  OpIssue tail_host_{};              // ... of the op split_tail took out
+  std::vector<Dep> host_wait_;       // tasks the next host task waits for (syncs)
+  double host_rest_s_ = 0;           // the CPU's work after the last issued task's lead, not yet a task
+  double host_issued_s_ = 0;         // the CPU's work since the last sync (see issue())
+  double gpu_floor_s_ = 0;           // the compute stream's task time since the last sync
+  std::optional<Dep> last_compute_;  // the latest task on the compute stream
   std::uint8_t recompute_ = 0;
 };
 
@@ -1178,6 +1228,8 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
     w.add(dp_collective(network::CollectiveOp::all_gather, kEdpGroup, expert_params * kWeightBytes,
                         "expert_param_all_gather"),
           true);
+
+  w.finish();
 
   // ZeRO-2 shards the gradients, ZeRO-3 the weights too (Megatron's theoretical-memory accounting);
   // FSDP's SHARD_GRAD_OP (zero 2 per_unit) keeps its weights sharded between steps as well. (A
