@@ -129,6 +129,39 @@ TEST_CASE("a mixture-of-experts run reports its expert layout and exposed all-to
   double sum = 0;
   for (const auto& [k, v] : t.items()) sum += v.get<double>();
   CHECK(sum == Approx(j["step_time_s"].get<double>()).epsilon(1e-9));
+  // Megatron's host overhead: on by default, its busy share and its bound time reported.
+  CHECK(j["scenario"]["host_overhead"] == true);
+  CHECK_FALSE(j["scenario"].contains("cuda_graph_scope"));
+  CHECK(t.contains("host_bound"));
+  CHECK(j["host_busy_fraction"].get<double>() > 0);
+  CHECK(j["host_busy_fraction"].get<double>() <= 1);
+  CHECK(text.out.find("\nhost          the CPU issues kernels ") != std::string::npos);
+}
+
+TEST_CASE("CUDA graph scopes and host_overhead false show in the summary and --json") {
+  const fs::path dir = temp_dir();
+  nlohmann::json sc =
+      nlohmann::json::parse(slurp(fs::path(TRAINSIM_SOURCE_DIR) / "configs/qwen3-30b-a3b-h100-16.json"));
+  sc["training"]["cuda_graph_scope"] = {"attn", "moe_router", "moe_preprocess"};
+  const fs::path graphed = dir / "qwen3-graphed.json";
+  std::ofstream(graphed) << sc.dump();
+  Result text = run(fmt::format("run '{}'", graphed.string()));
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("CUDA graphs   attn, moe_router, moe_preprocess\n") != std::string::npos);
+  Result js = run(fmt::format("run '{}' --json", graphed.string()));
+  REQUIRE(js.code == 0);
+  const auto j = nlohmann::json::parse(js.out);
+  CHECK(j["scenario"]["cuda_graph_scope"] == nlohmann::json({"attn", "moe_router", "moe_preprocess"}));
+  sc["training"].erase("cuda_graph_scope");
+  sc["training"]["host_overhead"] = false;
+  const fs::path off = dir / "qwen3-no-host.json";
+  std::ofstream(off) << sc.dump();
+  Result o = run(fmt::format("run '{}' --json", off.string()));
+  REQUIRE(o.code == 0);
+  const auto k = nlohmann::json::parse(o.out);
+  CHECK(k["scenario"]["host_overhead"] == false);
+  CHECK_FALSE(k.contains("host_busy_fraction"));
+  CHECK(k["time_breakdown_s"]["host_bound"].get<double>() == 0);
 }
 
 TEST_CASE("a layout that does not fit in memory completes and says so") {
