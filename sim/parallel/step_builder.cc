@@ -1258,7 +1258,9 @@ constexpr double kGraceHostRatio = 37.08 / 13.48;  // [TE]
 
 HostCosts host_costs(const network::ClusterSpec& cluster, double user_scale) {
   const double scale = (cluster.gpu.grace_host ? kGraceHostRatio : 1.0) * user_scale;
-  return {99.66e-6 / kGraceHostRatio * scale, 8e-6 * scale, 4e-6 * scale, 3e-6 * scale};
+  const config::TrainingSpec eager;  // [E]
+  return {99.66e-6 / kGraceHostRatio * scale, eager.host_forward_s * scale, eager.host_backward_s * scale,
+          cluster.gpu.launch_s * scale};  // [L]
 }
 
 // Sets op.host_s of a Megatron op list (`backward`: a backward pass). GEMMs and attention are

@@ -151,10 +151,11 @@ Outcome evaluate(const Record& r, const fs::path& data_dir, const Overrides& ove
   // network needs whole nodes) apply.
   nlohmann::json doc = r.scenario;
   if (network) doc["network"] = *network == config::NetworkModel::flow ? "flow" : "analytical";
-  const nlohmann::json& training = doc["training"];
-  if (overrides.host_cost_scale && training.value("framework", "megatron") == "megatron" &&
-      training.value("host_overhead", true))
-    doc["training"]["host_cost_scale"] = *overrides.host_cost_scale;
+  if (overrides.host_cost_scale) {
+    nlohmann::json& training = doc["training"];
+    if (training.value("framework", "megatron") == "megatron" && training.value("host_overhead", true))
+      training["host_cost_scale"] = *overrides.host_cost_scale;
+  }
   try {
     sc = config::parse_scenario(util::JsonNode(doc, r.file, "scenario"), data_dir);
   } catch (const util::InputError& e) {
