@@ -374,8 +374,9 @@ TrainingSpec parse_training(const util::JsonNode& node) {
     t.recompute = kRecompute[parse_choice(*v, Choices{{"none", "selective", "full"}, {}})];
   }
   if (auto v = node.find("precision")) {
-    constexpr std::array<Precision, 3> kPrecision = {Precision::bf16, Precision::fp16, Precision::fp8};
-    t.precision = kPrecision[parse_choice(*v, Choices{{"bf16", "fp16", "fp8"}, {}})];
+    constexpr std::array<Precision, 4> kPrecision = {Precision::bf16, Precision::fp16, Precision::fp8,
+                                                     Precision::nvfp4};
+    t.precision = kPrecision[parse_choice(*v, Choices{{"bf16", "fp16", "fp8", "nvfp4"}, {}})];
   }
   if (auto v = node.find("recompute_modules")) {
     if (t.recompute != Recompute::selective) v->fail("applies to \"recompute\": \"selective\" only");
@@ -671,6 +672,9 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
   if (s.training.precision == Precision::fp8 && s.cluster.gpu.fp8_flops <= 0)
     throw util::InputError(file, util::join_path(training_path, "precision"),
                            fmt::format("{} has no FP8 tensor cores", s.cluster.gpu.name));
+  if (s.training.precision == Precision::nvfp4 && s.cluster.gpu.fp4_flops <= 0)
+    throw util::InputError(file, util::join_path(training_path, "precision"),
+                           fmt::format("{} has no FP4 tensor cores (NVFP4 needs Blackwell)", s.cluster.gpu.name));
   // Context parallelism: Megatron splits the sequence into 2·cp chunks, rank i taking chunks i and
   // 2·cp - 1 - i so that causal attention costs every rank the same; ring attention needs fused
   // (flash) attention kernels.

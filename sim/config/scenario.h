@@ -22,7 +22,8 @@ enum class Schedule : std::uint8_t { one_f_one_b, gpipe, interleaved, zb_h1 };
 // Mixed precision as Megatron-LM runs it: bf16 accumulates and reduces gradients in fp32 (forced by
 // arguments.py for bf16); fp16 keeps them in fp16 unless told otherwise. Both use the 16-bit peak.
 // fp8: Transformer Engine FP8 for the layers' linear GEMMs, bf16 elsewhere (gradients as bf16's).
-enum class Precision : std::uint8_t { bf16, fp16, fp8 };
+// nvfp4: Transformer Engine's NVFP4 recipe for the same GEMMs (Blackwell), bf16 elsewhere.
+enum class Precision : std::uint8_t { bf16, fp16, fp8, nvfp4 };
 // Which software runs the step. megatron: Megatron-LM / Transformer Engine with fused kernels (every
 // published run of validation/). pytorch_eager: a Llama-style model in eager PyTorch on one GPU,
 // every element-wise op its own kernel, pure bf16 with fused AdamW (workload/eager_ops.h), as

@@ -104,14 +104,19 @@ double ComputeModel::time_s(const workload::Op& op) const {
   double fixed_s = op.kernels * launch_s;
   switch (op.kind) {
     case workload::OpKind::gemm:
-      if (profile != nullptr) {
+      // A profile measures BF16 and FP8 GEMMs; NVFP4 ones come from the datasheet model.
+      if (profile != nullptr && !op.fp4) {
         if (auto f = profile->gemm_flops_per_s(op.gemm.m, op.gemm.n, op.gemm.k, op.fp8)) {
           compute_s = op.flops / *f;
           fixed_s -= launch_s;
           break;
         }
       }
-      if (op.fp8) {
+      if (op.fp4) {
+        TRAINSIM_ASSERT(gpu_.fp4_flops > 0);
+        compute_s =
+            op.flops / (gpu_.fp4_flops * gpu_.fp4_gemm_efficiency * gemm_efficiency(op.gemm) / gpu_.gemm_efficiency);
+      } else if (op.fp8) {
         TRAINSIM_ASSERT(gpu_.fp8_flops > 0);
         compute_s =
             op.flops / (gpu_.fp8_flops * gpu_.fp8_gemm_efficiency * gemm_efficiency(op.gemm) / gpu_.gemm_efficiency);

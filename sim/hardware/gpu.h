@@ -21,12 +21,14 @@ struct GpuSpec {
   bool grace_host = false;  // a Grace-Blackwell superchip (GB200, GB300): its host CPU is Grace
   double bf16_flops = 0;    // dense peak FLOP/s
   double fp8_flops = 0;     // dense peak FLOP/s; 0 if the GPU has no FP8
+  double fp4_flops = 0;     // dense peak FLOP/s of NVFP4 (Blackwell); 0 if the GPU has no FP4
   double hbm_bytes = 0;     // capacity
   double hbm_Bps = 0;       // peak bandwidth
   double nvlink_Bps = 0;    // per direction
   // Compute-model parameters (see compute_model.h for how each is used).
   double gemm_efficiency = 0;           // ceiling for large GEMMs, fraction of bf16_flops
   double fp8_gemm_efficiency = 0;       // ceiling for large FP8 GEMMs, fraction of fp8_flops (0: no FP8)
+  double fp4_gemm_efficiency = 0;       // ceiling for large NVFP4 GEMMs, fraction of fp4_flops (0: no FP4)
   double gemm_half_dim = 0;             // x0 of the per-dimension saturation g(x) = x / (x + x0)
   double gemm_overhead_s = 0;           // fixed cost per GEMM beyond launch
   double attention_efficiency = 0;      // fused attention, fraction of bf16_flops at long sequences

@@ -1281,7 +1281,10 @@ void set_host_costs(std::vector<Op>& ops, const HostCosts& c, bool backward, std
     const bool module = op.kind == workload::OpKind::gemm || op.kind == workload::OpKind::attention;
     double calls = op.host_calls;
     if (module && op.weight_grad) calls = 0;
-    const double launches = std::max(op.host_launches * (op.fp8 ? 2.0 : 1.0), module && op.weight_grad ? 1.0 : 0.0);
+    // A quantised GEMM also launches its operands' quantisation: FP8 one cast kernel, NVFP4 [A] three
+    // (the amax, the amax after the Hadamard transform, the quantisation; ops.cc's quantize).
+    const double quantize = op.fp4 ? 3.0 : op.fp8 ? 1.0 : 0.0;
+    const double launches = std::max(op.host_launches * (1.0 + quantize), module && op.weight_grad ? 1.0 : 0.0);
     const double call_s = module ? c.module_s : backward ? c.backward_call_s : c.forward_call_s;
     op.host_s = calls * call_s + launches * c.launch_s;
   }
@@ -1308,7 +1311,8 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   // innermost): ep·etp consecutive ranks, on this many nodes (NVLink domains).
   lc.moe_flex_dispatch = par.moe_flex_dispatch;
   lc.ep_nodes = std::max<std::int64_t>(1, (par.ep * par.etp + sc.cluster.gpus_per_node - 1) / sc.cluster.gpus_per_node);
-  lc.fp8 = sc.training.precision == config::Precision::fp8;
+  lc.fp8 = sc.training.precision == config::Precision::fp8 || sc.training.precision == config::Precision::nvfp4;
+  lc.fp4 = sc.training.precision == config::Precision::nvfp4;
   lc.sequence_parallel = par.sequence_parallel && par.tp > 1;
   lc.causal = true;
   lc.attention = sc.training.attention;

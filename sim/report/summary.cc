@@ -33,7 +33,29 @@ nlohmann::json network_json(const config::Scenario& sc, const parallel::StepResu
 }
 
 double peak_flops(const config::Scenario& sc) {
-  return sc.training.precision == config::Precision::fp8 ? sc.cluster.gpu.fp8_flops : sc.cluster.gpu.bf16_flops;
+  switch (sc.training.precision) {
+    case config::Precision::fp8:
+      return sc.cluster.gpu.fp8_flops;
+    case config::Precision::nvfp4:
+      return sc.cluster.gpu.fp4_flops;
+    case config::Precision::bf16:
+    case config::Precision::fp16:
+      break;
+  }
+  return sc.cluster.gpu.bf16_flops;
+}
+
+const char* peak_name(const config::Scenario& sc) {
+  switch (sc.training.precision) {
+    case config::Precision::fp8:
+      return "FP8";
+    case config::Precision::nvfp4:
+      return "NVFP4";
+    case config::Precision::bf16:
+    case config::Precision::fp16:
+      break;
+  }
+  return "BF16";
 }
 
 std::string schedule_name(const config::ParallelSpec& p) {
@@ -275,8 +297,7 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   out += fmt::format("throughput    {} tokens/s · {:.1f} tokens/s/GPU\n", thousands(m.tokens_per_s),
                      m.tokens_per_s_per_gpu);
   out += fmt::format("model FLOPs   {:.1f} TFLOP/s/GPU · MFU {:.1f}% of {:.0f} TFLOP/s dense {} (NeMo count)\n",
-                     m.model_tflops_per_gpu, 100.0 * m.mfu, peak_flops(sc) / 1e12,
-                     sc.training.precision == config::Precision::fp8 ? "FP8" : "BF16");
+                     m.model_tflops_per_gpu, 100.0 * m.mfu, peak_flops(sc) / 1e12, peak_name(sc));
   std::string cp_ep_parts;
   if (p.cp > 1) cp_ep_parts = fmt::format(" · CP {:.1f}%", pct(r.mean.cp_exposed_s));
   if (sc.model.moe()) cp_ep_parts += fmt::format(" · EP {:.1f}%", pct(r.mean.ep_exposed_s));

@@ -167,6 +167,7 @@ Outcome evaluate(const Record& r, const fs::path& data_dir, const Overrides& ove
     return out;
   }
   out.moe = sc.model.moe();
+  out.nvfp4 = sc.training.precision == config::Precision::nvfp4;
   if (r.kind == "layer") {
     evaluate_layer(r, sc, out);
   } else if (r.kind == "memory") {
@@ -212,8 +213,10 @@ Summary summarize(const std::vector<Outcome>& outcomes) {
     for (const Comparison& c : o.comparisons) {
       add(by[c.quantity], c.quantity, c.error(), o.record->id);
       if (c.quantity == "step_time_s") {
-        // By source (the id's prefix), mixture-of-experts runs apart from dense ones ("mbridge-moe").
-        const std::string source = o.record->id.substr(0, o.record->id.find('_')) + (o.moe ? "-moe" : "");
+        // By source (the id's prefix), mixture-of-experts runs apart from dense ones ("mbridge-moe"),
+        // and NVFP4 runs apart from the others ("mbridge-nvfp4").
+        const std::string source =
+            o.record->id.substr(0, o.record->id.find('_')) + (o.moe ? "-moe" : "") + (o.nvfp4 ? "-nvfp4" : "");
         add(by_source[source], source, c.error(), o.record->id);
       }
     }

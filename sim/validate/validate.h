@@ -45,6 +45,7 @@ struct Outcome {
   std::string skipped;                  // the reason, when skipped
   std::string detail;                   // e.g. the memory split
   bool moe = false;                     // the model is a mixture of experts (its own source group)
+  bool nvfp4 = false;                   // the run's GEMMs are NVFP4 (its own source group too)
 };
 
 struct QuantitySummary {

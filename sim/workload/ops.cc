@@ -426,9 +426,36 @@ void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   graph(ops, router, kGraphMoeRouter);
 }
 
-// The router's GEMMs stay in BF16 under FP8 (Megatron-Core never quantises the router).
-void mark_fp8(std::vector<Op>& ops) {
-  for (Op& op : ops) op.fp8 = op.kind == OpKind::gemm && !op.attention_core && op.name.rfind("router", 0) != 0;
+// The router's GEMMs stay in BF16 under FP8 and NVFP4 (Megatron-Core never quantises the router).
+void mark_fp8(std::vector<Op>& ops, const LayerConfig& c) {
+  for (Op& op : ops) {
+    op.fp8 = op.kind == OpKind::gemm && !op.attention_core && op.name.rfind("router", 0) != 0;
+    op.fp4 = op.fp8 && c.fp4;
+  }
+}
+
+// NVFP4: E2M1 values, two per byte, and an E4M3 scale per 16 of them.
+constexpr double kNvfp4Bytes = 0.5 + 1.0 / 16;
+
+// The bytes per element of a linear GEMM's input kept for its weight gradient. Transformer Engine
+// keeps the quantised copy it made (te.Linear / LayerNormLinear / LayerNormMLP save it, not the BF16
+// input): FP8's 1 byte, or NVFP4's column-wise copy.
+double saved_gemm_input_bytes(const LayerConfig& c, double d) {
+  if (!c.fp8) return d;
+  return c.fp4 ? kNvfp4Bytes : 1.0;
+}
+
+// The memory traffic of quantising the GEMM operands of one layer pass: `own` elements quantised by
+// kernels of their own, `fused` elements whose row-wise cast Transformer Engine fuses into the kernel
+// that writes them (a norm, the activation). FP8: an own cast reads 2 bytes and writes 1 + 1 (row-wise
+// and transposed); a fused one writes the transposed byte only. NVFP4 [A]: every operand quantised
+// on its own, as Transformer Engine's NVFP4 quantiser runs it: the per-tensor amax (read 2 bytes),
+// the amax after the 16x16 random Hadamard transform of the weight-gradient copy (read 2), then one
+// kernel that reads the tensor (2) and writes the row-wise and the transformed column-wise NVFP4
+// copies (2 x kNvfp4Bytes): three kernels for each of the pass's four operand groups.
+Op quantize(std::string name, const LayerConfig& c, double own, double fused) {
+  if (c.fp4) return memory(std::move(name), (own + fused) * (3 * 2 + 2 * kNvfp4Bytes), 0, 12);
+  return memory(std::move(name), 4 * own + fused, 0, 4);
 }
 
 // Multi-head latent attention up to the attention core, as Megatron-Core's MLASelfAttention runs
@@ -499,10 +526,9 @@ std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
   const double region_act = act(x.region, x.h, x.d);
   const double mask = x.region * x.h;  // 1-byte dropout mask over the hidden state
   const std::string norm = x.swiglu ? "rmsnorm" : "layernorm";
-  // Under FP8, Transformer Engine keeps each GEMM's input for its weight gradient as the FP8 copy it
-  // cast for the forward GEMM (1 byte per element; te.Linear / LayerNormLinear / LayerNormMLP save
-  // the FP8 input, not the BF16 one); tensors kept for other ops stay BF16.
-  const double gemm_in_d = c.fp8 ? 1.0 : x.d;
+  // Each GEMM's input kept for its weight gradient is the quantised copy under FP8 and NVFP4
+  // (saved_gemm_input_bytes); tensors kept for other ops stay BF16.
+  const double gemm_in_d = saved_gemm_input_bytes(c, x.d);
   const double region_gemm_in = act(x.region, x.h, gemm_in_d);
   std::vector<Op> ops;
 
@@ -571,11 +597,17 @@ std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
     // activation; the projection input is cast on its own (read 2, write 1 byte per element), and
     // every GEMM input is also written transposed in FP8 for the weight gradient (1 byte). The
     // experts' permuted input is cast on its own too (2 + 1 + 1 bytes).
-    double cast = 3 * x.tokens * context + x.tokens * (x.h + context);
-    if (x.mla) cast += x.tokens * (x.ql + x.kvl);  // the up projections' inputs, cast in their norms
-    cast += x.moe ? x.moe_rows * (4 * x.h + x.fe) + (x.fsh > 0 ? x.tokens * (x.h + x.fsh) : 0) : x.tokens * (x.h + x.f);
-    ops.push_back(memory("fp8_cast_transpose", cast, 0, 4));
-    mark_fp8(ops);
+    double own = x.tokens * context;
+    double fused = x.tokens * x.h;
+    if (x.mla) fused += x.tokens * (x.ql + x.kvl);  // the up projections' inputs, cast in their norms
+    if (x.moe) {
+      own += x.moe_rows * x.h;
+      fused += x.moe_rows * x.fe + (x.fsh > 0 ? x.tokens * (x.h + x.fsh) : 0);
+    } else {
+      fused += x.tokens * (x.h + x.f);
+    }
+    ops.push_back(quantize(c.fp4 ? "nvfp4_quantize" : "fp8_cast_transpose", c, own, fused));
+    mark_fp8(ops, c);
   }
   return ops;
 }
@@ -594,7 +626,7 @@ std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c) {
   const double region_act = act(x.region, x.h, x.d);
   const double mask = x.region * x.h;
   const std::string norm = x.swiglu ? "rmsnorm" : "layernorm";
-  const double gemm_in_d = c.fp8 ? 1.0 : x.d;  // the saved GEMM inputs, as layer_forward keeps them
+  const double gemm_in_d = saved_gemm_input_bytes(c, x.d);  // the saved GEMM inputs, as layer_forward keeps them
   const double region_gemm_in = act(x.region, x.h, gemm_in_d);
   std::vector<Op> ops;
 
@@ -661,8 +693,8 @@ std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c) {
     } else {
       grads += x.tokens * ((x.swiglu ? 2 * x.f : x.f) + x.h);
     }
-    ops.push_back(memory("fp8_grad_cast_transpose", 4 * grads, 0, 4));
-    mark_fp8(ops);
+    ops.push_back(quantize(c.fp4 ? "nvfp4_grad_quantize" : "fp8_grad_cast_transpose", c, grads, 0));
+    mark_fp8(ops, c);
   }
   return ops;
 }
@@ -791,7 +823,7 @@ std::vector<Op> mtp_forward(const ModelSpec& m, const LayerConfig& c) {
   const Dims x = dims(m, c);
   const double full = act(x.tokens, x.h, x.d);
   const double region_act = act(x.region, x.h, x.d);
-  const double gemm_in_d = c.fp8 ? 1.0 : x.d;
+  const double gemm_in_d = saved_gemm_input_bytes(c, x.d);
   std::vector<Op> ops = embedding_forward(m, c);
   for (Op& op : ops) op.name = "mtp_" + op.name;
   ops.push_back(memory("mtp_enorm_hnorm", 4 * region_act, 2 * region_act, 2));
@@ -799,7 +831,7 @@ std::vector<Op> mtp_forward(const ModelSpec& m, const LayerConfig& c) {
   ops.push_back(gemm("mtp_eh_proj", x.tokens, x.h / x.t, 2 * x.h, x.d, act(x.region, 2 * x.h, gemm_in_d)));
   // Gathered back to the whole hidden width (then split by sequence again under SP, locally).
   if (x.t > 1) ops.push_back(comm("mtp_eh_proj_output_all_gather", Comm::all_gather, full));
-  if (c.fp8) mark_fp8(ops);
+  if (c.fp8) mark_fp8(ops, c);
   return ops;
 }
 
@@ -807,7 +839,7 @@ std::vector<Op> mtp_backward(const ModelSpec& m, const LayerConfig& c) {
   const Dims x = dims(m, c);
   const double full = act(x.tokens, x.h, x.d);
   const double region_act = act(x.region, x.h, x.d);
-  const double gemm_in_d = c.fp8 ? 1.0 : x.d;
+  const double gemm_in_d = saved_gemm_input_bytes(c, x.d);
   std::vector<Op> ops;
   if (x.sp) ops.push_back(comm("mtp_eh_proj_output_grad_all_gather", Comm::all_gather, full));
   ops.push_back(gemm("mtp_eh_proj_dgrad", x.tokens, 2 * x.h, x.h / x.t, x.d));
@@ -816,7 +848,7 @@ std::vector<Op> mtp_backward(const ModelSpec& m, const LayerConfig& c) {
     ops.push_back(comm(x.sp ? "mtp_eh_proj_input_grad_reduce_scatter" : "mtp_eh_proj_input_grad_all_reduce",
                        x.sp ? Comm::reduce_scatter : Comm::all_reduce, 2 * full));
   ops.push_back(memory("mtp_enorm_hnorm_backward", 6 * region_act, 0, 2));
-  if (c.fp8) mark_fp8(ops);
+  if (c.fp8) mark_fp8(ops, c);
   for (Op op : embedding_backward(m, c)) {
     op.name = "mtp_" + op.name;
     ops.push_back(op);

@@ -84,6 +84,7 @@ struct Op {
   std::uint8_t rerun = 0;
   std::uint8_t discards = 0;
   bool fp8 = false;  // gemm: runs in FP8 (Transformer Engine), at the FP8 peak
+  bool fp4 = false;  // gemm, with fp8: runs in NVFP4 instead, at the FP4 peak
   // Backward ops that compute weight gradients (the W pass of zero-bubble schedules); what such an
   // op reads that must outlive the input-gradient pass: the output gradient (written by that pass)
   // and the input the forward saved.
@@ -137,6 +138,11 @@ struct LayerConfig {
   // with their operands cast (and transposed) to FP8 by extra memory-bound kernels; attention, the
   // output layer and everything else stay in BF16 (NeMo / Megatron defaults).
   bool fp8 = false;
+  // With fp8: Transformer Engine's NVFP4 recipe (NVFP4BlockScaling) in place of FP8 for the same
+  // GEMMs, at the FP4 peak: E2M1 values with an E4M3 scale per 16 elements and a per-tensor scale,
+  // 16x16 blocks for the weights, a random Hadamard transform on both weight-gradient operands and
+  // stochastic rounding of the gradients (Megatron-Bridge's bf16_with_nvfp4_mixed, every layer).
+  bool fp4 = false;
   // One-pass cross-entropy kernels (Megatron's --cross-entropy-loss-fusion, Transformer Engine's
   // parallel cross-entropy, apex xentropy / flash-attn's CrossEntropyLoss): the forward reads the
   // bf16 logits once and keeps them, the backward writes the gradient over them. Otherwise Megatron's

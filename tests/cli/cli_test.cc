@@ -112,6 +112,23 @@ TEST_CASE("the human summary names the prediction") {
   CHECK(r.out.find("fits          yes") != std::string::npos);
 }
 
+// NVFP4 on a Blackwell cluster: MFU against the FP4 peak (GB200's 10000 TFLOP/s), faster than FP8.
+TEST_CASE("an nvfp4 run reports MFU against the FP4 peak and beats fp8") {
+  nlohmann::json sc = good_scenario();
+  sc["cluster"] = "gb200-nvl72";
+  sc["training"]["precision"] = "nvfp4";
+  Result fp4 = run(fmt::format("run '{}' --json", write("nvfp4.json", sc.dump()).string()));
+  Result text = run(fmt::format("run '{}'", write("nvfp4.json", sc.dump()).string()));
+  sc["training"]["precision"] = "fp8";
+  Result fp8 = run(fmt::format("run '{}' --json", write("fp8.json", sc.dump()).string()));
+  REQUIRE(fp4.code == 0);
+  REQUIRE(fp8.code == 0);
+  CHECK(text.out.find("of 10000 TFLOP/s dense NVFP4") != std::string::npos);
+  const auto a = nlohmann::json::parse(fp4.out), b = nlohmann::json::parse(fp8.out);
+  CHECK(a["step_time_s"].get<double>() < b["step_time_s"].get<double>());
+  CHECK(a["mfu"].get<double>() == Approx(a["model_tflops_per_gpu"].get<double>() / 10000));
+}
+
 // A mixture of experts end to end: the layout line names ep and etp, the token all-to-alls are
 // their own share of the step, and --json reports them and the layout; the time shares add up.
 TEST_CASE("a mixture-of-experts run reports its expert layout and exposed all-to-all time") {

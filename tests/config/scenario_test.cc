@@ -417,7 +417,7 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
       {[](json& d) { d["training"]["attention"] = "xformers"; }, "training.attention",
        "unknown value \"xformers\" (expected one of: flash, flash2, flash1, softmax)"},
       {[](json& d) { d["training"]["precision"] = "fp32"; }, "training.precision",
-       "unknown value \"fp32\" (expected one of: bf16, fp16, fp8)"},
+       "unknown value \"fp32\" (expected one of: bf16, fp16, fp8, nvfp4)"},
       {[](json& d) { d["training"]["cross_entropy"] = "apex"; }, "training.cross_entropy",
        "unknown value \"apex\" (expected one of: unfused, fused)"},
       {[](json& d) { d["parallel"]["schedule"] = "1F1B"; }, "parallel.schedule",
@@ -487,6 +487,11 @@ TEST_CASE("settings trainsim knows but does not simulate yet are refused on thei
          d["training"]["precision"] = "fp8";
        },
        "training.precision", "NVIDIA A100 SXM4 80GB has no FP8 tensor cores"},
+      {[](json& d) {
+         d["cluster"] = "dgx-h100";
+         d["training"]["precision"] = "nvfp4";
+       },
+       "training.precision", "NVIDIA H100 SXM5 80GB has no FP4 tensor cores (NVFP4 needs Blackwell)"},
   };
   for (const Case& c : cases) {
     json doc = base_scenario();

@@ -189,6 +189,32 @@ TEST_CASE("asking the compute model for a tp_comm op asserts") {
   CHECK(WTERMSIG(status) == SIGABRT);
 }
 
+// NVFP4 GEMMs run at the FP4 peak with the FP4 ceiling and the same shape saturation: on GB200,
+// 10000 TFLOP/s (datasheet) x fp4_gemm_efficiency x g(8192)^3. GB200's FP4 ceiling is its FP8 one; a
+// calibration profile's GEMM table (BF16 and FP8 only) does not apply to them.
+TEST_CASE("an NVFP4 GEMM runs at the FP4 peak with the FP4 ceiling") {
+  const GpuSpec& g = *find_gpu("gb200");
+  CHECK(g.fp4_flops == 10000e12);
+  CHECK(g.fp4_gemm_efficiency == g.fp8_gemm_efficiency);
+  // Blackwell Ultra: FP4 at 1.5x Blackwell's peak, its ceiling further power-limited by 0.81.
+  const GpuSpec& u = *find_gpu("gb300");
+  CHECK(u.fp4_flops == 15000e12);
+  CHECK(u.fp4_gemm_efficiency == Approx(0.81 * u.fp8_gemm_efficiency));
+  CHECK(find_gpu("h100-sxm")->fp4_flops == 0);
+  ComputeModel cm(g);
+  Op op;
+  op.kind = OpKind::gemm;
+  op.gemm = {8192, 8192, 8192, 1};
+  op.flops = 2.0 * 8192 * 8192 * 8192;
+  op.fp8 = true;
+  const double fp8 = cm.time_s(op);
+  op.fp4 = true;
+  const double sat = std::pow(8192.0 / (8192.0 + g.gemm_half_dim), 3);
+  const double fixed = g.launch_s + g.gemm_overhead_s;
+  CHECK(cm.time_s(op) - fixed == Approx(op.flops / (10000e12 * g.fp4_gemm_efficiency * sat)).epsilon(1e-9));
+  CHECK((fp8 - fixed) / (cm.time_s(op) - fixed) == Approx(2.0));
+}
+
 // FP8 GEMMs (Transformer Engine) run at the FP8 peak with the FP8 ceiling fitted to the H100 FP8
 // cuBLASLt sweep (published-runs.md §9a) and the same shape saturation: for 8192³, 2·8192³ FLOPs at
 // 1979 TFLOP/s × fp8_gemm_efficiency × g(8192)³, plus the fixed per-GEMM time.

@@ -342,6 +342,38 @@ TEST_CASE("fp8 keeps the GEMM inputs in 1 byte") {
   CHECK(held == s * h + s * h + s * h / t + s * F / t);
 }
 
+// Transformer Engine's NVFP4 recipe marks the same GEMMs as FP8 (fp4 on each), keeps each GEMM
+// input for the weight gradient as its column-wise NVFP4 copy (half a byte per element plus an E4M3
+// scale per 16: 0.5625 bytes), and quantises every operand on its own: per element, three reads of
+// the BF16 tensor (amax, amax after the Hadamard transform, quantisation) and two NVFP4 writes,
+// 3 x 2 + 2 x 0.5625 = 7.125 bytes; forward over the four GEMM inputs, backward over the four output
+// gradients (SwiGLU's fc1 gradient twice the width).
+TEST_CASE("nvfp4 runs the fp8 GEMMs in FP4, keeps their inputs in 0.5625 bytes and quantises every operand") {
+  const ModelSpec m = llama70b();
+  LayerConfig c = llama70b_tp8_8k();
+  const double bf16 = saved(layer_forward(m, c));
+  c.fp8 = true;
+  c.fp4 = true;
+  const double s = 8192, h = 8192, F = 28672, t = 8, q = h / t, kv = 8 * 128.0 / t, f = F / t;
+  const double inputs = s * h + s * h + s * h / t + s * F / t;
+  CHECK(saved(layer_forward(m, c)) == Approx(bf16 - inputs * (2 - 0.5625)));
+  double quantize_fwd = 0, quantize_bwd = 0;
+  int fp4 = 0;
+  for (const Op& op : layer_forward(m, c)) {
+    CHECK(op.fp4 == op.fp8);
+    fp4 += op.fp4 ? 1 : 0;
+    if (op.name == "nvfp4_quantize") quantize_fwd = op.bytes;
+  }
+  for (const Op& op : layer_backward(m, c)) {
+    CHECK(op.fp4 == op.fp8);
+    fp4 += op.fp4 ? 1 : 0;
+    if (op.name == "nvfp4_grad_quantize") quantize_bwd = op.bytes;
+  }
+  CHECK(fp4 == 4 + 8);
+  CHECK(quantize_fwd == Approx(7.125 * inputs));
+  CHECK(quantize_bwd == Approx(7.125 * s * ((q + 2 * kv) + h + 2 * f + h)));
+}
+
 namespace {
 
 // A Qwen3-MoE-like model: 32 experts of width 512, top 4, GQA.
