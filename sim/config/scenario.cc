@@ -333,6 +333,9 @@ std::uint8_t parse_recompute_modules(const util::JsonNode& v) {
   return parse_name_bits(v, kRecomputeModuleNames, "module");
 }
 
+// Megatron-Bridge's LoRA target_modules names: workload::LoraTarget's bits in order.
+constexpr std::array<std::string_view, 4> kLoraTargetNames = {"linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"};
+
 // Megatron-Core's --cuda-graph-scope names: workload::GraphScope's bits in order, then the whole
 // iteration (--cuda-graph-impl local).
 constexpr std::array<std::string_view, 5> kGraphScopeNames = {"attn", "mlp", "moe_router", "moe_preprocess",
@@ -350,6 +353,13 @@ std::uint8_t parse_graph_scopes(const util::JsonNode& v) {
 
 }  // namespace
 
+std::vector<std::string> lora_target_names(const TrainingSpec& training) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < kLoraTargetNames.size(); ++i)
+    if ((training.lora_targets >> i) & 1u) out.emplace_back(kLoraTargetNames[i]);
+  return out;
+}
+
 std::vector<std::string> graph_scope_names(const TrainingSpec& training) {
   std::vector<std::string> out;
   if (training.cuda_graph_full_iteration) out.emplace_back(kGraphScopeNames[4]);
@@ -361,10 +371,13 @@ std::vector<std::string> graph_scope_names(const TrainingSpec& training) {
 namespace {
 
 TrainingSpec parse_training(const util::JsonNode& node) {
-  node.reject_unknown({"micro_batch", "global_batch", "seq_len", "recompute", "recompute_layers", "precision",
-                       "attention", "framework", "host_forward_us", "host_backward_us", "grad_reduce_in_fp32",
-                       "cross_entropy", "recompute_modules", "cpu_offload_layers", "host_overhead", "cuda_graph_scope",
-                       "host_cost_scale"});
+  node.reject_unknown({"micro_batch",       "global_batch",        "seq_len",
+                       "recompute",         "recompute_layers",    "precision",
+                       "attention",         "framework",           "host_forward_us",
+                       "host_backward_us",  "grad_reduce_in_fp32", "cross_entropy",
+                       "recompute_modules", "cpu_offload_layers",  "host_overhead",
+                       "cuda_graph_scope",  "host_cost_scale",     "peft",
+                       "lora_rank",         "lora_targets"});
   TrainingSpec t;
   if (auto v = node.find("micro_batch")) t.micro_batch = v->as_positive_int();
   t.global_batch = node.at("global_batch").as_positive_int();
@@ -430,6 +443,20 @@ TrainingSpec parse_training(const util::JsonNode& node) {
     t.fused_cross_entropy = parse_choice(*v, Choices{{"unfused", "fused"}, {}}) == 1;
     if (t.framework == Framework::pytorch_eager)
       v->fail("applies to \"framework\": \"megatron\" only (pytorch-eager runs torch's cross_entropy)");
+  }
+  if (auto v = node.find("peft")) {
+    t.lora = parse_choice(*v, Choices{{"none", "lora"}, {}}) == 1;
+    if (t.lora && t.framework != Framework::megatron) v->fail("applies to \"framework\": \"megatron\" only");
+  }
+  if (auto v = node.find("lora_rank")) {
+    if (!t.lora) v->fail("applies to \"peft\": \"lora\" only");
+    t.lora_rank = v->as_positive_int();
+  }
+  if (auto v = node.find("lora_targets")) {
+    if (!t.lora) v->fail("applies to \"peft\": \"lora\" only");
+    if (!v->json().is_array()) v->fail("must be an array of linear names");
+    if (v->json().empty()) v->fail("must name at least one linear");
+    t.lora_targets = parse_name_bits(*v, kLoraTargetNames, "linear");
   }
   t.grad_reduce_in_fp32 = t.precision != Precision::fp16;
   if (auto v = node.find("grad_reduce_in_fp32")) {
@@ -754,6 +781,15 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
       throw util::InputError(file, path, "\"moe_router\" and \"moe_preprocess\" need a mixture-of-experts model");
     if ((g & workload::kGraphMlp) && m.moe() && m.first_dense_layers == 0)
       throw util::InputError(file, path, "\"mlp\" needs dense MLP layers");
+  }
+  // LoRA: dense models under Megatron's distributed optimizer (Megatron-Bridge's PEFT runs).
+  if (s.training.lora) {
+    const std::string path = util::join_path(training_path, "peft");
+    if (m.moe()) throw util::InputError(file, path, "LoRA on a mixture-of-experts model is not supported yet");
+    if (m.mla()) throw util::InputError(file, path, "LoRA with multi-head latent attention is not supported yet");
+    if (p.zero >= 2 || p.fsdp_units())
+      throw util::InputError(file, path,
+                             fmt::format("LoRA with zero {} is not supported yet (use zero 0 or 1)", p.zero));
   }
   if (m.mtp_layers > 0 && s.training.framework == Framework::pytorch_eager)
     throw util::InputError(file, util::join_path(training_path, "framework"),

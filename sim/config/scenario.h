@@ -132,6 +132,11 @@ struct TrainingSpec {
   bool grad_reduce_in_fp32 = true;
   // training.cross_entropy "fused": one-pass loss kernels (workload::LayerConfig::fused_cross_entropy).
   bool fused_cross_entropy = false;
+  // training.peft "lora": LoRA fine-tuning (workload::LayerConfig::frozen_weights, lora_rank,
+  // lora_targets): the base model frozen, adapters of rank lora_rank on the targeted linears trained.
+  bool lora = false;
+  std::int64_t lora_rank = 32;
+  std::uint8_t lora_targets = workload::kLoraQkv | workload::kLoraProj | workload::kLoraFc1 | workload::kLoraFc2;
 };
 
 // Which network model times communication: the closed-form one, or flows sharing the topology
@@ -173,6 +178,8 @@ std::int64_t chunk_first_layer(const Scenario& scenario, std::int64_t stage, std
 // The CUDA graph scopes of a training spec, as Megatron-Core's --cuda-graph-scope spells them (empty:
 // none).
 std::vector<std::string> graph_scope_names(const TrainingSpec& training);
+// The linears LoRA adapters wrap, as Megatron-Bridge's target_modules names them.
+std::vector<std::string> lora_target_names(const TrainingSpec& training);
 
 // The names of selective recompute's modules in `mask` (workload::RecomputeModule bits), as
 // Megatron-Core's --recompute-modules spells them, in bit order.

@@ -772,11 +772,15 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   const std::int64_t dp = par.dp * par.cp;
   const bool moe = sc.model.moe();
   const std::int64_t edp = moe ? par.expert_dp() : 1;
-  const std::int64_t layer_params = workload::layer_params_per_rank(sc.model, par.tp);
+  // LoRA: the units hold their adapters only (no gradient reaches the frozen embedding and head).
+  const bool lora = sc.training.lora;
+  const std::int64_t layer_params = lora ? stage.params_per_rank / std::max<std::int64_t>(stage.layers, 1)
+                                         : workload::layer_params_per_rank(sc.model, par.tp);
   const std::int64_t dense_layer_params =
       moe ? workload::layer_params_per_rank(sc.model.dense_variant(), par.tp) : layer_params;
   const std::int64_t layer_expert_params = workload::layer_expert_params_per_rank(sc.model, par.ep, par.etp);
-  const std::int64_t emb_params = stage.has_embedding ? workload::embedding_params_per_rank(sc.model, par.tp) : 0;
+  const std::int64_t emb_params =
+      stage.has_embedding && !lora ? workload::embedding_params_per_rank(sc.model, par.tp) : 0;
   auto unit_layer_params = [&](std::int64_t c, std::int64_t l) {
     return dense_layer(c, l) ? dense_layer_params : layer_params;
   };
@@ -1208,7 +1212,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   if (edp > 1 && !overlap_expert_grad && expert_params > 0)
     w.add(dp_collective(grad_op, kEdpGroup, expert_params * grad_bytes, expert_grad_name), true);
   for (const Dep& d : grad_deps) w.after(d);
-  if (shares_embedding(sc) && pp > 1 && (first || last)) {
+  if (!lora && shares_embedding(sc) && pp > 1 && (first || last)) {
     const std::int64_t emb = workload::embedding_params_per_rank(sc.model, par.tp);
     w.add(dp_collective(network::CollectiveOp::all_reduce, kEmbeddingGroup, emb * grad_bytes,
                         "embedding_grad_all_reduce"),
@@ -1236,7 +1240,8 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   // mixture-of-experts model runs zero 0 or 1: its experts are sharded over expert dp.)
   const std::int64_t weight_bytes = eager ? workload::kEagerWeightBytes : kWeightBytes;
   const std::int64_t optimizer_bytes = eager ? workload::kEagerOptimizerBytes : kOptimizerBytes;
-  p.initial_mem_bytes[kWeights] = (par.fsdp_units() ? shard(params, dp) : params + expert_params) * weight_bytes;
+  p.initial_mem_bytes[kWeights] =
+      ((par.fsdp_units() ? shard(params, dp) : params + expert_params) + stage.frozen_params_per_rank) * weight_bytes;
   p.initial_mem_bytes[kGradients] = (par.zero >= 2 ? shard(params, dp) : params + expert_params) * grad_bytes;
   p.initial_mem_bytes[kOptimizer] = opt_params * optimizer_bytes;
 }
@@ -1313,6 +1318,11 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   lc.ep_nodes = std::max<std::int64_t>(1, (par.ep * par.etp + sc.cluster.gpus_per_node - 1) / sc.cluster.gpus_per_node);
   lc.fp8 = sc.training.precision == config::Precision::fp8 || sc.training.precision == config::Precision::nvfp4;
   lc.fp4 = sc.training.precision == config::Precision::nvfp4;
+  if (sc.training.lora) {
+    lc.frozen_weights = true;
+    lc.lora_rank = sc.training.lora_rank;
+    lc.lora_targets = sc.training.lora_targets;
+  }
   lc.sequence_parallel = par.sequence_parallel && par.tp > 1;
   lc.causal = true;
   lc.attention = sc.training.attention;
@@ -1394,6 +1404,12 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
     // embedding-group all-reduce (Megatron's shared embedding).
     if (st.has_head && !st.has_embedding && shares_embedding(sc))
       st.params_per_rank += workload::embedding_params_per_rank(sc.model, par.tp);
+    // LoRA trains the adapters of every layer; the rest is frozen.
+    if (sc.training.lora) {
+      st.frozen_params_per_rank = st.params_per_rank + st.expert_params_per_rank;
+      st.params_per_rank = st.layers * workload::lora_params_per_rank(sc.model, lc);
+      st.expert_params_per_rank = 0;
+    }
     // Activation offloading (pp 1, one micro-batch in flight): the first N layers' saved bytes.
     for (std::int64_t l = 0; l < sc.training.cpu_offload_layers; ++l)
       st.host_offload_bytes += sum_saved(dense_layers_in_chunk(sc, s, 0) > l ? ops.dense_fwd : ops.layer_fwd);

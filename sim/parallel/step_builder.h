@@ -68,7 +68,10 @@ struct StagePlan {
   bool has_head = false;
   std::int64_t params_per_rank = 0;         // parameters one rank of this stage holds, reduced over dp x cp
   std::int64_t expert_params_per_rank = 0;  // and its routed experts' parameters, reduced over expert dp
-  std::int64_t host_offload_bytes = 0;      // activation offloading: pinned host memory one rank fills
+  // LoRA: the frozen base model's parameters on the rank (weights only, no gradient or optimizer
+  // state); params_per_rank then counts the trained adapters.
+  std::int64_t frozen_params_per_rank = 0;
+  std::int64_t host_offload_bytes = 0;  // activation offloading: pinned host memory one rank fills
 };
 
 struct StepPlan {

@@ -214,9 +214,12 @@ Summary summarize(const std::vector<Outcome>& outcomes) {
       add(by[c.quantity], c.quantity, c.error(), o.record->id);
       if (c.quantity == "step_time_s") {
         // By source (the id's prefix), mixture-of-experts runs apart from dense ones ("mbridge-moe"),
-        // and NVFP4 runs apart from the others ("mbridge-nvfp4").
-        const std::string source =
-            o.record->id.substr(0, o.record->id.find('_')) + (o.moe ? "-moe" : "") + (o.nvfp4 ? "-nvfp4" : "");
+        // NVFP4 runs apart from the others ("mbridge-nvfp4"), and fine-tuning runs (ids naming the
+        // task "sft" or "lora") apart from pretraining ("mbridge-finetune").
+        const std::string& id = o.record->id;
+        const bool finetune = id.find("_sft_") != std::string::npos || id.find("_lora_") != std::string::npos;
+        const std::string source = id.substr(0, id.find('_')) + (o.moe ? "-moe" : "") + (o.nvfp4 ? "-nvfp4" : "") +
+                                   (finetune ? "-finetune" : "");
         add(by_source[source], source, c.error(), o.record->id);
       }
     }

@@ -426,10 +426,12 @@ void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   graph(ops, router, kGraphMoeRouter);
 }
 
-// The router's GEMMs stay in BF16 under FP8 and NVFP4 (Megatron-Core never quantises the router).
+// The router's GEMMs stay in BF16 under FP8 and NVFP4 (Megatron-Core never quantises the router), as
+// do LoRA adapters (Megatron-Core linears, not Transformer Engine ones).
 void mark_fp8(std::vector<Op>& ops, const LayerConfig& c) {
   for (Op& op : ops) {
-    op.fp8 = op.kind == OpKind::gemm && !op.attention_core && op.name.rfind("router", 0) != 0;
+    op.fp8 = op.kind == OpKind::gemm && !op.attention_core && op.name.rfind("router", 0) != 0 &&
+             op.name.rfind("lora_", 0) != 0;
     op.fp4 = op.fp8 && c.fp4;
   }
 }
@@ -441,6 +443,7 @@ constexpr double kNvfp4Bytes = 0.5 + 1.0 / 16;
 // keeps the quantised copy it made (te.Linear / LayerNormLinear / LayerNormMLP save it, not the BF16
 // input): FP8's 1 byte, or NVFP4's column-wise copy.
 double saved_gemm_input_bytes(const LayerConfig& c, double d) {
+  if (c.frozen_weights) return 0;  // no weight gradient: Transformer Engine keeps no input for one
   if (!c.fp8) return d;
   return c.fp4 ? kNvfp4Bytes : 1.0;
 }
@@ -453,9 +456,79 @@ double saved_gemm_input_bytes(const LayerConfig& c, double d) {
 // the amax after the 16x16 random Hadamard transform of the weight-gradient copy (read 2), then one
 // kernel that reads the tensor (2) and writes the row-wise and the transformed column-wise NVFP4
 // copies (2 x kNvfp4Bytes): three kernels for each of the pass's four operand groups.
+// With frozen weights (LoRA) no weight gradient needs the column-wise copies: FP8 casts read 2 and
+// write 1 byte, the fused ones nothing; NVFP4 reads twice (amax, quantisation) and writes the
+// row-wise copy.
 Op quantize(std::string name, const LayerConfig& c, double own, double fused) {
+  if (c.fp4 && c.frozen_weights) return memory(std::move(name), (own + fused) * (2 * 2 + kNvfp4Bytes), 0, 8);
   if (c.fp4) return memory(std::move(name), (own + fused) * (3 * 2 + 2 * kNvfp4Bytes), 0, 12);
+  if (c.frozen_weights) return memory(std::move(name), 3 * own, 0, 4);
   return memory(std::move(name), 4 * own + fused, 0, 4);
+}
+
+// A linear a LoRA adapter can wrap: its forward and data-gradient ops' names, the target bit, and
+// the widths of the base GEMM on this rank; `region`: A's input is the linear's norm output, kept
+// sequence-sharded under SP (column-parallel linears), else the whole sequence.
+struct LoraSite {
+  std::string forward, backward;
+  std::uint8_t target;
+  double in, out;
+  bool region;
+};
+
+std::vector<LoraSite> lora_sites(const Dims& x) {
+  const double fc1 = x.swiglu ? 2 * x.f : x.f;
+  const std::string fc1_name = x.swiglu ? "fc1_gate_up" : "fc1";
+  return {{"qkv", "qkv_dgrad", kLoraQkv, x.h, x.q + 2 * x.kv, true},
+          {"attention_output", "attention_output_dgrad", kLoraProj, x.q, x.h, false},
+          {fc1_name, fc1_name + "_dgrad", kLoraFc1, x.h, fc1, true},
+          {"fc2", "fc2_dgrad", kLoraFc2, x.f, x.h, false}};
+}
+
+bool is_lora(const Op& op) {
+  return op.name.rfind("lora_", 0) == 0;
+}
+
+// Megatron-Bridge's LoRA adapter beside a frozen linear (peft/lora.py, ParallelLinearAdapter): A and
+// B as BF16 GEMMs over the rank's tokens, B's output scaled and added to the linear's (read 2, write
+// 1 tensor of its width). Kept for backward: A's input (the linear's input, as BF16) and B's input.
+// Backward: B's data and weight gradients, A's, and A's input gradient added to the linear's.
+void lora_forward(std::vector<Op>& ops, const Dims& x, const LayerConfig& c) {
+  const double r = static_cast<double>(c.lora_rank);
+  for (const LoraSite& site : lora_sites(x)) {
+    if (!(c.lora_targets & site.target)) continue;
+    auto at = std::find_if(ops.begin(), ops.end(), [&](const Op& op) { return op.name == site.forward; });
+    TRAINSIM_ASSERT(at != ops.end());
+    const std::string n = "lora_" + site.forward;
+    const double kept = act(site.region ? x.region : x.tokens, site.in, x.d);
+    std::vector<Op> adapter{gemm(n + "_a", x.tokens, r, site.in, x.d, kept),
+                            gemm(n + "_b", x.tokens, site.out, r, x.d, act(x.tokens, r, x.d)),
+                            memory(n + "_add", 3 * act(x.tokens, site.out, x.d))};
+    for (Op& op : adapter) {  // recomputed and captured with the linear it wraps
+      op.rerun = at->rerun;
+      op.discards = at->discards;
+      op.graph = at->graph;
+    }
+    ops.insert(at + 1, adapter.begin(), adapter.end());
+  }
+}
+
+void lora_backward(std::vector<Op>& ops, const Dims& x, const LayerConfig& c) {
+  const double r = static_cast<double>(c.lora_rank);
+  for (const LoraSite& site : lora_sites(x)) {
+    if (!(c.lora_targets & site.target)) continue;
+    auto at = std::find_if(ops.begin(), ops.end(), [&](const Op& op) { return op.name == site.backward; });
+    TRAINSIM_ASSERT(at != ops.end());
+    const std::string n = "lora_" + site.forward;
+    const double kept = act(site.region ? x.region : x.tokens, site.in, x.d);
+    std::vector<Op> adapter{gemm(n + "_b_dgrad", x.tokens, r, site.out, x.d),
+                            wgrad(n + "_b_wgrad", r, site.out, x.tokens, x.d, act(x.tokens, r, x.d)),
+                            gemm(n + "_a_dgrad", x.tokens, site.in, r, x.d),
+                            wgrad(n + "_a_wgrad", site.in, r, x.tokens, x.d, kept),
+                            memory(n + "_grad_add", 3 * act(x.tokens, site.in, x.d))};
+    for (Op& op : adapter) op.graph = at->graph;
+    ops.insert(at + 1, adapter.begin(), adapter.end());
+  }
 }
 
 // Multi-head latent attention up to the attention core, as Megatron-Core's MLASelfAttention runs
@@ -592,6 +665,7 @@ std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
   ops.push_back(x.drop ? memory("mlp_dropout_add", region_act * 3 + mask, mask)
                        : memory("mlp_residual_add", region_act * 3));
   if (!x.moe) graph(ops, mlp, kGraphMlp);
+  if (c.lora_rank > 0) lora_forward(ops, x, c);
   if (c.fp8) {
     // TE fuses the casts of the QKV and fc1 inputs into the norms and of the fc2 input into the
     // activation; the projection input is cast on its own (read 2, write 1 byte per element), and
@@ -681,6 +755,8 @@ std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c) {
   }
   ops.push_back(memory("input_" + norm + "_backward", 4 * region_act, 0, 2));
   graph(ops, attention, kGraphAttn);
+  if (c.frozen_weights) std::erase_if(ops, [](const Op& op) { return op.weight_grad && !is_lora(op); });
+  if (c.lora_rank > 0) lora_backward(ops, x, c);
   if (c.fp8) {
     // Each GEMM's output gradient is cast and transposed to FP8 once for its data and weight
     // gradients: read 2, write 1 + 1 bytes per element. MLA: the down projection's (on the region),
@@ -735,6 +811,7 @@ std::vector<Op> embedding_backward(const ModelSpec& m, const LayerConfig& c) {
   const double region_act = act(x.region, x.h, x.d);
   std::vector<Op> ops;
   if (x.drop) ops.push_back(memory("embedding_dropout_backward", 2 * region_act + x.region * x.h));
+  if (c.frozen_weights) return ops;  // a frozen embedding takes no gradient
   if (c.tp > 1 && x.sp) ops.push_back(comm("embedding_grad_all_gather", Comm::all_gather, full));
   // Scatter-add of the output grad into the rank's rows of the weight grad (read grad, read and
   // write the touched rows).
@@ -756,7 +833,7 @@ std::vector<Op> head_forward(const ModelSpec& m, const LayerConfig& c) {
   std::vector<Op> ops;
   ops.push_back(memory(x.swiglu ? "final_rmsnorm" : "final_layernorm", 2 * region_act, region_act));
   if (tp && x.sp) ops.push_back(comm("output_input_all_gather", Comm::all_gather, full));
-  ops.push_back(gemm("output_layer", x.tokens, vocab, x.h, x.d, region_act));
+  ops.push_back(gemm("output_layer", x.tokens, vocab, x.h, x.d, c.frozen_weights ? 0 : region_act));
   if (c.fused_cross_entropy) {
     // One kernel reads each bf16 logit once (2 B) and writes one fp32 statistic per token; the
     // logits stay saved for the backward. Under TP the same three per-token all-reduces.
@@ -809,7 +886,7 @@ std::vector<Op> head_backward(const ModelSpec& m, const LayerConfig& c) {
   // dW[vocab x h] = dY^T X: here dY is the bf16 logits gradient, tokens x vocab.
   Op out_wgrad = wgrad("output_layer_wgrad", vocab, x.h, x.tokens, x.d, region_act);
   out_wgrad.grad_output_bytes = to_bytes(logits * x.d);
-  ops.push_back(out_wgrad);
+  if (!c.frozen_weights) ops.push_back(out_wgrad);
   ops.push_back(memory(x.swiglu ? "final_rmsnorm_backward" : "final_layernorm_backward", 3 * region_act));
   return ops;
 }
@@ -922,6 +999,13 @@ std::int64_t head_params_per_rank(const ModelSpec& m, std::int64_t tp) {
   TRAINSIM_ASSERT(tp >= 1);
   const std::int64_t final_norm = m.mlp == MlpKind::gelu ? 2 * m.hidden : m.hidden;
   return final_norm + (m.tied_embeddings ? 0 : embedding_params_per_rank(m, tp));
+}
+
+std::int64_t lora_params_per_rank(const ModelSpec& m, const LayerConfig& c) {
+  std::int64_t n = 0;
+  for (const LoraSite& site : lora_sites(dims(m, c)))
+    if (c.lora_targets & site.target) n += c.lora_rank * static_cast<std::int64_t>(site.in + site.out);
+  return n;
 }
 
 }  // namespace trainsim::workload

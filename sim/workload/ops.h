@@ -39,6 +39,14 @@ enum class AttentionImpl : std::uint8_t { flash, flash2, flash1, softmax };
 // --recompute-modules), as bits. core_attn, mlp, moe and shared_experts are checkpointed as a whole
 // (their input kept, everything inside run again); layernorm, moe_act and mla_up_proj discard their
 // output after use and run again before the backward needs it.
+// The linears a LoRA adapter can target (Megatron-Bridge's target_modules names).
+enum LoraTarget : std::uint8_t {
+  kLoraQkv = 1,   // linear_qkv
+  kLoraProj = 2,  // linear_proj
+  kLoraFc1 = 4,   // linear_fc1
+  kLoraFc2 = 8,   // linear_fc2
+};
+
 enum RecomputeModule : std::uint8_t {
   kRecomputeCoreAttn = 1,
   kRecomputeLayernorm = 2,
@@ -143,6 +151,14 @@ struct LayerConfig {
   // 16x16 blocks for the weights, a random Hadamard transform on both weight-gradient operands and
   // stochastic rounding of the gradients (Megatron-Bridge's bf16_with_nvfp4_mixed, every layer).
   bool fp4 = false;
+  // Parameter-efficient fine-tuning (LoRA, Megatron-Bridge's peft "lora"): the base weights are
+  // frozen, so no weight gradient is computed for them and Transformer Engine keeps no GEMM input for
+  // one (nor casts a transposed FP8 copy); the embedding and the output layer are frozen too. Each
+  // targeted linear (LoraTarget bits) gets an adapter of rank lora_rank: A (in -> r) and B (r -> out)
+  // in BF16, added to the linear's output, with their own data and weight gradients.
+  bool frozen_weights = false;
+  std::int64_t lora_rank = 0;
+  std::uint8_t lora_targets = 0;
   // One-pass cross-entropy kernels (Megatron's --cross-entropy-loss-fusion, Transformer Engine's
   // parallel cross-entropy, apex xentropy / flash-attn's CrossEntropyLoss): the forward reads the
   // bf16 logits once and keeps them, the backward writes the gradient over them. Otherwise Megatron's
@@ -194,5 +210,8 @@ std::int64_t layer_params_per_rank(const ModelSpec& m, std::int64_t tp);
 std::int64_t layer_expert_params_per_rank(const ModelSpec& m, std::int64_t ep, std::int64_t etp);
 std::int64_t embedding_params_per_rank(const ModelSpec& m, std::int64_t tp);
 std::int64_t head_params_per_rank(const ModelSpec& m, std::int64_t tp);
+// The LoRA adapters' parameters on one TP rank for one layer (c.lora_rank, c.lora_targets): per
+// targeted linear, A (the rank's input width x r) and B (r x the rank's output width).
+std::int64_t lora_params_per_rank(const ModelSpec& m, const LayerConfig& c);
 
 }  // namespace trainsim::workload

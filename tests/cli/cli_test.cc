@@ -129,6 +129,35 @@ TEST_CASE("an nvfp4 run reports MFU against the FP4 peak and beats fp8") {
   CHECK(a["mfu"].get<double>() == Approx(a["model_tflops_per_gpu"].get<double>() / 10000));
 }
 
+// LoRA on linear_qkv of Llama 3.1 8B at tp 2 · pp 2 · dp 4 (zero 1): a rank of stage 0 (16 layers)
+// holds the frozen base weights and the adapters, each layer's A (4096 x 32) and B (32 x the rank's
+// QKV width, (4096 + 2 x 1024) / 2 = 3072); gradients (fp32) and optimizer states (12 bytes, sharded
+// over dp 4) for the adapters only. Faster than training every weight, and reported.
+TEST_CASE("a LoRA run trains only the adapters") {
+  nlohmann::json sc = good_scenario();
+  Result full = run(fmt::format("run '{}' --json", write("full.json", sc.dump()).string()));
+  sc["training"]["peft"] = "lora";
+  sc["training"]["lora_targets"] = {"linear_qkv"};
+  Result lora = run(fmt::format("run '{}' --json", write("lora.json", sc.dump()).string()));
+  Result text = run(fmt::format("run '{}'", write("lora.json", sc.dump()).string()));
+  REQUIRE(full.code == 0);
+  REQUIRE(lora.code == 0);
+  CHECK(text.out.find("LoRA          rank 32 on linear_qkv; the base model frozen") != std::string::npos);
+  const auto a = nlohmann::json::parse(full.out), b = nlohmann::json::parse(lora.out);
+  CHECK(b["scenario"]["peft"] == "lora");
+  CHECK(b["scenario"]["lora_rank"] == 32);
+  CHECK(b["scenario"]["lora_targets"] == nlohmann::json::array({"linear_qkv"}));
+  const double adapters = 16.0 * 32 * (4096 + 3072);
+  const double gib = 1024.0 * 1024 * 1024;
+  const auto& rank0 = b["memory"]["ranks"][0]["breakdown_gib"];
+  const auto& full0 = a["memory"]["ranks"][0]["breakdown_gib"];
+  CHECK(rank0["gradients"].get<double>() == Approx(adapters * 4 / gib));
+  CHECK(rank0["optimizer_states"].get<double>() == Approx(adapters / 4 * 12 / gib));
+  CHECK(rank0["weights"].get<double>() == Approx(full0["weights"].get<double>() + adapters * 2 / gib));
+  CHECK(b["step_time_s"].get<double>() < a["step_time_s"].get<double>());
+  CHECK(b["memory"]["peak_gib"].get<double>() < a["memory"]["peak_gib"].get<double>());
+}
+
 // A mixture of experts end to end: the layout line names ep and etp, the token all-to-alls are
 // their own share of the step, and --json reports them and the layout; the time shares add up.
 TEST_CASE("a mixture-of-experts run reports its expert layout and exposed all-to-all time") {

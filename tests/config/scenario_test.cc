@@ -362,7 +362,8 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
       {[](json& d) { d["training"]["optimizer"] = "adam"; }, "training.optimizer",
        "unknown key (expected one of: micro_batch, global_batch, seq_len, recompute, recompute_layers, precision, "
        "attention, framework, host_forward_us, host_backward_us, grad_reduce_in_fp32, cross_entropy, "
-       "recompute_modules, cpu_offload_layers, host_overhead, cuda_graph_scope, host_cost_scale)"},
+       "recompute_modules, cpu_offload_layers, host_overhead, cuda_graph_scope, host_cost_scale, peft, lora_rank, "
+       "lora_targets)"},
       {[](json& d) { d["training"]["cuda_graph_scope"] = "attn"; }, "training.cuda_graph_scope",
        "must be an array of scope names (empty: no CUDA graphs)"},
       {[](json& d) {
@@ -563,6 +564,63 @@ TEST_CASE("impossible layouts name the numbers that do not fit", "[config]") {
   CHECK(parse_error(data, doc).path() == "gpus");
 }
 
+// LoRA keys: parsed with Megatron-Bridge's defaults (rank 32, all four linears), refused alone, on
+// models and layouts not modelled yet, and with unknown or repeated target names.
+TEST_CASE("training.peft lora: defaults, targets and refusals") {
+  DataDir data;
+  json doc = base_scenario();
+  doc["training"]["peft"] = "lora";
+  Scenario s = parse(data, doc);
+  CHECK(s.training.lora);
+  CHECK(s.training.lora_rank == 32);
+  CHECK(lora_target_names(s.training) ==
+        std::vector<std::string>{"linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"});
+  doc["training"]["lora_rank"] = 8;
+  doc["training"]["lora_targets"] = {"linear_fc2", "linear_qkv"};
+  s = parse(data, doc);
+  CHECK(s.training.lora_rank == 8);
+  CHECK(lora_target_names(s.training) == std::vector<std::string>{"linear_qkv", "linear_fc2"});
+  struct Case {
+    std::function<void(json&)> edit;
+    std::string path;
+    std::string problem;
+  };
+  const std::vector<Case> cases = {
+      {[](json& d) { d["training"]["lora_rank"] = 16; }, "training.lora_rank", "applies to \"peft\": \"lora\" only"},
+      {[](json& d) {
+         d["training"]["peft"] = "none";
+         d["training"]["lora_targets"] = {"linear_qkv"};
+       },
+       "training.lora_targets", "applies to \"peft\": \"lora\" only"},
+      {[](json& d) {
+         d["training"]["peft"] = "lora";
+         d["training"]["lora_targets"] = {"linear_qkv", "lm_head"};
+       },
+       "training.lora_targets[1]",
+       "unknown linear \"lm_head\" (expected one of: linear_qkv, linear_proj, linear_fc1, linear_fc2)"},
+      {[](json& d) {
+         d["training"]["peft"] = "lora";
+         d["training"]["lora_targets"] = json::array();
+       },
+       "training.lora_targets", "must name at least one linear"},
+      {[](json& d) { d["training"]["peft"] = "dora"; }, "training.peft",
+       "unknown value \"dora\" (expected one of: none, lora)"},
+      {[](json& d) {
+         d["training"]["peft"] = "lora";
+         d["parallel"]["zero"] = 3;
+       },
+       "training.peft", "LoRA with zero 3 is not supported yet (use zero 0 or 1)"},
+  };
+  for (const Case& c : cases) {
+    json d = base_scenario();
+    c.edit(d);
+    INFO(d.dump());
+    const InputError e = parse_error(data, d);
+    CHECK(e.path() == c.path);
+    CHECK(e.problem() == c.problem);
+  }
+}
+
 TEST_CASE("expert-parallel layouts: Megatron-Core's rules, one line each") {
   const nlohmann::json moe = {{"name", "moe"},          {"layers", 4},          {"hidden", 1024},  {"heads", 16},
                               {"kv_heads", 4},          {"vocab", 1000},        {"mlp", "swiglu"}, {"experts", 32},
@@ -596,6 +654,14 @@ TEST_CASE("expert-parallel layouts: Megatron-Core's rules, one line each") {
   CHECK(error({{"etp", 3}}) == "s.json: parallel.etp: 3 does not divide moe_ffn_hidden (512)");
   CHECK(error({{"ep", 4}, {"zero", 3}}) ==
         "s.json: parallel.zero: zero 3 with a mixture-of-experts model is not supported yet (use 0 or 1)");
+  auto lora = make({{"ep", 8}});
+  lora["training"]["peft"] = "lora";
+  try {
+    parse_scenario(trainsim::util::JsonNode(lora, "s.json"), TRAINSIM_SOURCE_DIR);
+    FAIL("LoRA on a mixture of experts was accepted");
+  } catch (const trainsim::util::InputError& e) {
+    CHECK(std::string(e.what()) == "s.json: training.peft: LoRA on a mixture-of-experts model is not supported yet");
+  }
   auto dense = make({{"ep", 2}});
   dense["model"] = "llama3.1-8b";
   try {

@@ -374,6 +374,80 @@ TEST_CASE("nvfp4 runs the fp8 GEMMs in FP4, keeps their inputs in 0.5625 bytes a
   CHECK(quantize_bwd == Approx(7.125 * s * ((q + 2 * kv) + h + 2 * f + h)));
 }
 
+// LoRA (Megatron-Bridge's peft "lora") on the Llama-3.1-70B layer at TP 8: the frozen base computes
+// no weight gradient and keeps no GEMM input for one; an adapter of rank 32 on linear_qkv adds two
+// forward GEMMs (A: h -> r, B: r -> the rank's q + 2kv), the scaled add, and in the backward B's and
+// A's data and weight gradients and the input-gradient add. Its kept tensors: A's input (the norm
+// output, s x h) and B's input (s x r), both BF16.
+TEST_CASE("lora freezes the base linears and adds adapters to the targeted ones") {
+  const ModelSpec m = llama70b();
+  LayerConfig c = llama70b_tp8_8k();
+  const std::vector<Op> base_fwd = layer_forward(m, c);
+  const double base_saved = saved(base_fwd);
+  c.frozen_weights = true;
+  c.lora_rank = 32;
+  c.lora_targets = kLoraQkv;
+  const double s = 8192, h = 8192, F = 28672, t = 8, r = 32, qkv = (8192.0 + 2 * 8 * 128) / t, d = 2;
+  const std::vector<Op> fwd = layer_forward(m, c);
+  double adapter_flops = 0, adapter_saved = 0;
+  for (const Op& op : fwd) {
+    if (op.name.rfind("lora_", 0) != 0) continue;
+    adapter_flops += op.flops;
+    adapter_saved += static_cast<double>(op.saved_bytes);
+  }
+  CHECK(adapter_flops == Approx(2 * s * h * r + 2 * s * r * qkv));
+  CHECK(adapter_saved == Approx(d * (s * h + s * r)));
+  // The base keeps none of its four GEMM inputs (2 bytes each without FP8).
+  const double inputs = s * h + s * h + s * h / t + s * F / t;
+  CHECK(saved(fwd) == Approx(base_saved - d * inputs + adapter_saved));
+  int wgrads = 0, lora_ops = 0;
+  double lora_bwd_flops = 0;
+  for (const Op& op : layer_backward(m, c)) {
+    if (op.weight_grad) {
+      ++wgrads;
+      CHECK(op.name.rfind("lora_qkv_", 0) == 0);
+    }
+    if (op.name.rfind("lora_", 0) == 0) {
+      ++lora_ops;
+      lora_bwd_flops += op.flops;
+    }
+  }
+  CHECK(wgrads == 2);
+  CHECK(lora_ops == 5);
+  CHECK(lora_bwd_flops == Approx(2 * adapter_flops));
+  // Adapters per rank: A (h x r) and B (r x the rank's QKV width).
+  CHECK(lora_params_per_rank(m, c) == static_cast<std::int64_t>(r * (h + qkv)));
+  c.lora_targets = kLoraQkv | kLoraProj | kLoraFc1 | kLoraFc2;
+  CHECK(lora_params_per_rank(m, c) ==
+        static_cast<std::int64_t>(r * ((h + qkv) + (h / t + h) + (h + 2 * F / t) + (F / t + h))));
+}
+
+// A frozen base casts no transposed FP8 copies: forward, the projection input's own cast (read 2,
+// write 1 byte); backward, each output gradient's (read 2, write 1).
+TEST_CASE("lora with fp8 casts no transposed copies") {
+  const ModelSpec m = llama70b();
+  LayerConfig c;
+  c.seq_len = 4096;
+  c.tp = 8;
+  c.fp8 = true;
+  c.frozen_weights = true;
+  c.lora_rank = 16;
+  c.lora_targets = kLoraQkv;
+  double cast_fwd = 0, cast_bwd = 0;
+  for (const Op& op : layer_forward(m, c)) {
+    if (op.name == "fp8_cast_transpose") cast_fwd = op.bytes;
+    if (op.name.rfind("lora_", 0) == 0) CHECK_FALSE(op.fp8);
+  }
+  for (const Op& op : layer_backward(m, c))
+    if (op.name == "fp8_grad_cast_transpose") cast_bwd = op.bytes;
+  const double tokens = 4096, h = 8192, q = 8192.0 / 8, kv = 8 * 128.0 / 8, f = 28672.0 / 8;
+  CHECK(cast_fwd == Approx(3 * tokens * q));
+  CHECK(cast_bwd == Approx(3 * tokens * ((q + 2 * kv) + h + 2 * f + h)));
+  // The frozen embedding takes no gradient, the frozen output layer no weight gradient.
+  for (const Op& op : embedding_backward(m, c)) CHECK(op.name != "embedding_grad");
+  for (const Op& op : head_backward(m, c)) CHECK_FALSE(op.weight_grad);
+}
+
 namespace {
 
 // A Qwen3-MoE-like model: 32 experts of width 512, top 4, GQA.
