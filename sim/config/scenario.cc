@@ -377,7 +377,7 @@ TrainingSpec parse_training(const util::JsonNode& node) {
                        "host_backward_us",  "grad_reduce_in_fp32", "cross_entropy",
                        "recompute_modules", "cpu_offload_layers",  "host_overhead",
                        "cuda_graph_scope",  "host_cost_scale",     "peft",
-                       "lora_rank",         "lora_targets"});
+                       "lora_rank",         "lora_targets",        "document_tokens"});
   TrainingSpec t;
   if (auto v = node.find("micro_batch")) t.micro_batch = v->as_positive_int();
   t.global_batch = node.at("global_batch").as_positive_int();
@@ -443,6 +443,15 @@ TrainingSpec parse_training(const util::JsonNode& node) {
     t.fused_cross_entropy = parse_choice(*v, Choices{{"unfused", "fused"}, {}}) == 1;
     if (t.framework == Framework::pytorch_eager)
       v->fail("applies to \"framework\": \"megatron\" only (pytorch-eager runs torch's cross_entropy)");
+  }
+  if (auto v = node.find("document_tokens")) {
+    if (t.framework != Framework::megatron) v->fail("applies to \"framework\": \"megatron\" only");
+    t.document_tokens = v->as_positive_int();
+    if (t.document_tokens > t.seq_len)
+      v->fail(fmt::format("{} exceeds seq_len ({}): a document longer than the sequence is not packed",
+                          t.document_tokens, t.seq_len));
+    if (t.attention == workload::AttentionImpl::softmax)
+      v->fail("needs fused attention (Megatron's packed sequences run Transformer Engine's THD kernels)");
   }
   if (auto v = node.find("peft")) {
     t.lora = parse_choice(*v, Choices{{"none", "lora"}, {}}) == 1;
@@ -782,6 +791,9 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     if ((g & workload::kGraphMlp) && m.moe() && m.first_dense_layers == 0)
       throw util::InputError(file, path, "\"mlp\" needs dense MLP layers");
   }
+  if (s.training.document_tokens > 0 && p.cp > 1)
+    throw util::InputError(file, util::join_path(training_path, "document_tokens"),
+                           "packed sequences with context parallelism are not supported yet");
   // LoRA: dense models under Megatron's distributed optimizer (Megatron-Bridge's PEFT runs).
   if (s.training.lora) {
     const std::string path = util::join_path(training_path, "peft");

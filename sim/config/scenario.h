@@ -134,6 +134,8 @@ struct TrainingSpec {
   bool fused_cross_entropy = false;
   // training.peft "lora": LoRA fine-tuning (workload::LayerConfig::frozen_weights, lora_rank,
   // lora_targets): the base model frozen, adapters of rank lora_rank on the targeted linears trained.
+  // training.document_tokens: packed sequences of documents this long (workload::LayerConfig); 0: none.
+  std::int64_t document_tokens = 0;
   bool lora = false;
   std::int64_t lora_rank = 32;
   std::uint8_t lora_targets = workload::kLoraQkv | workload::kLoraProj | workload::kLoraFc1 | workload::kLoraFc2;

@@ -1318,6 +1318,7 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   lc.ep_nodes = std::max<std::int64_t>(1, (par.ep * par.etp + sc.cluster.gpus_per_node - 1) / sc.cluster.gpus_per_node);
   lc.fp8 = sc.training.precision == config::Precision::fp8 || sc.training.precision == config::Precision::nvfp4;
   lc.fp4 = sc.training.precision == config::Precision::nvfp4;
+  lc.document_tokens = sc.training.document_tokens;
   if (sc.training.lora) {
     lc.frozen_weights = true;
     lc.lora_rank = sc.training.lora_rank;

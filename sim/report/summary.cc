@@ -261,6 +261,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
     const std::vector<std::string> scopes = config::graph_scope_names(sc.training);
     if (!scopes.empty()) out["scenario"]["cuda_graph_scope"] = scopes;
   }
+  if (sc.training.document_tokens > 0) out["scenario"]["document_tokens"] = sc.training.document_tokens;
   if (sc.training.lora) {
     out["scenario"]["peft"] = "lora";
     out["scenario"]["lora_rank"] = sc.training.lora_rank;
@@ -303,6 +304,9 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
         static_cast<double>(r.host_offload_bytes) / kGiB);
   if (const std::vector<std::string> scopes = config::graph_scope_names(sc.training); !scopes.empty())
     out += fmt::format("CUDA graphs   {}\n", fmt::join(scopes, ", "));
+  if (sc.training.document_tokens > 0)
+    out += fmt::format("packing       documents of {} tokens per {}-token sequence; attention within each\n",
+                       sc.training.document_tokens, sc.training.seq_len);
   if (sc.training.lora)
     out += fmt::format("LoRA          rank {} on {}; the base model frozen\n", sc.training.lora_rank,
                        fmt::join(config::lora_target_names(sc.training), ", "));

@@ -214,10 +214,13 @@ Op flash_part(const Dims& x, const LayerConfig& c, bool backward, double share, 
   op.name = backward ? "core_attention_backward" : "core_attention";
   if (window > 0) op.name += "_windowed";
   const double heads = x.heads * share;
-  const bool windowed = window > 0 && window < c.seq_len;
+  // Packed documents of L tokens: each query sees only its own document's keys.
+  const bool packed = c.document_tokens > 0 && c.document_tokens < c.seq_len;
+  const std::int64_t span = packed ? c.document_tokens : c.seq_len;
+  const bool windowed = window > 0 && window < span;
   op.attention = {static_cast<std::int64_t>(x.b * heads),
                   static_cast<std::int64_t>(x.sl),
-                  windowed ? window : c.seq_len,
+                  windowed ? window : span,
                   static_cast<std::int64_t>(x.hd),
                   c.causal,
                   backward,
@@ -230,6 +233,14 @@ Op flash_part(const Dims& x, const LayerConfig& c, bool backward, double share, 
   if (windowed) {
     const double w = static_cast<double>(window);
     fwd = 4 * x.b * heads * x.hd * (w * x.s - w * (w - 1) / 2);
+  }
+  // Packed (no context parallelism): s / L documents, each causal over its own L tokens (or within
+  // the window inside it).
+  if (packed) {
+    const double l = static_cast<double>(span);
+    const double w = static_cast<double>(window);
+    const double pairs = windowed ? w * l - w * (w - 1) / 2 : l * l * (c.causal ? 0.5 : 1.0);
+    fwd = 4 * x.b * heads * x.hd * (x.s / l) * pairs;
   }
   op.flops = backward ? 2.5 * fwd : fwd;
   const double lse = 4 * x.b * heads * x.sl;  // fp32 logsumexp per query row

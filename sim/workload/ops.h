@@ -156,6 +156,9 @@ struct LayerConfig {
   // one (nor casts a transposed FP8 copy); the embedding and the output layer are frozen too. Each
   // targeted linear (LoraTarget bits) gets an adapter of rank lora_rank: A (in -> r) and B (r -> out)
   // in BF16, added to the linear's output, with their own data and weight gradients.
+  // Sequence packing (Megatron's packed THD format with cu_seqlens): each sequence holds documents of
+  // this many tokens and attention stays inside each; 0: one document per sequence.
+  std::int64_t document_tokens = 0;
   bool frozen_weights = false;
   std::int64_t lora_rank = 0;
   std::uint8_t lora_targets = 0;

@@ -363,7 +363,7 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
        "unknown key (expected one of: micro_batch, global_batch, seq_len, recompute, recompute_layers, precision, "
        "attention, framework, host_forward_us, host_backward_us, grad_reduce_in_fp32, cross_entropy, "
        "recompute_modules, cpu_offload_layers, host_overhead, cuda_graph_scope, host_cost_scale, peft, lora_rank, "
-       "lora_targets)"},
+       "lora_targets, document_tokens)"},
       {[](json& d) { d["training"]["cuda_graph_scope"] = "attn"; }, "training.cuda_graph_scope",
        "must be an array of scope names (empty: no CUDA graphs)"},
       {[](json& d) {
@@ -603,6 +603,20 @@ TEST_CASE("training.peft lora: defaults, targets and refusals") {
          d["training"]["lora_targets"] = json::array();
        },
        "training.lora_targets", "must name at least one linear"},
+      {[](json& d) { d["training"]["document_tokens"] = 16384; }, "training.document_tokens",
+       "16384 exceeds seq_len (8192): a document longer than the sequence is not packed"},
+      {[](json& d) {
+         d["training"]["attention"] = "softmax";
+         d["training"]["document_tokens"] = 512;
+       },
+       "training.document_tokens",
+       "needs fused attention (Megatron's packed sequences run Transformer Engine's THD kernels)"},
+      {[](json& d) {
+         d["training"]["document_tokens"] = 512;
+         d["parallel"]["cp"] = 2;
+         d["parallel"]["tp"] = 4;
+       },
+       "training.document_tokens", "packed sequences with context parallelism are not supported yet"},
       {[](json& d) { d["training"]["peft"] = "dora"; }, "training.peft",
        "unknown value \"dora\" (expected one of: none, lora)"},
       {[](json& d) {

@@ -422,6 +422,37 @@ TEST_CASE("lora freezes the base linears and adds adapters to the targeted ones"
         static_cast<std::int64_t>(r * ((h + qkv) + (h / t + h) + (h + 2 * F / t) + (F / t + h))));
 }
 
+// Packed sequences: 8192 tokens holding documents of 512, each attended causally on its own. The
+// forward count is 4·b·heads·hd·(s/L)·L²/2 instead of 4·b·heads·hd·s²/2: 1/16 of it here; with a
+// sliding window of 128 inside each document, (s/L)·(W·L − W(W−1)/2) pairs. The kernel runs at the
+// efficiency of L-token keys.
+TEST_CASE("packed documents attend within themselves") {
+  const ModelSpec m = llama70b();
+  LayerConfig c = llama70b_tp8_8k();
+  auto core = [&](const LayerConfig& lc) {
+    for (const Op& op : layer_forward(m, lc))
+      if (op.kind == OpKind::attention) return op;
+    return Op{};
+  };
+  const Op whole = core(c);
+  c.document_tokens = 512;
+  const Op packed = core(c);
+  const double s = 8192, l = 512, heads = 64.0 / 8, hd = 128;
+  CHECK(whole.flops == Approx(4 * heads * hd * s * s / 2));
+  CHECK(packed.flops == Approx(4 * heads * hd * (s / l) * l * l / 2));
+  CHECK(packed.attention.seq_kv == 512);
+  ModelSpec windowed = m;
+  windowed.sliding_window = 128;
+  windowed.sliding_window_pattern = 1;
+  double window_flops = 0;
+  for (const Op& op : layer_forward(windowed, c))
+    if (op.kind == OpKind::attention) window_flops += op.flops;
+  CHECK(window_flops == Approx(4 * heads * hd * (s / l) * (128 * l - 128.0 * 127 / 2)));
+  // A document as long as the sequence is no packing at all.
+  c.document_tokens = 8192;
+  CHECK(core(c).flops == whole.flops);
+}
+
 // A frozen base casts no transposed FP8 copies: forward, the projection input's own cast (read 2,
 // write 1 byte); backward, each output gradient's (read 2, write 1).
 TEST_CASE("lora with fp8 casts no transposed copies") {
