@@ -504,41 +504,35 @@ bool is_lora(const Op& op) {
 // B as BF16 GEMMs over the rank's tokens, B's output scaled and added to the linear's (read 2, write
 // 1 tensor of its width). Kept for backward: A's input (the linear's input, as BF16) and B's input.
 // Backward: B's data and weight gradients, A's, and A's input gradient added to the linear's.
-void lora_forward(std::vector<Op>& ops, const Dims& x, const LayerConfig& c) {
+void insert_lora(std::vector<Op>& ops, const Dims& x, const LayerConfig& c, bool backward) {
   const double r = static_cast<double>(c.lora_rank);
   for (const LoraSite& site : lora_sites(x)) {
     if (!(c.lora_targets & site.target)) continue;
-    auto at = std::find_if(ops.begin(), ops.end(), [&](const Op& op) { return op.name == site.forward; });
+    const std::string& after = backward ? site.backward : site.forward;
+    auto at = std::find_if(ops.begin(), ops.end(), [&](const Op& op) { return op.name == after; });
     TRAINSIM_ASSERT(at != ops.end());
+    const auto pos = at - ops.begin();
+    const std::uint8_t rerun = backward ? 0 : at->rerun, discards = backward ? 0 : at->discards, scope = at->graph;
     const std::string n = "lora_" + site.forward;
     const double kept = act(site.region ? x.region : x.tokens, site.in, x.d);
-    std::vector<Op> adapter{gemm(n + "_a", x.tokens, r, site.in, x.d, kept),
-                            gemm(n + "_b", x.tokens, site.out, r, x.d, act(x.tokens, r, x.d)),
-                            memory(n + "_add", 3 * act(x.tokens, site.out, x.d))};
-    for (Op& op : adapter) {  // recomputed and captured with the linear it wraps
-      op.rerun = at->rerun;
-      op.discards = at->discards;
-      op.graph = at->graph;
+    std::vector<Op> adapter;
+    if (backward) {
+      adapter = {gemm(n + "_b_dgrad", x.tokens, r, site.out, x.d),
+                 wgrad(n + "_b_wgrad", r, site.out, x.tokens, x.d, act(x.tokens, r, x.d)),
+                 gemm(n + "_a_dgrad", x.tokens, site.in, r, x.d),
+                 wgrad(n + "_a_wgrad", site.in, r, x.tokens, x.d, kept),
+                 memory(n + "_grad_add", 3 * act(x.tokens, site.in, x.d))};
+    } else {
+      adapter = {gemm(n + "_a", x.tokens, r, site.in, x.d, kept),
+                 gemm(n + "_b", x.tokens, site.out, r, x.d, act(x.tokens, r, x.d)),
+                 memory(n + "_add", 3 * act(x.tokens, site.out, x.d))};
     }
-    ops.insert(at + 1, adapter.begin(), adapter.end());
-  }
-}
-
-void lora_backward(std::vector<Op>& ops, const Dims& x, const LayerConfig& c) {
-  const double r = static_cast<double>(c.lora_rank);
-  for (const LoraSite& site : lora_sites(x)) {
-    if (!(c.lora_targets & site.target)) continue;
-    auto at = std::find_if(ops.begin(), ops.end(), [&](const Op& op) { return op.name == site.backward; });
-    TRAINSIM_ASSERT(at != ops.end());
-    const std::string n = "lora_" + site.forward;
-    const double kept = act(site.region ? x.region : x.tokens, site.in, x.d);
-    std::vector<Op> adapter{gemm(n + "_b_dgrad", x.tokens, r, site.out, x.d),
-                            wgrad(n + "_b_wgrad", r, site.out, x.tokens, x.d, act(x.tokens, r, x.d)),
-                            gemm(n + "_a_dgrad", x.tokens, site.in, r, x.d),
-                            wgrad(n + "_a_wgrad", site.in, r, x.tokens, x.d, kept),
-                            memory(n + "_grad_add", 3 * act(x.tokens, site.in, x.d))};
-    for (Op& op : adapter) op.graph = at->graph;
-    ops.insert(at + 1, adapter.begin(), adapter.end());
+    for (Op& op : adapter) {  // recomputed (forward) and captured with the linear it wraps
+      op.rerun = rerun;
+      op.discards = discards;
+      op.graph = scope;
+    }
+    ops.insert(ops.begin() + pos + 1, adapter.begin(), adapter.end());
   }
 }
 
@@ -676,7 +670,7 @@ std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
   ops.push_back(x.drop ? memory("mlp_dropout_add", region_act * 3 + mask, mask)
                        : memory("mlp_residual_add", region_act * 3));
   if (!x.moe) graph(ops, mlp, kGraphMlp);
-  if (c.lora_rank > 0) lora_forward(ops, x, c);
+  if (c.lora_rank > 0) insert_lora(ops, x, c, false);
   if (c.fp8) {
     // TE fuses the casts of the QKV and fc1 inputs into the norms and of the fc2 input into the
     // activation; the projection input is cast on its own (read 2, write 1 byte per element), and
@@ -767,7 +761,7 @@ std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c) {
   ops.push_back(memory("input_" + norm + "_backward", 4 * region_act, 0, 2));
   graph(ops, attention, kGraphAttn);
   if (c.frozen_weights) std::erase_if(ops, [](const Op& op) { return op.weight_grad && !is_lora(op); });
-  if (c.lora_rank > 0) lora_backward(ops, x, c);
+  if (c.lora_rank > 0) insert_lora(ops, x, c, true);
   if (c.fp8) {
     // Each GEMM's output gradient is cast and transposed to FP8 once for its data and weight
     // gradients: read 2, write 1 + 1 bytes per element. MLA: the down projection's (on the region),
