@@ -158,6 +158,22 @@ TEST_CASE("a LoRA run trains only the adapters") {
   CHECK(b["memory"]["peak_gib"].get<double>() < a["memory"]["peak_gib"].get<double>());
 }
 
+// Every scenario shipped in configs/ (listed in configs/README.md) runs and fits.
+TEST_CASE("every shipped config runs") {
+  int n = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(TRAINSIM_SOURCE_DIR) / "configs")) {
+    if (entry.path().extension() != ".json") continue;
+    ++n;
+    Result r = run(fmt::format("run '{}' --json", entry.path().string()));
+    INFO(entry.path().string() << ": " << r.err);
+    REQUIRE(r.code == 0);
+    CHECK(nlohmann::json::parse(r.out)["memory"]["fits"] == true);
+    CHECK(slurp(fs::path(TRAINSIM_SOURCE_DIR) / "configs/README.md").find(entry.path().filename().string()) !=
+          std::string::npos);
+  }
+  CHECK(n >= 12);
+}
+
 // A mixture of experts end to end: the layout line names ep and etp, the token all-to-alls are
 // their own share of the step, and --json reports them and the layout; the time shares add up.
 TEST_CASE("a mixture-of-experts run reports its expert layout and exposed all-to-all time") {
