@@ -150,7 +150,7 @@ struct SearchArgs {
   std::size_t top = 10;
   int threads = 0;  // 0: one per hardware thread
   bool json = false, markdown = false;
-  std::string tp, pp, cp, ep, vp, micro_batch, recompute, zero, a2a_overlap, dispatcher;
+  std::string tp, pp, cp, ep, vp, micro_batch, recompute, zero, a2a_overlap, dispatcher, precision;
   std::string network;  // overrides the scenario's network model
   std::string headroom = "0";
   std::string gpus, nodes;  // search at these GPU counts instead of the scenario's
@@ -216,6 +216,14 @@ int search_layouts(const SearchArgs& a) {
     axes.moe_flex_dispatch.clear();
     for (const std::size_t i : parse_choice_list(a.dispatcher, "--dispatcher", "value", {"alltoall", "flex"}))
       axes.moe_flex_dispatch.push_back(i == 1);
+  }
+  if (!a.precision.empty()) {
+    constexpr std::array<config::Precision, 4> kPrecisions = {config::Precision::bf16, config::Precision::fp16,
+                                                              config::Precision::fp8, config::Precision::nvfp4};
+    axes.precision.clear();
+    for (const std::size_t i :
+         parse_choice_list(a.precision, "--precision", "precision", {"bf16", "fp16", "fp8", "nvfp4"}))
+      axes.precision.push_back(kPrecisions[i]);
   }
   if (!a.recompute.empty()) {
     constexpr std::array<config::Recompute, 3> kModes = {config::Recompute::none, config::Recompute::selective,
@@ -374,6 +382,9 @@ int main(int argc, char** argv) {
                      "Virtual pipeline stages (default 1 and 2..8 where they divide the layers per stage)");
   search->add_option("--micro-batch", search_args.micro_batch, "Micro-batch sizes (default 1,2,4,8)");
   search->add_option("--recompute", search_args.recompute, "Recompute modes (default none,selective,full)");
+  search->add_option("--precision", search_args.precision,
+                     "Precisions, of bf16, fp16, fp8, nvfp4 (default: the scenario's); a GPU without FP8 or FP4 "
+                     "rejects those layouts");
   search->add_option("--zero", search_args.zero, "ZeRO stages (default: the scenario's)");
   search->add_option("--a2a-overlap", search_args.a2a_overlap,
                      "Mixture of experts: the all-to-all overlap off and/or on (default: the scenario's)");

@@ -85,6 +85,20 @@ std::string thousands(double v) {
 
 }  // namespace
 
+const char* precision_name(config::Precision p) {
+  switch (p) {
+    case config::Precision::bf16:
+      return "bf16";
+    case config::Precision::fp16:
+      return "fp16";
+    case config::Precision::fp8:
+      return "fp8";
+    case config::Precision::nvfp4:
+      return "nvfp4";
+  }
+  return "?";
+}
+
 const char* recompute_name(config::Recompute r) {
   switch (r) {
     case config::Recompute::none:

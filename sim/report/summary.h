@@ -26,6 +26,8 @@ struct Metrics {
 
 // "none", "selective" or "full", as the scenario file spells it.
 const char* recompute_name(config::Recompute r);
+// training.precision as a scenario spells it: bf16, fp16, fp8, nvfp4.
+const char* precision_name(config::Precision p);
 
 Metrics compute_metrics(const config::Scenario& scenario, const parallel::StepResult& result);
 nlohmann::json to_json(const config::Scenario& scenario, const parallel::StepResult& result);

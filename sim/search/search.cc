@@ -92,6 +92,9 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
   if (!fsdp) p.erase("fsdp_prefetch");
   if (l.zero < 1 || fsdp) p.erase("overlap_param_gather");
   t["micro_batch"] = l.micro_batch;
+  // The precision as the layout says (absent stays absent while it is the default, bf16).
+  if (t.contains("precision") || l.precision != config::Precision::bf16)
+    t["precision"] = report::precision_name(l.precision);
   t["recompute"] = recompute_name(l.recompute);
   t.erase("recompute_layers");
   // The scenario's recompute modules go with selective recompute only.
@@ -120,6 +123,8 @@ std::vector<Candidate> enumerate(const Axes& a, const config::Scenario& base, co
   const auto& eps = base.model.moe() && !a.ep.empty() ? a.ep : no_ep;
   const std::vector<bool> overlaps = a.moe_a2a_overlap.empty() ? std::vector<bool>{false} : a.moe_a2a_overlap;
   const std::vector<bool> flexes = a.moe_flex_dispatch.empty() ? std::vector<bool>{false} : a.moe_flex_dispatch;
+  const std::vector<config::Precision> precisions =
+      a.precision.empty() ? std::vector<config::Precision>{base.training.precision} : a.precision;
   for (const auto tp : a.tp)
     for (const auto pp : a.pp)
       for (const auto cp : a.cp)
@@ -130,20 +135,22 @@ std::vector<Candidate> enumerate(const Axes& a, const config::Scenario& base, co
               for (const auto rc : a.recompute)
                 for (const auto z : a.zero)
                   for (const bool overlap : overlaps)
-                    for (const bool flex : flexes) {
-                      // Where the overlap (the flex dispatcher) cannot apply, the layout runs without
-                      // it: once, if "off" ("alltoall") is on the axis too.
-                      const bool applies = ep > 1 && (pp == 1 || vs > 1) && rc != config::Recompute::full;
-                      if (overlap && !applies && overlaps.size() > 1) continue;
-                      const bool flex_applies = ep > 1 && base.parallel.etp == 1;
-                      if (flex && !flex_applies && flexes.size() > 1) continue;
-                      Candidate c;
-                      c.layout = {tp, pp, cp, ep, 0, vs, mb, z, rc, overlap && applies, flex && flex_applies};
-                      const std::int64_t model_parallel = tp * pp * cp;
-                      c.layout.dp = base.gpus % model_parallel == 0 ? base.gpus / model_parallel : 0;
-                      fill_keys(c, doc, base.model);
-                      out.push_back(std::move(c));
-                    }
+                    for (const bool flex : flexes)
+                      for (const config::Precision precision : precisions) {
+                        // Where the overlap (the flex dispatcher) cannot apply, the layout runs without
+                        // it: once, if "off" ("alltoall") is on the axis too.
+                        const bool applies = ep > 1 && (pp == 1 || vs > 1) && rc != config::Recompute::full;
+                        if (overlap && !applies && overlaps.size() > 1) continue;
+                        const bool flex_applies = ep > 1 && base.parallel.etp == 1;
+                        if (flex && !flex_applies && flexes.size() > 1) continue;
+                        Candidate c;
+                        c.layout = {tp,       pp, cp, ep, 0, vs, mb, z, rc, overlap && applies, flex && flex_applies,
+                                    precision};
+                        const std::int64_t model_parallel = tp * pp * cp;
+                        c.layout.dp = base.gpus % model_parallel == 0 ? base.gpus / model_parallel : 0;
+                        fill_keys(c, doc, base.model);
+                        out.push_back(std::move(c));
+                      }
           }
   return out;
 }
@@ -174,10 +181,11 @@ std::string ep_cell(const Layout& l) {
   return fmt::format("{}{}{}", l.ep, l.moe_flex_dispatch ? "f" : "", l.moe_a2a_overlap ? "*" : "");
 }
 
-std::string layout_name(const Layout& l, bool moe) {
-  return fmt::format("tp {} · pp {} · cp {}{} · dp {} · vp {} · mbs {} · recompute {} · zero {}", l.tp, l.pp, l.cp,
+std::string layout_name(const Layout& l, bool moe, bool precision = false) {
+  return fmt::format("tp {} · pp {} · cp {}{} · dp {} · vp {} · mbs {} · recompute {} · zero {}{}", l.tp, l.pp, l.cp,
                      moe ? fmt::format(" · ep {}", ep_cell(l)) : std::string(), l.dp, l.virtual_stages, l.micro_batch,
-                     recompute_name(l.recompute), l.zero);
+                     recompute_name(l.recompute), l.zero,
+                     precision ? fmt::format(" · {}", report::precision_name(l.precision)) : std::string());
 }
 
 std::string heading(const config::Scenario& base) {
@@ -347,6 +355,7 @@ Result run_search(const config::Scenario& base, const nlohmann::json& doc, const
   }
   r.scenario_file = scenario_file;
   r.headroom = headroom;
+  r.precision_axis = axes.precision.size() > 1;
   r.enumerated = static_cast<std::int64_t>(all.size());
   for (auto& c : all) {
     if (!c.valid) {
@@ -374,20 +383,35 @@ constexpr std::array<const char*, 15> kHeads = {"rank",         "tp",  "pp",    
                                                 "vp",           "mbs", "recompute", "zero",    "step (s)",
                                                 "tokens/s/GPU", "MFU", "bubble",    "exposed", "peak GiB"};
 constexpr std::size_t kEpColumn = 4;
+constexpr std::size_t kPrecisionColumn = 9;  // after zero (before the ep column is inserted)
 
-std::vector<int> widths(bool moe) {
-  std::vector<int> w(kWidths.begin(), kWidths.end());
-  if (moe) w.insert(w.begin() + kEpColumn, 3);
-  return w;
+// The optional columns: ep for a mixture of experts, the precision when the search varied it.
+struct Columns {
+  bool ep = false;
+  bool precision = false;
+};
+
+Columns columns(const Result& r, const config::Scenario& base) {
+  return {base.model.moe(), r.precision_axis};
 }
 
-std::vector<std::string> heads(bool moe) {
-  std::vector<std::string> h(kHeads.begin(), kHeads.end());
-  if (moe) h.insert(h.begin() + kEpColumn, "ep");
-  return h;
+template <typename T>
+std::vector<T> with_optional(std::vector<T> row, const Columns& cols, T ep, T precision) {
+  if (cols.precision) row.insert(row.begin() + kPrecisionColumn, precision);
+  if (cols.ep) row.insert(row.begin() + kEpColumn, ep);
+  return row;
 }
 
-std::vector<std::string> cells(const Candidate& c, std::size_t rank, bool moe) {
+std::vector<int> widths(const Columns& cols) {
+  return with_optional(std::vector<int>(kWidths.begin(), kWidths.end()), cols, 3, 5);
+}
+
+std::vector<std::string> heads(const Columns& cols) {
+  return with_optional(std::vector<std::string>(kHeads.begin(), kHeads.end()), cols, std::string("ep"),
+                       std::string("prec"));
+}
+
+std::vector<std::string> cells(const Candidate& c, std::size_t rank, const Columns& cols) {
   const Layout& l = c.layout;
   const auto& m = c.metrics;
   std::vector<std::string> row = {fmt::format("{}", rank),
@@ -405,13 +429,12 @@ std::vector<std::string> cells(const Candidate& c, std::size_t rank, bool moe) {
                                   fmt::format("{:.1f}%", 100 * m.bubble_fraction),
                                   fmt::format("{:.1f}%", 100 * c.exposed_comm_fraction),
                                   fmt::format("{:.1f}", m.peak_gib)};
-  if (moe) row.insert(row.begin() + kEpColumn, ep_cell(l));
-  return row;
+  return with_optional(std::move(row), cols, ep_cell(l), std::string(report::precision_name(l.precision)));
 }
 
-std::string text_row(const std::vector<std::string>& row, bool moe) {
-  const std::vector<int> w = widths(moe);
-  const std::size_t recompute_column = moe ? 8 : 7;
+std::string text_row(const std::vector<std::string>& row, const Columns& cols) {
+  const std::vector<int> w = widths(cols);
+  const std::size_t recompute_column = cols.ep ? 8 : 7;
   std::string out;
   for (std::size_t i = 0; i < row.size(); ++i) {
     out += i == 0 ? "" : (i == recompute_column ? "  " : " ");
@@ -431,11 +454,11 @@ std::string to_text(const Result& r, const config::Scenario& base, std::size_t t
   out += fmt::format("layouts       {}\n", counts(r));
   const std::size_t shown = shown_fitting(r, top);
   if (shown == 0) return out + "no layout fits in memory\n";
-  const bool moe = base.model.moe();
-  out += "\n" + text_row(heads(moe), moe);
+  const Columns cols = columns(r, base);
+  out += "\n" + text_row(heads(cols), cols);
   bool overlap = false, flex = false;
   for (std::size_t i = 0; i < shown; ++i) {
-    out += text_row(cells(r.ranked[i], i + 1, moe), moe);
+    out += text_row(cells(r.ranked[i], i + 1, cols), cols);
     overlap = overlap || r.ranked[i].layout.moe_a2a_overlap;
     flex = flex || r.ranked[i].layout.moe_flex_dispatch;
   }
@@ -451,9 +474,9 @@ std::string to_markdown(const Result& r, const config::Scenario& base, std::size
   std::string out = fmt::format("### trainsim search: {}\n\n{}.\n\n", heading(base), counts(r));
   const std::size_t shown = shown_fitting(r, top);
   if (shown == 0) return out + "No layout fits in memory.\n";
-  const bool moe = base.model.moe();
-  const std::vector<int> w = widths(moe);
-  const std::vector<std::string> h = heads(moe);
+  const Columns cols = columns(r, base);
+  const std::vector<int> w = widths(cols);
+  const std::vector<std::string> h = heads(cols);
   std::string rule = "|";
   for (std::size_t i = 0; i < h.size(); ++i) {
     out += fmt::format("| {} ", h[i]);
@@ -461,7 +484,7 @@ std::string to_markdown(const Result& r, const config::Scenario& base, std::size
   }
   out += "|\n" + rule + "\n";
   for (std::size_t i = 0; i < shown; ++i) {
-    for (const auto& cell : cells(r.ranked[i], i + 1, moe)) out += fmt::format("| {} ", cell);
+    for (const auto& cell : cells(r.ranked[i], i + 1, cols)) out += fmt::format("| {} ", cell);
     out += "|\n";
   }
   return out;
@@ -478,7 +501,8 @@ nlohmann::json layout_json(const Layout& l) {
                       {"virtual_stages", l.virtual_stages},
                       {"micro_batch", l.micro_batch},
                       {"recompute", recompute_name(l.recompute)},
-                      {"zero", l.zero}};
+                      {"zero", l.zero},
+                      {"precision", report::precision_name(l.precision)}};
   if (l.moe_a2a_overlap) j["moe_a2a_overlap"] = true;
   if (l.moe_flex_dispatch) j["moe_token_dispatcher"] = "flex";
   return j;
@@ -556,10 +580,11 @@ std::string to_text(const std::vector<Result>& results, const std::vector<config
     out += to_text(results[i], bases[i], top);
   }
   const bool moe = !bases.empty() && bases.front().model.moe();
+  const bool precision = !results.empty() && results.front().precision_axis;
   out += "\nbest layout per GPU count (scaling: tokens/s/GPU against the first count's best)\n";
-  out += fmt::format("{:>6} {:>3} {:>3} {:>3}{} {:>5} {:>3} {:>4}  {:<9} {:>4} {:>9} {:>12} {:>6} {:>8}\n", "gpus",
-                     "tp", "pp", "cp", moe ? "  ep" : "", "dp", "vp", "mbs", "recompute", "zero", "step (s)",
-                     "tokens/s/GPU", "MFU", "scaling");
+  out += fmt::format("{:>6} {:>3} {:>3} {:>3}{} {:>5} {:>3} {:>4}  {:<9} {:>4}{} {:>9} {:>12} {:>6} {:>8}\n", "gpus",
+                     "tp", "pp", "cp", moe ? "  ep" : "", "dp", "vp", "mbs", "recompute", "zero",
+                     precision ? "  prec" : "", "step (s)", "tokens/s/GPU", "MFU", "scaling");
   for (const auto& row : best_rows(results, bases)) {
     if (row.best == nullptr) {
       out += fmt::format("{:>6}  no layout fits in memory\n", row.gpus);
@@ -567,11 +592,12 @@ std::string to_text(const std::vector<Result>& results, const std::vector<config
     }
     const Layout& l = row.best->layout;
     const auto& m = row.best->metrics;
-    out +=
-        fmt::format("{:>6} {:>3} {:>3} {:>3}{} {:>5} {:>3} {:>4}  {:<9} {:>4} {:>9.3f} {:>12.1f} {:>5.1f}% {:>7.1f}%\n",
-                    row.gpus, l.tp, l.pp, l.cp, moe ? fmt::format(" {:>3}", ep_cell(l)) : std::string(), l.dp,
-                    l.virtual_stages, l.micro_batch, recompute_name(l.recompute), l.zero, m.step_time_s,
-                    m.tokens_per_s_per_gpu, 100 * m.mfu, 100 * row.scaling_efficiency);
+    out += fmt::format(
+        "{:>6} {:>3} {:>3} {:>3}{} {:>5} {:>3} {:>4}  {:<9} {:>4}{} {:>9.3f} {:>12.1f} {:>5.1f}% {:>7.1f}%\n", row.gpus,
+        l.tp, l.pp, l.cp, moe ? fmt::format(" {:>3}", ep_cell(l)) : std::string(), l.dp, l.virtual_stages,
+        l.micro_batch, recompute_name(l.recompute), l.zero,
+        precision ? fmt::format(" {:>5}", report::precision_name(l.precision)) : std::string(), m.step_time_s,
+        m.tokens_per_s_per_gpu, 100 * m.mfu, 100 * row.scaling_efficiency);
   }
   return out;
 }
@@ -593,8 +619,8 @@ std::string to_markdown(const std::vector<Result>& results, const std::vector<co
     }
     const auto& m = row.best->metrics;
     out += fmt::format("| {} | {} | {:.3f} | {:.1f} | {:.1f}% | {:.1f}% |\n", row.gpus,
-                       layout_name(row.best->layout, bases.front().model.moe()), m.step_time_s, m.tokens_per_s_per_gpu,
-                       100 * m.mfu, 100 * row.scaling_efficiency);
+                       layout_name(row.best->layout, bases.front().model.moe(), results.front().precision_axis),
+                       m.step_time_s, m.tokens_per_s_per_gpu, 100 * m.mfu, 100 * row.scaling_efficiency);
   }
   return out;
 }

@@ -27,6 +27,8 @@ struct Axes {
   // parallel.moe_token_dispatcher alltoall (false) and/or flex (true) (layouts with ep > 1 and etp 1;
   // empty: alltoall).
   std::vector<bool> moe_flex_dispatch;
+  // training.precision (empty: the scenario's). A GPU without FP8 or FP4 rejects those layouts.
+  std::vector<config::Precision> precision;
 };
 
 // The defaults for a scenario (README.md, "trainsim search"): tp 1, 2, 4, 8 within a node; pp every
@@ -36,7 +38,7 @@ struct Axes {
 // micro-batch 1, 2, 4, 8; recompute none, selective, full; zero as the scenario sets it; ep 1 for a
 // dense model, every divisor of the experts up to 64 for a mixture of experts (with etp as the
 // scenario sets it, else 1, as Megatron-Bridge's MoE recipes run); the all-to-all overlap and the
-// token dispatcher as the scenario sets them.
+// token dispatcher and the precision as the scenario sets them.
 Axes default_axes(const config::Scenario& base);
 
 struct Layout {
@@ -44,6 +46,7 @@ struct Layout {
   config::Recompute recompute = config::Recompute::none;
   bool moe_a2a_overlap = false;
   bool moe_flex_dispatch = false;
+  config::Precision precision = config::Precision::bf16;
 };
 
 struct Candidate {
@@ -82,6 +85,7 @@ struct Result {
   double headroom = 0;            // share of GPU memory a layout must leave free to count as fitting
   std::vector<Candidate> ranked;  // valid candidates: those that fit by step time, then the rest by step time
   std::int64_t enumerated = 0, rejected = 0, fitting = 0;
+  bool precision_axis = false;  // more than one precision tried: the tables show it
 };
 
 // Enumerates, checks, simulates (on `threads` threads) and ranks the layouts of `base` (a scenario

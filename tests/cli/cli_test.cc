@@ -523,9 +523,34 @@ TEST_CASE("search: ranks the layouts that fit, prints the winner's keys, agrees 
   bad("configs/qwen3-30b-a3b-h100-16.json --dispatcher alltoall,deepep",
       "--dispatcher: unknown value \"deepep\" (expected a list of alltoall, flex)");
   bad("configs/qwen3-30b-a3b-h100-16.json --dispatcher flex,flex", "--dispatcher: flex is listed twice");
+  bad("configs/llama3.1-8b-h200-64.json --precision bf16,fp32",
+      "--precision: unknown precision \"fp32\" (expected a list of bf16, fp16, fp8, nvfp4)");
   const fs::path broken = write("search-bad.json", R"({"model": "llama3.1-8b", "cluster": "dgx-h200", "gpus": 64,
     "training": {"global_batch": 512, "seq_len": 8192, "micro_batches": 2}})");
   bad(fmt::format("'{}'", broken.string()), broken.string() + ": training.micro_batches: unknown key");
+}
+
+// The precision as an axis: on H200 (FP8, no FP4) the NVFP4 layouts are rejected with the GPU's
+// reason, FP8 beats BF16 at the same layout, and the tables and --json name each layout's precision.
+TEST_CASE("search --precision tries each precision the GPU has") {
+  const std::string axes = "--tp 2 --pp 1 --cp 1 --micro-batch 1 --recompute none --precision bf16,fp8,nvfp4";
+  Result js = run("search configs/llama3.1-8b-h200-64.json " + axes + " --top 0 --json");
+  REQUIRE(js.code == 0);
+  const auto j = nlohmann::json::parse(js.out);
+  CHECK(j["search"]["enumerated"] == 3);
+  CHECK(j["search"]["rejected"] == 1);
+  REQUIRE(j["layouts"].size() == 2);
+  CHECK(j["layouts"][0]["precision"] == "fp8");
+  CHECK(j["layouts"][1]["precision"] == "bf16");
+  CHECK(j["layouts"][0]["step_time_s"].get<double>() < j["layouts"][1]["step_time_s"].get<double>());
+  Result text = run("search configs/llama3.1-8b-h200-64.json " + axes + " --top 2");
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find(" prec ") != std::string::npos);
+  CHECK(text.out.find("\"precision\":\"fp8\"") != std::string::npos);
+  // Without the axis the tables keep their columns.
+  Result plain = run("search configs/llama3.1-8b-h200-64.json --tp 2 --pp 1 --cp 1 --micro-batch 1 --top 1");
+  REQUIRE(plain.code == 0);
+  CHECK(plain.out.find(" prec ") == std::string::npos);
 }
 
 TEST_CASE("search at several GPU counts: each count's search, then its best layout with the scaling") {
