@@ -39,7 +39,7 @@ void check_sources(const util::JsonNode& node) {
 
 ClusterSpec parse_cluster(const util::JsonNode& node) {
   node.reject_unknown({"name", "gpu", "gpus_per_node", "nvlink", "nic", "collective_base_latency_us", "host_link_GBps",
-                       "fabric", "sources"});
+                       "host_memory_GB", "fabric", "sources"});
   ClusterSpec c;
   c.name = node.at("name").as_string();
   c.gpu = parse_gpu(node.at("gpu"));
@@ -64,6 +64,8 @@ ClusterSpec parse_cluster(const util::JsonNode& node) {
 
   c.collective_base_latency_s = micros(node, "collective_base_latency_us");
   if (node.has("host_link_GBps")) c.host_link_Bps = gbps(node, "host_link_GBps");
+  if (auto v = node.find("host_memory_GB"))
+    c.host_memory_per_gpu_bytes = v->as_positive_number() * 1e9 / static_cast<double>(c.gpus_per_node);
   if (auto fabric = node.find("fabric")) {
     fabric->reject_unknown(
         {"kind", "nodes_per_leaf", "spines", "oversubscription", "pod_nodes", "pod_oversubscription"});

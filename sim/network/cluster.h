@@ -38,6 +38,10 @@ struct ClusterSpec {
   // Achieved copy bandwidth between one GPU and pinned host memory, per direction, when every GPU
   // of the node copies at once (PCIe or NVLink-C2C); 0: not stated (host offloading is refused).
   double host_link_Bps = 0;
+  // One GPU's share of its node's host (CPU) memory, bytes (the topology's host_memory_GB over its
+  // gpus_per_node, fixed when the topology is read); 0: not stated. Activation offloading's pinned
+  // buffers of a GPU must fit in it.
+  double host_memory_per_gpu_bytes = 0;
   // The fabric between the nodes' NICs (the flow-level network builds its graph from it).
   struct Fabric {
     enum class Kind : std::uint8_t { rail_optimized, fat_tree };

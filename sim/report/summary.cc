@@ -143,7 +143,10 @@ Metrics compute_metrics(const config::Scenario& sc, const parallel::StepResult& 
   m.bubble_fraction = r.mean.bubble_s / r.step_time_s;
   m.peak_gib = static_cast<double>(r.memory[r.peak_rank].peak_bytes) / kGiB;
   m.capacity_gib = sc.cluster.gpu.hbm_bytes / kGiB;
-  m.fits = static_cast<double>(r.memory[r.peak_rank].peak_bytes) <= sc.cluster.gpu.hbm_bytes;
+  m.host_offload_gib = static_cast<double>(r.host_offload_bytes) / kGiB;
+  m.host_share_gib = sc.cluster.host_memory_per_gpu_bytes / kGiB;
+  m.host_fits = m.host_share_gib <= 0 || m.host_offload_gib <= m.host_share_gib;
+  m.fits = static_cast<double>(r.memory[r.peak_rank].peak_bytes) <= sc.cluster.gpu.hbm_bytes && m.host_fits;
   return m;
 }
 
@@ -284,6 +287,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
   if (offloading) {
     out["scenario"]["cpu_offload_layers"] = sc.training.cpu_offload_layers;
     out["memory"]["host_offload_gib"] = static_cast<double>(r.host_offload_bytes) / kGiB;
+    if (m.host_share_gib > 0) out["memory"]["host_share_gib"] = m.host_share_gib;
     out["time_breakdown_s"]["offload_exposed"] = r.mean.offload_exposed_s;
   }
   return out;
@@ -313,9 +317,10 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   if (sc.training.cpu_offload_layers > 0)
     out += fmt::format(
         "offload       activations of {} of {} layers to host memory at {:.0f} GB/s per direction: {:.1f} GiB of "
-        "pinned host memory per GPU\n",
+        "pinned host memory per GPU{}\n",
         sc.training.cpu_offload_layers, sc.model.layers, sc.cluster.host_link_Bps / 1e9,
-        static_cast<double>(r.host_offload_bytes) / kGiB);
+        static_cast<double>(r.host_offload_bytes) / kGiB,
+        m.host_share_gib > 0 ? fmt::format(" (its share of the node's: {:.1f} GiB)", m.host_share_gib) : std::string());
   if (const std::vector<std::string> scopes = config::graph_scope_names(sc.training); !scopes.empty())
     out += fmt::format("CUDA graphs   {}\n", fmt::join(scopes, ", "));
   if (sc.training.document_tokens > 0)
@@ -360,6 +365,11 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   }
   if (m.fits)
     out += "fits          yes\n";
+  else if (!m.host_fits)
+    out += fmt::format(
+        "fits          NO: DOES NOT FIT: offloading needs {:.1f} GiB of pinned host memory per GPU, its share of "
+        "the node's host memory is {:.1f} GiB\n",
+        m.host_offload_gib, m.host_share_gib);
   else
     out += fmt::format("fits          NO: DOES NOT FIT: rank {} needs {:.1f} GiB, the GPU has {:.1f} GiB\n",
                        r.cluster_rank[r.peak_rank], m.peak_gib, m.capacity_gib);

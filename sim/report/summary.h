@@ -22,6 +22,11 @@ struct Metrics {
   double peak_gib = 0;
   double capacity_gib = 0;
   bool fits = true;
+  // Activation offloading: the pinned host memory one GPU fills, and its share of the node's host
+  // memory (0: the topology states none); host_fits false when the buffers exceed the share.
+  double host_offload_gib = 0;
+  double host_share_gib = 0;
+  bool host_fits = true;
 };
 
 // "none", "selective" or "full", as the scenario file spells it.

@@ -170,7 +170,7 @@ void evaluate(Candidate& c, const std::string& file, const nlohmann::json& doc, 
   c.valid = true;
   const parallel::StepResult r = parallel::simulate_step(s);
   c.metrics = report::compute_metrics(s, r);
-  c.metrics.fits = c.metrics.peak_gib <= c.metrics.capacity_gib * (1 - headroom);
+  c.metrics.fits = c.metrics.peak_gib <= c.metrics.capacity_gib * (1 - headroom) && c.metrics.host_fits;
   const auto& t = r.mean;
   c.exposed_comm_fraction = t.exposed_s() / r.step_time_s;
 }

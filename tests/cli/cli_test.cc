@@ -158,6 +158,29 @@ TEST_CASE("a LoRA run trains only the adapters") {
   CHECK(b["memory"]["peak_gib"].get<double>() < a["memory"]["peak_gib"].get<double>());
 }
 
+// Activation offloading's pinned buffers must fit in the GPU's share of its node's host memory:
+// the GB200 offload config fills 135.2 GiB per GPU, within the rack's 17,280 GB / 72 = 240 GB; the
+// same rack with 7,200 GB (100 GB = 93.1 GiB per GPU) does not fit, and says why.
+TEST_CASE("offloading checks the host memory") {
+  Result ok = run("run configs/llama3-70b-gb200-fsdp-offload.json --json");
+  REQUIRE(ok.code == 0);
+  const auto a = nlohmann::json::parse(ok.out);
+  CHECK(a["memory"]["host_share_gib"].get<double>() == Approx(17280e9 / 72 / (1024.0 * 1024 * 1024)));
+  CHECK(a["memory"]["fits"] == true);
+  auto topology = nlohmann::json::parse(slurp(fs::path(TRAINSIM_SOURCE_DIR) / "topologies/gb200-nvl72.json"));
+  topology["host_memory_GB"] = 7200;
+  const fs::path small = write("small-host.json", topology.dump());
+  auto sc = nlohmann::json::parse(slurp(fs::path(TRAINSIM_SOURCE_DIR) / "configs/llama3-70b-gb200-fsdp-offload.json"));
+  sc["cluster"] = small.string();
+  const fs::path p = write("offload-small-host.json", sc.dump());
+  Result text = run(fmt::format("run '{}'", p.string()));
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("fits          NO: DOES NOT FIT: offloading needs 135.2 GiB of pinned host memory per GPU, its "
+                      "share of the node's host memory is 93.1 GiB") != std::string::npos);
+  Result js = run(fmt::format("run '{}' --json", p.string()));
+  CHECK(nlohmann::json::parse(js.out)["memory"]["fits"] == false);
+}
+
 // Every scenario shipped in configs/ (listed in configs/README.md) runs and fits.
 TEST_CASE("every shipped config runs") {
   int n = 0;
