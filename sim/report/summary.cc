@@ -32,30 +32,24 @@ nlohmann::json network_json(const config::Scenario& sc, const parallel::StepResu
   return j;
 }
 
-double peak_flops(const config::Scenario& sc) {
-  switch (sc.training.precision) {
-    case config::Precision::fp8:
-      return sc.cluster.gpu.fp8_flops;
-    case config::Precision::nvfp4:
-      return sc.cluster.gpu.fp4_flops;
-    case config::Precision::bf16:
-    case config::Precision::fp16:
-      break;
-  }
-  return sc.cluster.gpu.bf16_flops;
-}
+// The dense peak MFU is taken against, and its name: NeMo's convention, the FP8 peak for FP8 runs and
+// the FP4 one for NVFP4 runs.
+struct Peak {
+  double flops;
+  const char* name;
+};
 
-const char* peak_name(const config::Scenario& sc) {
+Peak mfu_peak(const config::Scenario& sc) {
   switch (sc.training.precision) {
     case config::Precision::fp8:
-      return "FP8";
+      return {sc.cluster.gpu.fp8_flops, "FP8"};
     case config::Precision::nvfp4:
-      return "NVFP4";
+      return {sc.cluster.gpu.fp4_flops, "NVFP4"};
     case config::Precision::bf16:
     case config::Precision::fp16:
       break;
   }
-  return "BF16";
+  return {sc.cluster.gpu.bf16_flops, "BF16"};
 }
 
 std::string schedule_name(const config::ParallelSpec& p) {
@@ -139,7 +133,7 @@ Metrics compute_metrics(const config::Scenario& sc, const parallel::StepResult& 
                        static_cast<double>(sc.training.global_batch);
   m.model_tflops_per_gpu = flops / r.step_time_s / gpus / 1e12;
   // NeMo's convention: FP8 runs against the FP8 peak.
-  m.mfu = m.model_tflops_per_gpu * 1e12 / peak_flops(sc);
+  m.mfu = m.model_tflops_per_gpu * 1e12 / mfu_peak(sc).flops;
   m.bubble_fraction = r.mean.bubble_s / r.step_time_s;
   m.peak_gib = static_cast<double>(r.memory[r.peak_rank].peak_bytes) / kGiB;
   m.capacity_gib = sc.cluster.gpu.hbm_bytes / kGiB;
@@ -286,7 +280,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
   }
   if (offloading) {
     out["scenario"]["cpu_offload_layers"] = sc.training.cpu_offload_layers;
-    out["memory"]["host_offload_gib"] = static_cast<double>(r.host_offload_bytes) / kGiB;
+    out["memory"]["host_offload_gib"] = m.host_offload_gib;
     if (m.host_share_gib > 0) out["memory"]["host_share_gib"] = m.host_share_gib;
     out["time_breakdown_s"]["offload_exposed"] = r.mean.offload_exposed_s;
   }
@@ -318,8 +312,7 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
     out += fmt::format(
         "offload       activations of {} of {} layers to host memory at {:.0f} GB/s per direction: {:.1f} GiB of "
         "pinned host memory per GPU{}\n",
-        sc.training.cpu_offload_layers, sc.model.layers, sc.cluster.host_link_Bps / 1e9,
-        static_cast<double>(r.host_offload_bytes) / kGiB,
+        sc.training.cpu_offload_layers, sc.model.layers, sc.cluster.host_link_Bps / 1e9, m.host_offload_gib,
         m.host_share_gib > 0 ? fmt::format(" (its share of the node's: {:.1f} GiB)", m.host_share_gib) : std::string());
   if (const std::vector<std::string> scopes = config::graph_scope_names(sc.training); !scopes.empty())
     out += fmt::format("CUDA graphs   {}\n", fmt::join(scopes, ", "));
@@ -333,7 +326,7 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   out += fmt::format("throughput    {} tokens/s · {:.1f} tokens/s/GPU\n", thousands(m.tokens_per_s),
                      m.tokens_per_s_per_gpu);
   out += fmt::format("model FLOPs   {:.1f} TFLOP/s/GPU · MFU {:.1f}% of {:.0f} TFLOP/s dense {} (NeMo count)\n",
-                     m.model_tflops_per_gpu, 100.0 * m.mfu, peak_flops(sc) / 1e12, peak_name(sc));
+                     m.model_tflops_per_gpu, 100.0 * m.mfu, mfu_peak(sc).flops / 1e12, mfu_peak(sc).name);
   std::string cp_ep_parts;
   if (p.cp > 1) cp_ep_parts = fmt::format(" · CP {:.1f}%", pct(r.mean.cp_exposed_s));
   if (sc.model.moe()) cp_ep_parts += fmt::format(" · EP {:.1f}%", pct(r.mean.ep_exposed_s));

@@ -437,12 +437,15 @@ void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   graph(ops, router, kGraphMoeRouter);
 }
 
+bool is_lora(const Op& op) {
+  return op.name.rfind("lora_", 0) == 0;
+}
+
 // The router's GEMMs stay in BF16 under FP8 and NVFP4 (Megatron-Core never quantises the router), as
 // do LoRA adapters (Megatron-Core linears, not Transformer Engine ones).
 void mark_fp8(std::vector<Op>& ops, const LayerConfig& c) {
   for (Op& op : ops) {
-    op.fp8 = op.kind == OpKind::gemm && !op.attention_core && op.name.rfind("router", 0) != 0 &&
-             op.name.rfind("lora_", 0) != 0;
+    op.fp8 = op.kind == OpKind::gemm && !op.attention_core && op.name.rfind("router", 0) != 0 && !is_lora(op);
     op.fp4 = op.fp8 && c.fp4;
   }
 }
@@ -494,10 +497,6 @@ std::vector<LoraSite> lora_sites(const Dims& x) {
           {"attention_output", "attention_output_dgrad", kLoraProj, x.q, x.h, false},
           {fc1_name, fc1_name + "_dgrad", kLoraFc1, x.h, fc1, true},
           {"fc2", "fc2_dgrad", kLoraFc2, x.f, x.h, false}};
-}
-
-bool is_lora(const Op& op) {
-  return op.name.rfind("lora_", 0) == 0;
 }
 
 // Megatron-Bridge's LoRA adapter beside a frozen linear (peft/lora.py, ParallelLinearAdapter): A and
