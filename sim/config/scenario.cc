@@ -338,13 +338,14 @@ constexpr std::array<std::string_view, 4> kLoraTargetNames = {"linear_qkv", "lin
 
 // Megatron-Core's --cuda-graph-scope names: workload::GraphScope's bits in order, then the whole
 // iteration (--cuda-graph-impl local).
-constexpr std::array<std::string_view, 5> kGraphScopeNames = {"attn", "mlp", "moe_router", "moe_preprocess",
-                                                              "full_iteration"};
+constexpr std::array<std::string_view, 6> kGraphScopeNames = {"attn",           "mlp",   "moe_router",
+                                                              "moe_preprocess", "mamba", "full_iteration"};
+constexpr std::size_t kFullIteration = 5;
 
 std::uint8_t parse_graph_scopes(const util::JsonNode& v) {
   if (!v.json().is_array()) v.fail("must be an array of scope names (empty: no CUDA graphs)");
   const std::uint8_t mask = parse_name_bits(v, kGraphScopeNames, "scope");
-  constexpr std::uint8_t kFull = 1u << 4;
+  constexpr std::uint8_t kFull = 1u << kFullIteration;
   if ((mask & kFull) && mask != kFull) v.fail("\"full_iteration\" captures everything and takes no other scope");
   if ((mask & workload::kGraphMoePreprocess) && !(mask & workload::kGraphMoeRouter))
     v.fail("\"moe_preprocess\" needs \"moe_router\" (Megatron-Core)");
@@ -362,8 +363,8 @@ std::vector<std::string> lora_target_names(const TrainingSpec& training) {
 
 std::vector<std::string> graph_scope_names(const TrainingSpec& training) {
   std::vector<std::string> out;
-  if (training.cuda_graph_full_iteration) out.emplace_back(kGraphScopeNames[4]);
-  for (std::size_t i = 0; i < 4; ++i)
+  if (training.cuda_graph_full_iteration) out.emplace_back(kGraphScopeNames[kFullIteration]);
+  for (std::size_t i = 0; i < kFullIteration; ++i)
     if ((training.cuda_graph_scope >> i) & 1u) out.emplace_back(kGraphScopeNames[i]);
   return out;
 }
@@ -436,8 +437,8 @@ TrainingSpec parse_training(const util::JsonNode& node) {
     if (t.framework != Framework::megatron) v->fail("applies to \"framework\": \"megatron\" only");
     const std::uint8_t mask = parse_graph_scopes(*v);
     if (mask != 0 && !t.host_overhead) v->fail("needs \"host_overhead\": true (CUDA graphs save host time)");
-    t.cuda_graph_full_iteration = (mask >> 4) & 1u;
-    t.cuda_graph_scope = static_cast<std::uint8_t>(mask & 0x0f);
+    t.cuda_graph_full_iteration = (mask >> kFullIteration) & 1u;
+    t.cuda_graph_scope = static_cast<std::uint8_t>(mask & ((1u << kFullIteration) - 1));
   }
   if (auto v = node.find("cross_entropy")) {
     t.fused_cross_entropy = parse_choice(*v, Choices{{"unfused", "fused"}, {}}) == 1;
@@ -489,7 +490,7 @@ void check_eager(const util::JsonNode& root, const Scenario& s) {
   auto refuse = [&](bool bad, const std::string& what) {
     if (bad) throw util::InputError(file, framework_path, "pytorch-eager needs " + what);
   };
-  refuse(m.mlp != workload::MlpKind::swiglu, "a Llama-style model (mlp swiglu)");
+  refuse(m.mlp != workload::MlpKind::swiglu || m.hybrid(), "a Llama-style model (mlp swiglu)");
   refuse(m.dropout > 0, "dropout 0");
   refuse(m.tied_embeddings, "untied embeddings (its LM head is a separate weight)");
   refuse(m.head_dim % 2 != 0, "an even head_dim (rotary embedding)");
@@ -634,6 +635,15 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
   if (m.ffn_hidden % p.tp != 0) {
     throw util::InputError(file, tp_path, fmt::format("{} does not divide ffn_hidden ({})", p.tp, m.ffn_hidden));
   }
+  // A Mamba mixer splits its heads and its groups of B and C over TP (Megatron-Core's MambaMixer).
+  if (m.mamba_heads % p.tp != 0 || m.mamba_groups % p.tp != 0) {
+    throw util::InputError(
+        file, tp_path,
+        fmt::format("{} does not divide mamba_heads ({}) and mamba_groups ({})", p.tp, m.mamba_heads, m.mamba_groups));
+  }
+  if (m.hybrid() && p.cp > 1 && m.mamba_heads > 0)
+    throw util::InputError(file, util::join_path(parallel_path, "cp"),
+                           "context parallelism with Mamba layers is not supported yet");
   const bool accounted = p.account_for_embedding || p.account_for_loss;
   const bool laid_out = !p.pipeline_layout.empty();
   const bool uneven = p.first_stage_layers > 0 || p.last_stage_layers > 0 || accounted || laid_out;
@@ -774,7 +784,9 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     refuse_module(workload::kRecomputeMoe, m.moe(), "a mixture-of-experts model");
     refuse_module(workload::kRecomputeMoeAct, m.moe(), "a mixture-of-experts model");
     refuse_module(workload::kRecomputeSharedExperts, m.shared_expert_ffn_hidden > 0, "a shared expert");
-    refuse_module(workload::kRecomputeMlp, !m.moe() || m.first_dense_layers > 0, "dense MLP layers");
+    const bool dense_mlps =
+        m.hybrid() ? m.hybrid_pattern.find('-') != std::string::npos : !m.moe() || m.first_dense_layers > 0;
+    refuse_module(workload::kRecomputeMlp, dense_mlps, "dense MLP layers");
     refuse_module(workload::kRecomputeLayernorm, m.mla() || m.moe(),
                   "a norm Megatron-Core runs on its own (multi-head latent attention's, or a mixture of experts' "
                   "pre-MLP norm; Transformer Engine fuses the others into the next GEMM)");
@@ -788,9 +800,15 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
                              "captures its token-count dependent shapes only with token dropping)");
     if ((g & (workload::kGraphMoeRouter | workload::kGraphMoePreprocess)) && !m.moe())
       throw util::InputError(file, path, "\"moe_router\" and \"moe_preprocess\" need a mixture-of-experts model");
-    if ((g & workload::kGraphMlp) && m.moe() && m.first_dense_layers == 0)
-      throw util::InputError(file, path, "\"mlp\" needs dense MLP layers");
+    const bool dense_mlps =
+        m.hybrid() ? m.hybrid_pattern.find('-') != std::string::npos : !m.moe() || m.first_dense_layers > 0;
+    if ((g & workload::kGraphMlp) && !dense_mlps) throw util::InputError(file, path, "\"mlp\" needs dense MLP layers");
+    if ((g & workload::kGraphMamba) && m.hybrid_pattern.find('M') == std::string::npos)
+      throw util::InputError(file, path, "\"mamba\" needs Mamba layers (a hybrid_pattern with 'M')");
   }
+  if (s.training.document_tokens > 0 && m.hybrid())
+    throw util::InputError(file, util::join_path(training_path, "document_tokens"),
+                           "packed sequences in a hybrid model are not supported yet");
   if (s.training.document_tokens > 0 && p.cp > 1)
     throw util::InputError(file, util::join_path(training_path, "document_tokens"),
                            "packed sequences with context parallelism are not supported yet");
@@ -798,6 +816,7 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
   if (s.training.lora) {
     const std::string path = util::join_path(training_path, "peft");
     if (m.moe()) throw util::InputError(file, path, "LoRA on a mixture-of-experts model is not supported yet");
+    if (m.hybrid()) throw util::InputError(file, path, "LoRA on a hybrid model is not supported yet");
     if (m.mla()) throw util::InputError(file, path, "LoRA with multi-head latent attention is not supported yet");
     if (p.zero >= 2 || p.fsdp_units())
       throw util::InputError(file, path,

@@ -436,12 +436,53 @@ std::int64_t sum_saved(const std::vector<Op>& ops) {
   return s;
 }
 
-// The ops of the model's layers: layer_* the model's own kind (a mixture-of-experts layer for a MoE
-// model), dense_* a MoE model's first_dense_layers layers. The last stage's head runs the
-// multi-token prediction modules (their embedding, projection, layer, output layer and loss) before
-// the output layer (Megatron-Core's GPTModel), so head_* include them.
+// The kinds of layer (LayerOps::fwd / bwd index): the model's own transformer layer (a mixture-of-
+// experts layer for a MoE model), a MoE model's first_dense_layers layers, and a hybrid model's
+// blocks ('M', '*', '-', 'E'; the transformer kind then serves its multi-token prediction layers).
+enum LayerKind : std::uint8_t { kMainKind, kDenseKind, kMambaKind, kAttentionKind, kMlpKind, kMoeKind, kLayerKinds };
+
+LayerKind layer_kind(const config::Scenario& sc, std::int64_t layer) {
+  switch (sc.model.block(layer)) {
+    case workload::LayerBlock::mamba:
+      return kMambaKind;
+    case workload::LayerBlock::attention:
+      return kAttentionKind;
+    case workload::LayerBlock::mlp:
+      return kMlpKind;
+    case workload::LayerBlock::moe:
+      return kMoeKind;
+    case workload::LayerBlock::transformer:
+      break;
+  }
+  return sc.model.moe() && layer < sc.model.first_dense_layers ? kDenseKind : kMainKind;
+}
+
+workload::LayerBlock kind_block(LayerKind k) {
+  switch (k) {
+    case kMambaKind:
+      return workload::LayerBlock::mamba;
+    case kAttentionKind:
+      return workload::LayerBlock::attention;
+    case kMlpKind:
+      return workload::LayerBlock::mlp;
+    case kMoeKind:
+      return workload::LayerBlock::moe;
+    default:
+      return workload::LayerBlock::transformer;
+  }
+}
+
+// Whether a kind of layer has routed experts.
+bool kind_has_experts(const config::Scenario& sc, LayerKind k) {
+  return k == kMoeKind || (k == kMainKind && sc.model.moe());
+}
+
+// The ops of the model's layers, by kind (empty for kinds the model lacks). The last stage's head
+// runs the multi-token prediction modules (their embedding, projection, layer, output layer and
+// loss) before the output layer (Megatron-Core's GPTModel), so head_* include them.
 struct LayerOps {
-  std::vector<Op> layer_fwd, layer_bwd, dense_fwd, dense_bwd, emb_fwd, emb_bwd, head_fwd, head_bwd;
+  std::array<std::vector<Op>, kLayerKinds> fwd, bwd;
+  std::vector<Op> emb_fwd, emb_bwd, head_fwd, head_bwd;
   std::int64_t input_bytes = 0;
   std::int64_t ring_kv_bytes = 0;  // context parallelism: one K/V block
 };
@@ -564,12 +605,12 @@ std::vector<ScheduleStep> schedule(config::Schedule kind, std::int64_t p, std::i
   return out;
 }
 
-// How many of the first layers of model chunk `chunk` on pipeline stage `stage` are a MoE model's
-// dense first layers (they come first in the model, so first in the chunk).
-std::int64_t dense_layers_in_chunk(const config::Scenario& sc, std::int64_t stage, std::int64_t chunk) {
-  if (!sc.model.moe()) return 0;
-  return std::clamp<std::int64_t>(sc.model.first_dense_layers - config::chunk_first_layer(sc, stage, chunk), 0,
-                                  config::chunk_layers(sc, stage, chunk));
+// The kinds of the layers of model chunk `chunk` on pipeline stage `stage`, in forward order.
+std::vector<LayerKind> chunk_kinds(const config::Scenario& sc, std::int64_t stage, std::int64_t chunk) {
+  const std::int64_t first = config::chunk_first_layer(sc, stage, chunk);
+  std::vector<LayerKind> out(static_cast<std::size_t>(config::chunk_layers(sc, stage, chunk)));
+  for (std::size_t l = 0; l < out.size(); ++l) out[l] = layer_kind(sc, first + static_cast<std::int64_t>(l));
+  return out;
 }
 
 // The first and last pipeline stages both hold the word embedding, kept equal by an all-reduce of
@@ -607,21 +648,18 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   auto fwd_saves = [&](std::int64_t l) {
     return full_recompute(l) ? Saves::none : recompute == config::Recompute::selective ? Saves::selective : Saves::all;
   };
-  // Which of a chunk's layers are a MoE model's dense first layers (its first chunk_dense[c]).
-  std::vector<std::int64_t> chunk_dense(static_cast<std::size_t>(stage.chunks));
-  for (std::int64_t c = 0; c < stage.chunks; ++c)
-    chunk_dense[static_cast<std::size_t>(c)] = dense_layers_in_chunk(sc, stage_index, c);
-  auto dense_layer = [&](std::int64_t c, std::int64_t l) { return l < chunk_dense[static_cast<std::size_t>(c)]; };
-  auto layer_fwd = [&](std::int64_t c, std::int64_t l) -> const std::vector<Op>& {
-    return dense_layer(c, l) ? ops.dense_fwd : ops.layer_fwd;
+  // The kind of each layer of each chunk.
+  std::vector<std::vector<LayerKind>> kinds(static_cast<std::size_t>(stage.chunks));
+  for (std::int64_t c = 0; c < stage.chunks; ++c) kinds[static_cast<std::size_t>(c)] = chunk_kinds(sc, stage_index, c);
+  auto kind_of = [&](std::int64_t c, std::int64_t l) {
+    return kinds[static_cast<std::size_t>(c)][static_cast<std::size_t>(l)];
   };
-  auto layer_bwd = [&](std::int64_t c, std::int64_t l) -> const std::vector<Op>& {
-    return dense_layer(c, l) ? ops.dense_bwd : ops.layer_bwd;
-  };
-  const std::int64_t moe_layer_saved = sum_saved(ops.layer_fwd);
-  const std::int64_t dense_layer_saved = sum_saved(ops.dense_fwd);
+  auto layer_fwd = [&](std::int64_t c, std::int64_t l) -> const std::vector<Op>& { return ops.fwd[kind_of(c, l)]; };
+  auto layer_bwd = [&](std::int64_t c, std::int64_t l) -> const std::vector<Op>& { return ops.bwd[kind_of(c, l)]; };
+  std::array<std::int64_t, kLayerKinds> kind_saved{};
+  for (std::size_t k = 0; k < kLayerKinds; ++k) kind_saved[k] = sum_saved(ops.fwd[k]);
   auto layer_free = [&](std::int64_t c, std::int64_t l) {
-    return (dense_layer(c, l) ? dense_layer_saved : moe_layer_saved) + (full_recompute(l) ? ops.input_bytes : 0);
+    return kind_saved[kind_of(c, l)] + (full_recompute(l) ? ops.input_bytes : 0);
   };
 
   // Activation offloading (Transformer Engine's asynchronous group offload handler, which
@@ -649,7 +687,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
     }
     return t;
   };
-  auto offload_bytes = [&](std::int64_t l) { return dense_layer(0, l) ? dense_layer_saved : moe_layer_saved; };
+  auto offload_bytes = [&](std::int64_t l) { return kind_saved[kind_of(0, l)]; };
   std::int64_t offloaded = 0;  // the handler's count of copies completed (forward) / reloads to issue (backward)
   std::optional<Dep> host_copy_issued;
   // After layer l's forward.
@@ -774,16 +812,18 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   const std::int64_t edp = moe ? par.expert_dp() : 1;
   // LoRA: the units hold their adapters only (no gradient reaches the frozen embedding and head).
   const bool lora = sc.training.lora;
-  const std::int64_t layer_params = lora ? stage.params_per_rank / std::max<std::int64_t>(stage.layers, 1)
-                                         : workload::layer_params_per_rank(sc.model, par.tp);
-  const std::int64_t dense_layer_params =
-      moe ? workload::layer_params_per_rank(sc.model.dense_variant(), par.tp) : layer_params;
+  std::array<std::int64_t, kLayerKinds> kind_params{};
+  for (std::size_t k = 0; k < kLayerKinds; ++k) {
+    if (ops.fwd[k].empty()) continue;
+    const LayerKind lk = static_cast<LayerKind>(k);
+    kind_params[k] = lk == kDenseKind ? workload::layer_params_per_rank(sc.model.dense_variant(), par.tp)
+                                      : workload::layer_params_per_rank(sc.model, par.tp, kind_block(lk));
+  }
+  if (lora) kind_params[kMainKind] = stage.params_per_rank / std::max<std::int64_t>(stage.layers, 1);
   const std::int64_t layer_expert_params = workload::layer_expert_params_per_rank(sc.model, par.ep, par.etp);
   const std::int64_t emb_params =
       stage.has_embedding && !lora ? workload::embedding_params_per_rank(sc.model, par.tp) : 0;
-  auto unit_layer_params = [&](std::int64_t c, std::int64_t l) {
-    return dense_layer(c, l) ? dense_layer_params : layer_params;
-  };
+  auto unit_layer_params = [&](std::int64_t c, std::int64_t l) { return kind_params[kind_of(c, l)]; };
   std::int64_t layer_params_sum = 0;
   for (std::int64_t c = 0; c < v; ++c)
     for (std::int64_t l = 0; l < chunk_layers(c); ++l) layer_params_sum += unit_layer_params(c, l);
@@ -791,7 +831,11 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   // The head's multi-token prediction layers have routed experts of their own (a unit of the expert
   // buffer before the chunk's layers in backward order); dense first layers have none.
   const std::int64_t mtp_experts = stage.has_head && moe ? sc.model.mtp_layers : 0;
-  auto moe_layers_in = [&](std::int64_t c) { return chunk_layers(c) - chunk_dense[static_cast<std::size_t>(c)]; };
+  auto moe_layers_in = [&](std::int64_t c) {
+    const auto& ks = kinds[static_cast<std::size_t>(c)];
+    return static_cast<std::int64_t>(
+        std::count_if(ks.begin(), ks.end(), [&](LayerKind k) { return kind_has_experts(sc, k); }));
+  };
   const bool overlap_grad = par.overlap_grad_reduce && dp > 1;
   const bool overlap_expert_grad = par.overlap_grad_reduce && edp > 1;
   const double bucket_limit = par.dp_bucket_mb > 0 ? par.dp_bucket_mb * 1e6 / static_cast<double>(grad_bytes)
@@ -851,19 +895,21 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   // and 3) there is no full gradient buffer to accumulate into, so every micro-batch's backward
   // reduce-scatters its buckets (FSDP without no_sync).
   const bool sharded_grads = par.zero >= 2 && dp > 1;
-  // The expert buffer's unit of chunk c's unit u: a layer's routed experts (the units after the
-  // output layer and before the embedding); none for the others or a dense model.
-  // Dense first layers come first in forward order, so last in backward order: the chunk's MoE
-  // layers are its first units after the head's.
-  auto expert_unit = [&](std::int64_t c, std::size_t u) -> std::optional<std::size_t> {
-    if (!moe) return std::nullopt;
+  // The expert buffer's unit of chunk c's unit u: the head's multi-token prediction experts (its
+  // first unit), then each layer with routed experts in backward order; none for the other units or
+  // a dense model.
+  std::vector<std::vector<std::optional<std::size_t>>> expert_units(static_cast<std::size_t>(v));
+  for (std::int64_t c = 0; c < v; ++c) {
+    auto& eu = expert_units[static_cast<std::size_t>(c)];
+    eu.assign(chunks[static_cast<std::size_t>(c)].unit_params.size(), std::nullopt);
+    if (!moe) continue;
     const std::size_t head = has_head(c) ? 1 : 0;
-    const std::size_t mtp = has_head(c) && mtp_experts > 0 ? 1 : 0;
-    if (head == 1 && u == 0) return mtp == 1 ? std::optional<std::size_t>(0) : std::nullopt;
-    const std::size_t moe_layers = static_cast<std::size_t>(moe_layers_in(c));
-    if (u < head || u - head >= moe_layers) return std::nullopt;
-    return u - head + mtp;
-  };
+    std::size_t next = 0;
+    if (head == 1 && mtp_experts > 0) eu[0] = next++;
+    for (std::int64_t l = chunk_layers(c) - 1; l >= 0; --l)
+      if (kind_has_experts(sc, kind_of(c, l))) eu[head + static_cast<std::size_t>(chunk_layers(c) - 1 - l)] = next++;
+  }
+  auto expert_unit = [&](std::int64_t c, std::size_t u) { return expert_units[static_cast<std::size_t>(c)][u]; };
   auto unit_done = [&](std::int64_t c, std::size_t u, bool last_micro_batch) {
     const ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
     if (cb.closes_bucket[u] && (sharded_grads || (overlap_grad && last_micro_batch))) {
@@ -1001,11 +1047,9 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   // Zero-bubble split: the input pass keeps the weight GEMMs' inputs and writes their output
   // gradients; the weight pass, later, frees both.
   const bool split = par.schedule == config::Schedule::zb_h1;
-  const SplitBackward moe_layer_split = split_backward(ops.layer_bwd);
-  const SplitBackward dense_layer_split = split_backward(ops.dense_bwd);
-  auto layer_split = [&](std::int64_t c, std::int64_t l) -> const SplitBackward& {
-    return dense_layer(c, l) ? dense_layer_split : moe_layer_split;
-  };
+  std::array<SplitBackward, kLayerKinds> kind_split;
+  for (std::size_t k = 0; k < kLayerKinds; ++k) kind_split[k] = split_backward(ops.bwd[k]);
+  auto layer_split = [&](std::int64_t c, std::int64_t l) -> const SplitBackward& { return kind_split[kind_of(c, l)]; };
   const SplitBackward head_split = split_backward(ops.head_bwd);
   const SplitBackward emb_split = split_backward(ops.emb_bwd);
   std::int64_t weight_passes = 0;
@@ -1080,16 +1124,13 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   // it in the order previous forward combine, backward combine, forward dispatch, backward
   // dispatch, each waited for only by the part that needs its tokens. The layers one chunk has more
   // than the other run alone after the pairs (backward first), as do the embedding and output layer.
-  const A2aParts moe_fwd_parts = cut_at_all_to_alls(ops.layer_fwd);
-  const A2aParts moe_bwd_parts = cut_at_all_to_alls(ops.layer_bwd);
-  const A2aParts dense_fwd_parts = cut_at_all_to_alls(ops.dense_fwd);
-  const A2aParts dense_bwd_parts = cut_at_all_to_alls(ops.dense_bwd);
-  auto fwd_parts = [&](std::int64_t c, std::int64_t l) -> const A2aParts& {
-    return dense_layer(c, l) ? dense_fwd_parts : moe_fwd_parts;
-  };
-  auto bwd_parts = [&](std::int64_t c, std::int64_t l) -> const A2aParts& {
-    return dense_layer(c, l) ? dense_bwd_parts : moe_bwd_parts;
-  };
+  std::array<A2aParts, kLayerKinds> kind_fwd_parts, kind_bwd_parts;
+  for (std::size_t k = 0; k < kLayerKinds; ++k) {
+    kind_fwd_parts[k] = cut_at_all_to_alls(ops.fwd[k]);
+    kind_bwd_parts[k] = cut_at_all_to_alls(ops.bwd[k]);
+  }
+  auto fwd_parts = [&](std::int64_t c, std::int64_t l) -> const A2aParts& { return kind_fwd_parts[kind_of(c, l)]; };
+  auto bwd_parts = [&](std::int64_t c, std::int64_t l) -> const A2aParts& { return kind_bwd_parts[kind_of(c, l)]; };
   auto merged = [&](std::int64_t cf, std::int64_t cb) {
     const bool first_mb = forwards[static_cast<std::size_t>(cf)]++ == 0;
     const bool last_mb = ++backwards[static_cast<std::size_t>(cb)] == m;
@@ -1330,8 +1371,8 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   lc.fused_cross_entropy = sc.training.fused_cross_entropy;
   if (sc.training.recompute == config::Recompute::selective) lc.recompute_modules = sc.training.recompute_modules;
   LayerOps ops;
-  ops.layer_fwd = workload::layer_forward(sc.model, lc);
-  ops.layer_bwd = workload::layer_backward(sc.model, lc);
+  ops.fwd[kMainKind] = workload::layer_forward(sc.model, lc);
+  ops.bwd[kMainKind] = workload::layer_backward(sc.model, lc);
   ops.emb_fwd = workload::embedding_forward(sc.model, lc);
   ops.emb_bwd = workload::embedding_backward(sc.model, lc);
   ops.head_fwd = workload::head_forward(sc.model, lc);
@@ -1339,8 +1380,14 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   ops.input_bytes = workload::layer_input_bytes(sc.model, lc);
   ops.ring_kv_bytes = workload::ring_attention_kv_bytes(sc.model, lc);
   if (sc.model.moe() && sc.model.first_dense_layers > 0) {
-    ops.dense_fwd = workload::layer_forward(sc.model.dense_variant(), lc);
-    ops.dense_bwd = workload::layer_backward(sc.model.dense_variant(), lc);
+    ops.fwd[kDenseKind] = workload::layer_forward(sc.model.dense_variant(), lc);
+    ops.bwd[kDenseKind] = workload::layer_backward(sc.model.dense_variant(), lc);
+  }
+  for (std::int64_t l = 0; sc.model.hybrid() && l < sc.model.layers; ++l) {
+    const LayerKind k = layer_kind(sc, l);
+    if (!ops.fwd[k].empty()) continue;
+    ops.fwd[k] = workload::layer_forward(sc.model, lc, kind_block(k));
+    ops.bwd[k] = workload::layer_backward(sc.model, lc, kind_block(k));
   }
   // Multi-token prediction: each module's prologue, layer and output layer run before the main
   // output layer, and their backward after its backward.
@@ -1349,9 +1396,9 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
     std::vector<Op> pro_fwd = workload::mtp_forward(sc.model, lc);
     std::vector<Op> pro_bwd = workload::mtp_backward(sc.model, lc);
     for (std::int64_t i = 0; i < sc.model.mtp_layers; ++i) {
-      for (const std::vector<Op>* part : {&pro_fwd, &ops.layer_fwd, &ops.head_fwd})
+      for (const std::vector<Op>* part : {&pro_fwd, &ops.fwd[kMainKind], &ops.head_fwd})
         fwd.insert(fwd.end(), part->begin(), part->end());
-      for (const std::vector<Op>* part : {&ops.head_bwd, &ops.layer_bwd, &pro_bwd})
+      for (const std::vector<Op>* part : {&ops.head_bwd, &ops.bwd[kMainKind], &pro_bwd})
         bwd.insert(bwd.end(), part->begin(), part->end());
     }
     fwd.insert(fwd.end(), ops.head_fwd.begin(), ops.head_fwd.end());
@@ -1362,15 +1409,17 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   if (sc.training.framework == config::Framework::megatron && host_stream(sc)) {
     const HostCosts costs = host_costs(sc.cluster, sc.training.host_cost_scale);
     const std::uint8_t graphed = sc.training.cuda_graph_scope;
-    for (std::vector<Op>* list : {&ops.layer_fwd, &ops.dense_fwd, &ops.emb_fwd, &ops.head_fwd})
-      set_host_costs(*list, costs, false, graphed);
-    for (std::vector<Op>* list : {&ops.layer_bwd, &ops.dense_bwd, &ops.emb_bwd, &ops.head_bwd})
-      set_host_costs(*list, costs, true, graphed);
+    for (std::size_t k = 0; k < kLayerKinds; ++k) {
+      set_host_costs(ops.fwd[k], costs, false, graphed);
+      set_host_costs(ops.bwd[k], costs, true, graphed);
+    }
+    for (std::vector<Op>* list : {&ops.emb_fwd, &ops.head_fwd}) set_host_costs(*list, costs, false, graphed);
+    for (std::vector<Op>* list : {&ops.emb_bwd, &ops.head_bwd}) set_host_costs(*list, costs, true, graphed);
   }
   if (sc.training.framework == config::Framework::pytorch_eager) {
     const workload::EagerHost host{sc.training.host_forward_s, sc.training.host_backward_s};
-    ops.layer_fwd = workload::eager_layer_forward(sc.model, lc, host);
-    ops.layer_bwd = workload::eager_layer_backward(sc.model, lc, host);
+    ops.fwd[kMainKind] = workload::eager_layer_forward(sc.model, lc, host);
+    ops.bwd[kMainKind] = workload::eager_layer_backward(sc.model, lc, host);
     ops.emb_fwd = workload::eager_embedding_forward(sc.model, lc, host);
     ops.emb_bwd = workload::eager_embedding_backward(sc.model, lc, host);
     ops.head_fwd = workload::eager_head_forward(sc.model, lc, host);
@@ -1385,15 +1434,26 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
     st.chunks = par.schedule == config::Schedule::interleaved ? par.virtual_stages : 1;
     st.has_embedding = s == 0;
     st.has_head = s == par.pp - 1;
-    // A MoE model's dense first layers have their dense MLP and no experts.
-    std::int64_t dense = 0;
-    for (std::int64_t c = 0; c < st.chunks; ++c) dense += dense_layers_in_chunk(sc, s, c);
-    const std::int64_t moe_layers = st.layers - dense;
-    st.params_per_rank = moe_layers * workload::layer_params_per_rank(sc.model, par.tp);
-    if (dense > 0) st.params_per_rank += dense * workload::layer_params_per_rank(sc.model.dense_variant(), par.tp);
+    // Per kind of layer: a MoE model's dense first layers have their dense MLP and no experts; a
+    // hybrid model's blocks their own parameters, its 'E' blocks the experts.
+    std::array<std::int64_t, kLayerKinds> count{};
+    std::int64_t expert_layers = 0;
+    for (std::int64_t c = 0; c < st.chunks; ++c)
+      for (LayerKind k : chunk_kinds(sc, s, c)) {
+        ++count[k];
+        if (kind_has_experts(sc, k)) ++expert_layers;
+      }
+    st.params_per_rank = 0;
+    for (std::size_t k = 0; k < kLayerKinds; ++k) {
+      if (count[k] == 0) continue;
+      const LayerKind lk = static_cast<LayerKind>(k);
+      st.params_per_rank +=
+          count[k] * (lk == kDenseKind ? workload::layer_params_per_rank(sc.model.dense_variant(), par.tp)
+                                       : workload::layer_params_per_rank(sc.model, par.tp, kind_block(lk)));
+    }
     if (st.has_embedding) st.params_per_rank += workload::embedding_params_per_rank(sc.model, par.tp);
     if (st.has_head) st.params_per_rank += workload::head_params_per_rank(sc.model, par.tp);
-    st.expert_params_per_rank = moe_layers * workload::layer_expert_params_per_rank(sc.model, par.ep, par.etp);
+    st.expert_params_per_rank = expert_layers * workload::layer_expert_params_per_rank(sc.model, par.ep, par.etp);
     if (st.has_head && sc.model.mtp_layers > 0) {
       st.params_per_rank += sc.model.mtp_layers * (workload::mtp_params_per_rank(sc.model, par.tp) +
                                                    workload::layer_params_per_rank(sc.model, par.tp));
@@ -1412,8 +1472,9 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
       st.expert_params_per_rank = 0;
     }
     // Activation offloading (pp 1, one micro-batch in flight): the first N layers' saved bytes.
+    const std::vector<LayerKind> first_chunk = chunk_kinds(sc, s, 0);
     for (std::int64_t l = 0; l < sc.training.cpu_offload_layers; ++l)
-      st.host_offload_bytes += sum_saved(dense_layers_in_chunk(sc, s, 0) > l ? ops.dense_fwd : ops.layer_fwd);
+      st.host_offload_bytes += sum_saved(ops.fwd[first_chunk[static_cast<std::size_t>(l)]]);
     build_stage_program(sc, st, s, ops, compute, plan.programs[static_cast<std::size_t>(s)]);
   }
 

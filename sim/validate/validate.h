@@ -46,6 +46,7 @@ struct Outcome {
   std::string detail;                   // e.g. the memory split
   bool moe = false;                     // the model is a mixture of experts (its own source group)
   bool nvfp4 = false;                   // the run's GEMMs are NVFP4 (its own source group too)
+  bool hybrid = false;                  // a hybrid (Mamba) model: its own group, not the MoE one
 };
 
 struct QuantitySummary {

@@ -34,7 +34,47 @@ MlpKind parse_mlp(const util::JsonNode& node) {
   std::string s = node.as_string();
   if (s == "gelu") return MlpKind::gelu;
   if (s == "swiglu") return MlpKind::swiglu;
-  node.fail(fmt::format("unknown mlp \"{}\" (expected gelu or swiglu)", s));
+  if (s == "squared_relu") return MlpKind::squared_relu;
+  node.fail(fmt::format("unknown mlp \"{}\" (expected gelu, swiglu or squared_relu)", s));
+}
+
+// The matrices of one MLP: up and down, plus the gate of a gated (SwiGLU) one.
+std::int64_t mlp_matrices(const ModelSpec& m) {
+  return m.mlp == MlpKind::swiglu ? 3 : 2;
+}
+
+// The attention block: its projections, its norm and (GPT) the QKV and output biases.
+std::int64_t attention_block_params(const ModelSpec& m) {
+  const std::int64_t biases = m.mlp == MlpKind::gelu ? q_dim(m) + 2 * kv_dim(m) + m.hidden : 0;
+  return m.attention_params_per_layer() + norm_params(m) + biases;
+}
+
+// The MLP block (dense, or a mixture of experts' router, routed experts, shared expert and latent
+// projections) with its norm; GPT's linears carry biases (Narayanan's 13h per layer with the
+// attention's), under MoE every expert its fc1 and fc2 biases.
+std::int64_t mlp_block_params(const ModelSpec& m) {
+  const std::int64_t mats = mlp_matrices(m);
+  std::int64_t n = norm_params(m);
+  if (m.moe()) {
+    n += m.hidden * m.experts + m.expert_params_per_layer() + mats * m.hidden * m.shared_expert_ffn_hidden +
+         2 * m.hidden * m.moe_latent;
+  } else {
+    n += mats * m.hidden * m.ffn_hidden;
+  }
+  if (m.mlp == MlpKind::gelu) {
+    n += m.moe() ? m.experts * (m.moe_ffn_hidden + m.hidden) +
+                       (m.shared_expert_ffn_hidden > 0 ? m.shared_expert_ffn_hidden + m.hidden : 0)
+                 : m.ffn_hidden + m.hidden;
+  }
+  return n;
+}
+
+// A Mamba-2 mixer block: its norm, the input projection, the convolution's weights and biases over
+// x, B and C, per head dt_bias, A_log and D, the gated RMSNorm's weight and the output projection.
+std::int64_t mamba_block_params(const ModelSpec& m) {
+  const std::int64_t xbc = m.mamba_inner() + 2 * m.mamba_groups * m.mamba_state;
+  return norm_params(m) + m.hidden * m.mamba_in_proj() + xbc * (m.mamba_conv + 1) + 3 * m.mamba_heads +
+         m.mamba_inner() + m.mamba_inner() * m.hidden;
 }
 
 ModelSpec parse_hf_llama(const util::JsonNode& n, const std::string& fallback_name) {
@@ -99,6 +139,7 @@ ModelSpec ModelSpec::dense_variant() const {
   ModelSpec d = *this;
   d.experts = d.experts_per_token = d.moe_ffn_hidden = d.shared_expert_ffn_hidden = 0;
   d.first_dense_layers = 0;
+  d.moe_latent = 0;
   return d;
 }
 
@@ -115,28 +156,42 @@ std::int64_t ModelSpec::attention_params_per_layer() const {
 }
 
 std::int64_t ModelSpec::params_per_layer() const {
-  const std::int64_t mats = mlp == MlpKind::swiglu ? 3 : 2;
-  std::int64_t weights = attention_params_per_layer();
-  if (moe()) {
-    // Router (hidden x experts, no bias), the routed experts, the shared expert.
-    weights += hidden * experts + expert_params_per_layer() + mats * hidden * shared_expert_ffn_hidden;
-  } else {
-    weights += mats * hidden * ffn_hidden;
-  }
-  std::int64_t small = 2 * norm_params(*this);
-  // GPT (gelu) linears carry biases: QKV, output projection, fc1, fc2 (Narayanan's 13h per layer);
-  // under MoE every expert has its fc1 and fc2 biases.
-  if (mlp == MlpKind::gelu) {
-    small += q_dim(*this) + 2 * kv_dim(*this) + hidden;
-    small += moe() ? experts * (moe_ffn_hidden + hidden) +
-                         (shared_expert_ffn_hidden > 0 ? shared_expert_ffn_hidden + hidden : 0)
-                   : ffn_hidden + hidden;
-  }
-  return weights + small;
+  return attention_block_params(*this) + mlp_block_params(*this);
 }
 
+LayerBlock ModelSpec::block(std::int64_t layer) const {
+  if (!hybrid()) return LayerBlock::transformer;
+  switch (hybrid_pattern[static_cast<std::size_t>(layer)]) {
+    case 'M':
+      return LayerBlock::mamba;
+    case '*':
+      return LayerBlock::attention;
+    case '-':
+      return LayerBlock::mlp;
+    default:
+      return LayerBlock::moe;  // 'E' (parse_model accepts nothing else)
+  }
+}
+
+std::int64_t ModelSpec::params_per_block(LayerBlock b) const {
+  switch (b) {
+    case LayerBlock::transformer:
+      return params_per_layer();
+    case LayerBlock::mamba:
+      return mamba_block_params(*this);
+    case LayerBlock::attention:
+      return attention_block_params(*this);
+    case LayerBlock::mlp:
+      return mlp_block_params(dense_variant());
+    case LayerBlock::moe:
+      return mlp_block_params(*this);
+  }
+  return 0;
+}
+
+// The routed experts' width in and out: the hidden state, or a latent MoE's latent.
 std::int64_t ModelSpec::expert_params_per_layer() const {
-  return experts * (mlp == MlpKind::swiglu ? 3 : 2) * hidden * moe_ffn_hidden;
+  return experts * mlp_matrices(*this) * (moe_latent > 0 ? moe_latent : hidden) * moe_ffn_hidden;
 }
 
 std::int64_t ModelSpec::embedding_params() const {
@@ -145,6 +200,11 @@ std::int64_t ModelSpec::embedding_params() const {
 
 std::int64_t ModelSpec::main_params() const {
   const std::int64_t output = tied_embeddings ? 0 : vocab * hidden;
+  if (hybrid()) {
+    std::int64_t n = embedding_params() + output + norm_params(*this);
+    for (std::int64_t l = 0; l < layers; ++l) n += params_per_block(block(l));
+    return n;
+  }
   const std::int64_t dense = moe() ? first_dense_layers : 0;
   const std::int64_t dense_layers = dense > 0 ? dense * dense_variant().params_per_layer() : 0;
   return dense_layers + (layers - dense) * params_per_layer() + embedding_params() + output + norm_params(*this);
@@ -184,10 +244,46 @@ ModelSpec parse_model(const util::JsonNode& node) {
                        "kv_lora_rank",
                        "qk_rope_head_dim",
                        "v_head_dim",
-                       "mtp_layers"});
+                       "mtp_layers",
+                       "moe_latent",
+                       "hybrid_pattern",
+                       "mamba_heads",
+                       "mamba_head_dim",
+                       "mamba_state",
+                       "mamba_groups",
+                       "mamba_conv",
+                       "mamba_chunk"});
   ModelSpec m;
   m.name = node.at("name").as_string();
-  m.layers = node.at("layers").as_positive_int();
+  if (auto pat = node.find("hybrid_pattern")) {
+    m.hybrid_pattern = pat->as_string();
+    if (m.hybrid_pattern.empty()) pat->fail("must name at least one layer");
+    if (const auto bad = m.hybrid_pattern.find_first_not_of("M*-E"); bad != std::string::npos)
+      pat->fail(
+          fmt::format("has '{}' at position {}; layers are 'M' (Mamba), '*' (attention), '-' (MLP) or 'E' "
+                      "(mixture of experts)",
+                      m.hybrid_pattern[bad], bad));
+    m.layers = static_cast<std::int64_t>(m.hybrid_pattern.size());
+    if (auto l = node.find("layers"); l && l->as_positive_int() != m.layers)
+      l->fail(fmt::format("must equal the length of hybrid_pattern ({})", m.layers));
+  } else {
+    m.layers = node.at("layers").as_positive_int();
+  }
+  const auto has_block = [&](char c) { return m.hybrid_pattern.find(c) != std::string::npos; };
+  if (has_block('M')) {
+    m.mamba_heads = node.at("mamba_heads").as_positive_int();
+    m.mamba_head_dim = node.at("mamba_head_dim").as_positive_int();
+    m.mamba_state = node.at("mamba_state").as_positive_int();
+    m.mamba_groups = node.at("mamba_groups").as_positive_int();
+    if (auto k = node.find("mamba_conv")) m.mamba_conv = k->as_positive_int();
+    if (auto k = node.find("mamba_chunk")) m.mamba_chunk = k->as_positive_int();
+    if (m.mamba_heads % m.mamba_groups != 0)
+      node.at("mamba_groups").fail(fmt::format("does not divide mamba_heads ({})", m.mamba_heads));
+  } else {
+    for (const char* key :
+         {"mamba_heads", "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_conv", "mamba_chunk"})
+      if (auto k = node.find(key)) k->fail("only a hybrid model with Mamba ('M') layers takes this key");
+  }
   m.hidden = node.at("hidden").as_positive_int();
   m.heads = node.at("heads").as_positive_int();
   if (auto lora = node.find("kv_lora_rank")) {
@@ -204,12 +300,25 @@ ModelSpec parse_model(const util::JsonNode& node) {
     }
     m.kv_heads = node.at("kv_heads").as_positive_int();
   }
+  if (m.hybrid()) {
+    // A hybrid model's MLP widths belong to its '-' and 'E' layers, one key each.
+    if (has_block('E')) node.at("experts");  // "missing required key"
+    if (auto e = node.find("experts"); e && !has_block('E')) e->fail("hybrid_pattern has no 'E' layer for the experts");
+    if (has_block('-')) m.ffn_hidden = node.at("ffn_hidden").as_positive_int();
+    if (auto f = node.find("ffn_hidden"); f && !has_block('-')) f->fail("hybrid_pattern has no '-' (MLP) layer for it");
+    if (auto k = node.find("first_dense_layers")) k->fail("a hybrid model places its dense layers in hybrid_pattern");
+    if (auto k = node.find("kv_lora_rank"))
+      k->fail("multi-head latent attention in a hybrid model is not supported yet");
+  }
   if (auto e = node.find("experts")) {
     m.experts = e->as_positive_int();
     m.experts_per_token = node.at("experts_per_token").as_positive_int();
     m.moe_ffn_hidden = node.at("moe_ffn_hidden").as_positive_int();
     if (auto sh = node.find("shared_expert_ffn_hidden")) m.shared_expert_ffn_hidden = sh->as_positive_int();
-    if (auto k = node.find("first_dense_layers")) {
+    if (auto lat = node.find("moe_latent")) m.moe_latent = lat->as_positive_int();
+    if (m.hybrid()) {
+      // ffn_hidden read above
+    } else if (auto k = node.find("first_dense_layers")) {
       m.first_dense_layers = k->as_positive_int();
       if (m.first_dense_layers >= m.layers) k->fail(fmt::format("must be below layers ({})", m.layers));
       m.ffn_hidden = node.at("ffn_hidden").as_positive_int();  // the dense layers' MLP
@@ -219,10 +328,11 @@ ModelSpec parse_model(const util::JsonNode& node) {
           "widths are moe_ffn_hidden and shared_expert_ffn_hidden");
     }
   } else {
-    for (const char* key : {"experts_per_token", "moe_ffn_hidden", "shared_expert_ffn_hidden", "first_dense_layers"}) {
+    for (const char* key :
+         {"experts_per_token", "moe_ffn_hidden", "shared_expert_ffn_hidden", "first_dense_layers", "moe_latent"}) {
       if (auto k = node.find(key)) k->fail("only a mixture-of-experts model (with \"experts\") takes this key");
     }
-    m.ffn_hidden = node.at("ffn_hidden").as_positive_int();
+    if (!m.hybrid()) m.ffn_hidden = node.at("ffn_hidden").as_positive_int();
   }
   m.vocab = node.at("vocab").as_positive_int();
   m.mlp = parse_mlp(node.at("mlp"));
@@ -393,13 +503,16 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
 double model_flops_per_sequence(const ModelSpec& m, std::int64_t seq_len) {
   const double s = static_cast<double>(seq_len);
   const double h = static_cast<double>(m.hidden);
-  const double mlp_matrices = m.mlp == MlpKind::swiglu ? 3 : 2;
+  const double mats = static_cast<double>(mlp_matrices(m));
   // A mixture-of-experts layer: the router (2hE) and the experts_per_token experts and the shared
   // expert each token passes.
-  const double moe_mlp =
-      2 * h * static_cast<double>(m.experts) +
-      2 * mlp_matrices * h * static_cast<double>(m.experts_per_token * m.moe_ffn_hidden + m.shared_expert_ffn_hidden);
-  const double dense_mlp = 2 * mlp_matrices * h * static_cast<double>(m.ffn_hidden);
+  // A latent MoE runs its experts at the latent width, with the two latent projections (2·2·h·latent).
+  const double expert_in = m.moe_latent > 0 ? static_cast<double>(m.moe_latent) : h;
+  const double moe_mlp = 2 * h * static_cast<double>(m.experts) +
+                         2 * mats * expert_in * static_cast<double>(m.experts_per_token * m.moe_ffn_hidden) +
+                         2 * mats * h * static_cast<double>(m.shared_expert_ffn_hidden) +
+                         4 * h * static_cast<double>(m.moe_latent);
+  const double dense_mlp = 2 * mats * h * static_cast<double>(m.ffn_hidden);
   // Attention scores and context: every key of the sequence (non-causal s²), or of the window in a
   // sliding-window layer.
   const double window = m.sliding_window > 0 ? std::min(s, static_cast<double>(m.sliding_window)) : s;
@@ -415,13 +528,42 @@ double model_flops_per_sequence(const ModelSpec& m, std::int64_t seq_len) {
     linear = 2 * static_cast<double>(m.attention_params_per_layer());
     core = 4 * keys * static_cast<double>(q_dim(m));
   }
+  const double logits_per_token = 2 * static_cast<double>(m.vocab) * h;
+  if (m.hybrid()) {
+    // Per block, as Megatron-LM's hybrid count (training.py, mamba_layer_flops) takes a Mamba mixer:
+    // its two projections 2·h·(in_proj width) and 2·inner·h, and 7·inner·state for the scan.
+    const double inner = static_cast<double>(m.mamba_inner());
+    const double mamba =
+        2 * h * static_cast<double>(m.mamba_in_proj()) + 2 * inner * h + 7 * inner * static_cast<double>(m.mamba_state);
+    double per_token = logits_per_token;
+    for (std::int64_t l = 0; l < m.layers; ++l) {
+      switch (m.block(l)) {
+        case LayerBlock::mamba:
+          per_token += mamba;
+          break;
+        case LayerBlock::attention:
+          per_token += linear + core;
+          break;
+        case LayerBlock::mlp:
+          per_token += dense_mlp;
+          break;
+        case LayerBlock::moe:
+        case LayerBlock::transformer:
+          per_token += moe_mlp;
+          break;
+      }
+    }
+    // A multi-token prediction module's layer: attention and the experts ("*E").
+    per_token += static_cast<double>(m.mtp_layers) *
+                 (2 * 2 * h * h + linear + core + (m.moe() ? moe_mlp : dense_mlp) + logits_per_token);
+    return 3 * s * per_token;
+  }
   const double moe_layers = m.moe() ? static_cast<double>(m.layers - m.first_dense_layers) : 0;
   const double dense_layers = static_cast<double>(m.layers) - moe_layers;
   const double layer_mlp = m.moe() ? moe_mlp : dense_mlp;
-  const double logits = 2 * static_cast<double>(m.vocab) * h;
-  double per_token =
-      static_cast<double>(m.layers) * (linear + core) + moe_layers * moe_mlp + dense_layers * dense_mlp + logits;
-  per_token += static_cast<double>(m.mtp_layers) * (2 * 2 * h * h + linear + core + layer_mlp + logits);
+  double per_token = static_cast<double>(m.layers) * (linear + core) + moe_layers * moe_mlp + dense_layers * dense_mlp +
+                     logits_per_token;
+  per_token += static_cast<double>(m.mtp_layers) * (2 * 2 * h * h + linear + core + layer_mlp + logits_per_token);
   return 3 * s * per_token;
 }
 

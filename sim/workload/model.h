@@ -12,7 +12,15 @@
 
 namespace trainsim::workload {
 
-enum class MlpKind : std::uint8_t { gelu, swiglu };
+// gelu: GPT (LayerNorm, biases, learned positions); swiglu: Llama (RMSNorm, gated SiLU, rotary);
+// squared_relu: Nemotron (RMSNorm, ReLU(x)^2 without a gate, no biases).
+enum class MlpKind : std::uint8_t { gelu, swiglu, squared_relu };
+
+// The blocks of a hybrid model (Megatron-Core's MambaModel: Nemotron-H, Nemotron 3), one per character
+// of its hybrid pattern, each a residual block with its own pre-norm: 'M' a Mamba-2 mixer, '*' self-
+// attention, '-' a dense MLP, 'E' a mixture of experts. Every layer of any other model is a
+// `transformer` layer: attention followed by the MLP (or the experts).
+enum class LayerBlock : std::uint8_t { transformer, mamba, attention, mlp, moe };
 
 struct ModelSpec {
   std::string name;
@@ -63,10 +71,44 @@ struct ModelSpec {
   // layer and loss. Megatron-Core runs the modules on the last pipeline stage.
   std::int64_t mtp_layers = 0;
 
+  // Latent MoE (Nemotron 3 Super; Megatron-Core's moe_latent_size; 0: none): the routed experts work
+  // in a latent of this width. Each token is projected down (hidden -> latent) after the router, which
+  // reads the full hidden state, dispatched and run through the experts at the latent width, and
+  // projected back up after the combine; the shared expert stays at the hidden width.
+  std::int64_t moe_latent = 0;
+  // A hybrid model (Megatron-Core's hybrid_override_pattern): one character per layer, 'M', '*', '-'
+  // or 'E' (LayerBlock above); layers is its length. Empty: every layer a transformer layer.
+  std::string hybrid_pattern;
+  // Mamba-2 mixers (Megatron-Core's MambaMixer with the SSD kernels): mamba_heads heads of
+  // mamba_head_dim channels (the inner width heads x head_dim), a state of mamba_state per head,
+  // mamba_groups groups of B and C shared by the heads, a depthwise causal convolution of
+  // mamba_conv taps over x, B and C, and the chunked scan over chunks of mamba_chunk tokens.
+  std::int64_t mamba_heads = 0;
+  std::int64_t mamba_head_dim = 0;
+  std::int64_t mamba_state = 0;
+  std::int64_t mamba_groups = 0;
+  std::int64_t mamba_conv = 4;
+  std::int64_t mamba_chunk = 128;
+
   bool moe() const { return experts > 0; }
   bool mla() const { return kv_lora_rank > 0; }
-  // Whether transformer layer `layer` (0-based) is a mixture-of-experts layer.
-  bool moe_layer(std::int64_t layer) const { return moe() && layer >= first_dense_layers; }
+  bool hybrid() const { return !hybrid_pattern.empty(); }
+  // RMSNorm and no linear biases (every kind but GPT's gelu); rotary positions in the attention
+  // (Llama-style models; a hybrid model's attention layers use no position embedding, Megatron-Core
+  // MambaModel's default position_embedding_type "none", as Nemotron-H trains).
+  bool rms_norm() const { return mlp != MlpKind::gelu; }
+  bool rotary() const { return mlp != MlpKind::gelu && !hybrid(); }
+  // The block layer `layer` (0-based) is: its hybrid pattern's, or a transformer layer.
+  LayerBlock block(std::int64_t layer) const;
+  // Whether layer `layer` (0-based) has routed experts: a MoE model's transformer layers after its
+  // first_dense_layers, or a hybrid model's 'E' layers.
+  bool moe_layer(std::int64_t layer) const {
+    return hybrid() ? block(layer) == LayerBlock::moe : moe() && layer >= first_dense_layers;
+  }
+  // The inner width of a Mamba mixer (heads x head_dim) and its input projection's output width:
+  // z and x (inner each), B and C (groups x state each) and one dt per head.
+  std::int64_t mamba_inner() const { return mamba_heads * mamba_head_dim; }
+  std::int64_t mamba_in_proj() const { return 2 * mamba_inner() + 2 * mamba_groups * mamba_state + mamba_heads; }
   // The model with a dense MLP of ffn_hidden in place of the experts: a first_dense_layers layer.
   ModelSpec dense_variant() const;
 
@@ -75,6 +117,8 @@ struct ModelSpec {
   // the routed experts alone; attention_params_per_layer the attention block without its norm.
   // total_params counts the multi-token prediction modules too (main_params without them).
   std::int64_t params_per_layer() const;
+  // One block of a hybrid model (`transformer`: params_per_layer()).
+  std::int64_t params_per_block(LayerBlock b) const;
   std::int64_t expert_params_per_layer() const;
   std::int64_t attention_params_per_layer() const;
   std::int64_t embedding_params() const;
@@ -88,8 +132,11 @@ struct ModelSpec {
 // mixture-of-experts model gives experts, experts_per_token and moe_ffn_hidden (optional
 // shared_expert_ffn_hidden) instead of ffn_hidden, which it gives only with first_dense_layers.
 // Multi-head latent attention: kv_lora_rank, qk_rope_head_dim, head_dim, optional q_lora_rank,
-// v_head_dim (default head_dim); kv_heads optional (= heads). Optional mtp_layers. Unknown keys are
-// errors.
+// v_head_dim (default head_dim); kv_heads optional (= heads). Optional mtp_layers. A hybrid model
+// gives hybrid_pattern (layers optional, its length), mlp "squared_relu" where it has MLPs or
+// experts, mamba_heads, mamba_head_dim, mamba_state, mamba_groups (optional mamba_conv 4,
+// mamba_chunk 128), ffn_hidden only with '-' layers and the experts only with 'E' layers; optional
+// moe_latent. Unknown keys are errors.
 ModelSpec parse_model(const util::JsonNode& node);
 // A Hugging Face config.json (recognised by "model_type" or "architectures").
 ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallback_name);

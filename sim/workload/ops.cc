@@ -30,7 +30,9 @@ struct Dims {
   double heads;        // query heads per rank
   double hd;
   bool sp, drop, swiglu;
-  std::int64_t window = 0;  // sliding-window attention: the window, and the share of layers with it
+  bool rms = false, rotary = false;  // RMSNorm (else LayerNorm); rotary positions in attention
+  std::string activation;            // a non-gated MLP's activation op: "gelu" or "squared_relu"
+  std::int64_t window = 0;           // sliding-window attention: the window, and the share of layers with it
   double windowed = 0;
   // Mixture of experts: experts, top-k, local experts (experts / ep), expert width per ETP rank, the
   // shared expert's width per TP rank, token copies through this rank's experts (region·k·etp under
@@ -41,6 +43,12 @@ struct Dims {
   // dispatcher; deduplicated per destination with the flex one (dispatch_rows).
   double a2a_rows = 0;
   bool flex = false;  // the flex dispatcher (DeepEP / HybridEP)
+  // The width tokens enter and leave the routed experts at: the hidden state, or a latent MoE's
+  // latent (then `latent` > 0).
+  double he = 0, latent = 0;
+  // A Mamba-2 mixer per TP rank: heads, head width, state, groups, inner width (heads x head width),
+  // the convolved x, B, C channels, the input projection's width, the scan's chunk and conv taps.
+  double mh = 0, mp = 0, mn = 0, mg = 0, mi = 0, xbc = 0, min_w = 0, chunk = 0, conv = 0;
   // Multi-head latent attention: the q and kv latents, the rotary width, query/key and value head
   // widths (q = heads·qk and kv = heads·v then size the attention core's tensors; hd is their mean,
   // which gives the core's FLOPs as 2·(qk + v) per pair).
@@ -92,6 +100,22 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
   x.f = static_cast<double>(m.ffn_hidden / c.tp);
   x.drop = m.dropout > 0;
   x.swiglu = m.mlp == MlpKind::swiglu;
+  x.rms = m.rms_norm();
+  x.rotary = m.rotary();
+  x.activation = m.mlp == MlpKind::squared_relu ? "squared_relu" : "gelu";
+  x.he = x.h;
+  if (m.mamba_heads > 0) {
+    TRAINSIM_ASSERT(m.mamba_heads % c.tp == 0 && m.mamba_groups % c.tp == 0);
+    x.mh = static_cast<double>(m.mamba_heads / c.tp);
+    x.mp = static_cast<double>(m.mamba_head_dim);
+    x.mn = static_cast<double>(m.mamba_state);
+    x.mg = static_cast<double>(m.mamba_groups / c.tp);
+    x.mi = x.mh * x.mp;
+    x.xbc = x.mi + 2 * x.mg * x.mn;
+    x.min_w = 2 * x.mi + 2 * x.mg * x.mn + x.mh;
+    x.chunk = static_cast<double>(m.mamba_chunk);
+    x.conv = static_cast<double>(m.mamba_conv);
+  }
   x.window = m.sliding_window;
   x.windowed = m.windowed_fraction();
   TRAINSIM_ASSERT(x.windowed == 0 || (c.cp == 1 && c.attention != AttentionImpl::softmax));
@@ -108,6 +132,7 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
     x.expert_rows = x.moe_rows / x.local_experts;
     x.a2a_rows = c.moe_flex_dispatch ? x.region * flex_copies_per_token(m, c) : x.region * x.topk;
     x.flex = c.moe_flex_dispatch;
+    if (m.moe_latent > 0) x.he = x.latent = static_cast<double>(m.moe_latent);
   }
   if (m.mla()) {
     TRAINSIM_ASSERT(c.cp == 1 && c.attention != AttentionImpl::softmax && x.windowed == 0);
@@ -289,7 +314,7 @@ void tp_mlp_forward(std::vector<Op>& ops, const Dims& x, const TpMlp& mlp, doubl
     ops.push_back(memory(mlp.prefix + "swiglu", 3 * act(x.tokens, w, x.d), act(x.tokens, 2 * w, x.d)));
   } else {
     ops.push_back(gemm(mlp.prefix + "fc1", x.tokens, w, x.h, x.d, fc1_saved));
-    ops.push_back(memory(mlp.prefix + "gelu", 2 * act(x.tokens, w, x.d), act(x.tokens, w, x.d)));
+    ops.push_back(memory(mlp.prefix + x.activation, 2 * act(x.tokens, w, x.d), act(x.tokens, w, x.d)));
   }
   ops.push_back(gemm(mlp.prefix + "fc2", x.tokens, x.h, w, x.d, act(x.tokens, w, gemm_in_d)));
   if (tp) {
@@ -309,7 +334,7 @@ void tp_mlp_backward(std::vector<Op>& ops, const Dims& x, const TpMlp& mlp, doub
   const double fc1_width = x.swiglu ? 2 * w : w;
   // Activation backward reads its saved input and the output grad, writes the input grad.
   ops.push_back(x.swiglu ? memory(mlp.prefix + "swiglu_backward", 5 * act(x.tokens, w, x.d))
-                         : memory(mlp.prefix + "gelu_backward", 3 * act(x.tokens, w, x.d)));
+                         : memory(mlp.prefix + x.activation + "_backward", 3 * act(x.tokens, w, x.d)));
   if (tp && x.sp) ops.push_back(comm(mlp.comm + "_input_all_gather", Comm::all_gather, full));
   const std::string fc1 = mlp.prefix + (x.swiglu ? "fc1_gate_up" : "fc1");
   ops.push_back(gemm(fc1 + "_dgrad", x.tokens, x.h, fc1_width, x.d));
@@ -353,8 +378,13 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   // GB200 guide, sections 2.1.4 and 2.2.1). Their GPU time is the two kernels' above.
   ops.back().host_calls = x.flex ? 17 - 2 : 31 - 1;
   graph(ops, first, kGraphMoeRouter);
+  // A latent MoE projects the tokens down to the latent (replicated over TP, on the rank's region) [A].
+  // It reads the pre-MLP norm's output, which the router keeps unless FP8 keeps a cast copy.
+  if (x.latent > 0)
+    ops.push_back(
+        gemm("moe_latent_down_proj", x.region, x.latent, x.h, d, gemm_in_d < d ? act(x.region, x.h, gemm_in_d) : 0));
   const std::size_t preprocess = ops.size();
-  ops.push_back(memory("moe_permute", act(x.region, x.h, d) + act(routed, x.h, d)));
+  ops.push_back(memory("moe_permute", act(x.region, x.he, d) + act(routed, x.he, d)));
   graph(ops, preprocess, kGraphMoePreprocess);
   // Dropless, the alltoall dispatcher copies the token counts to the CPU and waits for them before
   // the dispatch all-to-all (before the permutation without expert parallelism; token_dispatcher.py's
@@ -363,26 +393,29 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   // dispatch; fused_a2a.py), which the model takes at the same point. The backward reuses the counts.
   ops[x.ep > 1 ? preprocess : preprocess - 1].host_sync = true;
   if (x.ep > 1)
-    ops.push_back(comm("moe_dispatch_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.h, d), CommGroup::ep));
+    ops.push_back(comm("moe_dispatch_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.he, d), CommGroup::ep));
   if (x.etp > 1)
-    ops.push_back(comm("moe_dispatch_all_gather", Comm::all_gather, act(x.moe_rows, x.h, d), CommGroup::etp));
+    ops.push_back(comm("moe_dispatch_all_gather", Comm::all_gather, act(x.moe_rows, x.he, d), CommGroup::etp));
   const double fc1_width = x.swiglu ? 2 * x.fe : x.fe;
-  ops.push_back(
-      grouped(gemm("experts_fc1", x.expert_rows, fc1_width, x.h, d, act(x.moe_rows, x.h, gemm_in_d), x.local_experts)));
+  ops.push_back(grouped(
+      gemm("experts_fc1", x.expert_rows, fc1_width, x.he, d, act(x.moe_rows, x.he, gemm_in_d), x.local_experts)));
   if (x.swiglu)
     ops.push_back(memory("experts_swiglu", 3 * act(x.moe_rows, x.fe, d) + x.moe_rows * 4,
                          act(x.moe_rows, 2 * x.fe, d) + x.moe_rows * 4));
   else
-    ops.push_back(memory("experts_gelu", 2 * act(x.moe_rows, x.fe, d) + x.moe_rows * 4,
+    ops.push_back(memory("experts_" + x.activation, 2 * act(x.moe_rows, x.fe, d) + x.moe_rows * 4,
                          act(x.moe_rows, x.fe, d) + x.moe_rows * 4));
   ops.back().rerun |= kRecomputeMoeAct;  // moe_act: the activation runs again, fc2 keeps no input
   ops.push_back(
-      grouped(gemm("experts_fc2", x.expert_rows, x.h, x.fe, d, act(x.moe_rows, x.fe, gemm_in_d), x.local_experts)));
+      grouped(gemm("experts_fc2", x.expert_rows, x.he, x.fe, d, act(x.moe_rows, x.fe, gemm_in_d), x.local_experts)));
   ops.back().discards |= kRecomputeMoeAct;
   if (x.etp > 1)
-    ops.push_back(comm("moe_combine_reduce_scatter", Comm::reduce_scatter, act(x.moe_rows, x.h, d), CommGroup::etp));
-  if (x.ep > 1) ops.push_back(comm("moe_combine_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.h, d), CommGroup::ep));
-  ops.push_back(memory("moe_unpermute", act(routed, x.h, d) + act(x.region, x.h, d)));
+    ops.push_back(comm("moe_combine_reduce_scatter", Comm::reduce_scatter, act(x.moe_rows, x.he, d), CommGroup::etp));
+  if (x.ep > 1)
+    ops.push_back(comm("moe_combine_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.he, d), CommGroup::ep));
+  ops.push_back(memory("moe_unpermute", act(routed, x.he, d) + act(x.region, x.he, d)));
+  if (x.latent > 0)
+    ops.push_back(gemm("moe_latent_up_proj", x.region, x.h, x.latent, d, act(x.region, x.latent, gemm_in_d)));
   if (x.fsh > 0) {
     // Its input is the router's (kept once, above) unless FP8 keeps a cast copy.
     const std::size_t shared = ops.size();
@@ -406,29 +439,38 @@ void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
     tp_mlp_backward(ops, x, shared_expert(x), act(x.region, x.h, gemm_in_d), gemm_in_d);
     graph(ops, shared, kGraphMoeRouter);
   }
-  ops.push_back(memory("moe_unpermute_backward", act(x.region, x.h, d) + act(routed, x.h, d)));
+  if (x.latent > 0) {
+    ops.push_back(gemm("moe_latent_up_proj_dgrad", x.region, x.latent, x.h, d));
+    ops.push_back(wgrad("moe_latent_up_proj_wgrad", x.latent, x.h, x.region, d, act(x.region, x.latent, gemm_in_d)));
+  }
+  ops.push_back(memory("moe_unpermute_backward", act(x.region, x.he, d) + act(routed, x.he, d)));
   if (x.ep > 1)
-    ops.push_back(comm("moe_combine_grad_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.h, d), CommGroup::ep));
+    ops.push_back(comm("moe_combine_grad_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.he, d), CommGroup::ep));
   if (x.etp > 1)
-    ops.push_back(comm("moe_combine_grad_all_gather", Comm::all_gather, act(x.moe_rows, x.h, d), CommGroup::etp));
+    ops.push_back(comm("moe_combine_grad_all_gather", Comm::all_gather, act(x.moe_rows, x.he, d), CommGroup::etp));
   const double fc1_width = x.swiglu ? 2 * x.fe : x.fe;
-  ops.push_back(grouped(gemm("experts_fc2_dgrad", x.expert_rows, x.fe, x.h, d, 0, x.local_experts)));
+  ops.push_back(grouped(gemm("experts_fc2_dgrad", x.expert_rows, x.fe, x.he, d, 0, x.local_experts)));
   ops.push_back(grouped(
-      wgrad("experts_fc2_wgrad", x.fe, x.h, x.expert_rows, d, act(x.moe_rows, x.fe, gemm_in_d), x.local_experts)));
+      wgrad("experts_fc2_wgrad", x.fe, x.he, x.expert_rows, d, act(x.moe_rows, x.fe, gemm_in_d), x.local_experts)));
   // With the routing weights' gradient (one fp32 per row, read and written).
-  ops.push_back(x.swiglu ? memory("experts_swiglu_backward", 5 * act(x.moe_rows, x.fe, d) + x.moe_rows * 8)
-                         : memory("experts_gelu_backward", 3 * act(x.moe_rows, x.fe, d) + x.moe_rows * 8));
-  ops.push_back(grouped(gemm("experts_fc1_dgrad", x.expert_rows, x.h, fc1_width, d, 0, x.local_experts)));
-  ops.push_back(grouped(
-      wgrad("experts_fc1_wgrad", x.h, fc1_width, x.expert_rows, d, act(x.moe_rows, x.h, gemm_in_d), x.local_experts)));
+  ops.push_back(x.swiglu
+                    ? memory("experts_swiglu_backward", 5 * act(x.moe_rows, x.fe, d) + x.moe_rows * 8)
+                    : memory("experts_" + x.activation + "_backward", 3 * act(x.moe_rows, x.fe, d) + x.moe_rows * 8));
+  ops.push_back(grouped(gemm("experts_fc1_dgrad", x.expert_rows, x.he, fc1_width, d, 0, x.local_experts)));
+  ops.push_back(grouped(wgrad("experts_fc1_wgrad", x.he, fc1_width, x.expert_rows, d, act(x.moe_rows, x.he, gemm_in_d),
+                              x.local_experts)));
   if (x.etp > 1)
     ops.push_back(
-        comm("moe_dispatch_grad_reduce_scatter", Comm::reduce_scatter, act(x.moe_rows, x.h, d), CommGroup::etp));
+        comm("moe_dispatch_grad_reduce_scatter", Comm::reduce_scatter, act(x.moe_rows, x.he, d), CommGroup::etp));
   if (x.ep > 1)
-    ops.push_back(comm("moe_dispatch_grad_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.h, d), CommGroup::ep));
+    ops.push_back(comm("moe_dispatch_grad_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.he, d), CommGroup::ep));
   const std::size_t preprocess = ops.size();
-  ops.push_back(memory("moe_permute_backward", act(routed, x.h, d) + act(x.region, x.h, d)));
+  ops.push_back(memory("moe_permute_backward", act(routed, x.he, d) + act(x.region, x.he, d)));
   graph(ops, preprocess, kGraphMoePreprocess);
+  if (x.latent > 0) {
+    ops.push_back(gemm("moe_latent_down_proj_dgrad", x.region, x.h, x.latent, d));
+    ops.push_back(wgrad("moe_latent_down_proj_wgrad", x.h, x.latent, x.region, d, act(x.region, x.h, gemm_in_d)));
+  }
   const std::size_t router = ops.size();
   ops.push_back(memory("router_softmax_topk_backward", x.region * x.experts * (4 + 4 + 4 + d) + routed * 8, 0, 2));
   ops.back().host_calls = x.flex ? 17 - 2 : 31 - 1;  // as many as the forward's (above)
@@ -442,10 +484,11 @@ bool is_lora(const Op& op) {
 }
 
 // The router's GEMMs stay in BF16 under FP8 and NVFP4 (Megatron-Core never quantises the router), as
-// do LoRA adapters (Megatron-Core linears, not Transformer Engine ones).
+// do LoRA adapters (Megatron-Core linears, not Transformer Engine ones) and the Mamba scan's products.
 void mark_fp8(std::vector<Op>& ops, const LayerConfig& c) {
   for (Op& op : ops) {
-    op.fp8 = op.kind == OpKind::gemm && !op.attention_core && op.name.rfind("router", 0) != 0 && !is_lora(op);
+    op.fp8 = op.kind == OpKind::gemm && !op.attention_core && op.name.rfind("router", 0) != 0 && !is_lora(op) &&
+             op.name.rfind("ssd_", 0) != 0;
     op.fp4 = op.fp8 && c.fp4;
   }
 }
@@ -594,94 +637,183 @@ void mla_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   ops.push_back(wgrad("qkv_down_proj_wgrad", x.h, latent, x.region, d, act(x.region, x.h, gemm_in_d)));
 }
 
+// A Mamba-2 mixer block as Megatron-Core's MambaLayer runs it (ssm/mamba_mixer.py with the mamba_ssm
+// Triton kernels of Dao & Gu 2024, "Transformers are SSMs", arXiv:2405.21060): the input norm, the
+// column-parallel in_proj (hidden -> z, x, B, C, dt; SP all-gathers its input first), the depthwise
+// causal conv1d with SiLU over x, B and C, the chunked SSD scan, the gated RMSNorm (y · SiLU(z),
+// normed per group) and the row-parallel out_proj, then the residual add. The scan over chunks of Q
+// tokens runs as mamba_chunk_scan_combined's kernels: dt's softplus and the cumulative decay
+// (chunk_cumsum), each chunk's final state B^T·x (chunk_state: N x P x Q per chunk and head), the
+// states carried across chunks in fp32 (state_passing), C·B^T within each chunk (bmm_chunk: Q x Q x N
+// per chunk and group) and the output from the masked C·B^T times x and C times the carried state
+// (chunk_scan: Q x P x (Q + N) per chunk and head). The tensor-core parts are batched GEMMs of those
+// shapes, the GEMM model's efficiency for small shapes standing for the Triton kernels' [A]; they stay
+// BF16 under FP8 (Transformer Engine quantises only the projections). Kept for backward (the
+// memory-efficient path, which recomputes the convolution and the states): the norm input, in_proj's
+// output z, x, B, C, dt, the scan output y and out_proj's input.
+void mamba_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
+  const double d = x.d, tok = x.tokens, chunks = tok / x.chunk;
+  const double states = chunks * x.mh * x.mp * x.mn * 4;  // fp32 state per chunk and head
+  if (x.t > 1 && x.sp) ops.push_back(comm("mamba_in_proj_input_all_gather", Comm::all_gather, act(tok, x.h, d)));
+  ops.push_back(gemm("mamba_in_proj", tok, x.min_w, x.h, d, act(x.region, x.h, gemm_in_d) + act(tok, x.min_w, d)));
+  ops.push_back(memory("mamba_conv1d", 2 * act(tok, x.xbc, d) + x.xbc * (x.conv + 1) * d));
+  ops.push_back(memory("ssd_chunk_cumsum", tok * x.mh * (d + 8)));
+  ops.push_back(gemm("ssd_chunk_state", x.mn, x.mp, x.chunk, d, 0, chunks * x.mh));
+  ops.push_back(memory("ssd_state_passing", 2 * states));
+  ops.push_back(gemm("ssd_bmm_chunk", x.chunk, x.chunk, x.mn, d, 0, chunks * x.mg));
+  ops.push_back(gemm("ssd_chunk_scan", x.chunk, x.mp, x.chunk + x.mn, d, act(tok, x.mi, d), chunks * x.mh));
+  ops.push_back(memory("mamba_gated_rmsnorm", 3 * act(tok, x.mi, d)));
+  ops.push_back(gemm("mamba_out_proj", tok, x.h, x.mi, d, act(tok, x.mi, gemm_in_d)));
+  if (x.t > 1) {
+    ops.push_back(x.sp ? comm("mamba_reduce_scatter", Comm::reduce_scatter, act(tok, x.h, d))
+                       : comm("mamba_all_reduce", Comm::all_reduce, act(tok, x.h, d)));
+  }
+}
+
+// Its backward: out_proj's data and weight gradients, the gated norm's, the recomputed convolution
+// and states, the scan's backward kernels (each forward product's two operand gradients: twice the
+// forward's batched GEMMs, and the states carried back), the convolution's, and in_proj's with its
+// input gradient's TP communication.
+void mamba_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
+  const double d = x.d, tok = x.tokens, chunks = tok / x.chunk;
+  const double states = chunks * x.mh * x.mp * x.mn * 4;
+  const double full = act(tok, x.h, d);
+  if (x.t > 1 && x.sp) ops.push_back(comm("mamba_output_grad_all_gather", Comm::all_gather, full));
+  ops.push_back(gemm("mamba_out_proj_dgrad", tok, x.mi, x.h, d));
+  ops.push_back(wgrad("mamba_out_proj_wgrad", x.mi, x.h, tok, d, act(tok, x.mi, gemm_in_d)));
+  ops.push_back(memory("mamba_gated_rmsnorm_backward", 5 * act(tok, x.mi, d)));
+  ops.push_back(memory("mamba_conv1d_recompute", 2 * act(tok, x.xbc, d)));
+  ops.push_back(gemm("ssd_chunk_state_recompute", x.mn, x.mp, x.chunk, d, 0, chunks * x.mh));
+  ops.push_back(memory("ssd_state_passing_recompute", 2 * states));
+  ops.push_back(gemm("ssd_chunk_scan_backward", x.chunk, x.mp, x.chunk + x.mn, d, 0, 2 * chunks * x.mh));
+  ops.push_back(memory("ssd_state_passing_backward", 3 * states));
+  ops.push_back(gemm("ssd_chunk_state_backward", x.mn, x.mp, x.chunk, d, 0, 2 * chunks * x.mh));
+  ops.push_back(gemm("ssd_bmm_chunk_backward", x.chunk, x.chunk, x.mn, d, 0, 2 * chunks * x.mg));
+  ops.push_back(memory("ssd_chunk_cumsum_backward", tok * x.mh * (2 * d + 16)));
+  ops.push_back(memory("mamba_conv1d_backward", 3 * act(tok, x.xbc, d)));
+  if (x.t > 1 && x.sp) ops.push_back(comm("mamba_in_proj_input_all_gather", Comm::all_gather, full));
+  ops.push_back(gemm("mamba_in_proj_dgrad", tok, x.h, x.min_w, d));
+  if (x.t > 1) {
+    ops.push_back(x.sp ? comm("mamba_input_grad_reduce_scatter", Comm::reduce_scatter, full)
+                       : comm("mamba_input_grad_all_reduce", Comm::all_reduce, full));
+  }
+  ops.push_back(wgrad("mamba_in_proj_wgrad", x.h, x.min_w, tok, d, act(x.region, x.h, gemm_in_d)));
+}
+
 }  // namespace
 
-std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
+std::vector<Op> layer_forward(const ModelSpec& model, const LayerConfig& c, LayerBlock block) {
+  // A hybrid model's '-' block is a dense MLP whatever experts its 'E' blocks have.
+  const ModelSpec m = block == LayerBlock::mlp ? model.dense_variant() : model;
   const Dims x = dims(m, c);
+  const bool with_attention = block == LayerBlock::transformer || block == LayerBlock::attention;
+  const bool with_mlp = block == LayerBlock::transformer || block == LayerBlock::mlp || block == LayerBlock::moe;
   const bool tp = c.tp > 1;
   const double full = act(x.tokens, x.h, x.d);  // b·s·h·dtype: tp_comm size (nccl-tests convention)
   const double region_act = act(x.region, x.h, x.d);
   const double mask = x.region * x.h;  // 1-byte dropout mask over the hidden state
-  const std::string norm = x.swiglu ? "rmsnorm" : "layernorm";
+  const std::string norm = x.rms ? "rmsnorm" : "layernorm";
   // Each GEMM's input kept for its weight gradient is the quantised copy under FP8 and NVFP4
   // (saved_gemm_input_bytes); tensors kept for other ops stay BF16.
   const double gemm_in_d = saved_gemm_input_bytes(c, x.d);
   const double region_gemm_in = act(x.region, x.h, gemm_in_d);
   std::vector<Op> ops;
-
-  // Norm: reads x, writes y; keeps its input. (Recomputing "layernorm" reruns the norms Megatron-Core
-  // runs as modules of their own: MLA's input norm, a MoE layer's pre-MLP norm; Transformer Engine
-  // fuses the others into the next GEMM.)
-  ops.push_back(memory("input_" + norm, 2 * region_act, region_act));
-  if (x.mla) ops.back().rerun |= kRecomputeLayernorm;
-  if (x.mla) {
-    mla_forward(ops, x, gemm_in_d);
-  } else {
-    if (tp && x.sp) ops.push_back(comm("qkv_input_all_gather", Comm::all_gather, full));
-    // Column-parallel QKV: keeps its input (sharded under SP) and Q, K, V for the attention core.
-    const double qkv_width = x.q + 2 * x.kv;
-    ops.push_back(gemm("qkv", x.tokens, qkv_width, x.h, x.d, region_gemm_in + act(x.tokens, qkv_width, x.d)));
-    // Llama-family (swiglu) models rotate Q and K; GPT models add learned positions at the embedding.
-    if (x.swiglu) ops.push_back(memory("rotary_embedding", 2 * act(x.tokens, x.q + x.kv, x.d)));
-  }
-
-  if (c.attention != AttentionImpl::softmax) {
-    flash(ops, x, c, false);
-  } else {
-    const double batch = x.b * x.heads;
-    TRAINSIM_ASSERT(c.cp == 1);               // context parallelism runs fused attention only
-    const double scores = batch * x.s * x.s;  // elements of one s x s score tensor on this rank
-    ops.push_back(core(gemm("attention_scores", x.s, x.s, x.hd, x.d, 0, batch)));
-    ops.push_back(core(memory("scale_mask_softmax", 2 * scores * x.d, scores * x.d)));
-    if (x.drop) ops.push_back(core(memory("attention_probs_dropout", scores * (2 * x.d + 1), scores)));
-    // Keeps its inputs: the dropout output (the softmax output without dropout, already kept) and V
-    // (kept with Q and K by the QKV projection).
-    ops.push_back(core(gemm("attention_context", x.s, x.hd, x.s, x.d, x.drop ? scores * x.d : 0, batch)));
-  }
-
   // The output projection reads the heads' context: heads·head_dim, or MLA's value heads.
   const double context = x.mla ? x.kv : x.q;
-  ops.push_back(gemm("attention_output", x.tokens, x.h, context, x.d, act(x.tokens, context, gemm_in_d)));
-  if (tp) {
-    ops.push_back(x.sp ? comm("attention_reduce_scatter", Comm::reduce_scatter, full)
-                       : comm("attention_all_reduce", Comm::all_reduce, full));
-  }
-  // Bias + dropout + residual add: reads the branch and the residual, writes the sum and the mask.
-  ops.push_back(x.drop ? memory("attention_dropout_add", region_act * 3 + mask, mask)
-                       : memory("attention_residual_add", region_act * 3));
-  graph(ops, 0, kGraphAttn);
 
-  // A checkpointed MLP keeps its input, the residual stream (its norm is fused into fc1 and runs
-  // again); a checkpointed MoE layer keeps the pre-MLP norm's output.
-  const std::uint8_t modules = c.recompute_modules;
-  if (!x.moe && (modules & kRecomputeMlp)) ops.push_back(checkpoint_input("mlp_checkpoint_input", region_act));
-  const std::size_t mlp = ops.size();
-  ops.push_back(memory("post_attention_" + norm, 2 * region_act, region_act));
-  if (x.moe) {
-    ops.back().rerun |= kRecomputeLayernorm;
-    if (modules & kRecomputeMoe) ops.push_back(checkpoint_input("moe_checkpoint_input", region_act));
-    moe_forward(ops, x, gemm_in_d);
-    ops[mlp].graph = kGraphMoeRouter;
-  } else {
-    tp_mlp_forward(ops, x, dense_mlp(x), region_gemm_in, gemm_in_d);
-    tag(ops, mlp, kRecomputeMlp);
+  if (block == LayerBlock::mamba) {
+    ops.push_back(memory("input_" + norm, 2 * region_act, region_act));
+    mamba_forward(ops, x, gemm_in_d);
+    ops.push_back(memory("mamba_residual_add", region_act * 3));
+    graph(ops, 0, kGraphMamba);
+    if (c.fp8) {
+      // in_proj's input cast in the norm, out_proj's on its own (as the attention's projections).
+      ops.push_back(quantize(c.fp4 ? "nvfp4_quantize" : "fp8_cast_transpose", c, x.tokens * x.mi, x.tokens * x.h));
+      mark_fp8(ops, c);
+    }
+    return ops;
   }
-  ops.push_back(x.drop ? memory("mlp_dropout_add", region_act * 3 + mask, mask)
-                       : memory("mlp_residual_add", region_act * 3));
-  if (!x.moe) graph(ops, mlp, kGraphMlp);
+  if (with_attention) {
+    // Norm: reads x, writes y; keeps its input. (Recomputing "layernorm" reruns the norms Megatron-Core
+    // runs as modules of their own: MLA's input norm, a MoE layer's pre-MLP norm; Transformer Engine
+    // fuses the others into the next GEMM.)
+    ops.push_back(memory("input_" + norm, 2 * region_act, region_act));
+    if (x.mla) ops.back().rerun |= kRecomputeLayernorm;
+    if (x.mla) {
+      mla_forward(ops, x, gemm_in_d);
+    } else {
+      if (tp && x.sp) ops.push_back(comm("qkv_input_all_gather", Comm::all_gather, full));
+      // Column-parallel QKV: keeps its input (sharded under SP) and Q, K, V for the attention core.
+      const double qkv_width = x.q + 2 * x.kv;
+      ops.push_back(gemm("qkv", x.tokens, qkv_width, x.h, x.d, region_gemm_in + act(x.tokens, qkv_width, x.d)));
+      // Llama-family (swiglu) models rotate Q and K; GPT models add learned positions at the embedding.
+      if (x.rotary) ops.push_back(memory("rotary_embedding", 2 * act(x.tokens, x.q + x.kv, x.d)));
+    }
+
+    if (c.attention != AttentionImpl::softmax) {
+      flash(ops, x, c, false);
+    } else {
+      const double batch = x.b * x.heads;
+      TRAINSIM_ASSERT(c.cp == 1);               // context parallelism runs fused attention only
+      const double scores = batch * x.s * x.s;  // elements of one s x s score tensor on this rank
+      ops.push_back(core(gemm("attention_scores", x.s, x.s, x.hd, x.d, 0, batch)));
+      ops.push_back(core(memory("scale_mask_softmax", 2 * scores * x.d, scores * x.d)));
+      if (x.drop) ops.push_back(core(memory("attention_probs_dropout", scores * (2 * x.d + 1), scores)));
+      // Keeps its inputs: the dropout output (the softmax output without dropout, already kept) and V
+      // (kept with Q and K by the QKV projection).
+      ops.push_back(core(gemm("attention_context", x.s, x.hd, x.s, x.d, x.drop ? scores * x.d : 0, batch)));
+    }
+
+    ops.push_back(gemm("attention_output", x.tokens, x.h, context, x.d, act(x.tokens, context, gemm_in_d)));
+    if (tp) {
+      ops.push_back(x.sp ? comm("attention_reduce_scatter", Comm::reduce_scatter, full)
+                         : comm("attention_all_reduce", Comm::all_reduce, full));
+    }
+    // Bias + dropout + residual add: reads the branch and the residual, writes the sum and the mask.
+    ops.push_back(x.drop ? memory("attention_dropout_add", region_act * 3 + mask, mask)
+                         : memory("attention_residual_add", region_act * 3));
+    graph(ops, 0, kGraphAttn);
+  }  // with_attention
+
+  if (with_mlp) {
+    // A checkpointed MLP keeps its input, the residual stream (its norm is fused into fc1 and runs
+    // again); a checkpointed MoE layer keeps the pre-MLP norm's output.
+    const std::uint8_t modules = c.recompute_modules;
+    if (!x.moe && (modules & kRecomputeMlp)) ops.push_back(checkpoint_input("mlp_checkpoint_input", region_act));
+    const std::size_t mlp = ops.size();
+    ops.push_back(
+        memory((block == LayerBlock::transformer ? "post_attention_" : "pre_mlp_") + norm, 2 * region_act, region_act));
+    if (x.moe) {
+      ops.back().rerun |= kRecomputeLayernorm;
+      if (modules & kRecomputeMoe) ops.push_back(checkpoint_input("moe_checkpoint_input", region_act));
+      moe_forward(ops, x, gemm_in_d);
+      ops[mlp].graph = kGraphMoeRouter;
+    } else {
+      tp_mlp_forward(ops, x, dense_mlp(x), region_gemm_in, gemm_in_d);
+      tag(ops, mlp, kRecomputeMlp);
+    }
+    ops.push_back(x.drop ? memory("mlp_dropout_add", region_act * 3 + mask, mask)
+                         : memory("mlp_residual_add", region_act * 3));
+    if (!x.moe) graph(ops, mlp, kGraphMlp);
+  }  // with_mlp
   if (c.lora_rank > 0) insert_lora(ops, x, c, false);
   if (c.fp8) {
     // TE fuses the casts of the QKV and fc1 inputs into the norms and of the fc2 input into the
     // activation; the projection input is cast on its own (read 2, write 1 byte per element), and
     // every GEMM input is also written transposed in FP8 for the weight gradient (1 byte). The
     // experts' permuted input is cast on its own too (2 + 1 + 1 bytes).
-    double own = x.tokens * context;
-    double fused = x.tokens * x.h;
-    if (x.mla) fused += x.tokens * (x.ql + x.kvl);  // the up projections' inputs, cast in their norms
-    if (x.moe) {
-      own += x.moe_rows * x.h;
+    // A latent MoE's down projection casts the norm output on its own, its up projection the
+    // combined latent.
+    double own = 0, fused = 0;
+    if (with_attention) {
+      own += x.tokens * context;
+      fused += x.tokens * x.h;
+      if (x.mla) fused += x.tokens * (x.ql + x.kvl);  // the up projections' inputs, cast in their norms
+    }
+    if (with_mlp && x.moe) {
+      own += x.moe_rows * x.he + (x.latent > 0 ? x.region * (x.h + x.latent) : 0);
       fused += x.moe_rows * x.fe + (x.fsh > 0 ? x.tokens * (x.h + x.fsh) : 0);
-    } else {
+    } else if (with_mlp) {
       fused += x.tokens * (x.h + x.f);
     }
     ops.push_back(quantize(c.fp4 ? "nvfp4_quantize" : "fp8_cast_transpose", c, own, fused));
@@ -697,16 +829,32 @@ std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c) {
 //          backward of the forward reduce-scatters); all-gather of the saved, sharded input of
 //          fc1 and of QKV for their weight-grad GEMMs; reduce-scatter of the input grad of fc1 and
 //          of QKV. Four all-gathers and two reduce-scatters.
-std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c) {
+std::vector<Op> layer_backward(const ModelSpec& model, const LayerConfig& c, LayerBlock block) {
+  const ModelSpec m = block == LayerBlock::mlp ? model.dense_variant() : model;
   const Dims x = dims(m, c);
+  const bool with_attention = block == LayerBlock::transformer || block == LayerBlock::attention;
+  const bool with_mlp = block == LayerBlock::transformer || block == LayerBlock::mlp || block == LayerBlock::moe;
   const bool tp = c.tp > 1;
   const double full = act(x.tokens, x.h, x.d);
   const double region_act = act(x.region, x.h, x.d);
   const double mask = x.region * x.h;
-  const std::string norm = x.swiglu ? "rmsnorm" : "layernorm";
+  const std::string norm = x.rms ? "rmsnorm" : "layernorm";
   const double gemm_in_d = saved_gemm_input_bytes(c, x.d);  // the saved GEMM inputs, as layer_forward keeps them
   const double region_gemm_in = act(x.region, x.h, gemm_in_d);
   std::vector<Op> ops;
+
+  if (block == LayerBlock::mamba) {
+    mamba_backward(ops, x, gemm_in_d);
+    ops.push_back(memory("input_" + norm + "_backward", 4 * region_act, 0, 2));
+    graph(ops, 0, kGraphMamba);
+    if (c.frozen_weights) std::erase_if(ops, [](const Op& op) { return op.weight_grad; });
+    if (c.fp8) {
+      ops.push_back(
+          quantize(c.fp4 ? "nvfp4_grad_quantize" : "fp8_grad_cast_transpose", c, x.tokens * (x.min_w + x.h), 0));
+      mark_fp8(ops, c);
+    }
+    return ops;
+  }
 
   auto input_grad_comm = [&](const std::string& what) {
     if (!tp) return;
@@ -714,63 +862,69 @@ std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c) {
                        : comm(what + "_grad_all_reduce", Comm::all_reduce, full));
   };
 
-  // Dropout backward reads the grad and the mask, writes the grad; the residual grad passes on.
-  if (x.drop) ops.push_back(memory("mlp_dropout_add_backward", region_act * 2 + mask));
-  if (x.moe) {
-    moe_backward(ops, x, gemm_in_d);
-  } else {
-    tp_mlp_backward(ops, x, dense_mlp(x), region_gemm_in, gemm_in_d);
-  }
-  // Norm backward reads its input, the output grad and the residual grad it is summed with.
-  ops.push_back(memory("post_attention_" + norm + "_backward", 4 * region_act, 0, 2));
-  if (x.moe)
-    ops.back().graph = kGraphMoeRouter;
-  else
-    graph(ops, 0, kGraphMlp);
+  if (with_mlp) {
+    // Dropout backward reads the grad and the mask, writes the grad; the residual grad passes on.
+    if (x.drop) ops.push_back(memory("mlp_dropout_add_backward", region_act * 2 + mask));
+    if (x.moe) {
+      moe_backward(ops, x, gemm_in_d);
+    } else {
+      tp_mlp_backward(ops, x, dense_mlp(x), region_gemm_in, gemm_in_d);
+    }
+    // Norm backward reads its input, the output grad and the residual grad it is summed with.
+    ops.push_back(memory((block == LayerBlock::transformer ? "post_attention_" : "pre_mlp_") + norm + "_backward",
+                         4 * region_act, 0, 2));
+    if (x.moe)
+      ops.back().graph = kGraphMoeRouter;
+    else
+      graph(ops, 0, kGraphMlp);
+  }  // with_mlp
   const std::size_t attention = ops.size();
-
-  if (x.drop) ops.push_back(memory("attention_dropout_add_backward", region_act * 2 + mask));
-  if (tp && x.sp) ops.push_back(comm("attention_output_grad_all_gather", Comm::all_gather, full));
-  const double context = x.mla ? x.kv : x.q;
-  ops.push_back(gemm("attention_output_dgrad", x.tokens, context, x.h, x.d));
-  ops.push_back(wgrad("attention_output_wgrad", context, x.h, x.tokens, x.d, act(x.tokens, context, gemm_in_d)));
-
-  if (c.attention != AttentionImpl::softmax) {
-    flash(ops, x, c, true);
-  } else {
-    const double batch = x.b * x.heads;
-    const double scores = batch * x.s * x.s;
-    ops.push_back(core(gemm("attention_context_probs_grad", x.s, x.s, x.hd, x.d, 0, batch)));
-    ops.push_back(core(gemm("attention_context_value_grad", x.s, x.hd, x.s, x.d, 0, batch)));
-    if (x.drop) ops.push_back(core(memory("attention_probs_dropout_backward", scores * (2 * x.d + 1))));
-    ops.push_back(core(memory("scale_mask_softmax_backward", 3 * scores * x.d)));
-    ops.push_back(core(gemm("attention_scores_query_grad", x.s, x.hd, x.s, x.d, 0, batch)));
-    ops.push_back(core(gemm("attention_scores_key_grad", x.s, x.hd, x.s, x.d, 0, batch)));
-  }
   const double qkv_width = x.q + 2 * x.kv;
-  if (x.mla) {
-    mla_backward(ops, x, gemm_in_d);
-  } else {
-    if (x.swiglu) ops.push_back(memory("rotary_embedding_backward", 2 * act(x.tokens, x.q + x.kv, x.d)));
-    if (tp && x.sp) ops.push_back(comm("qkv_input_all_gather", Comm::all_gather, full));
-    ops.push_back(gemm("qkv_dgrad", x.tokens, x.h, qkv_width, x.d));
-    input_grad_comm("qkv_input");
-    ops.push_back(wgrad("qkv_wgrad", x.h, qkv_width, x.tokens, x.d, region_gemm_in));
-  }
-  ops.push_back(memory("input_" + norm + "_backward", 4 * region_act, 0, 2));
-  graph(ops, attention, kGraphAttn);
+  if (with_attention) {
+    if (x.drop) ops.push_back(memory("attention_dropout_add_backward", region_act * 2 + mask));
+    if (tp && x.sp) ops.push_back(comm("attention_output_grad_all_gather", Comm::all_gather, full));
+    const double context = x.mla ? x.kv : x.q;
+    ops.push_back(gemm("attention_output_dgrad", x.tokens, context, x.h, x.d));
+    ops.push_back(wgrad("attention_output_wgrad", context, x.h, x.tokens, x.d, act(x.tokens, context, gemm_in_d)));
+
+    if (c.attention != AttentionImpl::softmax) {
+      flash(ops, x, c, true);
+    } else {
+      const double batch = x.b * x.heads;
+      const double scores = batch * x.s * x.s;
+      ops.push_back(core(gemm("attention_context_probs_grad", x.s, x.s, x.hd, x.d, 0, batch)));
+      ops.push_back(core(gemm("attention_context_value_grad", x.s, x.hd, x.s, x.d, 0, batch)));
+      if (x.drop) ops.push_back(core(memory("attention_probs_dropout_backward", scores * (2 * x.d + 1))));
+      ops.push_back(core(memory("scale_mask_softmax_backward", 3 * scores * x.d)));
+      ops.push_back(core(gemm("attention_scores_query_grad", x.s, x.hd, x.s, x.d, 0, batch)));
+      ops.push_back(core(gemm("attention_scores_key_grad", x.s, x.hd, x.s, x.d, 0, batch)));
+    }
+    if (x.mla) {
+      mla_backward(ops, x, gemm_in_d);
+    } else {
+      if (x.rotary) ops.push_back(memory("rotary_embedding_backward", 2 * act(x.tokens, x.q + x.kv, x.d)));
+      if (tp && x.sp) ops.push_back(comm("qkv_input_all_gather", Comm::all_gather, full));
+      ops.push_back(gemm("qkv_dgrad", x.tokens, x.h, qkv_width, x.d));
+      input_grad_comm("qkv_input");
+      ops.push_back(wgrad("qkv_wgrad", x.h, qkv_width, x.tokens, x.d, region_gemm_in));
+    }
+    ops.push_back(memory("input_" + norm + "_backward", 4 * region_act, 0, 2));
+    graph(ops, attention, kGraphAttn);
+  }  // with_attention
   if (c.frozen_weights) std::erase_if(ops, [](const Op& op) { return op.weight_grad && !is_lora(op); });
   if (c.lora_rank > 0) insert_lora(ops, x, c, true);
   if (c.fp8) {
     // Each GEMM's output gradient is cast and transposed to FP8 once for its data and weight
     // gradients: read 2, write 1 + 1 bytes per element. MLA: the down projection's (on the region),
     // the up projections' and the output projection's.
-    double grads = x.mla ? x.region * (x.ql + x.kvl + x.rope) + x.tokens * (x.q + x.heads * (x.qk - x.rope + x.v) + x.h)
-                         : x.tokens * (qkv_width + x.h);
-    if (x.moe) {
-      grads += x.moe_rows * ((x.swiglu ? 2 * x.fe : x.fe) + x.h);
+    double grads = 0;
+    if (with_attention)
+      grads += x.mla ? x.region * (x.ql + x.kvl + x.rope) + x.tokens * (x.q + x.heads * (x.qk - x.rope + x.v) + x.h)
+                     : x.tokens * (qkv_width + x.h);
+    if (with_mlp && x.moe) {
+      grads += x.moe_rows * ((x.swiglu ? 2 * x.fe : x.fe) + x.he) + (x.latent > 0 ? x.region * (x.latent + x.h) : 0);
       if (x.fsh > 0) grads += x.tokens * ((x.swiglu ? 2 * x.fsh : x.fsh) + x.h);
-    } else {
+    } else if (with_mlp) {
       grads += x.tokens * ((x.swiglu ? 2 * x.f : x.f) + x.h);
     }
     ops.push_back(quantize(c.fp4 ? "nvfp4_grad_quantize" : "fp8_grad_cast_transpose", c, grads, 0));
@@ -796,7 +950,7 @@ std::vector<Op> embedding_forward(const ModelSpec& m, const LayerConfig& c) {
   std::vector<Op> ops;
   // Vocab-parallel lookup: every rank writes a full b·s·h tensor (zeros for tokens outside its
   // vocabulary shard). GPT (gelu) models also read and add the learned position embedding.
-  const bool positions = !x.swiglu;
+  const bool positions = !x.rms;
   ops.push_back(memory("embedding_lookup", full * (positions ? 3 : 2), 0, positions ? 2 : 1));
   if (c.tp > 1) {
     ops.push_back(x.sp ? comm("embedding_reduce_scatter", Comm::reduce_scatter, full)
@@ -835,7 +989,7 @@ std::vector<Op> head_forward(const ModelSpec& m, const LayerConfig& c) {
   const double logits = x.tokens * vocab;  // elements of this rank's logit shard
   const double stats = x.tokens * 4;       // one fp32 value per token
   std::vector<Op> ops;
-  ops.push_back(memory(x.swiglu ? "final_rmsnorm" : "final_layernorm", 2 * region_act, region_act));
+  ops.push_back(memory(x.rms ? "final_rmsnorm" : "final_layernorm", 2 * region_act, region_act));
   if (tp && x.sp) ops.push_back(comm("output_input_all_gather", Comm::all_gather, full));
   ops.push_back(gemm("output_layer", x.tokens, vocab, x.h, x.d, c.frozen_weights ? 0 : region_act));
   if (c.fused_cross_entropy) {
@@ -891,7 +1045,7 @@ std::vector<Op> head_backward(const ModelSpec& m, const LayerConfig& c) {
   Op out_wgrad = wgrad("output_layer_wgrad", vocab, x.h, x.tokens, x.d, region_act);
   out_wgrad.grad_output_bytes = to_bytes(logits * x.d);
   if (!c.frozen_weights) ops.push_back(out_wgrad);
-  ops.push_back(memory(x.swiglu ? "final_rmsnorm_backward" : "final_layernorm_backward", 3 * region_act));
+  ops.push_back(memory(x.rms ? "final_rmsnorm_backward" : "final_layernorm_backward", 3 * region_act));
   return ops;
 }
 
@@ -957,30 +1111,41 @@ Op zero_grad_buffer(std::int64_t params) {
   return memory("zero_grad_buffer", 4 * static_cast<double>(params));
 }
 
-std::int64_t layer_params_per_rank(const ModelSpec& m, std::int64_t tp) {
-  TRAINSIM_ASSERT(tp >= 1 && m.heads % tp == 0 && m.kv_heads % tp == 0 && m.ffn_hidden % tp == 0 &&
+std::int64_t layer_params_per_rank(const ModelSpec& model, std::int64_t tp, LayerBlock block) {
+  TRAINSIM_ASSERT(tp >= 1);
+  if (block == LayerBlock::mamba) {
+    // Everything but the input norm is split over TP with the heads and groups.
+    TRAINSIM_ASSERT(model.mamba_heads % tp == 0 && model.mamba_groups % tp == 0);
+    const std::int64_t norm = model.hidden;
+    return (model.params_per_block(LayerBlock::mamba) - norm) / tp + norm;
+  }
+  const ModelSpec m = block == LayerBlock::mlp ? model.dense_variant() : model;
+  const bool with_attention = block == LayerBlock::transformer || block == LayerBlock::attention;
+  const bool with_mlp = block != LayerBlock::attention;
+  TRAINSIM_ASSERT(m.heads % tp == 0 && m.kv_heads % tp == 0 && m.ffn_hidden % tp == 0 &&
                   m.shared_expert_ffn_hidden % tp == 0);
   const std::int64_t q = m.heads * m.head_dim;
   const std::int64_t kv = m.kv_heads * m.head_dim;
   const std::int64_t mats = m.mlp == MlpKind::swiglu ? 3 : 2;
-  // The MLP: dense, or a mixture of experts' shared expert (TP-split) and router (replicated).
+  // The MLP: dense, or a mixture of experts' shared expert (TP-split) and router and latent
+  // projections (replicated).
   const std::int64_t mlp_width = m.moe() ? m.shared_expert_ffn_hidden : m.ffn_hidden;
   // Attention: split over TP, except MLA's down projections and latent norms (replicated).
-  std::int64_t attention = m.attention_params_per_layer();
+  std::int64_t attention = with_attention ? m.attention_params_per_layer() : 0;
   std::int64_t replicated = 0;
-  if (m.mla()) {
+  if (with_attention && m.mla()) {
     replicated = m.hidden * ((m.q_lora_rank > 0 ? m.q_lora_rank : 0) + m.kv_lora_rank + m.qk_rope_head_dim) +
                  m.q_lora_rank + m.kv_lora_rank;
     attention -= replicated;
   }
-  std::int64_t n = (attention + mats * m.hidden * mlp_width) / tp + replicated;
-  if (m.moe()) n += m.hidden * m.experts;
+  std::int64_t n = (attention + (with_mlp ? mats * m.hidden * mlp_width : 0)) / tp + replicated;
+  if (with_mlp && m.moe()) n += m.hidden * m.experts + 2 * m.hidden * m.moe_latent;
   if (m.mlp == MlpKind::gelu) {
-    // LayerNorm weight + bias twice (replicated); column-parallel biases split, row-parallel not.
-    n += 4 * m.hidden + (q + 2 * kv) / tp + m.hidden;
-    if (mlp_width > 0) n += mlp_width / tp + m.hidden;
+    // LayerNorm weight + bias per block (replicated); column-parallel biases split, row-parallel not.
+    if (with_attention) n += 2 * m.hidden + (q + 2 * kv) / tp + m.hidden;
+    if (with_mlp) n += 2 * m.hidden + (mlp_width > 0 ? mlp_width / tp + m.hidden : 0);
   } else {
-    n += 2 * m.hidden;  // two RMSNorm weights, replicated
+    n += (with_attention ? m.hidden : 0) + (with_mlp ? m.hidden : 0);  // RMSNorm weights, replicated
   }
   return n;
 }
@@ -989,7 +1154,7 @@ std::int64_t layer_expert_params_per_rank(const ModelSpec& m, std::int64_t ep, s
   if (!m.moe()) return 0;
   TRAINSIM_ASSERT(ep >= 1 && etp >= 1 && m.experts % ep == 0 && m.moe_ffn_hidden % etp == 0);
   const std::int64_t mats = m.mlp == MlpKind::swiglu ? 3 : 2;
-  std::int64_t per_expert = mats * m.hidden * m.moe_ffn_hidden / etp;
+  std::int64_t per_expert = mats * (m.moe_latent > 0 ? m.moe_latent : m.hidden) * m.moe_ffn_hidden / etp;
   if (m.mlp == MlpKind::gelu) per_expert += m.moe_ffn_hidden / etp + m.hidden;  // fc1 (split) and fc2 biases
   return m.experts / ep * per_expert;
 }

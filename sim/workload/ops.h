@@ -122,6 +122,7 @@ enum GraphScope : std::uint8_t {
   kGraphMlp = 2,            // a dense layer's MLP block
   kGraphMoeRouter = 4,      // the pre-MLP norm, the router and the shared expert
   kGraphMoePreprocess = 8,  // the token dispatcher's preprocessing (token counts, permutation)
+  kGraphMamba = 16,         // a hybrid model's Mamba block: input norm to the residual add
 };
 
 struct LayerConfig {
@@ -172,9 +173,10 @@ struct LayerConfig {
   std::uint8_t recompute_modules = kRecomputeCoreAttn;
 };
 
-std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c);
+// One layer: a transformer layer, or one block of a hybrid model (ModelSpec::block).
+std::vector<Op> layer_forward(const ModelSpec& m, const LayerConfig& c, LayerBlock block = LayerBlock::transformer);
 // Backward of one layer (data and weight gradients), without any recomputation.
-std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c);
+std::vector<Op> layer_backward(const ModelSpec& m, const LayerConfig& c, LayerBlock block = LayerBlock::transformer);
 // Bytes of the layer input (what full recompute keeps per layer; divided by tp under SP).
 std::int64_t layer_input_bytes(const ModelSpec& m, const LayerConfig& c);
 // Context parallelism (ring attention): the K and V of this rank's seq_len / cp tokens, per TP rank,
@@ -209,7 +211,7 @@ Op zero_grad_buffer(std::int64_t params);
 // For a mixture-of-experts layer, layer_params_per_rank counts what data parallelism reduces
 // (attention, norms, router, shared expert) and layer_expert_params_per_rank the routed experts one
 // rank holds, which the expert data-parallel group reduces.
-std::int64_t layer_params_per_rank(const ModelSpec& m, std::int64_t tp);
+std::int64_t layer_params_per_rank(const ModelSpec& m, std::int64_t tp, LayerBlock block = LayerBlock::transformer);
 std::int64_t layer_expert_params_per_rank(const ModelSpec& m, std::int64_t ep, std::int64_t etp);
 std::int64_t embedding_params_per_rank(const ModelSpec& m, std::int64_t tp);
 std::int64_t head_params_per_rank(const ModelSpec& m, std::int64_t tp);

@@ -370,7 +370,7 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
          d["training"]["cuda_graph_scope"] = {"attn", "router"};
        },
        "training.cuda_graph_scope[1]",
-       "unknown scope \"router\" (expected one of: attn, mlp, moe_router, moe_preprocess, full_iteration)"},
+       "unknown scope \"router\" (expected one of: attn, mlp, moe_router, moe_preprocess, mamba, full_iteration)"},
       {[](json& d) {
          d["training"]["cuda_graph_scope"] = {"attn", "attn"};
        },
@@ -814,4 +814,45 @@ TEST_CASE("pipeline_layout: Megatron-Core's layout string places the layers, one
   // MLA has no context-parallel or unfused path yet.
   CHECK(error({{"cp", 2}, {"ep", 4}}) ==
         "s.json: parallel.cp: context parallelism with multi-head latent attention is not supported yet");
+}
+
+TEST_CASE("hybrid Mamba models: what Megatron-Core and trainsim refuse, one line each") {
+  const nlohmann::json hybrid = {{"name", "h"},
+                                 {"hybrid_pattern", "M*ME"},
+                                 {"hidden", 1024},
+                                 {"heads", 16},
+                                 {"kv_heads", 4},
+                                 {"vocab", 1000},
+                                 {"mlp", "squared_relu"},
+                                 {"experts", 32},
+                                 {"experts_per_token", 4},
+                                 {"moe_ffn_hidden", 512},
+                                 {"mamba_heads", 16},
+                                 {"mamba_head_dim", 64},
+                                 {"mamba_state", 64},
+                                 {"mamba_groups", 2}};
+  auto error = [&](nlohmann::json par, nlohmann::json training) {
+    nlohmann::json t = {{"micro_batch", 1}, {"global_batch", 64}, {"seq_len", 2048}};
+    if (par.is_null()) par = nlohmann::json::object();  // {} reads as null
+    if (!training.is_null()) t.update(training);
+    const nlohmann::json d = {
+        {"model", hybrid}, {"cluster", "dgx-h100"}, {"gpus", 16}, {"parallel", par}, {"training", t}};
+    try {
+      parse_scenario(trainsim::util::JsonNode(d, "s.json"), TRAINSIM_SOURCE_DIR);
+    } catch (const trainsim::util::InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(error({{"ep", 8}}, {}) == "no error");
+  CHECK(error({{"tp", 4}, {"sequence_parallel", true}}, {}) ==
+        "s.json: parallel.tp: 4 does not divide mamba_heads (16) and mamba_groups (2)");
+  CHECK(error({{"cp", 2}}, {}) == "s.json: parallel.cp: context parallelism with Mamba layers is not supported yet");
+  CHECK(error({}, {{"peft", "lora"}}) ==
+        "s.json: training.peft: LoRA on a mixture-of-experts model is not supported yet");
+  CHECK(error({}, {{"document_tokens", 512}}) ==
+        "s.json: training.document_tokens: packed sequences in a hybrid model are not supported yet");
+  CHECK(error({}, {{"host_overhead", true}, {"cuda_graph_scope", {"mamba", "attn"}}}) == "no error");
+  CHECK(error({}, {{"recompute", "selective"}, {"recompute_modules", {"mlp"}}}) ==
+        "s.json: training.recompute_modules: \"mlp\" needs dense MLP layers");
 }

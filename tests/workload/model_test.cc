@@ -97,7 +97,8 @@ TEST_CASE("model JSON defaults and validation") {
         "m.json: colour: unknown key (expected one of: name, layers, hidden, heads, kv_heads, ffn_hidden, "
         "vocab, mlp, tied_embeddings, head_dim, dropout, experts, experts_per_token, moe_ffn_hidden, "
         "shared_expert_ffn_hidden, sliding_window, sliding_window_pattern, first_dense_layers, q_lora_rank, "
-        "kv_lora_rank, qk_rope_head_dim, v_head_dim, mtp_layers)");
+        "kv_lora_rank, qk_rope_head_dim, v_head_dim, mtp_layers, moe_latent, hybrid_pattern, mamba_heads, "
+        "mamba_head_dim, mamba_state, mamba_groups, mamba_conv, mamba_chunk)");
   CHECK(error_of([] {
           parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 8,
                                 "ffn_hidden": 256, "vocab": 100, "mlp": "gelu"})");
@@ -113,7 +114,7 @@ TEST_CASE("model JSON defaults and validation") {
   CHECK(error_of([] {
           parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4,
                                 "ffn_hidden": 256, "vocab": 100, "mlp": "relu"})");
-        }) == "m.json: mlp: unknown mlp \"relu\" (expected gelu or swiglu)");
+        }) == "m.json: mlp: unknown mlp \"relu\" (expected gelu, swiglu or squared_relu)");
   CHECK(error_of([] {
           parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4,
                                 "ffn_hidden": 256, "vocab": 100, "mlp": "gelu", "dropout": 1})");
@@ -375,4 +376,49 @@ TEST_CASE("MLA and dense-first keys: one error line each") {
                     "vocab": 100, "mlp": "swiglu", "experts": 4, "experts_per_token": 2, "moe_ffn_hidden": 16,
                     "first_dense_layers": 2})");
         }) == "m.json: first_dense_layers: must be below layers (2)");
+}
+
+// NVIDIA's Nemotron 3 Nano 30B-A3B model card gives 31.6B parameters in all; Megatron-Bridge's
+// performance table reports its model FLOPs as 901 TFLOP/s/GPU at 39,936 tokens/s/GPU (26.08, GB300),
+// 22.56 GFLOP per token, and Super's as 831 at 9,856 (84.3 GFLOP per token): trainsim's count (the
+// Mamba mixers as Megatron-LM counts them) is within 5% of both.
+TEST_CASE("Nemotron 3 hybrid models: parameters and model FLOPs match the published figures") {
+  const auto load = [](const char* stem) {
+    std::ifstream in(std::filesystem::path(TRAINSIM_SOURCE_DIR) / "models" / (std::string(stem) + ".json"));
+    nlohmann::json j = nlohmann::json::parse(in);
+    return parse_model(JsonNode(j, stem));
+  };
+  const ModelSpec nano = load("nemotron-3-nano");
+  CHECK(nano.layers == 52);
+  CHECK(nano.block(0) == LayerBlock::mamba);
+  CHECK(nano.block(1) == LayerBlock::moe);
+  CHECK(nano.block(5) == LayerBlock::attention);
+  CHECK(static_cast<double>(nano.total_params()) / 1e9 == Approx(31.6).epsilon(0.005));
+  CHECK(model_flops_per_sequence(nano, 8192) / 8192 / 1e9 == Approx(901e3 / 39936).epsilon(0.05));
+  const ModelSpec super = load("nemotron-3-super");
+  CHECK(super.layers == 88);
+  CHECK(model_flops_per_sequence(super, 8192) / 8192 / 1e9 == Approx(831e3 / 9856).epsilon(0.05));
+}
+
+TEST_CASE("hybrid model JSON is checked") {
+  const std::string base = R"("name": "h", "hidden": 256, "heads": 4, "kv_heads": 2, "vocab": 1000,
+      "mlp": "squared_relu", "mamba_heads": 8, "mamba_head_dim": 32, "mamba_state": 16, "mamba_groups": 2)";
+  const ModelSpec ok = parse("{" + base + R"(, "hybrid_pattern": "M*-", "ffn_hidden": 512})");
+  CHECK(ok.layers == 3);
+  CHECK(ok.block(2) == LayerBlock::mlp);
+  CHECK_FALSE(ok.rotary());
+  CHECK(error_of([&] {
+          parse("{" + base + R"(, "hybrid_pattern": "M*X", "ffn_hidden": 512})");
+        }).find("m.json: hybrid_pattern: has 'X' at position 2") != std::string::npos);
+  CHECK(error_of([&] {
+          parse("{" + base + R"(, "hybrid_pattern": "M*-", "ffn_hidden": 512, "layers": 4})");
+        }).find("must equal the length of hybrid_pattern (3)") != std::string::npos);
+  CHECK(parse("{" + base + R"(, "hybrid_pattern": "M*"})").params_per_block(LayerBlock::mamba) > 0);
+  CHECK(error_of([&] {
+          parse("{" + base + R"(, "hybrid_pattern": "M*", "ffn_hidden": 512})");
+        }).find("hybrid_pattern has no '-' (MLP) layer for it") != std::string::npos);
+  CHECK(error_of([&] {
+          parse("{" + base + R"(, "hybrid_pattern": "*E"})");
+        }).find("only a hybrid model with Mamba ('M') layers takes this key") != std::string::npos);
+  CHECK(error_of([&] { parse("{" + base + R"(, "hybrid_pattern": "ME"})"); }).find("experts") != std::string::npos);
 }

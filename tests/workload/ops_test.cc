@@ -651,3 +651,130 @@ TEST_CASE("sliding-window attention: windowed FLOPs, alternating layers as half 
   for (const Op& op : layer_backward(m, c)) kernels += op.kind == OpKind::attention;
   CHECK(kernels == 1);
 }
+
+namespace {
+
+// Nemotron 3 Nano's blocks (Megatron-Bridge's Nemotron3NanoProvider): hidden 2688, 32 query heads of
+// 128 in 2 groups, Mamba-2 with 64 heads of 64, state 128, 8 groups; 128 squared-ReLU experts of
+// 1856, 6 per token, a shared expert of 3712.
+ModelSpec nemotron_nano() {
+  ModelSpec m;
+  m.name = "nemotron-3-nano";
+  m.hybrid_pattern = "MEM*E";
+  m.layers = 5;
+  m.hidden = 2688;
+  m.heads = 32;
+  m.kv_heads = 2;
+  m.head_dim = 128;
+  m.vocab = 131072;
+  m.mlp = MlpKind::squared_relu;
+  m.experts = 128;
+  m.experts_per_token = 6;
+  m.moe_ffn_hidden = 1856;
+  m.shared_expert_ffn_hidden = 3712;
+  m.mamba_heads = 64;
+  m.mamba_head_dim = 64;
+  m.mamba_state = 128;
+  m.mamba_groups = 8;
+  return m;
+}
+
+const Op& op_named(const std::vector<Op>& ops, const std::string& name) {
+  for (const Op& op : ops)
+    if (op.name == name) return op;
+  FAIL("no op " << name);
+  return ops.front();
+}
+
+}  // namespace
+
+// A Mamba-2 block at TP 2, micro-batch 1 of 8192 tokens: in_proj maps h to z and x (inner 32·64 =
+// 2048 each per rank), B and C (4 groups · 128 each) and 32 dt: 5152 wide; the scan's chunk state
+// is N x P x Q = 128 x 64 x 128 per chunk (64 of them) and head (32), C·B^T Q x Q x N per chunk and
+// group (4), the chunk scan Q x P x (Q + N) per chunk and head. The scan stays BF16 under FP8.
+TEST_CASE("Mamba block: projections, scan products and communication per TP rank") {
+  const ModelSpec m = nemotron_nano();
+  LayerConfig c;
+  c.micro_batch = 1;
+  c.seq_len = 8192;
+  c.tp = 2;
+  c.sequence_parallel = true;
+  c.fp8 = true;
+  const auto fwd = layer_forward(m, c, LayerBlock::mamba);
+  const double t = 8192, h = 2688, in_w = 2 * 2048 + 2 * 4 * 128 + 32, chunks = 64;
+  CHECK(op_named(fwd, "mamba_in_proj").flops == Approx(2 * t * in_w * h));
+  CHECK(op_named(fwd, "mamba_out_proj").flops == Approx(2 * t * h * 2048));
+  CHECK(op_named(fwd, "ssd_chunk_state").flops == Approx(2.0 * 128 * 64 * 128 * chunks * 32));
+  CHECK(op_named(fwd, "ssd_bmm_chunk").flops == Approx(2.0 * 128 * 128 * 128 * chunks * 4));
+  CHECK(op_named(fwd, "ssd_chunk_scan").flops == Approx(2.0 * 128 * 64 * 256 * chunks * 32));
+  CHECK(op_named(fwd, "mamba_in_proj").fp8);
+  CHECK_FALSE(op_named(fwd, "ssd_chunk_scan").fp8);
+  // SP: the input all-gathered, the output reduce-scattered; backward mirrors them.
+  CHECK(count_comm(fwd, Comm::all_gather) == 1);
+  CHECK(count_comm(fwd, Comm::reduce_scatter) == 1);
+  const auto bwd = layer_backward(m, c, LayerBlock::mamba);
+  CHECK(count_comm(bwd, Comm::all_gather) == 2);
+  CHECK(count_comm(bwd, Comm::reduce_scatter) == 1);
+  // Backward: each projection's data and weight gradient; the scan's products twice plus the
+  // recomputed chunk state.
+  CHECK(op_named(bwd, "mamba_in_proj_dgrad").flops == Approx(2 * t * in_w * h));
+  CHECK(op_named(bwd, "mamba_in_proj_wgrad").weight_grad);
+  CHECK(op_named(bwd, "ssd_chunk_scan_backward").flops == Approx(2 * op_named(fwd, "ssd_chunk_scan").flops));
+  // Kept: the norm input (sequence-sharded), in_proj's FP8 input and BF16 output, the scan output y
+  // and out_proj's FP8 input.
+  const double region = t / 2;
+  CHECK(saved(fwd) == Approx(region * h * 2 + region * h * 1 + t * in_w * 2 + t * 2048 * 2 + t * 2048 * 1));
+  // The "mamba" CUDA graph scope captures the block (not the FP8 casts, which the step builder issues).
+  CHECK(op_named(fwd, "ssd_chunk_scan").graph == kGraphMamba);
+  CHECK(op_named(fwd, "mamba_residual_add").graph == kGraphMamba);
+}
+
+// Attention-only and MoE-only blocks are the two halves of a transformer layer: their ops add up to
+// the layer's (with the MoE block's pre-MLP norm in place of the post-attention norm), and a hybrid
+// model's attention uses no rotary embedding.
+TEST_CASE("hybrid attention and MoE blocks split a transformer layer") {
+  const ModelSpec m = nemotron_nano();
+  LayerConfig c;
+  c.seq_len = 8192;
+  c.ep = 8;
+  const auto attention = layer_forward(m, c, LayerBlock::attention);
+  const auto moe = layer_forward(m, c, LayerBlock::moe);
+  const auto whole = layer_forward(m, c, LayerBlock::transformer);
+  CHECK(attention.size() + moe.size() == whole.size());
+  CHECK(flops_of(attention, OpKind::gemm) + flops_of(moe, OpKind::gemm) == Approx(flops_of(whole, OpKind::gemm)));
+  CHECK(saved(attention) + saved(moe) == Approx(saved(whole)));
+  for (const Op& op : attention) CHECK(op.name != "rotary_embedding");
+  CHECK(op_named(moe, "pre_mlp_rmsnorm").bytes > 0);
+  // Squared ReLU: no gate, fc1 as wide as the expert.
+  CHECK(op_named(moe, "experts_fc1").gemm.n == 1856);
+  CHECK(op_named(moe, "experts_squared_relu").bytes > 0);
+}
+
+// Nemotron 3 Super's latent MoE (hidden 4096, latent 1024): the router reads the hidden state, the
+// tokens go down to the latent before the dispatch, which then moves R·k·latent elements, the experts
+// read and write the latent, and the combined latent goes back up.
+TEST_CASE("latent MoE: dispatch and experts at the latent width") {
+  ModelSpec m = nemotron_nano();
+  m.hidden = 4096;
+  m.experts = 512;
+  m.experts_per_token = 22;
+  m.moe_ffn_hidden = 2688;
+  m.shared_expert_ffn_hidden = 5376;
+  m.moe_latent = 1024;
+  LayerConfig c;
+  c.seq_len = 8192;
+  c.ep = 64;
+  const auto fwd = layer_forward(m, c, LayerBlock::moe);
+  const double r = 8192, k = 22;
+  CHECK(op_named(fwd, "router").gemm.k == 4096);
+  CHECK(op_named(fwd, "moe_latent_down_proj").flops == Approx(2 * r * 1024 * 4096));
+  CHECK(op_named(fwd, "moe_latent_up_proj").flops == Approx(2 * r * 4096 * 1024));
+  CHECK(op_named(fwd, "moe_dispatch_all_to_all").comm_bytes == static_cast<std::int64_t>(r * k * 1024 * 2));
+  CHECK(op_named(fwd, "experts_fc1").gemm.k == 1024);
+  CHECK(op_named(fwd, "experts_fc2").gemm.n == 1024);
+  CHECK(op_named(fwd, "shared_expert_fc1").gemm.k == 4096);
+  // 8 local experts of 1024 x 2688 (fc1) and 2688 x 1024 (fc2); the projections are not experts.
+  CHECK(layer_expert_params_per_rank(m, 64, 1) == 8 * 2 * 1024 * 2688);
+  CHECK(layer_params_per_rank(m, 1, LayerBlock::moe) ==
+        4096 * 512 + 2 * 4096 * 1024 + 2 * 4096 * 5376 + 4096);  // router, projections, shared expert, norm
+}
