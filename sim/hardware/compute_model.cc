@@ -132,7 +132,7 @@ double ComputeModel::time_s(const workload::Op& op) const {
     case workload::OpKind::tp_comm:
       break;
   }
-  return std::max(compute_s, memory_s) + fixed_s;
+  return std::max(compute_s, memory_s) / op.achieved + fixed_s;
 }
 
 }  // namespace trainsim::hardware

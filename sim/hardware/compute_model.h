@@ -1,6 +1,7 @@
 #pragma once
 // Roofline compute model with shape-dependent efficiencies:
-//   time = max(flops / (peak * efficiency(op)), bytes / (hbm_Bps * hbm_efficiency)) + launches
+//   time = max(flops / (peak * efficiency(op)), bytes / (hbm_Bps * hbm_efficiency)) / achieved + launches
+// (Op::achieved is 1 except for kernels measured slower than the roofline: the Mamba-2 scan's.)
 // GEMM efficiency falls as shapes shrink; attention has its own efficiency; memory-bound kernels
 // run at an achieved fraction of HBM bandwidth. Constants and fits are documented in
 // gpu_catalog.cc and sim/hardware/README.md.

@@ -133,6 +133,68 @@ ModelSpec parse_hf_gpt2(const util::JsonNode& n, const std::string& fallback_nam
   return m;
 }
 
+// Nemotron-H / Nemotron 3 (model_type nemotron_h): the hybrid_override_pattern ('M' Mamba-2, '*'
+// attention, '-' MLP, 'E' mixture of experts), Mamba-2 from mamba_num_heads, mamba_head_dim,
+// ssm_state_size, n_groups, conv_kernel, chunk_size; MLPs and experts with mlp_hidden_act relu2;
+// experts from n_routed_experts, num_experts_per_tok, moe_intermediate_size,
+// moe_shared_expert_intermediate_size and moe_latent_size; num_nextn_predict_layers.
+ModelSpec parse_hf_nemotron_h(const util::JsonNode& n, const std::string& fallback_name) {
+  ModelSpec m;
+  m.name = fallback_name;
+  const util::JsonNode pat = n.at("hybrid_override_pattern");
+  m.hybrid_pattern = pat.as_string();
+  if (m.hybrid_pattern.empty()) pat.fail("must name at least one layer");
+  if (const auto bad = m.hybrid_pattern.find_first_not_of("M*-E"); bad != std::string::npos)
+    pat.fail(fmt::format("has '{}' at position {}; layers are 'M', '*', '-' or 'E'", m.hybrid_pattern[bad], bad));
+  m.layers = static_cast<std::int64_t>(m.hybrid_pattern.size());
+  if (auto l = n.find("num_hidden_layers"); l && !l->json().is_null() && l->as_positive_int() != m.layers)
+    l->fail(fmt::format("must equal the length of hybrid_override_pattern ({})", m.layers));
+  m.hidden = n.at("hidden_size").as_positive_int();
+  m.heads = n.at("num_attention_heads").as_positive_int();
+  auto kv = n.find("num_key_value_heads");
+  m.kv_heads = kv && !kv->json().is_null() ? kv->as_positive_int() : m.heads;
+  if (auto hd = n.find("head_dim"); hd && !hd->json().is_null()) {
+    m.head_dim = hd->as_positive_int();
+  } else {
+    if (m.hidden % m.heads != 0)
+      n.at("num_attention_heads").fail(fmt::format("does not divide hidden_size ({})", m.hidden));
+    m.head_dim = m.hidden / m.heads;
+  }
+  m.vocab = n.at("vocab_size").as_positive_int();
+  if (auto tie = n.find("tie_word_embeddings")) m.tied_embeddings = tie->as_bool();
+  m.mlp = MlpKind::squared_relu;
+  if (auto act = n.find("mlp_hidden_act"); act && act->as_string() != "relu2")
+    act->fail(fmt::format("unsupported activation \"{}\" (expected relu2)", act->as_string()));
+  const auto has = [&](char c) { return m.hybrid_pattern.find(c) != std::string::npos; };
+  if (has('-')) m.ffn_hidden = n.at("intermediate_size").as_positive_int();
+  if (has('E')) {
+    m.experts = n.at("n_routed_experts").as_positive_int();
+    m.experts_per_token = n.at("num_experts_per_tok").as_positive_int();
+    if (m.experts_per_token > m.experts)
+      n.at("num_experts_per_tok").fail(fmt::format("exceeds n_routed_experts ({})", m.experts));
+    m.moe_ffn_hidden = n.at("moe_intermediate_size").as_positive_int();
+    if (auto sh = n.find("moe_shared_expert_intermediate_size"); sh && !sh->json().is_null())
+      m.shared_expert_ffn_hidden = sh->as_nonnegative_int();
+    if (auto lat = n.find("moe_latent_size"); lat && !lat->json().is_null()) m.moe_latent = lat->as_positive_int();
+  }
+  if (has('M')) {
+    m.mamba_heads = n.at("mamba_num_heads").as_positive_int();
+    m.mamba_head_dim = n.at("mamba_head_dim").as_positive_int();
+    m.mamba_state = n.at("ssm_state_size").as_positive_int();
+    m.mamba_groups = n.at("n_groups").as_positive_int();
+    if (m.mamba_heads % m.mamba_groups != 0)
+      n.at("n_groups").fail(fmt::format("does not divide mamba_num_heads ({})", m.mamba_heads));
+    if (auto k = n.find("conv_kernel"); k && !k->json().is_null()) m.mamba_conv = k->as_positive_int();
+    if (auto k = n.find("chunk_size"); k && !k->json().is_null()) m.mamba_chunk = k->as_positive_int();
+  }
+  if (auto mtp = n.find("num_nextn_predict_layers"); mtp && !mtp->json().is_null())
+    m.mtp_layers = mtp->as_nonnegative_int();
+  if (m.mtp_layers > 0 && !m.moe())
+    n.at("num_nextn_predict_layers").fail("needs 'E' layers (the module's layer is \"*E\")");
+  validate(m, n);
+  return m;
+}
+
 }  // namespace
 
 ModelSpec ModelSpec::dense_variant() const {
@@ -346,7 +408,11 @@ ModelSpec parse_model(const util::JsonNode& node) {
     m.head_dim = m.hidden / m.heads;
   }
   if (m.mla()) m.v_head_dim = node.has("v_head_dim") ? node.at("v_head_dim").as_positive_int() : m.head_dim;
-  if (auto mtp = node.find("mtp_layers")) m.mtp_layers = mtp->as_nonnegative_int();
+  if (auto mtp = node.find("mtp_layers")) {
+    m.mtp_layers = mtp->as_nonnegative_int();
+    if (m.hybrid() && m.mtp_layers > 0 && !m.moe())
+      mtp->fail("a hybrid model's multi-token prediction layer is attention and experts (\"*E\"): it needs 'E' layers");
+  }
   if (auto p = node.find("dropout")) {
     m.dropout = p->as_nonnegative_number();
     if (m.dropout >= 1) p->fail(fmt::format("must be below 1, got {}", m.dropout));
@@ -381,6 +447,7 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
   if (auto text = node.find("text_config"); text && text->is_object()) {
     return parse_hf_config(*text, fallback_name);
   }
+  if (node.has("hybrid_override_pattern")) return parse_hf_nemotron_h(node, fallback_name);
   // Mixture-of-experts layouts trainsim does not model: Qwen-MoE's dense or sparse-every-k layers,
   // DeepSeek's MoE layers on every k-th layer, per-layer attention kinds other than below.
   if (auto freq = node.find("moe_layer_freq"); freq && freq->json().is_number() && freq->json().get<double>() != 1) {

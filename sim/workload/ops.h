@@ -91,6 +91,9 @@ struct Op {
   // input is an op of its own (no work; saved bytes only), emitted when LayerConfig asks for it.
   std::uint8_t rerun = 0;
   std::uint8_t discards = 0;
+  // The share of the roofline model's speed the kernel reaches (compute_model.h); below 1 only for
+  // kernels measured slower than it: the Mamba-2 scan's (ops.cc, kMambaScanAchieved).
+  double achieved = 1.0;
   bool fp8 = false;  // gemm: runs in FP8 (Transformer Engine), at the FP8 peak
   bool fp4 = false;  // gemm, with fp8: runs in NVFP4 instead, at the FP4 peak
   // Backward ops that compute weight gradients (the W pass of zero-bubble schedules); what such an

@@ -112,6 +112,10 @@ TEST_CASE("a memory-bound op of 1 GB on H100 takes 1e9 / 2.9e12 s") {
   // A tiny kernel costs its launch.
   op.bytes = 1024;
   CHECK(cm.time_s(op) == Approx(cm.gpu().launch_s).epsilon(0.01));
+  // A kernel that reaches a quarter of the roofline takes four times its time, plus the launch.
+  op.bytes = 1e9;
+  op.achieved = 0.25;
+  CHECK(cm.time_s(op) - cm.gpu().launch_s == Approx(4 * 1e9 / (cm.gpu().hbm_Bps * cm.gpu().hbm_efficiency)));
 }
 
 // FlashAttention-2 fwd+bwd on A100, causal, head dim 128: 189 TFLOP/s at 16k, 155 at 2k, 99 at

@@ -422,3 +422,26 @@ TEST_CASE("hybrid model JSON is checked") {
         }).find("only a hybrid model with Mamba ('M') layers takes this key") != std::string::npos);
   CHECK(error_of([&] { parse("{" + base + R"(, "hybrid_pattern": "ME"})"); }).find("experts") != std::string::npos);
 }
+
+// The Hugging Face config of Nemotron 3 Nano (model_type nemotron_h; its keys as the Nemotron-H
+// configs name them) reads as models/nemotron-3-nano.json.
+TEST_CASE("Hugging Face nemotron_h config reads the hybrid keys") {
+  const ModelSpec hf = parse_hf(R"({"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
+      "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME", "num_hidden_layers": 52,
+      "hidden_size": 2688, "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
+      "vocab_size": 131072, "tie_word_embeddings": false, "mlp_hidden_act": "relu2", "intermediate_size": 1856,
+      "n_routed_experts": 128, "num_experts_per_tok": 6, "moe_intermediate_size": 1856,
+      "moe_shared_expert_intermediate_size": 3712, "mamba_num_heads": 64, "mamba_head_dim": 64,
+      "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4, "chunk_size": 128})");
+  std::ifstream in(std::filesystem::path(TRAINSIM_SOURCE_DIR) / "models" / "nemotron-3-nano.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  const ModelSpec file = parse_model(JsonNode(j, "nemotron-3-nano.json"));
+  CHECK(hf.total_params() == file.total_params());
+  CHECK(hf.block(5) == LayerBlock::attention);
+  CHECK(hf.mamba_in_proj() == file.mamba_in_proj());
+  CHECK(error_of([] {
+          parse_hf(R"({"model_type": "nemotron_h", "hybrid_override_pattern": "M*", "num_hidden_layers": 3,
+                       "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 10, "mamba_num_heads": 4,
+                       "mamba_head_dim": 16, "ssm_state_size": 16, "n_groups": 1})");
+        }) == "config.json: num_hidden_layers: must equal the length of hybrid_override_pattern (2)");
+}
