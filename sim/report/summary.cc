@@ -265,6 +265,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
     out["scenario"]["recompute_modules"] = config::recompute_module_names(sc.training.recompute_modules);
   if (p.moe_a2a_overlap) out["scenario"]["moe_a2a_overlap"] = true;
   if (p.moe_flex_dispatch) out["scenario"]["moe_token_dispatcher"] = "flex";
+  if (sc.model.hybrid()) out["scenario"]["hybrid_pattern"] = sc.model.hybrid_pattern;
   if (parallel::host_stream(sc)) out["host_busy_fraction"] = r.host_busy_fraction;
   if (sc.training.framework == config::Framework::megatron) {
     out["scenario"]["host_overhead"] = sc.training.host_overhead;
@@ -314,6 +315,17 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
         "pinned host memory per GPU{}\n",
         sc.training.cpu_offload_layers, sc.model.layers, sc.cluster.host_link_Bps / 1e9, m.host_offload_gib,
         m.host_share_gib > 0 ? fmt::format(" (its share of the node's: {:.1f} GiB)", m.host_share_gib) : std::string());
+  if (sc.model.hybrid()) {
+    // The hybrid pattern's blocks by kind, in the order Megatron-Core's pattern letters list them.
+    const std::string& pat = sc.model.hybrid_pattern;
+    std::vector<std::string> kinds;
+    for (auto [c, what] :
+         {std::pair{'M', "Mamba-2"}, std::pair{'*', "attention"}, std::pair{'-', "MLP"}, std::pair{'E', "MoE"}})
+      if (const auto n = std::count(pat.begin(), pat.end(), c); n > 0) kinds.push_back(fmt::format("{} {}", n, what));
+    out += fmt::format(
+        "hybrid        {} layers: {}{}\n", sc.model.layers, fmt::join(kinds, " · "),
+        sc.model.moe_latent > 0 ? fmt::format(" · experts in a {}-wide latent", sc.model.moe_latent) : std::string());
+  }
   if (const std::vector<std::string> scopes = config::graph_scope_names(sc.training); !scopes.empty())
     out += fmt::format("CUDA graphs   {}\n", fmt::join(scopes, ", "));
   if (sc.training.document_tokens > 0)

@@ -197,6 +197,20 @@ TEST_CASE("every shipped config runs") {
   CHECK(n >= 12);
 }
 
+// A hybrid Mamba model end to end: the summary lists its layers by kind and the CUDA graph scopes
+// (mamba among them); --json gives the pattern; the model FLOPs follow the model's count.
+TEST_CASE("a hybrid model run reports its blocks") {
+  Result text = run("run configs/nemotron-3-nano-gb300-8.json");
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("hybrid        52 layers: 23 Mamba-2 · 6 attention · 23 MoE\n") != std::string::npos);
+  CHECK(text.out.find("CUDA graphs   attn, moe_router, moe_preprocess, mamba\n") != std::string::npos);
+  Result js = run("run configs/nemotron-3-nano-gb300-8.json --json");
+  REQUIRE(js.code == 0);
+  const auto j = nlohmann::json::parse(js.out);
+  CHECK(j["scenario"]["hybrid_pattern"].get<std::string>().size() == 52);
+  CHECK(j["scenario"]["moe_token_dispatcher"] == "flex");
+}
+
 // A mixture of experts end to end: the layout line names ep and etp, the token all-to-alls are
 // their own share of the step, and --json reports them and the layout; the time shares add up.
 TEST_CASE("a mixture-of-experts run reports its expert layout and exposed all-to-all time") {
