@@ -754,6 +754,24 @@ TEST_CASE("hybrid attention and MoE blocks split a transformer layer") {
   CHECK(op_named(moe, "experts_squared_relu").bytes > 0);
 }
 
+// A '-' block of a hybrid model is a dense MLP even when the model has experts elsewhere: squared
+// ReLU without a gate, fc1 h -> ffn and fc2 back, and its own pre-MLP norm.
+TEST_CASE("hybrid MLP block: a dense squared-ReLU MLP") {
+  ModelSpec m = nemotron_nano();
+  m.hybrid_pattern = "M-E";
+  m.layers = 3;
+  m.ffn_hidden = 21504;
+  LayerConfig c;
+  c.seq_len = 4096;
+  const auto fwd = layer_forward(m, c, LayerBlock::mlp);
+  const double t = 4096, h = 2688;
+  CHECK(flops_of(fwd, OpKind::gemm) == Approx(2 * (2 * t * h * 21504)));
+  CHECK(op_named(fwd, "fc1").gemm.n == 21504);
+  CHECK(op_named(fwd, "squared_relu").bytes == Approx(2 * t * 21504 * 2));
+  for (const Op& op : fwd) CHECK(op.name.find("expert") == std::string::npos);
+  CHECK(layer_params_per_rank(m, 1, LayerBlock::mlp) == 2 * 2688 * 21504 + 2688);
+}
+
 // Nemotron 3 Super's latent MoE (hidden 4096, latent 1024): the router reads the hidden state, the
 // tokens go down to the latent before the dispatch, which then moves R·k·latent elements, the experts
 // read and write the latent, and the combined latent goes back up.
