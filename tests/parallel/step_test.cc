@@ -1557,3 +1557,59 @@ TEST_CASE("host overhead: a symmetric run gives the full run's step time, with t
     CHECK(sym.host_busy_fraction == Approx(full.host_busy_fraction).epsilon(1e-12));
   }
 }
+
+namespace {
+
+// A small hybrid model over 2 pipeline stages: stage 0 holds "M*E" (layers 0-2), stage 1 "M-E".
+nlohmann::json hybrid_scenario(int gpus, int ep) {
+  return {{"model",
+           {{"name", "hybrid"},
+            {"hybrid_pattern", "M*EM-E"},
+            {"hidden", 1024},
+            {"heads", 16},
+            {"kv_heads", 4},
+            {"ffn_hidden", 2048},
+            {"vocab", 32000},
+            {"mlp", "squared_relu"},
+            {"experts", 16},
+            {"experts_per_token", 2},
+            {"moe_ffn_hidden", 512},
+            {"shared_expert_ffn_hidden", 1024},
+            {"mamba_heads", 16},
+            {"mamba_head_dim", 64},
+            {"mamba_state", 64},
+            {"mamba_groups", 2}}},
+          {"cluster", "dgx-h100"},
+          {"gpus", gpus},
+          {"parallel",
+           {{"tp", 1}, {"pp", 2}, {"ep", ep}, {"zero", 1}, {"overlap_grad_reduce", true}, {"overlap_param_gather", true}}},
+          {"training", {{"micro_batch", 1}, {"global_batch", 4 * gpus / 2}, {"seq_len", 2048}}}};
+}
+
+}  // namespace
+
+// Each stage holds its blocks' parameters by kind and the experts of its 'E' blocks; with the one
+// copy of the embedding they add up to the model's total; symmetric and all-ranks runs agree.
+TEST_CASE("hybrid model over pipeline stages: parameters by block kind, symmetric run exact") {
+  const auto sc = scenario(hybrid_scenario(2, 1));
+  const auto& m = sc.model;
+  using workload::LayerBlock;
+  const std::int64_t mamba = workload::layer_params_per_rank(m, 1, LayerBlock::mamba);
+  const std::int64_t attention = workload::layer_params_per_rank(m, 1, LayerBlock::attention);
+  const std::int64_t mlp = workload::layer_params_per_rank(m, 1, LayerBlock::mlp);
+  const std::int64_t moe = workload::layer_params_per_rank(m, 1, LayerBlock::moe);
+  const std::int64_t experts = workload::layer_expert_params_per_rank(m, 1, 1);
+  const auto plan = parallel::build_step(sc, hardware::ComputeModel(sc.cluster.gpu));
+  CHECK(plan.stages[0].params_per_rank == mamba + attention + moe + workload::embedding_params_per_rank(m, 1));
+  CHECK(plan.stages[1].params_per_rank == mamba + mlp + moe + workload::head_params_per_rank(m, 1));
+  CHECK(plan.stages[0].expert_params_per_rank == experts);
+  CHECK(plan.stages[1].expert_params_per_rank == experts);
+  CHECK(plan.stages[0].params_per_rank + plan.stages[1].params_per_rank + 2 * experts == m.total_params());
+  const auto ep_sc = scenario(hybrid_scenario(16, 4));
+  parallel::BuildOptions all;
+  all.all_ranks = true;
+  const auto full = parallel::simulate_step(ep_sc, all);
+  const auto sym = parallel::simulate_step(ep_sc);
+  CHECK(sym.step_time_s == full.step_time_s);
+  CHECK(sym.memory[sym.peak_rank].peak_bytes == full.memory[full.peak_rank].peak_bytes);
+}
