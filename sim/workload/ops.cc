@@ -657,9 +657,10 @@ void mla_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
 // 1/3.6 ... 1/4.4 in steps of 0.1 by MAPE (2.9% at 1/3.9, 3.0% at 1/4.0; mean error -0.6% at 1/4.0),
 // rounded to 1/4. Held out: Nano on B200, B300, GB200 and H100 (14 runs) and Super on every GPU
 // (30 runs); their residuals are in validation/README.md ("Hybrid Mamba models"). A 4x gap to the
-// roofline is what Triton kernels that are memory- and latency-bound on fp32 states reach on Blackwell
-// (state-spaces/mamba issue #904 reports a Mamba backward kernel 38.7x slower on GB200 than its
-// tuned configuration); no microbenchmark of Megatron's training path was published to pin it down.
+// roofline is plausible for Triton kernels that are memory- and latency-bound on fp32 states on
+// Blackwell (state-spaces/mamba issue #904: a Mamba-3 backward Triton kernel ran 38.7x slower on GB200
+// when the compiler dropped its tuned configurations); no microbenchmark of Megatron's Mamba-2
+// training path was published to pin it down.
 constexpr double kMambaScanAchieved = 1.0 / 4.0;
 
 // Marks ops [from, end) whose names are the Mamba mixer's own kernels (see kMambaScanAchieved).

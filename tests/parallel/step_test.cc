@@ -1562,28 +1562,29 @@ namespace {
 
 // A small hybrid model over 2 pipeline stages: stage 0 holds "M*E" (layers 0-2), stage 1 "M-E".
 nlohmann::json hybrid_scenario(int gpus, int ep) {
-  return {{"model",
-           {{"name", "hybrid"},
-            {"hybrid_pattern", "M*EM-E"},
-            {"hidden", 1024},
-            {"heads", 16},
-            {"kv_heads", 4},
-            {"ffn_hidden", 2048},
-            {"vocab", 32000},
-            {"mlp", "squared_relu"},
-            {"experts", 16},
-            {"experts_per_token", 2},
-            {"moe_ffn_hidden", 512},
-            {"shared_expert_ffn_hidden", 1024},
-            {"mamba_heads", 16},
-            {"mamba_head_dim", 64},
-            {"mamba_state", 64},
-            {"mamba_groups", 2}}},
-          {"cluster", "dgx-h100"},
-          {"gpus", gpus},
-          {"parallel",
-           {{"tp", 1}, {"pp", 2}, {"ep", ep}, {"zero", 1}, {"overlap_grad_reduce", true}, {"overlap_param_gather", true}}},
-          {"training", {{"micro_batch", 1}, {"global_batch", 4 * gpus / 2}, {"seq_len", 2048}}}};
+  return {
+      {"model",
+       {{"name", "hybrid"},
+        {"hybrid_pattern", "M*EM-E"},
+        {"hidden", 1024},
+        {"heads", 16},
+        {"kv_heads", 4},
+        {"ffn_hidden", 2048},
+        {"vocab", 32000},
+        {"mlp", "squared_relu"},
+        {"experts", 16},
+        {"experts_per_token", 2},
+        {"moe_ffn_hidden", 512},
+        {"shared_expert_ffn_hidden", 1024},
+        {"mamba_heads", 16},
+        {"mamba_head_dim", 64},
+        {"mamba_state", 64},
+        {"mamba_groups", 2}}},
+      {"cluster", "dgx-h100"},
+      {"gpus", gpus},
+      {"parallel",
+       {{"tp", 1}, {"pp", 2}, {"ep", ep}, {"zero", 1}, {"overlap_grad_reduce", true}, {"overlap_param_gather", true}}},
+      {"training", {{"micro_batch", 1}, {"global_batch", 4 * gpus / 2}, {"seq_len", 2048}}}};
 }
 
 }  // namespace
