@@ -1,6 +1,7 @@
 #include "workload/ops.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "util/error.h"
 
@@ -674,7 +675,8 @@ void mark_mamba_kernels(std::vector<Op>& ops, std::size_t from) {
 
 void mamba_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   const std::size_t first = ops.size();
-  const double d = x.d, tok = x.tokens, chunks = tok / x.chunk;
+  // Each sequence is scanned in chunks of Q tokens, the last one padded to Q.
+  const double d = x.d, tok = x.tokens, chunks = x.b * std::ceil(x.sl / x.chunk);
   const double states = chunks * x.mh * x.mp * x.mn * 4;  // fp32 state per chunk and head
   if (x.t > 1 && x.sp) ops.push_back(comm("mamba_in_proj_input_all_gather", Comm::all_gather, act(tok, x.h, d)));
   ops.push_back(gemm("mamba_in_proj", tok, x.min_w, x.h, d, act(x.region, x.h, gemm_in_d) + act(tok, x.min_w, d)));
@@ -699,7 +701,7 @@ void mamba_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
 // input gradient's TP communication.
 void mamba_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   const std::size_t first = ops.size();
-  const double d = x.d, tok = x.tokens, chunks = tok / x.chunk;
+  const double d = x.d, tok = x.tokens, chunks = x.b * std::ceil(x.sl / x.chunk);
   const double states = chunks * x.mh * x.mp * x.mn * 4;
   const double full = act(tok, x.h, d);
   if (x.t > 1 && x.sp) ops.push_back(comm("mamba_output_grad_all_gather", Comm::all_gather, full));

@@ -728,6 +728,11 @@ TEST_CASE("Mamba block: projections, scan products and communication per TP rank
   // and out_proj's FP8 input.
   const double region = t / 2;
   CHECK(saved(fwd) == Approx(region * h * 2 + region * h * 1 + t * in_w * 2 + t * 2048 * 2 + t * 2048 * 1));
+  // A sequence shorter than a chunk is scanned as one padded chunk: 100 tokens, 2 sequences, 32 heads.
+  LayerConfig short_seq = c;
+  short_seq.seq_len = 100;
+  short_seq.micro_batch = 2;
+  CHECK(op_named(layer_forward(m, short_seq, LayerBlock::mamba), "ssd_chunk_state").gemm.batch == 2 * 32);
   // The "mamba" CUDA graph scope captures the block (not the FP8 casts, which the step builder issues).
   CHECK(op_named(fwd, "ssd_chunk_scan").graph == kGraphMamba);
   CHECK(op_named(fwd, "mamba_residual_add").graph == kGraphMamba);
