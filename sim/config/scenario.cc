@@ -641,7 +641,7 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
         file, tp_path,
         fmt::format("{} does not divide mamba_heads ({}) and mamba_groups ({})", p.tp, m.mamba_heads, m.mamba_groups));
   }
-  if (m.hybrid() && p.cp > 1 && m.mamba_heads > 0)
+  if (m.hybrid_has('M') && p.cp > 1)
     throw util::InputError(file, util::join_path(parallel_path, "cp"),
                            "context parallelism with Mamba layers is not supported yet");
   const bool accounted = p.account_for_embedding || p.account_for_loss;
@@ -784,9 +784,7 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     refuse_module(workload::kRecomputeMoe, m.moe(), "a mixture-of-experts model");
     refuse_module(workload::kRecomputeMoeAct, m.moe(), "a mixture-of-experts model");
     refuse_module(workload::kRecomputeSharedExperts, m.shared_expert_ffn_hidden > 0, "a shared expert");
-    const bool dense_mlps =
-        m.hybrid() ? m.hybrid_pattern.find('-') != std::string::npos : !m.moe() || m.first_dense_layers > 0;
-    refuse_module(workload::kRecomputeMlp, dense_mlps, "dense MLP layers");
+    refuse_module(workload::kRecomputeMlp, m.has_dense_mlp(), "dense MLP layers");
     refuse_module(workload::kRecomputeLayernorm, m.mla() || m.moe(),
                   "a norm Megatron-Core runs on its own (multi-head latent attention's, or a mixture of experts' "
                   "pre-MLP norm; Transformer Engine fuses the others into the next GEMM)");
@@ -800,10 +798,9 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
                              "captures its token-count dependent shapes only with token dropping)");
     if ((g & (workload::kGraphMoeRouter | workload::kGraphMoePreprocess)) && !m.moe())
       throw util::InputError(file, path, "\"moe_router\" and \"moe_preprocess\" need a mixture-of-experts model");
-    const bool dense_mlps =
-        m.hybrid() ? m.hybrid_pattern.find('-') != std::string::npos : !m.moe() || m.first_dense_layers > 0;
-    if ((g & workload::kGraphMlp) && !dense_mlps) throw util::InputError(file, path, "\"mlp\" needs dense MLP layers");
-    if ((g & workload::kGraphMamba) && m.hybrid_pattern.find('M') == std::string::npos)
+    if ((g & workload::kGraphMlp) && !m.has_dense_mlp())
+      throw util::InputError(file, path, "\"mlp\" needs dense MLP layers");
+    if ((g & workload::kGraphMamba) && !m.hybrid_has('M'))
       throw util::InputError(file, path, "\"mamba\" needs Mamba layers (a hybrid_pattern with 'M')");
   }
   if (s.training.document_tokens > 0 && m.hybrid())

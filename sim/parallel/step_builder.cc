@@ -472,6 +472,17 @@ workload::LayerBlock kind_block(LayerKind k) {
   }
 }
 
+// The model and block a kind of layer is built from: a MoE model's dense first layers are its dense
+// variant's transformer layers.
+workload::ModelSpec kind_model(const config::Scenario& sc, LayerKind k) {
+  return k == kDenseKind ? sc.model.dense_variant() : sc.model;
+}
+
+// One TP rank's parameters in a layer of this kind.
+std::int64_t kind_layer_params(const config::Scenario& sc, LayerKind k) {
+  return workload::layer_params_per_rank(kind_model(sc, k), sc.parallel.tp, kind_block(k));
+}
+
 // Whether a kind of layer has routed experts.
 bool kind_has_experts(const config::Scenario& sc, LayerKind k) {
   return k == kMoeKind || (k == kMainKind && sc.model.moe());
@@ -813,12 +824,8 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   // LoRA: the units hold their adapters only (no gradient reaches the frozen embedding and head).
   const bool lora = sc.training.lora;
   std::array<std::int64_t, kLayerKinds> kind_params{};
-  for (std::size_t k = 0; k < kLayerKinds; ++k) {
-    if (ops.fwd[k].empty()) continue;
-    const LayerKind lk = static_cast<LayerKind>(k);
-    kind_params[k] = lk == kDenseKind ? workload::layer_params_per_rank(sc.model.dense_variant(), par.tp)
-                                      : workload::layer_params_per_rank(sc.model, par.tp, kind_block(lk));
-  }
+  for (std::size_t k = 0; k < kLayerKinds; ++k)
+    if (!ops.fwd[k].empty()) kind_params[k] = kind_layer_params(sc, static_cast<LayerKind>(k));
   if (lora) kind_params[kMainKind] = stage.params_per_rank / std::max<std::int64_t>(stage.layers, 1);
   const std::int64_t layer_expert_params = workload::layer_expert_params_per_rank(sc.model, par.ep, par.etp);
   const std::int64_t emb_params =
@@ -1379,15 +1386,12 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   ops.head_bwd = workload::head_backward(sc.model, lc);
   ops.input_bytes = workload::layer_input_bytes(sc.model, lc);
   ops.ring_kv_bytes = workload::ring_attention_kv_bytes(sc.model, lc);
-  if (sc.model.moe() && sc.model.first_dense_layers > 0) {
-    ops.fwd[kDenseKind] = workload::layer_forward(sc.model.dense_variant(), lc);
-    ops.bwd[kDenseKind] = workload::layer_backward(sc.model.dense_variant(), lc);
-  }
-  for (std::int64_t l = 0; sc.model.hybrid() && l < sc.model.layers; ++l) {
+  // The other kinds the model's layers have (a MoE model's dense first layers, a hybrid model's blocks).
+  for (std::int64_t l = 0; l < sc.model.layers; ++l) {
     const LayerKind k = layer_kind(sc, l);
     if (!ops.fwd[k].empty()) continue;
-    ops.fwd[k] = workload::layer_forward(sc.model, lc, kind_block(k));
-    ops.bwd[k] = workload::layer_backward(sc.model, lc, kind_block(k));
+    ops.fwd[k] = workload::layer_forward(kind_model(sc, k), lc, kind_block(k));
+    ops.bwd[k] = workload::layer_backward(kind_model(sc, k), lc, kind_block(k));
   }
   // Multi-token prediction: each module's prologue, layer and output layer run before the main
   // output layer, and their backward after its backward.
@@ -1444,13 +1448,8 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
         if (kind_has_experts(sc, k)) ++expert_layers;
       }
     st.params_per_rank = 0;
-    for (std::size_t k = 0; k < kLayerKinds; ++k) {
-      if (count[k] == 0) continue;
-      const LayerKind lk = static_cast<LayerKind>(k);
-      st.params_per_rank +=
-          count[k] * (lk == kDenseKind ? workload::layer_params_per_rank(sc.model.dense_variant(), par.tp)
-                                       : workload::layer_params_per_rank(sc.model, par.tp, kind_block(lk)));
-    }
+    for (std::size_t k = 0; k < kLayerKinds; ++k)
+      if (count[k] > 0) st.params_per_rank += count[k] * kind_layer_params(sc, static_cast<LayerKind>(k));
     if (st.has_embedding) st.params_per_rank += workload::embedding_params_per_rank(sc.model, par.tp);
     if (st.has_head) st.params_per_rank += workload::head_params_per_rank(sc.model, par.tp);
     st.expert_params_per_rank = expert_layers * workload::layer_expert_params_per_rank(sc.model, par.ep, par.etp);

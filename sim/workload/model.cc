@@ -133,6 +133,19 @@ ModelSpec parse_hf_gpt2(const util::JsonNode& n, const std::string& fallback_nam
   return m;
 }
 
+// A hybrid layer pattern (trainsim's hybrid_pattern, Hugging Face's hybrid_override_pattern):
+// one of 'M', '*', '-', 'E' per layer.
+std::string read_hybrid_pattern(const util::JsonNode& pat) {
+  std::string p = pat.as_string();
+  if (p.empty()) pat.fail("must name at least one layer");
+  if (const auto bad = p.find_first_not_of("M*-E"); bad != std::string::npos)
+    pat.fail(
+        fmt::format("has '{}' at position {}; layers are 'M' (Mamba), '*' (attention), '-' (MLP) or 'E' "
+                    "(mixture of experts)",
+                    p[bad], bad));
+  return p;
+}
+
 // Nemotron-H / Nemotron 3 (model_type nemotron_h): the hybrid_override_pattern ('M' Mamba-2, '*'
 // attention, '-' MLP, 'E' mixture of experts), Mamba-2 from mamba_num_heads, mamba_head_dim,
 // ssm_state_size, n_groups, conv_kernel, chunk_size; MLPs and experts with mlp_hidden_act relu2;
@@ -141,11 +154,7 @@ ModelSpec parse_hf_gpt2(const util::JsonNode& n, const std::string& fallback_nam
 ModelSpec parse_hf_nemotron_h(const util::JsonNode& n, const std::string& fallback_name) {
   ModelSpec m;
   m.name = fallback_name;
-  const util::JsonNode pat = n.at("hybrid_override_pattern");
-  m.hybrid_pattern = pat.as_string();
-  if (m.hybrid_pattern.empty()) pat.fail("must name at least one layer");
-  if (const auto bad = m.hybrid_pattern.find_first_not_of("M*-E"); bad != std::string::npos)
-    pat.fail(fmt::format("has '{}' at position {}; layers are 'M', '*', '-' or 'E'", m.hybrid_pattern[bad], bad));
+  m.hybrid_pattern = read_hybrid_pattern(n.at("hybrid_override_pattern"));
   m.layers = static_cast<std::int64_t>(m.hybrid_pattern.size());
   if (auto l = n.find("num_hidden_layers"); l && !l->json().is_null() && l->as_positive_int() != m.layers)
     l->fail(fmt::format("must equal the length of hybrid_override_pattern ({})", m.layers));
@@ -165,9 +174,8 @@ ModelSpec parse_hf_nemotron_h(const util::JsonNode& n, const std::string& fallba
   m.mlp = MlpKind::squared_relu;
   if (auto act = n.find("mlp_hidden_act"); act && act->as_string() != "relu2")
     act->fail(fmt::format("unsupported activation \"{}\" (expected relu2)", act->as_string()));
-  const auto has = [&](char c) { return m.hybrid_pattern.find(c) != std::string::npos; };
-  if (has('-')) m.ffn_hidden = n.at("intermediate_size").as_positive_int();
-  if (has('E')) {
+  if (m.hybrid_has('-')) m.ffn_hidden = n.at("intermediate_size").as_positive_int();
+  if (m.hybrid_has('E')) {
     m.experts = n.at("n_routed_experts").as_positive_int();
     m.experts_per_token = n.at("num_experts_per_tok").as_positive_int();
     if (m.experts_per_token > m.experts)
@@ -177,7 +185,7 @@ ModelSpec parse_hf_nemotron_h(const util::JsonNode& n, const std::string& fallba
       m.shared_expert_ffn_hidden = sh->as_nonnegative_int();
     if (auto lat = n.find("moe_latent_size"); lat && !lat->json().is_null()) m.moe_latent = lat->as_positive_int();
   }
-  if (has('M')) {
+  if (m.hybrid_has('M')) {
     m.mamba_heads = n.at("mamba_num_heads").as_positive_int();
     m.mamba_head_dim = n.at("mamba_head_dim").as_positive_int();
     m.mamba_state = n.at("ssm_state_size").as_positive_int();
@@ -318,21 +326,14 @@ ModelSpec parse_model(const util::JsonNode& node) {
   ModelSpec m;
   m.name = node.at("name").as_string();
   if (auto pat = node.find("hybrid_pattern")) {
-    m.hybrid_pattern = pat->as_string();
-    if (m.hybrid_pattern.empty()) pat->fail("must name at least one layer");
-    if (const auto bad = m.hybrid_pattern.find_first_not_of("M*-E"); bad != std::string::npos)
-      pat->fail(
-          fmt::format("has '{}' at position {}; layers are 'M' (Mamba), '*' (attention), '-' (MLP) or 'E' "
-                      "(mixture of experts)",
-                      m.hybrid_pattern[bad], bad));
+    m.hybrid_pattern = read_hybrid_pattern(*pat);
     m.layers = static_cast<std::int64_t>(m.hybrid_pattern.size());
     if (auto l = node.find("layers"); l && l->as_positive_int() != m.layers)
       l->fail(fmt::format("must equal the length of hybrid_pattern ({})", m.layers));
   } else {
     m.layers = node.at("layers").as_positive_int();
   }
-  const auto has_block = [&](char c) { return m.hybrid_pattern.find(c) != std::string::npos; };
-  if (has_block('M')) {
+  if (m.hybrid_has('M')) {
     m.mamba_heads = node.at("mamba_heads").as_positive_int();
     m.mamba_head_dim = node.at("mamba_head_dim").as_positive_int();
     m.mamba_state = node.at("mamba_state").as_positive_int();
@@ -364,10 +365,12 @@ ModelSpec parse_model(const util::JsonNode& node) {
   }
   if (m.hybrid()) {
     // A hybrid model's MLP widths belong to its '-' and 'E' layers, one key each.
-    if (has_block('E')) node.at("experts");  // "missing required key"
-    if (auto e = node.find("experts"); e && !has_block('E')) e->fail("hybrid_pattern has no 'E' layer for the experts");
-    if (has_block('-')) m.ffn_hidden = node.at("ffn_hidden").as_positive_int();
-    if (auto f = node.find("ffn_hidden"); f && !has_block('-')) f->fail("hybrid_pattern has no '-' (MLP) layer for it");
+    if (m.hybrid_has('E')) node.at("experts");  // "missing required key"
+    if (auto e = node.find("experts"); e && !m.hybrid_has('E'))
+      e->fail("hybrid_pattern has no 'E' layer for the experts");
+    if (m.hybrid_has('-')) m.ffn_hidden = node.at("ffn_hidden").as_positive_int();
+    if (auto f = node.find("ffn_hidden"); f && !m.hybrid_has('-'))
+      f->fail("hybrid_pattern has no '-' (MLP) layer for it");
     if (auto k = node.find("first_dense_layers")) k->fail("a hybrid model places its dense layers in hybrid_pattern");
     if (auto k = node.find("kv_lora_rank"))
       k->fail("multi-head latent attention in a hybrid model is not supported yet");
@@ -379,7 +382,7 @@ ModelSpec parse_model(const util::JsonNode& node) {
     if (auto sh = node.find("shared_expert_ffn_hidden")) m.shared_expert_ffn_hidden = sh->as_positive_int();
     if (auto lat = node.find("moe_latent")) m.moe_latent = lat->as_positive_int();
     if (m.hybrid()) {
-      // ffn_hidden read above
+      // A hybrid model's ffn_hidden is its '-' layers' (read above).
     } else if (auto k = node.find("first_dense_layers")) {
       m.first_dense_layers = k->as_positive_int();
       if (m.first_dense_layers >= m.layers) k->fail(fmt::format("must be below layers ({})", m.layers));

@@ -98,6 +98,11 @@ struct ModelSpec {
   // MambaModel's default position_embedding_type "none", as Nemotron-H trains).
   bool rms_norm() const { return mlp != MlpKind::gelu; }
   bool rotary() const { return mlp != MlpKind::gelu && !hybrid(); }
+  // Whether the hybrid pattern has a layer of this letter ('M', '*', '-', 'E'); false for other models.
+  bool hybrid_has(char c) const { return hybrid_pattern.find(c) != std::string::npos; }
+  // Whether some layer has a dense MLP: a hybrid model's '-' layers, a dense model's layers, a MoE
+  // model's first_dense_layers.
+  bool has_dense_mlp() const { return hybrid() ? hybrid_has('-') : !moe() || first_dense_layers > 0; }
   // The block layer `layer` (0-based) is: its hybrid pattern's, or a transformer layer.
   LayerBlock block(std::int64_t layer) const;
   // Whether layer `layer` (0-based) has routed experts: a MoE model's transformer layers after its
