@@ -664,35 +664,31 @@ void mla_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
 // training path was published to pin it down.
 constexpr double kMambaScanAchieved = 1.0 / 4.0;
 
-// Marks ops [from, end) whose names are the Mamba mixer's own kernels (see kMambaScanAchieved).
-void mark_mamba_kernels(std::vector<Op>& ops, std::size_t from) {
-  for (std::size_t i = from; i < ops.size(); ++i) {
-    const std::string& n = ops[i].name;
-    if (n.rfind("ssd_", 0) == 0 || n.rfind("mamba_conv1d", 0) == 0 || n.rfind("mamba_gated_rmsnorm", 0) == 0)
-      ops[i].achieved = kMambaScanAchieved;
-  }
+// One of the Mamba mixer's own kernels (see kMambaScanAchieved), as core() and grouped() mark theirs.
+Op scan_kernel(Op op) {
+  op.achieved = kMambaScanAchieved;
+  return op;
 }
 
 void mamba_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
-  const std::size_t first = ops.size();
   // Each sequence is scanned in chunks of Q tokens, the last one padded to Q.
   const double d = x.d, tok = x.tokens, chunks = x.b * std::ceil(x.sl / x.chunk);
   const double states = chunks * x.mh * x.mp * x.mn * 4;  // fp32 state per chunk and head
   if (x.t > 1 && x.sp) ops.push_back(comm("mamba_in_proj_input_all_gather", Comm::all_gather, act(tok, x.h, d)));
   ops.push_back(gemm("mamba_in_proj", tok, x.min_w, x.h, d, act(x.region, x.h, gemm_in_d) + act(tok, x.min_w, d)));
-  ops.push_back(memory("mamba_conv1d", 2 * act(tok, x.xbc, d) + x.xbc * (x.conv + 1) * d));
-  ops.push_back(memory("ssd_chunk_cumsum", tok * x.mh * (d + 8)));
-  ops.push_back(gemm("ssd_chunk_state", x.mn, x.mp, x.chunk, d, 0, chunks * x.mh));
-  ops.push_back(memory("ssd_state_passing", 2 * states));
-  ops.push_back(gemm("ssd_bmm_chunk", x.chunk, x.chunk, x.mn, d, 0, chunks * x.mg));
-  ops.push_back(gemm("ssd_chunk_scan", x.chunk, x.mp, x.chunk + x.mn, d, act(tok, x.mi, d), chunks * x.mh));
-  ops.push_back(memory("mamba_gated_rmsnorm", 3 * act(tok, x.mi, d)));
+  ops.push_back(scan_kernel(memory("mamba_conv1d", 2 * act(tok, x.xbc, d) + x.xbc * (x.conv + 1) * d)));
+  ops.push_back(scan_kernel(memory("ssd_chunk_cumsum", tok * x.mh * (d + 8))));
+  ops.push_back(scan_kernel(gemm("ssd_chunk_state", x.mn, x.mp, x.chunk, d, 0, chunks * x.mh)));
+  ops.push_back(scan_kernel(memory("ssd_state_passing", 2 * states)));
+  ops.push_back(scan_kernel(gemm("ssd_bmm_chunk", x.chunk, x.chunk, x.mn, d, 0, chunks * x.mg)));
+  ops.push_back(
+      scan_kernel(gemm("ssd_chunk_scan", x.chunk, x.mp, x.chunk + x.mn, d, act(tok, x.mi, d), chunks * x.mh)));
+  ops.push_back(scan_kernel(memory("mamba_gated_rmsnorm", 3 * act(tok, x.mi, d))));
   ops.push_back(gemm("mamba_out_proj", tok, x.h, x.mi, d, act(tok, x.mi, gemm_in_d)));
   if (x.t > 1) {
     ops.push_back(x.sp ? comm("mamba_reduce_scatter", Comm::reduce_scatter, act(tok, x.h, d))
                        : comm("mamba_all_reduce", Comm::all_reduce, act(tok, x.h, d)));
   }
-  mark_mamba_kernels(ops, first);
 }
 
 // Its backward: out_proj's data and weight gradients, the gated norm's, the recomputed convolution
@@ -700,23 +696,22 @@ void mamba_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
 // forward's batched GEMMs, and the states carried back), the convolution's, and in_proj's with its
 // input gradient's TP communication.
 void mamba_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
-  const std::size_t first = ops.size();
   const double d = x.d, tok = x.tokens, chunks = x.b * std::ceil(x.sl / x.chunk);
   const double states = chunks * x.mh * x.mp * x.mn * 4;
   const double full = act(tok, x.h, d);
   if (x.t > 1 && x.sp) ops.push_back(comm("mamba_output_grad_all_gather", Comm::all_gather, full));
   ops.push_back(gemm("mamba_out_proj_dgrad", tok, x.mi, x.h, d));
   ops.push_back(wgrad("mamba_out_proj_wgrad", x.mi, x.h, tok, d, act(tok, x.mi, gemm_in_d)));
-  ops.push_back(memory("mamba_gated_rmsnorm_backward", 5 * act(tok, x.mi, d)));
-  ops.push_back(memory("mamba_conv1d_recompute", 2 * act(tok, x.xbc, d)));
-  ops.push_back(gemm("ssd_chunk_state_recompute", x.mn, x.mp, x.chunk, d, 0, chunks * x.mh));
-  ops.push_back(memory("ssd_state_passing_recompute", 2 * states));
-  ops.push_back(gemm("ssd_chunk_scan_backward", x.chunk, x.mp, x.chunk + x.mn, d, 0, 2 * chunks * x.mh));
-  ops.push_back(memory("ssd_state_passing_backward", 3 * states));
-  ops.push_back(gemm("ssd_chunk_state_backward", x.mn, x.mp, x.chunk, d, 0, 2 * chunks * x.mh));
-  ops.push_back(gemm("ssd_bmm_chunk_backward", x.chunk, x.chunk, x.mn, d, 0, 2 * chunks * x.mg));
-  ops.push_back(memory("ssd_chunk_cumsum_backward", tok * x.mh * (2 * d + 16)));
-  ops.push_back(memory("mamba_conv1d_backward", 3 * act(tok, x.xbc, d)));
+  ops.push_back(scan_kernel(memory("mamba_gated_rmsnorm_backward", 5 * act(tok, x.mi, d))));
+  ops.push_back(scan_kernel(memory("mamba_conv1d_recompute", 2 * act(tok, x.xbc, d))));
+  ops.push_back(scan_kernel(gemm("ssd_chunk_state_recompute", x.mn, x.mp, x.chunk, d, 0, chunks * x.mh)));
+  ops.push_back(scan_kernel(memory("ssd_state_passing_recompute", 2 * states)));
+  ops.push_back(scan_kernel(gemm("ssd_chunk_scan_backward", x.chunk, x.mp, x.chunk + x.mn, d, 0, 2 * chunks * x.mh)));
+  ops.push_back(scan_kernel(memory("ssd_state_passing_backward", 3 * states)));
+  ops.push_back(scan_kernel(gemm("ssd_chunk_state_backward", x.mn, x.mp, x.chunk, d, 0, 2 * chunks * x.mh)));
+  ops.push_back(scan_kernel(gemm("ssd_bmm_chunk_backward", x.chunk, x.chunk, x.mn, d, 0, 2 * chunks * x.mg)));
+  ops.push_back(scan_kernel(memory("ssd_chunk_cumsum_backward", tok * x.mh * (2 * d + 16))));
+  ops.push_back(scan_kernel(memory("mamba_conv1d_backward", 3 * act(tok, x.xbc, d))));
   if (x.t > 1 && x.sp) ops.push_back(comm("mamba_in_proj_input_all_gather", Comm::all_gather, full));
   ops.push_back(gemm("mamba_in_proj_dgrad", tok, x.h, x.min_w, d));
   if (x.t > 1) {
@@ -724,7 +719,6 @@ void mamba_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
                        : comm("mamba_input_grad_all_reduce", Comm::all_reduce, full));
   }
   ops.push_back(wgrad("mamba_in_proj_wgrad", x.h, x.min_w, tok, d, act(x.region, x.h, gemm_in_d)));
-  mark_mamba_kernels(ops, first);
 }
 
 }  // namespace
