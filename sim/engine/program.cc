@@ -22,7 +22,7 @@ Dep Program::add(Task task, std::span<const Dep> deps) {
 }
 
 std::uint32_t Program::label(std::string_view name) {
-  auto it = label_ids_.find(std::string(name));
+  auto it = label_ids_.find(name);
   if (it != label_ids_.end()) return it->second;
   auto id = static_cast<std::uint32_t>(labels_.size());
   labels_.emplace_back(name);

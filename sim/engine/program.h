@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <span>
 #include <string>
@@ -77,7 +78,12 @@ class Program {
   std::array<std::vector<Task>, kMaxStreams> streams_;
   std::vector<Dep> deps_;
   std::vector<std::string> labels_;
-  std::unordered_map<std::string, std::uint32_t> label_ids_;
+  // Looked up by string_view without a temporary string (transparent hash and equality).
+  struct LabelHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, std::uint32_t, LabelHash, std::equal_to<>> label_ids_;
 };
 
 // Process groups as compressed member lists: nothing is quadratic in the number of ranks.

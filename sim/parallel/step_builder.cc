@@ -1,8 +1,12 @@
 #include "parallel/step_builder.h"
 
 #include <algorithm>
+#include <array>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -218,7 +222,7 @@ class StageWriter {
                                                     : kTpGroup;
     t.op = static_cast<std::uint16_t>(collective_of(op.comm));
     t.bytes = op.comm_bytes;
-    t.label = p_.label(fmt::format("{} {}", phase, op.name));
+    t.label = label_of(phase, op.name, op.name);
     return t;
   }
 
@@ -255,15 +259,17 @@ class StageWriter {
     push(tp_task(op, phase));
   }
 
+  // The names are views of the ops' own (and the callers' phase literals): a segment is flushed
+  // before the emit() that filled it returns, while its ops live.
   struct Segment {
-    std::string first, last, phase;
+    std::string_view first, last, phase;
     double s = 0;
     std::int64_t alloc = 0;
     double flops = 0;
   };
 
   void accumulate(const Op& op, std::string_view phase, std::int64_t saved) {
-    const double t = compute_.time_s(op);
+    const double t = op.time_memo_s >= 0 ? op.time_memo_s : compute_.time_s(op);
     if (host_stream_) seg_host_.push_back({op.host_s, t, std::max(1, op.kernels)});
     seg_ws_ = std::max(seg_ws_, op.workspace_bytes);
     if (seg_.first.empty()) seg_.first = op.name;
@@ -274,7 +280,7 @@ class StageWriter {
     seg_.alloc += saved;
     seg_.flops += op.flops;
     tail_gemm_ = op.kind == workload::OpKind::gemm;
-    tail_ = Segment{op.name, op.name, std::string(phase), t, saved, op.flops};
+    tail_ = Segment{op.name, op.name, phase, t, saved, op.flops};
   }
 
   // Removes the trailing GEMM from the open segment and returns it as a segment of its own.
@@ -286,7 +292,7 @@ class StageWriter {
     seg_.s -= tail_.s;
     seg_.alloc -= tail_.alloc;
     seg_.flops -= tail_.flops;
-    if (seg_.first == tail_.first && before_tail_.empty()) seg_.first.clear();
+    if (seg_.first == tail_.first && before_tail_.empty()) seg_.first = {};
     seg_.last = before_tail_;
     if (seg_.first.empty()) seg_ = Segment{};
     tail_gemm_ = false;
@@ -295,7 +301,7 @@ class StageWriter {
 
   void flush() {
     tail_gemm_ = false;
-    before_tail_.clear();
+    before_tail_ = {};
     if (seg_.first.empty() && seg_.alloc == 0 && seg_alloc_ == 0) return;
     Task t;
     t.stream = kCompute;
@@ -303,8 +309,7 @@ class StageWriter {
     t.flops = seg_.flops;
     t.mem_alloc_bytes = seg_.alloc + seg_alloc_;
     t.mem_category = kActivations;
-    const std::string name = seg_.first == seg_.last ? seg_.first : fmt::format("{}..{}", seg_.first, seg_.last);
-    t.label = p_.label(fmt::format("{} {}", seg_.phase, name));
+    t.label = label_of(seg_.phase, seg_.first, seg_.last);
     seg_ = Segment{};
     seg_alloc_ = 0;
     // The largest temporary of the merged ops is held while the task runs.
@@ -331,6 +336,22 @@ class StageWriter {
       issue(t, pending_, host, lead);
     }
     push(t);
+  }
+
+  // A task's label, "phase first" or "phase first..last", interned once per distinct triple: the
+  // cache is keyed by where the three names live and checks their text, so a temporary op whose
+  // name reuses an address cannot alias another's label.
+  std::uint32_t label_of(std::string_view phase, std::string_view first, std::string_view last) {
+    LabelEntry& e = labels_[{phase.data(), first.data(), last.data()}];
+    if (!e.set || e.phase != phase || e.first != first || e.last != last) {
+      e.phase = phase;
+      e.first = first;
+      e.last = last;
+      e.set = true;
+      e.id =
+          p_.label(first == last ? fmt::format("{} {}", phase, first) : fmt::format("{} {}..{}", phase, first, last));
+    }
+    return e.id;
   }
 
   Dep push(const Task& t) {
@@ -410,7 +431,21 @@ class StageWriter {
   std::optional<Dep> overlapped_;  // an all-gather the next GEMM runs beside
   Segment seg_;                    // compute ops merged into the next compute task
   Segment tail_;                   // the last op added to seg_
-  std::string before_tail_;        // seg_.last before the tail was added
+  std::string_view before_tail_;   // seg_.last before the tail was added
+  using LabelKey = std::array<const char*, 3>;
+  struct LabelKeyHash {
+    std::size_t operator()(const LabelKey& k) const {
+      std::size_t h = 0;
+      for (const char* p : k) h = h * 1000003u ^ std::hash<const char*>{}(p);
+      return h;
+    }
+  };
+  struct LabelEntry {
+    std::string phase, first, last;
+    std::uint32_t id = 0;
+    bool set = false;
+  };
+  std::unordered_map<LabelKey, LabelEntry, LabelKeyHash> labels_;
   bool tail_gemm_ = false;
   std::int64_t seg_alloc_ = 0;  // extra allocation for the next compute task (layer inputs)
   std::int64_t seg_ws_ = 0;     // largest workspace_bytes of the ops in seg_
@@ -764,6 +799,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   auto ring_attention = [&](const Op& op, std::string_view phase, Saves saves) {
     const bool bwd = op.attention.backward;
     Op step = op;
+    step.time_memo_s = -1;
     step.flops /= static_cast<double>(cp);
     step.bytes /= static_cast<double>(cp);
     step.attention.seq_q = step.attention.seq_kv = op.attention.seq_q;
@@ -1348,12 +1384,20 @@ bool host_stream(const config::Scenario& sc) {
   return sc.training.host_overhead && !sc.training.cuda_graph_full_iteration;
 }
 
-StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& compute, const BuildOptions& options) {
-  const auto& par = sc.parallel;
-  TRAINSIM_ASSERT(par.tp * par.pp * par.cp * par.dp == sc.gpus);
-  StepPlan plan;
+namespace {
 
+// What every stage's program is built from: the layer configuration and the op lists of each layer
+// kind, the embedding and the head, with each op's time memoized.
+struct StepWorkload {
   workload::LayerConfig lc;
+  LayerOps ops;
+};
+
+StepWorkload step_workload(const config::Scenario& sc, const hardware::ComputeModel& compute) {
+  const auto& par = sc.parallel;
+  StepWorkload out;
+  workload::LayerConfig& lc = out.lc;
+  LayerOps& ops = out.ops;
   lc.micro_batch = sc.training.micro_batch;
   lc.seq_len = sc.training.seq_len;
   lc.tp = par.tp;
@@ -1377,7 +1421,6 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   lc.attention = sc.training.attention;
   lc.fused_cross_entropy = sc.training.fused_cross_entropy;
   if (sc.training.recompute == config::Recompute::selective) lc.recompute_modules = sc.training.recompute_modules;
-  LayerOps ops;
   ops.fwd[kMainKind] = workload::layer_forward(sc.model, lc);
   ops.bwd[kMainKind] = workload::layer_backward(sc.model, lc);
   ops.emb_fwd = workload::embedding_forward(sc.model, lc);
@@ -1429,6 +1472,53 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
     ops.head_fwd = workload::eager_head_forward(sc.model, lc, host);
     ops.head_bwd = workload::eager_head_backward(sc.model, lc, host);
   }
+  // Each op's time, once: the stages emit the same lists for every micro-batch and layer.
+  auto memoize = [&compute](std::vector<Op>& list) {
+    for (Op& op : list)
+      if (op.kind != workload::OpKind::tp_comm) op.time_memo_s = compute.time_s(op);
+  };
+  for (std::size_t k = 0; k < kLayerKinds; ++k) {
+    memoize(ops.fwd[k]);
+    memoize(ops.bwd[k]);
+  }
+  for (std::vector<Op>* list : {&ops.emb_fwd, &ops.emb_bwd, &ops.head_fwd, &ops.head_bwd}) memoize(*list);
+  return out;
+}
+
+}  // namespace
+
+double compute_floor_s(const config::Scenario& sc, const hardware::ComputeModel& compute) {
+  const StepWorkload wl = step_workload(sc, compute);
+  auto kernels_s = [&](const std::vector<Op>& list) {
+    double t = 0;
+    for (const Op& op : list)
+      if (op.kind != workload::OpKind::tp_comm && (sc.parallel.cp == 1 || op.kind != workload::OpKind::attention))
+        t += op.time_memo_s;
+    return t;
+  };
+  std::array<double, kLayerKinds> layer_s{};
+  for (std::size_t k = 0; k < kLayerKinds; ++k) layer_s[k] = kernels_s(wl.ops.fwd[k]) + kernels_s(wl.ops.bwd[k]);
+  const std::int64_t pp = sc.parallel.pp;
+  const std::int64_t chunks = sc.parallel.schedule == config::Schedule::interleaved ? sc.parallel.virtual_stages : 1;
+  double floor = 0;
+  for (std::int64_t s = 0; s < pp; ++s) {
+    double per_micro_batch = 0;
+    for (std::int64_t c = 0; c < chunks; ++c)
+      for (LayerKind k : chunk_kinds(sc, s, c)) per_micro_batch += layer_s[k];
+    if (s == 0) per_micro_batch += kernels_s(wl.ops.emb_fwd) + kernels_s(wl.ops.emb_bwd);
+    if (s == pp - 1) per_micro_batch += kernels_s(wl.ops.head_fwd) + kernels_s(wl.ops.head_bwd);
+    floor = std::max(floor, per_micro_batch * static_cast<double>(sc.training.num_micro_batches));
+  }
+  return floor;
+}
+
+StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& compute, const BuildOptions& options) {
+  const auto& par = sc.parallel;
+  TRAINSIM_ASSERT(par.tp * par.pp * par.cp * par.dp == sc.gpus);
+  StepPlan plan;
+  StepWorkload wl = step_workload(sc, compute);
+  const workload::LayerConfig& lc = wl.lc;
+  const LayerOps& ops = wl.ops;
 
   plan.stages.resize(static_cast<std::size_t>(par.pp));
   plan.programs.resize(static_cast<std::size_t>(par.pp));

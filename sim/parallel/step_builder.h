@@ -111,4 +111,11 @@ bool host_stream(const config::Scenario& scenario);
 StepPlan build_step(const config::Scenario& scenario, const hardware::ComputeModel& compute,
                     const BuildOptions& options = {});
 
+// A floor under the step time from the op lists alone (no program built, nothing simulated): the
+// busiest pipeline stage's forward and backward kernels of its layers (with the embedding on the
+// first stage and the head on the last) over its micro-batches. Every stage runs at least these on
+// its one compute stream; recomputation, optimizer, communication and waiting only add to them
+// (with context parallelism the attention kernels, split over the ring, are left out).
+double compute_floor_s(const config::Scenario& scenario, const hardware::ComputeModel& compute);
+
 }  // namespace trainsim::parallel

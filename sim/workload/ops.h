@@ -116,6 +116,9 @@ struct Op {
   std::int32_t host_launches = 0;  // kernels launched from C++ inside those calls (per-expert GEMMs)
   std::uint8_t graph = 0;
   bool host_sync = false;
+  // The step builder's memo of ComputeModel::time_s(*this), set once per build on the finished op
+  // lists (negative: not set; whoever copies an op and changes its work resets it).
+  double time_memo_s = -1;
 };
 
 // Megatron-Core's partial CUDA graph scopes (--cuda-graph-scope with Transformer Engine graphs), as
