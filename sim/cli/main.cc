@@ -253,7 +253,7 @@ int search_layouts(const SearchArgs& a) {
       fmt::print("{}", search::to_text(results, bases, a.top));
   };
   if (a.gpus.empty() && a.nodes.empty()) {
-    const auto result = search::run_search(base, doc, axes, threads, data_dir, headroom);
+    const auto result = search::run_search(base, doc, axes, threads, data_dir, headroom, a.top);
     if (result.root) print(result, base);  // rank 0 prints
     return 0;
   }
@@ -268,7 +268,7 @@ int search_layouts(const SearchArgs& a) {
     config::Scenario b = base;
     b.gpus = n;
     doc["gpus"] = n;
-    results.push_back(search::run_search(b, doc, axes, threads, data_dir, headroom));
+    results.push_back(search::run_search(b, doc, axes, threads, data_dir, headroom, a.top));
     bases.push_back(std::move(b));
   }
   if (results.front().root) print(results, bases);

@@ -1489,25 +1489,73 @@ StepWorkload step_workload(const config::Scenario& sc, const hardware::ComputeMo
 
 double compute_floor_s(const config::Scenario& sc, const hardware::ComputeModel& compute) {
   const StepWorkload wl = step_workload(sc, compute);
-  auto kernels_s = [&](const std::vector<Op>& list) {
+  const auto& par = sc.parallel;
+  // Kernel time of the ops `keep` selects (not collectives; with context parallelism not the
+  // attention, which runs split over the ring).
+  auto kernels_s = [&](const std::vector<Op>& list, auto keep) {
     double t = 0;
     for (const Op& op : list)
-      if (op.kind != workload::OpKind::tp_comm && (sc.parallel.cp == 1 || op.kind != workload::OpKind::attention))
+      if (op.kind != workload::OpKind::tp_comm && (par.cp == 1 || op.kind != workload::OpKind::attention) && keep(op))
         t += op.time_memo_s;
     return t;
   };
-  std::array<double, kLayerKinds> layer_s{};
-  for (std::size_t k = 0; k < kLayerKinds; ++k) layer_s[k] = kernels_s(wl.ops.fwd[k]) + kernels_s(wl.ops.bwd[k]);
-  const std::int64_t pp = sc.parallel.pp;
-  const std::int64_t chunks = sc.parallel.schedule == config::Schedule::interleaved ? sc.parallel.virtual_stages : 1;
-  double floor = 0;
+  auto all = [](const Op&) { return true; };
+  const std::uint8_t modules =
+      sc.training.recompute == config::Recompute::selective ? sc.training.recompute_modules : std::uint8_t{0};
+  auto rerun = [modules](const Op& op) { return (op.rerun & modules) != 0; };
+  std::array<double, kLayerKinds> fwd{}, bwd{}, selective{};
+  for (std::size_t k = 0; k < kLayerKinds; ++k) {
+    fwd[k] = kernels_s(wl.ops.fwd[k], all);
+    bwd[k] = kernels_s(wl.ops.bwd[k], all);
+    selective[k] = kernels_s(wl.ops.fwd[k], rerun);
+  }
+  // Per stage and micro-batch: the forward kernels (of the first model chunk alone, what a micro-batch
+  // passes through before it reaches the next stage), the forward and backward of every chunk, and
+  // what recomputation runs again (full: the first recompute_layers layers of each chunk, or all).
+  const std::int64_t pp = par.pp;
+  const std::int64_t chunks = par.schedule == config::Schedule::interleaved ? par.virtual_stages : 1;
+  std::vector<double> first_chunk_fwd(static_cast<std::size_t>(pp)), work(static_cast<std::size_t>(pp)),
+      drain(static_cast<std::size_t>(pp));
   for (std::int64_t s = 0; s < pp; ++s) {
-    double per_micro_batch = 0;
-    for (std::int64_t c = 0; c < chunks; ++c)
-      for (LayerKind k : chunk_kinds(sc, s, c)) per_micro_batch += layer_s[k];
-    if (s == 0) per_micro_batch += kernels_s(wl.ops.emb_fwd) + kernels_s(wl.ops.emb_bwd);
-    if (s == pp - 1) per_micro_batch += kernels_s(wl.ops.head_fwd) + kernels_s(wl.ops.head_bwd);
-    floor = std::max(floor, per_micro_batch * static_cast<double>(sc.training.num_micro_batches));
+    double f = 0, b = 0, r = 0;
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      const std::vector<LayerKind> kinds = chunk_kinds(sc, s, c);
+      for (std::size_t l = 0; l < kinds.size(); ++l) {
+        const LayerKind k = kinds[l];
+        f += fwd[k];
+        b += bwd[k];
+        if (sc.training.recompute == config::Recompute::full &&
+            (sc.training.recompute_layers == 0 || static_cast<std::int64_t>(l) < sc.training.recompute_layers))
+          r += fwd[k];
+        else
+          r += selective[k];
+      }
+      if (c == 0) first_chunk_fwd[static_cast<std::size_t>(s)] = f;
+    }
+    if (s == 0) {
+      const double e = kernels_s(wl.ops.emb_fwd, all);
+      f += e;
+      first_chunk_fwd[0] += e;
+      b += kernels_s(wl.ops.emb_bwd, all);
+    }
+    if (s == pp - 1) {
+      f += kernels_s(wl.ops.head_fwd, all);
+      b += kernels_s(wl.ops.head_bwd, all);
+    }
+    work[static_cast<std::size_t>(s)] = f + b + r;
+    drain[static_cast<std::size_t>(s)] = b + r;
+  }
+  // Stage s runs its work on one compute stream, after the first micro-batch's forward has passed
+  // the stages before it; with 1F1B or GPipe its last backward then still goes back through them
+  // (the recomputation of that micro-batch included).
+  const bool tail = par.schedule == config::Schedule::one_f_one_b || par.schedule == config::Schedule::gpipe;
+  const double m = static_cast<double>(sc.training.num_micro_batches);
+  double floor = 0, before = 0, after = 0;
+  for (std::int64_t s = 0; s < pp; ++s) {
+    const auto i = static_cast<std::size_t>(s);
+    floor = std::max(floor, before + m * work[i] + (tail ? after : 0));
+    before += first_chunk_fwd[i];
+    after += drain[i];
   }
   return floor;
 }

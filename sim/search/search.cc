@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 
 #ifdef TRAINSIM_WITH_MPI
@@ -13,6 +14,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "hardware/compute_model.h"
+#include "parallel/step_builder.h"
 #include "parallel/step_runner.h"
 #include "util/error.h"
 #include "util/json_node.h"
@@ -155,24 +158,42 @@ std::vector<Candidate> enumerate(const Axes& a, const config::Scenario& base, co
   return out;
 }
 
-void evaluate(Candidate& c, const std::string& file, const nlohmann::json& doc, const std::filesystem::path& data_dir,
-              double headroom) {
+// Parses the candidate's scenario through the layout rules: the reason it is refused, or nothing.
+std::optional<config::Scenario> check(Candidate& c, const std::string& file, const nlohmann::json& doc,
+                                      const std::filesystem::path& data_dir) {
   nlohmann::json d = doc;
   d["parallel"] = c.parallel;
   d["training"] = c.training;
-  config::Scenario s;
   try {
-    s = config::parse_scenario(util::JsonNode(d, file), data_dir);
+    config::Scenario s = config::parse_scenario(util::JsonNode(d, file), data_dir);
+    c.valid = true;
+    return s;
   } catch (const util::InputError& e) {
     c.rejected = fmt::format("{}: {}", e.path(), e.problem());
-    return;
+    return std::nullopt;
   }
-  c.valid = true;
+}
+
+void simulate(Candidate& c, const config::Scenario& s, double headroom) {
   const parallel::StepResult r = parallel::simulate_step(s);
   c.metrics = report::compute_metrics(s, r);
   c.metrics.fits = c.metrics.peak_gib <= c.metrics.capacity_gib * (1 - headroom) && c.metrics.host_fits;
   const auto& t = r.mean;
   c.exposed_comm_fraction = t.exposed_s() / r.step_time_s;
+}
+
+// Runs job(i) for i in [0, n) on up to `threads` threads.
+template <typename Job>
+void parallel_for(std::size_t n, int threads, const Job& job) {
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t k = next++; k < n; k = next++) job(k);
+  };
+  std::vector<std::thread> pool;
+  const std::size_t count = std::min<std::size_t>(static_cast<std::size_t>(std::max(threads, 1)), n);
+  for (std::size_t i = 1; i < count; ++i) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
 }
 
 // The ep cell of the tables: "f" marks the flex token dispatcher (parallel.moe_token_dispatcher),
@@ -194,10 +215,13 @@ std::string heading(const config::Scenario& base) {
 }
 
 std::string counts(const Result& r) {
-  return fmt::format("{} layout{}: {} rejected by the layout rules, {} do not fit in memory{}, {} fit", r.enumerated,
-                     r.enumerated == 1 ? "" : "s", r.rejected, static_cast<std::int64_t>(r.ranked.size()) - r.fitting,
-                     r.headroom > 0 ? fmt::format(" with {:g}% of it free", 100 * r.headroom) : std::string(),
-                     r.fitting);
+  std::string out = fmt::format("{} layout{}: {} rejected by the layout rules, ", r.enumerated,
+                                r.enumerated == 1 ? "" : "s", r.rejected);
+  if (r.skipped > 0)
+    out += fmt::format("{} not simulated (their kernels alone outlast the top {}), ", r.skipped, r.top);
+  return out + fmt::format("{} do not fit in memory{}, {} fit", static_cast<std::int64_t>(r.ranked.size()) - r.fitting,
+                           r.headroom > 0 ? fmt::format(" with {:g}% of it free", 100 * r.headroom) : std::string(),
+                           r.fitting);
 }
 
 bool under_mpirun() {
@@ -213,15 +237,17 @@ void check_mpi(int code, const char* what) {
   if (code != MPI_SUCCESS) throw std::runtime_error(fmt::format("{} failed (MPI error {})", what, code));
 }
 
-// One rank's outcomes, as CBOR: [[index, valid, rejected, step, tokens/s/GPU, TFLOP/s/GPU, MFU,
-// bubble, peak GiB, capacity GiB, fits, exposed], ...] (CBOR keeps every double exactly).
-std::vector<std::uint8_t> pack(const std::vector<Candidate>& all) {
+// This rank's outcomes among `wave` (its every g_size-th member from g_rank), as CBOR:
+// [[index, step, tokens/s/GPU, TFLOP/s/GPU, MFU, bubble, peak GiB, capacity GiB, fits, exposed], ...]
+// (CBOR keeps every double exactly).
+std::vector<std::uint8_t> pack(const std::vector<Candidate>& all, const std::vector<std::size_t>& wave) {
   nlohmann::json rows = nlohmann::json::array();
-  for (std::size_t i = static_cast<std::size_t>(g_rank); i < all.size(); i += static_cast<std::size_t>(g_size)) {
+  for (std::size_t k = static_cast<std::size_t>(g_rank); k < wave.size(); k += static_cast<std::size_t>(g_size)) {
+    const std::size_t i = wave[k];
     const Candidate& c = all[i];
     const auto& m = c.metrics;
-    rows.push_back({i, c.valid, c.rejected, m.step_time_s, m.tokens_per_s_per_gpu, m.model_tflops_per_gpu, m.mfu,
-                    m.bubble_fraction, m.peak_gib, m.capacity_gib, m.fits, c.exposed_comm_fraction});
+    rows.push_back({i, m.step_time_s, m.tokens_per_s_per_gpu, m.model_tflops_per_gpu, m.mfu, m.bubble_fraction,
+                    m.peak_gib, m.capacity_gib, m.fits, c.exposed_comm_fraction});
   }
   return nlohmann::json::to_cbor(rows);
 }
@@ -231,35 +257,32 @@ void unpack(const std::uint8_t* data, std::size_t bytes, std::vector<Candidate>&
   for (const auto& row : rows) {
     Candidate& c = all.at(row[0].get<std::size_t>());
     auto& m = c.metrics;
-    c.valid = row[1].get<bool>();
-    c.rejected = row[2].get<std::string>();
-    m.step_time_s = row[3].get<double>();
-    m.tokens_per_s_per_gpu = row[4].get<double>();
-    m.model_tflops_per_gpu = row[5].get<double>();
-    m.mfu = row[6].get<double>();
-    m.bubble_fraction = row[7].get<double>();
-    m.peak_gib = row[8].get<double>();
-    m.capacity_gib = row[9].get<double>();
-    m.fits = row[10].get<bool>();
-    c.exposed_comm_fraction = row[11].get<double>();
+    m.step_time_s = row[1].get<double>();
+    m.tokens_per_s_per_gpu = row[2].get<double>();
+    m.model_tflops_per_gpu = row[3].get<double>();
+    m.mfu = row[4].get<double>();
+    m.bubble_fraction = row[5].get<double>();
+    m.peak_gib = row[6].get<double>();
+    m.capacity_gib = row[7].get<double>();
+    m.fits = row[8].get<bool>();
+    c.exposed_comm_fraction = row[9].get<double>();
   }
 }
 
-// Rank 0 receives every rank's outcomes into `all`.
-void gather(std::vector<Candidate>& all) {
-  const std::vector<std::uint8_t> mine = pack(all);
+// Every rank receives every other rank's outcomes of the wave into `all`.
+void share(std::vector<Candidate>& all, const std::vector<std::size_t>& wave) {
+  const std::vector<std::uint8_t> mine = pack(all, wave);
   const int mine_bytes = static_cast<int>(mine.size());
   std::vector<int> bytes(static_cast<std::size_t>(g_size));
-  check_mpi(MPI_Gather(&mine_bytes, 1, MPI_INT, bytes.data(), 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Gather");
+  check_mpi(MPI_Allgather(&mine_bytes, 1, MPI_INT, bytes.data(), 1, MPI_INT, MPI_COMM_WORLD), "MPI_Allgather");
   std::vector<int> offsets(bytes.size(), 0);
   for (std::size_t r = 1; r < bytes.size(); ++r) offsets[r] = offsets[r - 1] + bytes[r - 1];
-  std::vector<std::uint8_t> buffer(g_rank == 0 ? static_cast<std::size_t>(offsets.back() + bytes.back()) : 0);
-  check_mpi(MPI_Gatherv(mine.data(), mine_bytes, MPI_BYTE, buffer.data(), bytes.data(), offsets.data(), MPI_BYTE, 0,
-                        MPI_COMM_WORLD),
-            "MPI_Gatherv");
-  if (g_rank != 0) return;
-  for (std::size_t r = 1; r < bytes.size(); ++r)
-    unpack(buffer.data() + offsets[r], static_cast<std::size_t>(bytes[r]), all);
+  std::vector<std::uint8_t> buffer(static_cast<std::size_t>(offsets.back() + bytes.back()));
+  check_mpi(MPI_Allgatherv(mine.data(), mine_bytes, MPI_BYTE, buffer.data(), bytes.data(), offsets.data(), MPI_BYTE,
+                           MPI_COMM_WORLD),
+            "MPI_Allgatherv");
+  for (std::size_t r = 0; r < bytes.size(); ++r)
+    if (static_cast<int>(r) != g_rank) unpack(buffer.data() + offsets[r], static_cast<std::size_t>(bytes[r]), all);
 }
 #endif
 
@@ -324,29 +347,62 @@ Axes default_axes(const config::Scenario& base) {
 }
 
 Result run_search(const config::Scenario& base, const nlohmann::json& doc, const Axes& axes, int threads,
-                  const std::filesystem::path& data_dir, double headroom) {
+                  const std::filesystem::path& data_dir, double headroom, std::size_t top) {
   TRAINSIM_ASSERT(doc.at("gpus") == base.gpus);
   const std::string& scenario_file = base.file;
   std::vector<Candidate> all = enumerate(axes, base, doc);
   spdlog::info("searching {} layouts on {} threads", all.size(), threads);
 
-  // This rank's share: every g_size-th layout from g_rank (all of them in one process).
-  std::vector<std::size_t> mine;
-  for (std::size_t i = static_cast<std::size_t>(g_rank); i < all.size(); i += static_cast<std::size_t>(g_size))
-    mine.push_back(i);
-  std::atomic<std::size_t> next{0};
-  auto work = [&] {
-    for (std::size_t k = next++; k < mine.size(); k = next++)
-      evaluate(all[mine[k]], scenario_file, doc, data_dir, headroom);
-  };
-  std::vector<std::thread> pool;
-  const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(std::max(threads, 1)), mine.size());
-  for (std::size_t i = 1; i < n; ++i) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
+  // The layout rules, and each valid layout's floor when only the fastest few are asked for: every
+  // rank checks every layout (cheap next to a simulation; nothing to exchange).
+  parallel_for(all.size(), threads, [&](std::size_t i) {
+    const auto s = check(all[i], scenario_file, doc, data_dir);
+    if (s && top > 0) all[i].floor_s = parallel::compute_floor_s(*s, hardware::ComputeModel(s->cluster.gpu));
+  });
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < all.size(); ++i)
+    if (all[i].valid) order.push_back(i);
+  if (top > 0)
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return all[a].floor_s < all[b].floor_s; });
+
+  // Waves of kSearchWave layouts in that order; a rank simulates its every g_size-th member of each.
+  // `fastest`: the step times of the simulated layouts that fit, the top fastest of them.
+  std::vector<double> fastest;
+  bool rest_skipped = false;
+  for (std::size_t w0 = 0; w0 < order.size(); w0 += kSearchWave) {
+    std::vector<std::size_t> wave(
+        order.begin() + static_cast<std::ptrdiff_t>(w0),
+        order.begin() + static_cast<std::ptrdiff_t>(std::min(order.size(), w0 + kSearchWave)));
+    if (top > 0 && fastest.size() == top) {
+      const double bound = fastest.back();
+      const auto cut = std::find_if(wave.begin(), wave.end(), [&](std::size_t i) { return all[i].floor_s > bound; });
+      if (cut != wave.end()) {
+        // The floors ascend: this layout and every later one are skipped.
+        rest_skipped = true;
+        for (std::size_t k = w0 + static_cast<std::size_t>(cut - wave.begin()); k < order.size(); ++k)
+          all[order[k]].skipped = true;
+        wave.erase(cut, wave.end());
+      }
+    }
+    std::vector<std::size_t> mine;
+    for (std::size_t k = static_cast<std::size_t>(g_rank); k < wave.size(); k += static_cast<std::size_t>(g_size))
+      mine.push_back(wave[k]);
+    parallel_for(mine.size(), threads, [&](std::size_t k) {
+      Candidate& c = all[mine[k]];
+      simulate(c, *check(c, scenario_file, doc, data_dir), headroom);
+    });
 #ifdef TRAINSIM_WITH_MPI
-  if (g_size > 1) gather(all);
+    if (g_size > 1) share(all, wave);
 #endif
+    if (top > 0) {
+      for (const std::size_t i : wave)
+        if (all[i].metrics.fits) fastest.push_back(all[i].metrics.step_time_s);
+      std::sort(fastest.begin(), fastest.end());
+      if (fastest.size() > top) fastest.resize(top);
+    }
+    if (rest_skipped) break;
+  }
 
   Result r;
   if (g_rank != 0) {
@@ -355,12 +411,17 @@ Result run_search(const config::Scenario& base, const nlohmann::json& doc, const
   }
   r.scenario_file = scenario_file;
   r.headroom = headroom;
+  r.top = top;
   r.precision_axis = axes.precision.size() > 1;
   r.enumerated = static_cast<std::int64_t>(all.size());
   for (auto& c : all) {
     if (!c.valid) {
       ++r.rejected;
       spdlog::info("rejected {}: {}", layout_name(c.layout, base.model.moe()), c.rejected);
+      continue;
+    }
+    if (c.skipped) {
+      ++r.skipped;
       continue;
     }
     if (c.metrics.fits) ++r.fitting;
@@ -540,6 +601,7 @@ nlohmann::json to_json(const Result& r, const config::Scenario& base, std::size_
             {"headroom", r.headroom},
             {"enumerated", r.enumerated},
             {"rejected", r.rejected},
+            {"not_simulated", r.skipped},
             {"not_fitting", static_cast<std::int64_t>(r.ranked.size()) - r.fitting},
             {"fitting", r.fitting}}},
           {"layouts", layouts}};

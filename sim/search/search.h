@@ -4,6 +4,14 @@
 // Each candidate becomes a scenario through the same checks as a scenario file (a layout Megatron
 // would refuse is counted as rejected, with the reason), is simulated, and the ones that fit in
 // memory are ranked by step time. Results do not depend on the thread count.
+//
+// Asked for the fastest few (`top` > 0), the search simulates the layouts in order of a floor
+// under their step time (parallel::compute_floor_s: the busiest stage's kernels, without a
+// program or a simulation), in waves of kSearchWave, and skips every layout whose floor exceeds the
+// top-th fastest step that fits among those simulated before its wave: such a layout cannot be
+// among the fastest. The top layouts are those an exhaustive search finds, to the bit; the counts
+// of those that fit or not cover the simulated layouts, and the skipped ones are counted apart.
+// The waves do not depend on the thread or MPI rank count, so neither does the answer.
 
 #include <cstdint>
 #include <filesystem>
@@ -56,13 +64,18 @@ struct Candidate {
   std::string rejected;  // why the layout rules refused it (valid false)
   report::Metrics metrics;
   double exposed_comm_fraction = 0;
+  double floor_s = 0;    // parallel::compute_floor_s (searches for the top few only)
+  bool skipped = false;  // not simulated: its floor exceeds the top-th fastest step that fits
 };
+
+// Layouts simulated between two updates of the skipping bound (see above).
+inline constexpr std::size_t kSearchWave = 64;
 
 // MPI for one search: started when the process was launched by mpirun (OpenMPI's or a PMI
 // launcher's environment), finalized when this goes out of scope; otherwise nothing. Under it,
-// run_search gives each rank every size-th layout and gathers the outcomes on rank 0, which alone
-// prints; the answer is the same as in one process. Builds without MPI (TRAINSIM_MPI off, or no
-// OpenMPI) refuse to run under mpirun rather than search N times over.
+// run_search gives each rank every size-th layout of each wave and shares the outcomes among the
+// ranks after the wave; rank 0 alone prints; the answer is the same as in one process. Builds without MPI (TRAINSIM_MPI
+// off, or no OpenMPI) refuse to run under mpirun rather than search N times over.
 class MpiSession {
  public:
   MpiSession(int* argc, char*** argv);
@@ -83,8 +96,10 @@ struct Result {
   bool root = true;  // false on MPI ranks other than 0, which hold no outcomes
   std::string scenario_file;
   double headroom = 0;            // share of GPU memory a layout must leave free to count as fitting
-  std::vector<Candidate> ranked;  // valid candidates: those that fit by step time, then the rest by step time
+  std::vector<Candidate> ranked;  // simulated candidates: those that fit by step time, then the rest by step time
   std::int64_t enumerated = 0, rejected = 0, fitting = 0;
+  std::int64_t skipped = 0;     // valid but not simulated: they cannot be among the `top` fastest
+  std::size_t top = 0;          // the fastest asked for (0: all, every valid layout simulated)
   bool precision_axis = false;  // more than one precision tried: the tables show it
 };
 
@@ -92,9 +107,10 @@ struct Result {
 // as load_scenario gives it; only its model, cluster, GPU count and training settings matter).
 // `doc` is its JSON with "gpus" equal to base.gpus; its parallel and training blocks give every
 // setting the search does not vary. A layout fits when its simulated memory peak leaves `headroom`
-// (a share of the GPU's memory) free.
+// (a share of the GPU's memory) free. With `top` > 0 only the top fastest that fit are sure to be
+// simulated (see above); 0 simulates every valid layout.
 Result run_search(const config::Scenario& base, const nlohmann::json& doc, const Axes& axes, int threads,
-                  const std::filesystem::path& data_dir, double headroom = 0);
+                  const std::filesystem::path& data_dir, double headroom = 0, std::size_t top = 0);
 
 // One search: its counts, the top layouts that fit, and the winner's scenario keys. Results of one
 // scenario at several GPU counts (same order as given): each, then the best layout per count.

@@ -1614,3 +1614,55 @@ TEST_CASE("hybrid model over pipeline stages: parameters by block kind, symmetri
   CHECK(sym.step_time_s == full.step_time_s);
   CHECK(sym.memory[sym.peak_rank].peak_bytes == full.memory[full.peak_rank].peak_bytes);
 }
+
+TEST_CASE("compute floor: 1F1B's (m + p - 1)(t_f + t_b) with equal stages, and never above the simulated step") {
+  // The floor of stage p-1: the first micro-batch's forward through the p-1 stages before it, its
+  // own m forwards and backwards, the last backward back through them: (p - 1 + m)(t_f + t_b) with
+  // equal stages, the 1F1B step itself, which the simulation reaches up to the messages, the
+  // optimizer and the embedding and head's share (the tolerance).
+  for (std::int64_t m : {4, 8, 16}) {
+    auto sc = scenario(base(4, 1, 4, m));
+    hardware::ComputeModel cm(sc.cluster.gpu);
+    const double floor = parallel::compute_floor_s(sc, cm);
+    const double step = parallel::simulate_step(sc).step_time_s;
+    CHECK(floor <= step);
+    CHECK(floor == Approx(step).epsilon(0.1));
+  }
+  // Full recompute runs each layer's forward again before its backward: the floor grows by the
+  // forward kernels, m (layers per stage) t_f more on the busiest stage.
+  nlohmann::json j = base(4, 1, 4, 8);
+  auto plain = scenario(j);
+  j["training"]["recompute"] = "full";
+  auto full = scenario(j);
+  hardware::ComputeModel cm(plain.cluster.gpu);
+  const double grew = parallel::compute_floor_s(full, cm) - parallel::compute_floor_s(plain, cm);
+  CHECK(grew > 0);
+  CHECK(parallel::compute_floor_s(full, cm) <= parallel::simulate_step(full).step_time_s);
+  // Each schedule (zero-bubble, GPipe, interleaved), selective recompute, context parallelism, and
+  // the shipped configs (a mixture of experts, multi-token prediction, FSDP with offloading, LoRA,
+  // a hybrid model): under the step, and most of it (kernels are most of these steps).
+  std::vector<config::Scenario> cases;
+  for (const char* schedule : {"zb-h1", "gpipe", "interleaved"}) {
+    nlohmann::json k = base(4, 1, 4, 8);
+    k["parallel"]["schedule"] = schedule;
+    if (std::string(schedule) == "interleaved") k["parallel"]["virtual_stages"] = 2;
+    cases.push_back(scenario(k));
+  }
+  nlohmann::json sel = base(8, 2, 2, 8);
+  sel["parallel"]["sequence_parallel"] = true;
+  sel["parallel"]["cp"] = 2;
+  sel["training"]["recompute"] = "selective";
+  cases.push_back(scenario(sel));
+  for (const char* file : {"configs/llama3.1-70b-h100-1024.json", "configs/deepseek-v3-gb200-256.json",
+                           "configs/qwen3-30b-a3b-h100-16.json", "configs/llama3-70b-gb200-fsdp-offload.json",
+                           "configs/llama3-70b-gb300-lora.json", "configs/nemotron-3-nano-gb300-8.json"})
+    cases.push_back(config::load_scenario(std::string(TRAINSIM_SOURCE_DIR) + "/" + file, TRAINSIM_SOURCE_DIR));
+  for (const auto& sc : cases) {
+    INFO(sc.file << " pp " << sc.parallel.pp << " cp " << sc.parallel.cp);
+    hardware::ComputeModel c(sc.cluster.gpu);
+    const double floor = parallel::compute_floor_s(sc, c);
+    const double step = parallel::simulate_step(sc).step_time_s;
+    CHECK(floor <= step);
+    CHECK(floor > 0.4 * step);
+  }
+}

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <filesystem>
 
+#include <fmt/format.h>
+
 #include "parallel/step_runner.h"
 #include "search/search.h"
 #include "util/json_node.h"
@@ -270,4 +272,41 @@ TEST_CASE("search: a model with multi-token prediction gets pipeline layouts wit
   d["parallel"] = r.ranked.front().parallel;
   d["training"] = r.ranked.front().training;
   CHECK(parallel::simulate_step(parse(d)).step_time_s == r.ranked.front().metrics.step_time_s);
+}
+
+// Asked for the fastest few, the search simulates in order of each layout's compute floor and skips
+// those whose floor outlasts the top-th fastest step that fits: the same top layouts as the
+// exhaustive search, bit for bit, on any thread count; the skipped ones are counted apart.
+TEST_CASE("search for the top few skips layouts that cannot be among them, with the exhaustive answer") {
+  const auto doc = llama8b();
+  const auto base = parse(doc);
+  search::Axes a = search::default_axes(base);
+  a.cp = {1};
+  a.virtual_stages = {1, 2};
+  const auto every = search::run_search(base, doc, a, 2, kData);
+  CHECK(every.skipped == 0);
+  for (const std::size_t top : {std::size_t{1}, std::size_t{3}, std::size_t{10}}) {
+    INFO("top " << top);
+    const auto few = search::run_search(base, doc, a, 2, kData, 0, top);
+    CHECK(few.skipped > 0);
+    CHECK(few.enumerated == every.enumerated);
+    CHECK(few.rejected == every.rejected);
+    CHECK(few.rejected + few.skipped + static_cast<std::int64_t>(few.ranked.size()) == few.enumerated);
+    REQUIRE(few.fitting >= static_cast<std::int64_t>(top));
+    for (std::size_t i = 0; i < top; ++i) {
+      CHECK(few.ranked[i].layout.tp == every.ranked[i].layout.tp);
+      CHECK(few.ranked[i].layout.pp == every.ranked[i].layout.pp);
+      CHECK(few.ranked[i].layout.virtual_stages == every.ranked[i].layout.virtual_stages);
+      CHECK(few.ranked[i].layout.micro_batch == every.ranked[i].layout.micro_batch);
+      CHECK(few.ranked[i].layout.recompute == every.ranked[i].layout.recompute);
+      CHECK(few.ranked[i].metrics.step_time_s == every.ranked[i].metrics.step_time_s);
+    }
+    // Every layout simulated has its floor under its step.
+    for (const auto& c : few.ranked) CHECK(c.floor_s <= c.metrics.step_time_s);
+    CHECK(search::to_text(few, base, top) ==
+          search::to_text(search::run_search(base, doc, a, 3, kData, 0, top), base, top));
+    CHECK(search::to_text(few, base, top)
+              .find(fmt::format("not simulated (their kernels alone outlast the top {})", top)) != std::string::npos);
+    CHECK(search::to_json(few, base, top)["search"]["not_simulated"] == few.skipped);
+  }
 }
