@@ -219,6 +219,8 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
                        "tp_comm_overlap",
                        "moe_a2a_overlap",
                        "moe_token_dispatcher",
+                       "moe_expert_capacity_factor",
+                       "moe_pad_expert_input_to_capacity",
                        "first_stage_layers",
                        "last_stage_layers",
                        "account_for_embedding_in_pipeline_split",
@@ -298,6 +300,12 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
   if (auto v = node.find("moe_a2a_overlap")) p.moe_a2a_overlap = v->as_bool();
   if (auto v = node.find("moe_token_dispatcher"))
     p.moe_flex_dispatch = parse_choice(*v, Choices{{"alltoall", "flex"}, {"allgather"}}) == 1;
+  if (auto v = node.find("moe_expert_capacity_factor")) p.moe_capacity_factor = v->as_positive_number();
+  if (auto v = node.find("moe_pad_expert_input_to_capacity")) {
+    p.moe_pad_to_capacity = v->as_bool();
+    // Megatron-Core: padding to the capacity needs a capacity.
+    if (p.moe_pad_to_capacity && p.moe_capacity_factor == 0) v->fail("requires moe_expert_capacity_factor");
+  }
   if (auto v = node.find("tp_comm_overlap")) {
     p.tp_comm_overlap = v->as_bool();
     // Megatron: --tp-comm-overlap requires --sequence-parallel.
@@ -827,6 +835,16 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     if (!m.moe() || p.ep < 2)
       throw util::InputError(file, path, "\"flex\" needs a mixture-of-experts model with ep > 1");
     if (p.etp > 1) throw util::InputError(file, path, "\"flex\" with etp > 1 is not supported yet");
+  }
+  // Token dropping: Megatron-Core's alltoall dispatcher (Megatron-Bridge's apply_moe_token_drop
+  // asserts it; the flex dispatcher drops no tokens).
+  if (p.moe_capacity_factor > 0) {
+    const std::string path = util::join_path(parallel_path, "moe_expert_capacity_factor");
+    if (!m.moe()) throw util::InputError(file, path, "needs a mixture-of-experts model");
+    if (p.moe_flex_dispatch)
+      throw util::InputError(file, path,
+                             "works with the alltoall token dispatcher only (Megatron-Core: the flex dispatcher "
+                             "drops no tokens)");
   }
   // Expert-parallel all-to-all overlap, with Megatron-Core's TransformerConfig checks.
   if (p.moe_a2a_overlap) {

@@ -79,6 +79,11 @@ struct ParallelSpec {
   // expert) or flex (DeepEP / HybridEP: one copy per destination rank inside a node, per
   // destination node across nodes).
   bool moe_flex_dispatch = false;
+  // Token dropping (Megatron-Core's --moe-expert-capacity-factor and --moe-pad-expert-input-to-capacity):
+  // each expert takes at most ceil(factor · tokens · k / experts) of a rank's routed tokens (0:
+  // dropless), and with padding exactly that many, so every shape is static.
+  double moe_capacity_factor = 0;
+  bool moe_pad_to_capacity = false;
   // ZeRO-3 / FSDP: each unit's parameter all-gather is issued one unit ahead of the compute in both
   // passes (Megatron FSDP; PyTorch FSDP with forward_prefetch and BACKWARD_PRE), or, when false, when
   // the unit is reached, so the unit's compute waits for it (PyTorch FSDP with forward_prefetch off

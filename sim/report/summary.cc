@@ -265,6 +265,10 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
     out["scenario"]["recompute_modules"] = config::recompute_module_names(sc.training.recompute_modules);
   if (p.moe_a2a_overlap) out["scenario"]["moe_a2a_overlap"] = true;
   if (p.moe_flex_dispatch) out["scenario"]["moe_token_dispatcher"] = "flex";
+  if (p.moe_capacity_factor > 0) {
+    out["scenario"]["moe_expert_capacity_factor"] = p.moe_capacity_factor;
+    out["scenario"]["moe_pad_expert_input_to_capacity"] = p.moe_pad_to_capacity;
+  }
   if (sc.model.hybrid()) out["scenario"]["hybrid_pattern"] = sc.model.hybrid_pattern;
   if (parallel::host_stream(sc)) out["host_busy_fraction"] = r.host_busy_fraction;
   if (sc.training.framework == config::Framework::megatron) {
@@ -303,6 +307,8 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   if (sc.model.moe()) ep_part = fmt::format(" · ep {} · etp {}", p.ep, p.etp);
   if (p.moe_flex_dispatch) ep_part += " · flex dispatch";
   if (p.moe_a2a_overlap) ep_part += " · all-to-all overlap";
+  if (p.moe_capacity_factor > 0)
+    ep_part += fmt::format(" · capacity {:g}{}", p.moe_capacity_factor, p.moe_pad_to_capacity ? " padded" : "");
   out +=
       fmt::format("layout        tp {} · pp {} · dp {} · cp {}{} · sequence parallel {} · zero {} · {}\n", p.tp, p.pp,
                   p.dp, p.cp, ep_part, p.sequence_parallel && p.tp > 1 ? "on" : "off", p.zero, schedule_name(p));

@@ -43,7 +43,9 @@ struct Dims {
   // Token rows one dispatch (and one combine) all-to-all moves per rank: region·k with the alltoall
   // dispatcher; deduplicated per destination with the flex one (dispatch_rows).
   double a2a_rows = 0;
-  bool flex = false;  // the flex dispatcher (DeepEP / HybridEP)
+  double routed = 0;          // token copies this rank routes (k per token, or as the capacity allows)
+  bool drop_and_pad = false;  // a capacity factor with padding: static shapes, no token counts to wait for
+  bool flex = false;          // the flex dispatcher (DeepEP / HybridEP)
   // The width tokens enter and leave the routed experts at: the hidden state, or a latent MoE's
   // latent (then `latent` > 0).
   double he = 0, latent = 0;
@@ -129,9 +131,19 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
     x.ep = static_cast<double>(c.ep);
     x.fe = static_cast<double>(m.moe_ffn_hidden / c.etp);
     x.fsh = static_cast<double>(m.shared_expert_ffn_hidden / c.tp);
-    x.moe_rows = x.region * x.topk * x.etp;
+    // The token copies this rank routes: k per token, dropless and balanced; with a capacity factor
+    // each expert takes at most ceil(factor · tokens · k / experts) of them (Megatron-Core's
+    // get_capacity over the rank's tokens), which drops copies when the factor is below 1, and with
+    // padding exactly that many, so padded rows run through the experts and the all-to-alls too.
+    x.routed = x.region * x.topk;
+    if (c.moe_capacity_factor > 0) {
+      const double capacity = std::ceil(c.moe_capacity_factor * x.routed / x.experts);
+      if (c.moe_pad_to_capacity || capacity * x.experts < x.routed) x.routed = capacity * x.experts;
+    }
+    x.drop_and_pad = c.moe_capacity_factor > 0 && c.moe_pad_to_capacity;
+    x.moe_rows = x.routed * x.etp;
     x.expert_rows = x.moe_rows / x.local_experts;
-    x.a2a_rows = c.moe_flex_dispatch ? x.region * flex_copies_per_token(m, c) : x.region * x.topk;
+    x.a2a_rows = c.moe_flex_dispatch ? x.region * flex_copies_per_token(m, c) : x.routed;
     x.flex = c.moe_flex_dispatch;
     if (m.moe_latent > 0) x.he = x.latent = static_cast<double>(m.moe_latent);
   }
@@ -367,7 +379,7 @@ TpMlp shared_expert(const Dims& x) {
 // activation inputs (as the dense MLP keeps them) with each row's fp32 weight.
 void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   const double d = x.d;
-  const double routed = x.region * x.topk;  // token copies this rank sends (and receives)
+  const double routed = x.routed;  // token copies this rank sends (and receives)
   const std::size_t first = ops.size();
   ops.push_back(gemm("router", x.region, x.experts, x.h, d, act(x.region, x.h, d)));
   ops.back().discards |= kRecomputeLayernorm;  // it keeps the pre-MLP norm's bf16 output
@@ -392,7 +404,9 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   // cuda_sync_point); the flex dispatcher's CPU waits for the counts its notify step exchanges
   // before it launches the dispatch's data movement (DeepEP's dispatch, HybridEP's blocking
   // dispatch; fused_a2a.py), which the model takes at the same point. The backward reuses the counts.
-  ops[x.ep > 1 ? preprocess : preprocess - 1].host_sync = true;
+  // Dropping and padding to the capacity makes every count known in advance: no wait (the
+  // dispatcher's "no_sync" point).
+  ops[x.ep > 1 ? preprocess : preprocess - 1].host_sync = !x.drop_and_pad;
   if (x.ep > 1)
     ops.push_back(comm("moe_dispatch_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.he, d), CommGroup::ep));
   if (x.etp > 1)
@@ -434,7 +448,7 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
 // sum over each token's k copies, and the router's softmax, data and weight gradients.
 void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   const double d = x.d;
-  const double routed = x.region * x.topk;
+  const double routed = x.routed;
   if (x.fsh > 0) {
     const std::size_t shared = ops.size();
     tp_mlp_backward(ops, x, shared_expert(x), act(x.region, x.h, gemm_in_d), gemm_in_d);

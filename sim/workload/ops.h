@@ -145,6 +145,9 @@ struct LayerConfig {
   // ep_nodes: the nodes (NVLink domains) one expert-parallel group spans.
   bool moe_flex_dispatch = false;
   std::int64_t ep_nodes = 1;
+  // Token dropping (config::ParallelSpec): the capacity factor (0: dropless) and padding to it.
+  double moe_capacity_factor = 0;
+  bool moe_pad_to_capacity = false;
   bool sequence_parallel = false;
   bool causal = true;
   AttentionImpl attention = AttentionImpl::flash;

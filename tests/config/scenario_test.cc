@@ -356,7 +356,7 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
        "unknown key (expected one of: tp, pp, cp, ep, etp, sequence_parallel, schedule, virtual_stages, zero, "
        "overlap_grad_reduce, "
        "overlap_param_gather, dp_bucket_mb, tp_comm_overlap, moe_a2a_overlap, moe_token_dispatcher, "
-       "first_stage_layers, last_stage_layers, "
+       "moe_expert_capacity_factor, moe_pad_expert_input_to_capacity, first_stage_layers, last_stage_layers, "
        "account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split, fsdp_prefetch, "
        "zero2_param_gather, pipeline_layout)"},
       {[](json& d) { d["training"]["optimizer"] = "adam"; }, "training.optimizer",
@@ -689,6 +689,25 @@ TEST_CASE("expert-parallel layouts: Megatron-Core's rules, one line each") {
                      TRAINSIM_SOURCE_DIR);
   CHECK(sc.parallel.etp == 2);
   CHECK(sc.parallel.expert_dp() == 2);
+  // Token dropping: a positive capacity factor, padding only with one, the alltoall dispatcher only
+  // (Megatron-Bridge's apply_moe_token_drop asserts it).
+  CHECK(error({{"ep", 8}, {"moe_expert_capacity_factor", 1.0}, {"moe_pad_expert_input_to_capacity", true}}) ==
+        "no error");
+  CHECK(error({{"ep", 8}, {"moe_expert_capacity_factor", 0}}) ==
+        "s.json: parallel.moe_expert_capacity_factor: must be positive, got 0");
+  CHECK(error({{"ep", 8}, {"moe_pad_expert_input_to_capacity", true}}) ==
+        "s.json: parallel.moe_pad_expert_input_to_capacity: requires moe_expert_capacity_factor");
+  CHECK(error({{"ep", 8}, {"moe_token_dispatcher", "flex"}, {"moe_expert_capacity_factor", 1.0}}) ==
+        "s.json: parallel.moe_expert_capacity_factor: works with the alltoall token dispatcher only (Megatron-Core: "
+        "the flex dispatcher drops no tokens)");
+  auto dense_drop = make({{"moe_expert_capacity_factor", 1.0}});
+  dense_drop["model"] = "llama3.1-8b";
+  try {
+    parse_scenario(trainsim::util::JsonNode(dense_drop, "s.json"), TRAINSIM_SOURCE_DIR);
+    FAIL("accepted a capacity factor with a dense model");
+  } catch (const trainsim::util::InputError& e) {
+    CHECK(std::string(e.what()) == "s.json: parallel.moe_expert_capacity_factor: needs a mixture-of-experts model");
+  }
 }
 
 TEST_CASE("segment_gpus: the job's ranks in NVLink blocks of that many GPUs, each block a node to the network") {

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
 #include <tuple>
 
@@ -545,6 +546,41 @@ TEST_CASE("MoE layer: expert FLOPs follow the tokens routed, all-to-alls move R�
   }
   // No dense MLP is left.
   for (const Op& op : layer_forward(m, c)) CHECK(op.name.rfind("fc", 0) != 0);
+}
+
+// Token dropping (Megatron-Core's capacity factor): each of the E experts takes at most
+// ceil(f·R·k/E) of a rank's R·k copies. Here R·k/E = 4096·4/32 = 512: factor 1.5 gives 768 per
+// expert, 1.5 times the balanced work and all-to-all bytes when padded, the balanced ones when not
+// (balanced routing drops nothing then); factor 0.5 drops half the copies, padded or not; 1.001
+// rounds up, ceil(512.512) = 513 per expert when padded. Padding makes the token counts static: the
+// CPU no longer waits for them.
+TEST_CASE("MoE layer with a capacity factor: padded to the capacity, or dropping what exceeds it") {
+  const ModelSpec m = moe_model();
+  LayerConfig c;
+  c.micro_batch = 2;
+  c.seq_len = 2048;
+  c.ep = 8;
+  const double R = 2 * 2048, k = 4, h = 1024, F = 512, E = 32;
+  auto expert_flops = [&](double rows) { return 2 * rows * h * 2 * F + 2 * rows * F * h; };
+  auto synced = [](const std::vector<Op>& ops) {
+    return std::count_if(ops.begin(), ops.end(), [](const Op& op) { return op.host_sync; });
+  };
+  CHECK(synced(layer_forward(m, c)) == 1);  // dropless: the counts go to the CPU
+  for (auto [factor, pad, copies] :
+       {std::tuple{1.5, true, 1.5 * R * k}, std::tuple{1.5, false, R * k}, std::tuple{0.5, true, 0.5 * R * k},
+        std::tuple{0.5, false, 0.5 * R * k}, std::tuple{1.001, true, 513 * E}, std::tuple{1.0, true, R * k}}) {
+    c.moe_capacity_factor = factor;
+    c.moe_pad_to_capacity = pad;
+    INFO("factor " << factor << " pad " << pad);
+    const auto fwd = layer_forward(m, c);
+    CHECK(gemm_flops(fwd, "experts_") == Approx(expert_flops(copies)));
+    for (const Op& op : fwd) {
+      if (op.name == "experts_fc1") CHECK(op.gemm.m == static_cast<std::int64_t>(copies * 8 / E));
+      if (op.kind == OpKind::tp_comm) CHECK(op.comm_bytes == static_cast<std::int64_t>(copies * h * 2));
+    }
+    CHECK(gemm_flops(layer_backward(m, c), "experts_") == Approx(2 * expert_flops(copies)));
+    CHECK(synced(fwd) == (pad ? 0 : 1));
+  }
 }
 
 // Flex dispatch (DeepEP / HybridEP): a token goes once to each destination that holds any of its k
