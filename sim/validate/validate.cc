@@ -169,6 +169,7 @@ Outcome evaluate(const Record& r, const fs::path& data_dir, const Overrides& ove
   out.moe = sc.model.moe();
   out.nvfp4 = sc.training.precision == config::Precision::nvfp4;
   out.hybrid = sc.model.hybrid();
+  out.token_drop = sc.parallel.moe_capacity_factor > 0;
   if (r.kind == "layer") {
     evaluate_layer(r, sc, out);
   } else if (r.kind == "memory") {
@@ -216,13 +217,14 @@ Summary summarize(const std::vector<Outcome>& outcomes) {
       if (c.quantity == "step_time_s") {
         // By source (the id's prefix), mixture-of-experts runs apart from dense ones ("mbridge-moe"),
         // hybrid Mamba models apart from both ("mbridge-hybrid"), NVFP4 runs apart from the others
-        // ("mbridge-nvfp4"), and fine-tuning runs (ids naming the task "sft" or "lora") apart from
-        // pretraining ("mbridge-finetune").
+        // ("mbridge-nvfp4"), token-dropping MoE runs apart from dropless ones ("mbridge-moe-tokendrop"),
+        // and fine-tuning runs (ids naming the task "sft" or "lora") apart from pretraining
+        // ("mbridge-finetune").
         const std::string& id = o.record->id;
         const bool finetune = id.find("_sft_") != std::string::npos || id.find("_lora_") != std::string::npos;
         const char* family = o.hybrid ? "-hybrid" : o.moe ? "-moe" : "";
-        const std::string source =
-            id.substr(0, id.find('_')) + family + (o.nvfp4 ? "-nvfp4" : "") + (finetune ? "-finetune" : "");
+        const std::string source = id.substr(0, id.find('_')) + family + (o.token_drop ? "-tokendrop" : "") +
+                                   (o.nvfp4 ? "-nvfp4" : "") + (finetune ? "-finetune" : "");
         add(by_source[source], source, c.error(), o.record->id);
       }
     }

@@ -47,6 +47,7 @@ struct Outcome {
   bool moe = false;                     // the model is a mixture of experts (its own source group)
   bool nvfp4 = false;                   // the run's GEMMs are NVFP4 (its own source group too)
   bool hybrid = false;                  // a hybrid (Mamba) model: its own group, not the MoE one
+  bool token_drop = false;              // MoE with a capacity factor (token dropping): its own group too
 };
 
 struct QuantitySummary {
