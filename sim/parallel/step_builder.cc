@@ -1511,9 +1511,10 @@ double compute_floor_s(const config::Scenario& sc, const hardware::ComputeModel&
     bwd[k] = kernels_s(wl.ops.bwd[k], all);
     selective[k] = kernels_s(wl.ops.fwd[k], rerun);
   }
-  // Per stage and micro-batch: the forward kernels (of the first model chunk alone, what a micro-batch
-  // passes through before it reaches the next stage), the forward and backward of every chunk, and
-  // what recomputation runs again (full: the first recompute_layers layers of each chunk, or all).
+  // Per stage and micro-batch: the forward and the backward kernels of the first model chunk alone
+  // (what a micro-batch passes through before it reaches the next stage, and after its gradient has
+  // left the next), the forward and backward of every chunk, and what recomputation runs again
+  // (full: the first recompute_layers layers of each chunk, or all).
   const std::int64_t pp = par.pp;
   const std::int64_t chunks = par.schedule == config::Schedule::interleaved ? par.virtual_stages : 1;
   std::vector<double> first_chunk_fwd(static_cast<std::size_t>(pp)), work(static_cast<std::size_t>(pp)),
@@ -1532,25 +1533,30 @@ double compute_floor_s(const config::Scenario& sc, const hardware::ComputeModel&
         else
           r += selective[k];
       }
-      if (c == 0) first_chunk_fwd[static_cast<std::size_t>(s)] = f;
+      if (c == 0) {
+        first_chunk_fwd[static_cast<std::size_t>(s)] = f;
+        drain[static_cast<std::size_t>(s)] = b;
+      }
     }
     if (s == 0) {
-      const double e = kernels_s(wl.ops.emb_fwd, all);
+      const double e = kernels_s(wl.ops.emb_fwd, all), eb = kernels_s(wl.ops.emb_bwd, all);
       f += e;
       first_chunk_fwd[0] += e;
-      b += kernels_s(wl.ops.emb_bwd, all);
+      b += eb;
+      drain[0] += eb;
     }
     if (s == pp - 1) {
       f += kernels_s(wl.ops.head_fwd, all);
       b += kernels_s(wl.ops.head_bwd, all);
     }
     work[static_cast<std::size_t>(s)] = f + b + r;
-    drain[static_cast<std::size_t>(s)] = b + r;
   }
   // Stage s runs its work on one compute stream, after the first micro-batch's forward has passed
-  // the stages before it; with 1F1B or GPipe its last backward then still goes back through them
-  // (the recomputation of that micro-batch included).
-  const bool tail = par.schedule == config::Schedule::one_f_one_b || par.schedule == config::Schedule::gpipe;
+  // the stages before it (their first chunks). With 1F1B, GPipe or the interleaved schedule its last
+  // task is the backward of the last micro-batch through its first chunk, whose gradient then still
+  // goes back through the first chunks of the stages before it; zero-bubble schedules end with
+  // weight-gradient passes instead (no such tail).
+  const bool tail = par.schedule != config::Schedule::zb_h1;
   const double m = static_cast<double>(sc.training.num_micro_batches);
   double floor = 0, before = 0, after = 0;
   for (std::int64_t s = 0; s < pp; ++s) {

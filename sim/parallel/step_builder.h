@@ -114,8 +114,9 @@ StepPlan build_step(const config::Scenario& scenario, const hardware::ComputeMod
 // A floor under the step time from the op lists alone (no program built, nothing simulated). Each
 // pipeline stage runs on its one compute stream the kernels of its layers' forward, backward and
 // recomputation (with the embedding on the first stage, the head on the last) for every micro-batch,
-// after the first micro-batch's forward has passed the stages before it; with 1F1B or GPipe its last
-// backward then still runs back through them. Communication, waiting and the optimizer only add to
+// after the first micro-batch's forward has passed the stages before it; except with zero-bubble
+// schedules its last backward then still runs back through them (through their first model chunks
+// when interleaved). Communication, waiting and the optimizer only add to
 // that (with context parallelism the attention kernels, split over the ring, are left out).
 double compute_floor_s(const config::Scenario& scenario, const hardware::ComputeModel& compute);
 
