@@ -641,6 +641,18 @@ TEST_CASE("search under mpirun: the ranks share the layouts and rank 0 prints th
   // 2 x 3 x 2 x 2 = 24 layouts, pp 3 rejected: each of the 3 ranks ran some and rejected some.
   CHECK(nlohmann::json::parse(one.out)["search"]["enumerated"] == 24);
   CHECK(three.out == one.out);
+  // Asked for the top 55 of 240 valid layouts: the first wave of 64 has fewer that fit, so a second
+  // runs; after it the floors skip the rest. The ranks share each wave's outcomes and skip the same.
+  const std::string pruned = "search configs/llama3.1-8b-h200-64.json --tp 1,2 --cp 1 --vp 1,2 --top 55 --json";
+  Result p1 = run(pruned);
+  REQUIRE(p1.code == 0);
+  Result p3 = run_shell(fmt::format("{} {} -np 3 {} {}", env, TRAINSIM_MPIEXEC, TRAINSIM_BINARY, pruned));
+  INFO("stderr: " << p3.err);
+  REQUIRE(p3.code == 0);
+  CHECK(p3.out == p1.out);
+  const auto counts = nlohmann::json::parse(p1.out)["search"];
+  CHECK(counts["fitting"].get<int>() + counts["not_fitting"].get<int>() == 2 * 64);
+  CHECK(counts["not_simulated"].get<int>() > 0);
   // A bad option: one line from rank 0, exit 2.
   Result bad = run_shell(fmt::format("{} {} -np 2 {} search configs/llama3.1-8b-h200-64.json --tp 0", env,
                                      TRAINSIM_MPIEXEC, TRAINSIM_BINARY));
