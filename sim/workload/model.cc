@@ -43,10 +43,12 @@ std::int64_t mlp_matrices(const ModelSpec& m) {
   return m.mlp == MlpKind::swiglu ? 3 : 2;
 }
 
-// The attention block: its projections, its norm and (GPT) the QKV and output biases.
+// The attention block: its projections, its norm, (GPT) the QKV and output biases, and (Qwen3) the
+// query and key norms' weights, one head_dim vector each.
 std::int64_t attention_block_params(const ModelSpec& m) {
   const std::int64_t biases = m.mlp == MlpKind::gelu ? q_dim(m) + 2 * kv_dim(m) + m.hidden : 0;
-  return m.attention_params_per_layer() + norm_params(m) + biases;
+  const std::int64_t qk_norms = m.qk_norm ? 2 * m.head_dim : 0;
+  return m.attention_params_per_layer() + norm_params(m) + biases + qk_norms;
 }
 
 // The MLP block (dense, or a mixture of experts' router, routed experts, shared expert and latent
@@ -309,6 +311,7 @@ ModelSpec parse_model(const util::JsonNode& node) {
                        "shared_expert_ffn_hidden",
                        "sliding_window",
                        "sliding_window_pattern",
+                       "qk_norm",
                        "first_dense_layers",
                        "q_lora_rank",
                        "kv_lora_rank",
@@ -437,6 +440,11 @@ ModelSpec parse_model(const util::JsonNode& node) {
     if (m.sliding_window == 0) n->fail("applies only with sliding_window");
     m.sliding_window_pattern = n->as_positive_int();
   }
+  if (auto q = node.find("qk_norm")) {
+    m.qk_norm = q->as_bool();
+    if (m.qk_norm && (m.mla() || m.hybrid()))
+      q->fail("applies to models with a QKV projection (not multi-head latent attention or hybrid models)");
+  }
   return m;
 }
 
@@ -557,6 +565,12 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
   }
   if (auto mtp = node.find("num_nextn_predict_layers"); mtp && !mtp->json().is_null())
     m.mtp_layers = mtp->as_nonnegative_int();
+  // Qwen3 and Qwen3-MoE (model_type qwen3, qwen3_moe) normalise each head's query and key (their
+  // q_norm and k_norm modules); the config carries no switch for it.
+  if (auto type = node.find("model_type"); type && type->json().is_string()) {
+    const std::string t = type->json().get<std::string>();
+    m.qk_norm = t == "qwen3" || t == "qwen3_moe";
+  }
   validate(m, node);
   return m;
 }

@@ -39,6 +39,9 @@ struct ModelSpec {
   // and the others windowed (Gemma's sliding_window_pattern; GPT-OSS alternates: 2).
   std::int64_t sliding_window = 0;
   std::int64_t sliding_window_pattern = 1;
+  // Qwen3's per-head RMSNorm of the queries and keys after the QKV projection (Megatron-Core's
+  // qk_layernorm; Hugging Face's q_norm and k_norm).
+  bool qk_norm = false;
   // Share of the layers that are windowed (0 without a window).
   double windowed_fraction() const {
     if (sliding_window == 0) return 0;

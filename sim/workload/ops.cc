@@ -32,6 +32,7 @@ struct Dims {
   double hd;
   bool sp, drop, swiglu;
   bool rms = false, rotary = false;  // RMSNorm (else LayerNorm); rotary positions in attention
+  bool qk_norm = false;              // per-head RMSNorms of Q and K (Qwen3)
   std::string activation;            // a non-gated MLP's activation op: "gelu" or "squared_relu"
   std::int64_t window = 0;           // sliding-window attention: the window, and the share of layers with it
   double windowed = 0;
@@ -105,6 +106,7 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
   x.swiglu = m.mlp == MlpKind::swiglu;
   x.rms = m.rms_norm();
   x.rotary = m.rotary();
+  x.qk_norm = m.qk_norm;
   x.activation = m.mlp == MlpKind::squared_relu ? "squared_relu" : "gelu";
   x.he = x.h;
   if (m.mamba_heads > 0) {
@@ -781,6 +783,12 @@ std::vector<Op> layer_forward(const ModelSpec& model, const LayerConfig& c, Laye
       // Column-parallel QKV: keeps its input (sharded under SP) and Q, K, V for the attention core.
       const double qkv_width = x.q + 2 * x.kv;
       ops.push_back(gemm("qkv", x.tokens, qkv_width, x.h, x.d, region_gemm_in + act(x.tokens, qkv_width, x.d)));
+      // Qwen3's per-head RMSNorms of Q and K (Megatron-Core's q_layernorm and k_layernorm, two
+      // Transformer Engine norm modules): read Q and K, write them; each keeps its input.
+      if (x.qk_norm) {
+        ops.push_back(memory("qk_rmsnorm", 2 * act(x.tokens, x.q + x.kv, x.d), act(x.tokens, x.q + x.kv, x.d), 2));
+        ops.back().host_calls = 2;
+      }
       // Llama-family (swiglu) models rotate Q and K; GPT models add learned positions at the embedding.
       if (x.rotary) ops.push_back(memory("rotary_embedding", 2 * act(x.tokens, x.q + x.kv, x.d)));
     }
@@ -938,6 +946,10 @@ std::vector<Op> layer_backward(const ModelSpec& model, const LayerConfig& c, Lay
       mla_backward(ops, x, gemm_in_d);
     } else {
       if (x.rotary) ops.push_back(memory("rotary_embedding_backward", 2 * act(x.tokens, x.q + x.kv, x.d)));
+      if (x.qk_norm) {  // reads the output gradient and the kept input, writes the input gradient
+        ops.push_back(memory("qk_rmsnorm_backward", 3 * act(x.tokens, x.q + x.kv, x.d), 0, 2));
+        ops.back().host_calls = 2;
+      }
       if (tp && x.sp) ops.push_back(comm("qkv_input_all_gather", Comm::all_gather, full));
       ops.push_back(gemm("qkv_dgrad", x.tokens, x.h, qkv_width, x.d));
       input_grad_comm("qkv_input");

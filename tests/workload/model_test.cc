@@ -96,7 +96,7 @@ TEST_CASE("model JSON defaults and validation") {
         }) ==
         "m.json: colour: unknown key (expected one of: name, layers, hidden, heads, kv_heads, ffn_hidden, "
         "vocab, mlp, tied_embeddings, head_dim, dropout, experts, experts_per_token, moe_ffn_hidden, "
-        "shared_expert_ffn_hidden, sliding_window, sliding_window_pattern, first_dense_layers, q_lora_rank, "
+        "shared_expert_ffn_hidden, sliding_window, sliding_window_pattern, qk_norm, first_dense_layers, q_lora_rank, "
         "kv_lora_rank, qk_rope_head_dim, v_head_dim, mtp_layers, moe_latent, hybrid_pattern, mamba_heads, "
         "mamba_head_dim, mamba_state, mamba_groups, mamba_conv, mamba_chunk)");
   CHECK(error_of([] {
@@ -200,9 +200,10 @@ TEST_CASE("Hugging Face errors name the JSON path") {
 // Qwen3-30B-A3B's config.json (Qwen/Qwen3-30B-A3B on the Hugging Face hub): 48 layers, hidden 2048,
 // 32 query and 4 KV heads of 128, 128 experts of width 768, 8 per token, no shared expert. Its
 // parameter count from the formula: per layer attention 2048·(4096 + 2·512) + 4096·2048 = 18,874,368,
-// router 2048·128 = 262,144, experts 128·3·2048·768 = 603,979,776, norms 2·2048 (Qwen3's q/k norms,
-// 2·128, are not modelled); embedding and output 2·151936·2048; final norm 2048. 30.5 B in all, the
-// model card's "30.5B"; active per token 8 of 128 experts: 3.3 B ("3.3B activated").
+// router 2048·128 = 262,144, experts 128·3·2048·768 = 603,979,776, norms 2·2048 and the per-head
+// query and key norms 2·128 (model_type qwen3_moe: qk_norm); embedding and output 2·151936·2048;
+// final norm 2048. 30.5 B in all, the model card's "30.5B"; active per token 8 of 128 experts: 3.3 B
+// ("3.3B activated").
 TEST_CASE("a Qwen3-MoE config.json reads as a mixture of experts") {
   const ModelSpec m = parse_hf(R"({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
     "num_hidden_layers": 48, "hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 4,
@@ -215,7 +216,8 @@ TEST_CASE("a Qwen3-MoE config.json reads as a mixture of experts") {
   CHECK(m.moe_ffn_hidden == 768);
   CHECK(m.ffn_hidden == 0);
   CHECK(m.shared_expert_ffn_hidden == 0);
-  const std::int64_t layer = 18874368 + 262144 + 603979776 + 2 * 2048;
+  CHECK(m.qk_norm);
+  const std::int64_t layer = 18874368 + 262144 + 603979776 + 2 * 2048 + 2 * 128;
   CHECK(m.params_per_layer() == layer);
   CHECK(m.expert_params_per_layer() == 603979776);
   CHECK(m.total_params() == 48 * layer + 2 * 151936 * 2048 + 2048);
@@ -444,4 +446,26 @@ TEST_CASE("Hugging Face nemotron_h config reads the hybrid keys") {
                        "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 10, "mamba_num_heads": 4,
                        "mamba_head_dim": 16, "ssm_state_size": 16, "n_groups": 1})");
         }) == "config.json: num_hidden_layers: must equal the length of hybrid_override_pattern (2)");
+}
+
+TEST_CASE("qk_norm: a model key, set by Qwen3 configs, refused where there is no QKV projection") {
+  const ModelSpec plain = parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2,
+                                    "ffn_hidden": 256, "vocab": 100, "mlp": "swiglu"})");
+  CHECK_FALSE(plain.qk_norm);
+  const ModelSpec q = parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2,
+                                "ffn_hidden": 256, "vocab": 100, "mlp": "swiglu", "qk_norm": true})");
+  CHECK(q.qk_norm);
+  CHECK(q.params_per_layer() == plain.params_per_layer() + 2 * 16);  // two head_dim weights
+  // A Llama config (model_type llama) has none; a Qwen3 dense one (qwen3) has them.
+  const std::string base = R"("num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "intermediate_size": 256, "vocab_size": 100, "hidden_act": "silu")";
+  CHECK_FALSE(parse_hf("{\"model_type\": \"llama\", " + base + "}").qk_norm);
+  CHECK(parse_hf("{\"model_type\": \"qwen3\", " + base + "}").qk_norm);
+  CHECK(error_of([] {
+          parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "vocab": 100, "mlp": "swiglu",
+                    "experts": 8, "experts_per_token": 2, "moe_ffn_hidden": 32, "q_lora_rank": 16,
+                    "kv_lora_rank": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "head_dim": 16, "qk_norm": true})");
+        }) ==
+        "m.json: qk_norm: applies to models with a QKV projection (not multi-head latent attention or hybrid "
+        "models)");
 }

@@ -841,3 +841,30 @@ TEST_CASE("latent MoE: dispatch and experts at the latent width") {
   CHECK(layer_params_per_rank(m, 1, LayerBlock::moe) ==
         4096 * 512 + 2 * 4096 * 1024 + 2 * 4096 * 5376 + 4096);  // router, projections, shared expert, norm
 }
+
+// Qwen3's per-head query and key RMSNorms: on a TP rank of 8 with 8,192 tokens, Q is 64/8 heads of
+// 128 (1,024 wide) and K 8/8 heads (128 wide). The forward reads and writes Q and K in bf16:
+// 2 · 8192 · 1152 · 2 bytes; it keeps its input, 8192 · 1152 · 2 bytes; the backward reads the
+// gradient and the input and writes the input's gradient, 3 · 8192 · 1152 · 2. Two norm modules, two
+// kernels each pass. Without the switch the layer has no such op and is otherwise the same.
+TEST_CASE("Qwen3's q/k norms: Q and K read and written once each way, their input kept") {
+  ModelSpec m = llama70b();
+  LayerConfig c = llama70b_tp8_8k();
+  const auto plain_fwd = layer_forward(m, c);
+  m.qk_norm = true;
+  const auto fwd = layer_forward(m, c);
+  const auto bwd = layer_backward(m, c);
+  const double qk = 8192.0 * (1024 + 128) * 2;
+  const Op& norm = op_named(fwd, "qk_rmsnorm");
+  CHECK(norm.bytes == Approx(2 * qk));
+  CHECK(norm.saved_bytes == static_cast<std::int64_t>(qk));
+  CHECK(norm.kernels == 2);
+  CHECK(op_named(bwd, "qk_rmsnorm_backward").bytes == Approx(3 * qk));
+  CHECK(fwd.size() == plain_fwd.size() + 1);
+  // It runs between the QKV projection and the rotary embedding.
+  for (std::size_t i = 0; i < fwd.size(); ++i)
+    if (fwd[i].name == "qk_rmsnorm") {
+      CHECK(fwd[i - 1].name == "qkv");
+      CHECK(fwd[i + 1].name == "rotary_embedding");
+    }
+}
