@@ -1,6 +1,7 @@
 #include "engine/executor.h"
 
 #include <algorithm>
+#include <bit>
 
 #include <fmt/format.h>
 
@@ -29,6 +30,8 @@ Time Executor::run() {
     const Program& p = program_of(r);
     for (int c = 0; c < kMaxMemCategories; ++c)
       change_mem(r, static_cast<std::uint8_t>(c), p.initial_mem_bytes[static_cast<std::size_t>(c)]);
+    for (int s = 0; s < kMaxStreams; ++s)
+      if (!p.stream(s).empty()) ranks_[r].pending = static_cast<StreamMask>(ranks_[r].pending | (1u << s));
   }
   for (std::uint32_t r = 0; r < n; ++r) pump(r);
   events_ = sim_.run();
@@ -51,10 +54,14 @@ Time Executor::run() {
 
 void Executor::pump(std::uint32_t rank) {
   // Starting a task can complete others at once (a recv whose message is there); loop until quiet.
+  // Each pass tries the streams in order, skipping those whose head is started or that have no
+  // task left (try_start would refuse them: only a stream's own turn changes either).
+  const RankState& st = ranks_[rank];
   bool progress = true;
   while (progress) {
     progress = false;
-    for (int s = 0; s < kMaxStreams; ++s) progress = try_start(rank, s) || progress;
+    for (unsigned m = st.pending & ~st.occupied & ((1u << kMaxStreams) - 1); m != 0; m &= m - 1)
+      progress = try_start(rank, std::countr_zero(m)) || progress;
   }
 }
 
@@ -138,7 +145,7 @@ void Executor::finish(std::uint32_t rank, int stream, bool then_pump) {
   stats_[rank].stream_busy[si] += sim_.now() - start;
   set_busy(rank, static_cast<StreamMask>(st.busy & ~bit));
   st.occupied = static_cast<StreamMask>(st.occupied & ~bit);
-  ++st.next[si];
+  if (++st.next[si] == p.stream(stream).size()) st.pending = static_cast<StreamMask>(st.pending & ~bit);
   stats_[rank].finish = sim_.now();
   if (observer_) observer_->on_task(rank, p, task, start, sim_.now());
   if (then_pump) pump(rank);

@@ -64,6 +64,7 @@ class Executor {
     std::array<std::uint32_t, kMaxSlots> delivered{};
     std::array<std::uint32_t, kMaxSlots> consumed{};
     StreamMask occupied = 0;  // head task has been started (running, or waiting in a collective)
+    StreamMask pending = 0;   // streams with tasks left
     StreamMask busy = 0;      // head task is running
     Time last_change;
     std::int64_t mem_total = 0;
