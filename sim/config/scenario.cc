@@ -391,6 +391,10 @@ TrainingSpec parse_training(const util::JsonNode& node) {
   if (auto v = node.find("micro_batch")) t.micro_batch = v->as_positive_int();
   t.global_batch = node.at("global_batch").as_positive_int();
   t.seq_len = node.at("seq_len").as_positive_int();
+  // 16M tokens: 16 times the longest published run (NeMo's 1M-token context-parallel runs).
+  constexpr std::int64_t kMaxSeqLen = std::int64_t{1} << 24;
+  if (t.seq_len > kMaxSeqLen)
+    node.at("seq_len").fail(fmt::format("{} exceeds the {} tokens trainsim models", t.seq_len, kMaxSeqLen));
   if (auto v = node.find("recompute")) {
     constexpr std::array<Recompute, 3> kRecompute = {Recompute::none, Recompute::selective, Recompute::full};
     t.recompute = kRecompute[parse_choice(*v, Choices{{"none", "selective", "full"}, {}})];
@@ -439,6 +443,7 @@ TrainingSpec parse_training(const util::JsonNode& node) {
   if (auto v = node.find("host_cost_scale")) {
     if (t.framework != Framework::megatron) v->fail("applies to \"framework\": \"megatron\" only");
     t.host_cost_scale = v->as_positive_number();
+    if (t.host_cost_scale > 1000) v->fail(fmt::format("{:g} exceeds 1000", t.host_cost_scale));
     if (!t.host_overhead) v->fail("needs \"host_overhead\": true");
   }
   if (auto v = node.find("cuda_graph_scope")) {
@@ -841,6 +846,14 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
   if (p.moe_capacity_factor > 0) {
     const std::string path = util::join_path(parallel_path, "moe_expert_capacity_factor");
     if (!m.moe()) throw util::InputError(file, path, "needs a mixture-of-experts model");
+    // At experts / experts_per_token every expert can take every token of a rank: a larger factor
+    // only pads further, beyond anything the routing could send.
+    const double most = static_cast<double>(m.experts) / static_cast<double>(m.experts_per_token);
+    if (p.moe_capacity_factor > most)
+      throw util::InputError(file, path,
+                             fmt::format("{:g} exceeds experts / experts_per_token = {}/{} = {:g}, where each expert's "
+                                         "capacity already holds every token of a rank",
+                                         p.moe_capacity_factor, m.experts, m.experts_per_token, most));
     if (p.moe_flex_dispatch)
       throw util::InputError(file, path,
                              "works with the alltoall token dispatcher only (Megatron-Core: the flex dispatcher "
@@ -886,6 +899,14 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
                                        t.micro_batch, p.dp, product(t.micro_batch, p.dp)));
   }
   t.num_micro_batches = t.global_batch / t.micro_batch / p.dp;
+  // Each micro-batch is its own tasks in every stage's program: beyond this many the programs outgrow
+  // memory (real runs have at most a few thousand).
+  constexpr std::int64_t kMaxMicroBatches = 16384;
+  if (t.num_micro_batches > kMaxMicroBatches)
+    throw util::InputError(file, util::join_path(training_path, "global_batch"),
+                           fmt::format("gives {} micro-batches per pipeline; trainsim simulates at most {} (raise "
+                                       "micro_batch or the data parallelism)",
+                                       t.num_micro_batches, kMaxMicroBatches));
   // Megatron's interleaved schedule needs the micro-batches per pipeline to be a multiple of pp.
   if (p.schedule == Schedule::interleaved && t.num_micro_batches % p.pp != 0) {
     throw util::InputError(

@@ -4,6 +4,7 @@
 // nothing of GPUs or transformers; models schedule callbacks on it.
 
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 #include "engine/callback.h"
@@ -16,7 +17,12 @@ class Simulation {
   Time now() const { return now_; }
   // Schedules `cb` at absolute time `at` (not before now()).
   void at(Time at, Callback cb);
-  void after(Time delay, Callback cb) { at(now_ + delay, std::move(cb)); }
+  // Throws std::range_error when now + delay is past the range of Time.
+  void after(Time delay, Callback cb) {
+    if (delay > Time::max() - now_)
+      throw std::range_error("the simulated step runs past the simulator's range of about 106 days");
+    at(now_ + delay, std::move(cb));
+  }
   // Runs events until the queue is empty. Returns the number of events run.
   std::uint64_t run();
   std::size_t pending() const { return heap_.size(); }

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <compare>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 namespace trainsim::engine {
 
@@ -12,11 +14,16 @@ class Time {
  public:
   constexpr Time() = default;
   static constexpr Time from_ps(std::int64_t ps) { return Time(ps); }
-  // Rounds to the nearest picosecond; negative or NaN durations are clamped to zero.
+  // Rounds to the nearest picosecond; negative or NaN durations are clamped to zero. Durations past
+  // the range (about 106 days) throw std::range_error.
   static Time from_seconds(double s) {
     if (!(s > 0)) return Time(0);
+    if (!(s < kMaxSeconds))
+      throw std::range_error("a simulated duration of " + std::to_string(s) +
+                             " s exceeds the simulator's range of about 106 days");
     return Time(static_cast<std::int64_t>(std::llround(s * 1e12)));
   }
+  static constexpr double kMaxSeconds = 9.2e6;  // INT64_MAX ps is 9.22e6 s
   static constexpr Time max() { return Time(INT64_MAX); }
 
   constexpr std::int64_t ps() const { return ps_; }

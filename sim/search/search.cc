@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <exception>
 #include <optional>
 #include <thread>
 
@@ -182,18 +183,28 @@ void simulate(Candidate& c, const config::Scenario& s, double headroom) {
   c.exposed_comm_fraction = t.exposed_s() / r.step_time_s;
 }
 
-// Runs job(i) for i in [0, n) on up to `threads` threads.
+// Runs job(i) for i in [0, n) on up to `threads` threads; an exception of a job is rethrown here
+// once all are done (the lowest i's, whatever the thread count).
 template <typename Job>
 void parallel_for(std::size_t n, int threads, const Job& job) {
   std::atomic<std::size_t> next{0};
+  std::vector<std::exception_ptr> errors(n);
   auto work = [&] {
-    for (std::size_t k = next++; k < n; k = next++) job(k);
+    for (std::size_t k = next++; k < n; k = next++) {
+      try {
+        job(k);
+      } catch (...) {
+        errors[k] = std::current_exception();
+      }
+    }
   };
   std::vector<std::thread> pool;
   const std::size_t count = std::min<std::size_t>(static_cast<std::size_t>(std::max(threads, 1)), n);
   for (std::size_t i = 1; i < count; ++i) pool.emplace_back(work);
   work();
   for (auto& t : pool) t.join();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
 }
 
 // The ep cell of the tables: "f" marks the flex token dispatcher (parallel.moe_token_dispatcher),

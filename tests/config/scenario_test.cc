@@ -624,6 +624,16 @@ TEST_CASE("training.peft lora: defaults, targets and refusals") {
          d["parallel"]["zero"] = 3;
        },
        "training.peft", "LoRA with zero 3 is not supported yet (use zero 0 or 1)"},
+      {[](json& d) { d["training"]["seq_len"] = 33554432; }, "training.seq_len",
+       "33554432 exceeds the 16777216 tokens trainsim models"},
+      {[](json& d) { d["training"]["global_batch"] = 16385 * 4; }, "training.global_batch",
+       "gives 16385 micro-batches per pipeline; trainsim simulates at most 16384 (raise micro_batch or the data "
+       "parallelism)"},
+      {[](json& d) {
+         d["training"]["host_overhead"] = true;
+         d["training"]["host_cost_scale"] = 2000;
+       },
+       "training.host_cost_scale", "2000 exceeds 1000"},
   };
   for (const Case& c : cases) {
     json d = base_scenario();
@@ -695,6 +705,11 @@ TEST_CASE("expert-parallel layouts: Megatron-Core's rules, one line each") {
         "no error");
   CHECK(error({{"ep", 8}, {"moe_expert_capacity_factor", 0}}) ==
         "s.json: parallel.moe_expert_capacity_factor: must be positive, got 0");
+  CHECK(error({{"ep", 8}, {"moe_expert_capacity_factor", 8.5}}) ==
+        "s.json: parallel.moe_expert_capacity_factor: 8.5 exceeds experts / experts_per_token = 32/4 = 8, where each "
+        "expert's capacity already holds every token of a rank");
+  CHECK(error({{"ep", 8}, {"moe_expert_capacity_factor", 8}, {"moe_pad_expert_input_to_capacity", true}}) ==
+        "no error");
   CHECK(error({{"ep", 8}, {"moe_pad_expert_input_to_capacity", true}}) ==
         "s.json: parallel.moe_pad_expert_input_to_capacity: requires moe_expert_capacity_factor");
   CHECK(error({{"ep", 8}, {"moe_token_dispatcher", "flex"}, {"moe_expert_capacity_factor", 1.0}}) ==

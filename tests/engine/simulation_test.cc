@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -52,4 +53,11 @@ TEST_CASE("time converts from seconds to picoseconds by rounding") {
   CHECK(Time::from_seconds(1.5e-6).ps() == 1'500'000);
   CHECK(Time::from_seconds(32.0).seconds() == Approx(32.0));
   CHECK(Time::from_seconds(-1.0).ps() == 0);
+  // Past int64 picoseconds (about 106 days): an error, not a wrapped negative time.
+  CHECK_THROWS_AS(Time::from_seconds(1e7), std::range_error);
+  CHECK(Time::from_seconds(9e6).seconds() == Approx(9e6));
+  Simulation sim;
+  sim.after(Time::from_seconds(9e6), [] {});
+  sim.run();
+  CHECK_THROWS_AS(sim.after(Time::from_seconds(9e6), [] {}), std::range_error);
 }
