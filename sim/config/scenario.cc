@@ -25,11 +25,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Model chunks per pipeline stage: virtual_stages with the interleaved schedule, else one.
-std::int64_t chunks_per_stage(const ParallelSpec& p) {
-  return p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
-}
-
 // What the layers are split over with the account_for_*_in_pipeline_split keys: the layers plus one
 // slot for each accounted embedding / loss.
 std::int64_t pipeline_slots(const workload::ModelSpec& m, const ParallelSpec& p) {
@@ -981,6 +976,10 @@ std::vector<std::string> recompute_module_names(std::uint8_t mask) {
   for (std::size_t i = 0; i < kRecomputeModuleNames.size(); ++i)
     if (mask & (1u << i)) out.emplace_back(kRecomputeModuleNames[i]);
   return out;
+}
+
+std::int64_t chunks_per_stage(const ParallelSpec& p) {
+  return p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
 }
 
 std::int64_t chunk_layers(const Scenario& sc, std::int64_t stage, std::int64_t chunk) {

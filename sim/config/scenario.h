@@ -173,6 +173,8 @@ std::filesystem::path default_data_dir();
 network::ClusterSpec load_cluster(const std::string& name_or_path, const std::filesystem::path& data_dir,
                                   const std::string& what);
 
+// Model chunks per pipeline stage: virtual_stages with the interleaved schedule, else one.
+std::int64_t chunks_per_stage(const ParallelSpec& parallel);
 // Transformer layers on pipeline stage `stage` (uneven first/last stages as the scenario says).
 std::int64_t stage_layers(const Scenario& scenario, std::int64_t stage);
 // Transformer layers in model chunk `chunk` (0 .. virtual_stages - 1; 0 without interleaving) of a

@@ -60,7 +60,7 @@ void Executor::pump(std::uint32_t rank) {
   bool progress = true;
   while (progress) {
     progress = false;
-    for (unsigned m = st.pending & ~st.occupied & ((1u << kMaxStreams) - 1); m != 0; m &= m - 1)
+    for (unsigned m = st.pending & ~st.occupied; m != 0; m &= m - 1)
       progress = try_start(rank, std::countr_zero(m)) || progress;
   }
 }

@@ -666,6 +666,14 @@ bool shares_embedding(const config::Scenario& sc) {
   return sc.model.tied_embeddings || sc.model.mtp_layers > 0;
 }
 
+// Full recompute applies to the first recompute_layers layers of each model chunk (Megatron's
+// --recompute-method block; all of them by default, as uniform with one layer per group); the others
+// keep their activations. `layer`: the index within its chunk.
+bool recomputes_fully(const config::Scenario& sc, std::int64_t layer) {
+  return sc.training.recompute == config::Recompute::full &&
+         (sc.training.recompute_layers == 0 || layer < sc.training.recompute_layers);
+}
+
 void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std::int64_t stage_index,
                          const LayerOps& ops, const hardware::ComputeModel& compute, Program& p) {
   const auto& par = sc.parallel;
@@ -684,13 +692,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   if (host_stream(sc))
     w.use_host_stream(eager ? host.forward_s : host_costs(sc.cluster, sc.training.host_cost_scale).forward_call_s);
 
-  // Full recompute applies to the first recompute_layers layers of each model chunk (Megatron's
-  // --recompute-method block; all of them by default, as uniform with one layer per group); the
-  // others keep their activations.
-  auto full_recompute = [&](std::int64_t l) {
-    return recompute == config::Recompute::full &&
-           (sc.training.recompute_layers == 0 || l < sc.training.recompute_layers);
-  };
+  auto full_recompute = [&](std::int64_t l) { return recomputes_fully(sc, l); };
   auto fwd_saves = [&](std::int64_t l) {
     return full_recompute(l) ? Saves::none : recompute == config::Recompute::selective ? Saves::selective : Saves::all;
   };
@@ -1516,7 +1518,7 @@ double compute_floor_s(const config::Scenario& sc, const hardware::ComputeModel&
   // left the next), the forward and backward of every chunk, and what recomputation runs again
   // (full: the first recompute_layers layers of each chunk, or all).
   const std::int64_t pp = par.pp;
-  const std::int64_t chunks = par.schedule == config::Schedule::interleaved ? par.virtual_stages : 1;
+  const std::int64_t chunks = config::chunks_per_stage(par);
   std::vector<double> first_chunk_fwd(static_cast<std::size_t>(pp)), work(static_cast<std::size_t>(pp)),
       drain(static_cast<std::size_t>(pp));
   for (std::int64_t s = 0; s < pp; ++s) {
@@ -1527,11 +1529,7 @@ double compute_floor_s(const config::Scenario& sc, const hardware::ComputeModel&
         const LayerKind k = kinds[l];
         f += fwd[k];
         b += bwd[k];
-        if (sc.training.recompute == config::Recompute::full &&
-            (sc.training.recompute_layers == 0 || static_cast<std::int64_t>(l) < sc.training.recompute_layers))
-          r += fwd[k];
-        else
-          r += selective[k];
+        r += recomputes_fully(sc, static_cast<std::int64_t>(l)) ? fwd[k] : selective[k];
       }
       if (c == 0) {
         first_chunk_fwd[static_cast<std::size_t>(s)] = f;
@@ -1581,7 +1579,7 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   for (std::int64_t s = 0; s < par.pp; ++s) {
     StagePlan& st = plan.stages[static_cast<std::size_t>(s)];
     st.layers = config::stage_layers(sc, s);
-    st.chunks = par.schedule == config::Schedule::interleaved ? par.virtual_stages : 1;
+    st.chunks = config::chunks_per_stage(par);
     st.has_embedding = s == 0;
     st.has_head = s == par.pp - 1;
     // Per kind of layer: a MoE model's dense first layers have their dense MLP and no experts; a

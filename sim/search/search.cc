@@ -365,9 +365,12 @@ Result run_search(const config::Scenario& base, const nlohmann::json& doc, const
   spdlog::info("searching {} layouts on {} threads", all.size(), threads);
 
   // The layout rules, and each valid layout's floor when only the fastest few are asked for: every
-  // rank checks every layout (cheap next to a simulation; nothing to exchange).
+  // rank checks every layout (cheap next to a simulation; nothing to exchange). The valid layouts'
+  // scenarios are kept for their simulation.
+  std::vector<std::optional<config::Scenario>> scenarios(all.size());
   parallel_for(all.size(), threads, [&](std::size_t i) {
-    const auto s = check(all[i], scenario_file, doc, data_dir);
+    scenarios[i] = check(all[i], scenario_file, doc, data_dir);
+    const auto& s = scenarios[i];
     if (s && top > 0) all[i].floor_s = parallel::compute_floor_s(*s, hardware::ComputeModel(s->cluster.gpu));
   });
   std::vector<std::size_t> order;
@@ -399,10 +402,7 @@ Result run_search(const config::Scenario& base, const nlohmann::json& doc, const
     std::vector<std::size_t> mine;
     for (std::size_t k = static_cast<std::size_t>(g_rank); k < wave.size(); k += static_cast<std::size_t>(g_size))
       mine.push_back(wave[k]);
-    parallel_for(mine.size(), threads, [&](std::size_t k) {
-      Candidate& c = all[mine[k]];
-      simulate(c, *check(c, scenario_file, doc, data_dir), headroom);
-    });
+    parallel_for(mine.size(), threads, [&](std::size_t k) { simulate(all[mine[k]], *scenarios[mine[k]], headroom); });
 #ifdef TRAINSIM_WITH_MPI
     if (g_size > 1) share(all, wave);
 #endif
