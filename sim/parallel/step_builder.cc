@@ -342,12 +342,12 @@ class StageWriter {
   // cache is keyed by where the three names live and checks their text, so a temporary op whose
   // name reuses an address cannot alias another's label.
   std::uint32_t label_of(std::string_view phase, std::string_view first, std::string_view last) {
-    LabelEntry& e = labels_[{phase.data(), first.data(), last.data()}];
-    if (!e.set || e.phase != phase || e.first != first || e.last != last) {
+    auto [it, added] = labels_.try_emplace({phase.data(), first.data(), last.data()});
+    LabelEntry& e = it->second;
+    if (added || e.phase != phase || e.first != first || e.last != last) {
       e.phase = phase;
       e.first = first;
       e.last = last;
-      e.set = true;
       e.id =
           p_.label(first == last ? fmt::format("{} {}", phase, first) : fmt::format("{} {}..{}", phase, first, last));
     }
@@ -443,7 +443,6 @@ class StageWriter {
   struct LabelEntry {
     std::string phase, first, last;
     std::uint32_t id = 0;
-    bool set = false;
   };
   std::unordered_map<LabelKey, LabelEntry, LabelKeyHash> labels_;
   bool tail_gemm_ = false;
