@@ -15,7 +15,7 @@ struct GpuProfile;  // hardware/profile.h
 enum class Arch : std::uint8_t { ampere, hopper, blackwell };
 
 struct GpuSpec {
-  std::string id;  // a100-sxm-40gb, a100-sxm-80gb, h100-sxm, h200-sxm, b200, gb200, gb300, b300
+  std::string id;  // a catalog id (gpu_catalog.cc), or a topology's own for a GPU derived from one
   std::string name;
   Arch arch = Arch::ampere;
   bool grace_host = false;  // a Grace-Blackwell superchip (GB200, GB300): its host CPU is Grace
@@ -43,6 +43,8 @@ struct GpuSpec {
 };
 
 std::span<const GpuSpec> gpu_catalog();
+// The bytes CUDA exposes of an HBM capacity quoted in (binary) gigabytes, as the catalog counts them.
+double usable_hbm_bytes(double hbm_gb);
 // nullptr when unknown.
 const GpuSpec* find_gpu(std::string_view id);
 

@@ -101,14 +101,14 @@ GpuSpec make(Arch arch, const char* id, const char* name, double bf16_tflops, do
   g.arch = arch;
   g.bf16_flops = bf16_tflops * kTera;
   g.fp8_flops = fp8_tflops * kTera;
-  g.hbm_bytes = hbm_gb * kGibi * kUsableHbm;  // [MEM]
+  g.hbm_bytes = usable_hbm_bytes(hbm_gb);
   g.hbm_Bps = hbm_TBps * kTera;
   g.nvlink_Bps = nvlink_GBps * kGiga;
   g.launch_s = kLaunch_s;
   return g;
 }
 
-std::array<GpuSpec, 8> build() {
+std::array<GpuSpec, 10> build() {
   // [DS] BF16 / FP8 dense TFLOP/s, HBM GB, HBM TB/s, NVLink GB/s per direction.
   GpuSpec a100_40 = make(Arch::ampere, "a100-sxm-40gb", "NVIDIA A100 SXM4 40GB", 312, 0, 40, 1.555, 300);
   GpuSpec a100_80 = make(Arch::ampere, "a100-sxm-80gb", "NVIDIA A100 SXM4 80GB", 312, 0, 80, 2.039, 300);
@@ -127,8 +127,14 @@ std::array<GpuSpec, 8> build() {
   // as the Megatron-Bridge pages name it ("B300-270GB", published-runs.md "Hardware of the runs"),
   // 8 TB/s, NVLink5.
   GpuSpec b300 = make(Arch::blackwell, "b300", "NVIDIA B300 270GB", 2250, 4500, 270, 8.0, 900);
+  // [DS] The export variants of A100 80GB and H100 SXM (A800, H800): the same chips, clocks and HBM,
+  // with 8 NVLinks instead of 12 (A100) or 18 (H100), 200 GB/s per direction (ecosystem.md §3.4: SimAI's
+  // per-link constants, 8 links for A800/H800). Their kernels run as on A100 / H100, so they take those
+  // GPUs' compute-model parameters below; the NVLink difference is their topologies' (hgx-a800, hgx-h800).
+  GpuSpec a800 = make(Arch::ampere, "a800-sxm-80gb", "NVIDIA A800 SXM4 80GB", 312, 0, 80, 2.039, 200);
+  GpuSpec h800 = make(Arch::hopper, "h800-sxm", "NVIDIA H800 SXM5 80GB", 989, 1979, 80, 3.35, 200);
 
-  for (GpuSpec* g : {&a100_40, &a100_80}) {
+  for (GpuSpec* g : {&a100_40, &a100_80, &a800}) {
     g->gemm_efficiency = 0.83 * kAmpereSustained;  // [FIT][E2E] (A100 MAMF 0.869 at its best shape) → 0.797
     g->gemm_half_dim = kAmpereHalfDim;
     g->gemm_overhead_s = kAmpereGemmFixed_s - kLaunch_s;
@@ -137,7 +143,7 @@ std::array<GpuSpec, 8> build() {
     g->flash1_efficiency = kA100Flash1;
     g->hbm_efficiency = kA100Hbm;  // [A] for the 40 GB part: same fraction as the 80 GB one
   }
-  for (GpuSpec* g : {&h100, &h200}) {
+  for (GpuSpec* g : {&h100, &h200, &h800}) {
     g->gemm_efficiency = 0.803 * kMamfRatio * kSustained;  // [MAMF][E2E] H100 SXM 80.3% → 0.767 → 0.667
     g->gemm_half_dim = kHopperHalfDim;
     g->gemm_overhead_s = kHopperGemmFixed_s - kLaunch_s;
@@ -146,10 +152,11 @@ std::array<GpuSpec, 8> build() {
     g->flash2_efficiency = kH100Flash2;
     g->flash1_efficiency = kH100Flash2 * kFlash1OverFlash2;  // [A] see kFlash1OverFlash2
   }
-  h100.hbm_efficiency = kH100Hbm;
+  h100.hbm_efficiency = h800.hbm_efficiency = kH100Hbm;
   h200.hbm_efficiency = kH200Hbm;
   // [FIT8][E2E] the sweep's FP8 ceiling, sustained at kHopperFp8Sustained.
   h100.fp8_gemm_efficiency = 0.712 * kHopperFp8Sustained;  // 0.555
+  h800.fp8_gemm_efficiency = h100.fp8_gemm_efficiency;     // the H100 chip
   h200.fp8_gemm_efficiency = 0.70 * kHopperFp8Sustained;   // [A] the H100 factor
 
   b200.gemm_efficiency = 0.776 * kMamfRatio * kBlackwellSustained;      // [MAMF][E2E] B200 77.6% → 0.741 → 0.522
@@ -197,15 +204,19 @@ std::array<GpuSpec, 8> build() {
   gb300.fp4_gemm_efficiency *= 0.81;
   b300.fp4_gemm_efficiency *= 0.81;
   gb200.grace_host = gb300.grace_host = true;
-  return {a100_40, a100_80, h100, h200, b200, gb200, gb300, b300};
+  return {a100_40, a100_80, h100, h200, b200, gb200, gb300, b300, a800, h800};
 }
 
 }  // namespace
 
 std::span<const GpuSpec> gpu_catalog() {
-  static const std::array<GpuSpec, 8> catalog = build();
+  static const std::array<GpuSpec, 10> catalog = build();
   return catalog;
 }
+
+double usable_hbm_bytes(double hbm_gb) {
+  return hbm_gb * kGibi * kUsableHbm;
+}  // [MEM]
 
 const GpuSpec* find_gpu(std::string_view id) {
   for (const GpuSpec& g : gpu_catalog()) {

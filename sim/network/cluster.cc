@@ -17,7 +17,7 @@ double micros(const util::JsonNode& node, std::string_view key) {
   return node.at(key).as_nonnegative_number() * kSecondsPerUs;
 }
 
-hardware::GpuSpec parse_gpu(const util::JsonNode& node) {
+hardware::GpuSpec catalog_gpu(const util::JsonNode& node) {
   const std::string id = node.as_string();
   if (const hardware::GpuSpec* gpu = hardware::find_gpu(id)) return *gpu;
   std::string known;
@@ -26,6 +26,56 @@ hardware::GpuSpec parse_gpu(const util::JsonNode& node) {
     known += g.id;
   }
   node.fail(fmt::format("unknown GPU \"{}\" (known: {})", id, known));
+}
+
+// A GPU derived from a catalog one (`{"base": "h100-sxm", "bf16_tflops": 148, ...}`): the datasheet
+// figures it names replace the base's; everything the compute model measured or fitted on the base
+// (GEMM, attention and HBM efficiencies as fractions of the peaks, launch cost, architecture) carries
+// over, as it does for a part that runs the base's kernels on a different budget of SMs, clocks or HBM.
+hardware::GpuSpec derived_gpu(const util::JsonNode& node) {
+  node.reject_unknown({"base", "id", "name", "bf16_tflops", "fp8_tflops", "fp4_tflops", "hbm_GB", "hbm_TBps", "host"});
+  const util::JsonNode base = node.at("base");
+  if (!base.is_string()) base.fail("expected a GPU id of the catalog");
+  hardware::GpuSpec g = catalog_gpu(base);
+  const std::string base_id = g.id;
+  g.id = "custom-" + base_id;
+  g.name = g.name + " (custom)";
+  if (auto v = node.find("id")) {
+    g.id = v->as_string();
+    if (g.id.empty()) v->fail("expected a non-empty id");
+  }
+  if (auto v = node.find("name")) {
+    g.name = v->as_string();
+    if (g.name.empty()) v->fail("expected a non-empty name");
+  }
+  constexpr double kTera = 1e12;
+  if (auto v = node.find("bf16_tflops")) g.bf16_flops = v->as_positive_number() * kTera;
+  // FP8 and FP4 can be taken away (0) but not added: their efficiencies come from the base.
+  const auto low_precision = [&](std::string_view key, double& flops, const char* what) {
+    auto v = node.find(key);
+    if (!v) return;
+    const double tflops = v->as_nonnegative_number();
+    if (tflops > 0 && flops <= 0)
+      v->fail(fmt::format("{} has no {} tensor cores to derive them from (0 is allowed: none)", base_id, what));
+    flops = tflops * kTera;
+  };
+  low_precision("fp8_tflops", g.fp8_flops, "FP8");
+  low_precision("fp4_tflops", g.fp4_flops, "FP4");
+  if (auto v = node.find("hbm_GB")) g.hbm_bytes = hardware::usable_hbm_bytes(v->as_positive_number());
+  if (auto v = node.find("hbm_TBps")) g.hbm_Bps = v->as_positive_number() * kTera;
+  if (auto v = node.find("host")) {
+    const std::string host = v->as_string();
+    if (host != "x86" && host != "grace")
+      v->fail(fmt::format("unknown value \"{}\" (expected one of: x86, grace)", host));
+    g.grace_host = host == "grace";
+  }
+  return g;
+}
+
+hardware::GpuSpec parse_gpu(const util::JsonNode& node) {
+  if (node.is_object()) return derived_gpu(node);
+  if (!node.is_string()) node.fail("expected a GPU id of the catalog or an object deriving one");
+  return catalog_gpu(node);
 }
 
 void check_sources(const util::JsonNode& node) {

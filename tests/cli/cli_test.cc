@@ -326,6 +326,12 @@ TEST_CASE("bad input: one line naming file, JSON path and problem; exit code 2")
     j["gpus"] = -8;
     CHECK(rejected(j).find(": gpus: ") != std::string::npos);
   }
+  SECTION("a derived GPU that adds FP8 to a GPU without it") {
+    auto j = good_scenario();
+    j["cluster"] = nlohmann::json::parse(std::ifstream(fs::path(TRAINSIM_SOURCE_DIR) / "topologies" / "dgx-a100.json"));
+    j["cluster"]["gpu"] = {{"base", "a100-sxm-80gb"}, {"fp8_tflops", 624}};
+    CHECK(rejected(j).find(": cluster.gpu.fp8_tflops: a100-sxm-80gb has no FP8 tensor cores") != std::string::npos);
+  }
   SECTION("unknown model and cluster names") {
     auto j = good_scenario();
     j["model"] = "gpt-5";
@@ -415,6 +421,26 @@ TEST_CASE("an inline model and a Hugging Face config.json work where a model nam
   Result r = run(fmt::format("run '{}' --json", write("hf.json", j.dump()).string()));
   INFO(r.err);
   CHECK(r.code == 0);
+}
+
+TEST_CASE("a topology may derive its GPU from a catalog one; a GPU of half the peaks runs slower") {
+  auto j = good_scenario();
+  j["cluster"] = nlohmann::json::parse(std::ifstream(fs::path(TRAINSIM_SOURCE_DIR) / "topologies" / "dgx-h100.json"));
+  Result base = run(fmt::format("run '{}' --json", write("derived-base.json", j.dump()).string()));
+  REQUIRE(base.code == 0);
+  j["cluster"]["gpu"] = {{"base", "h100-sxm"}, {"id", "half-h100"}, {"bf16_tflops", 989.0 / 2}, {"hbm_TBps", 3.35 / 2}};
+  Result half = run(fmt::format("run '{}' --json", write("derived-half.json", j.dump()).string()));
+  INFO(half.err);
+  REQUIRE(half.code == 0);
+  const auto b = nlohmann::json::parse(base.out);
+  const auto h = nlohmann::json::parse(half.out);
+  CHECK(h["scenario"]["gpu"] == "half-h100");
+  // Kernels take twice as long (their fixed launch costs aside); communication does not change.
+  const double ratio = h["step_time_s"].get<double>() / b["step_time_s"].get<double>();
+  CHECK(ratio > 1.6);
+  CHECK(ratio < 2.0);
+  // MFU is against the derived GPU's own peak.
+  CHECK(h["mfu"].get<double>() > b["mfu"].get<double>());
 }
 
 TEST_CASE("accuracy gate: the published runs stay as close as validation/gate.json records") {

@@ -8,7 +8,7 @@ using namespace trainsim::hardware;
 // GiB as CUDA exposes it: the datasheet's binary GB x 0.987, deviceQuery's 42,405,855,232 bytes for
 // the A100 40GB's 40 GiB.
 TEST_CASE("catalog holds the datasheet GPUs") {
-  CHECK(gpu_catalog().size() == 8);
+  CHECK(gpu_catalog().size() == 10);
   const GpuSpec* h100 = find_gpu("h100-sxm");
   REQUIRE(h100 != nullptr);
   CHECK(h100->bf16_flops == 989e12);
@@ -31,6 +31,13 @@ TEST_CASE("catalog holds the datasheet GPUs") {
   CHECK(find_gpu("b300")->fp8_flops == 72e15 / 8 / 2);
   CHECK(find_gpu("b300")->hbm_bytes == Approx(270.0 * (1 << 30) * usable));
   CHECK(find_gpu("b200")->nvlink_Bps == 900e9);
+  // A800 and H800: A100 80GB and H100 SXM with 8 NVLinks of 25 GB/s per direction.
+  CHECK(find_gpu("a800-sxm-80gb")->bf16_flops == 312e12);
+  CHECK(find_gpu("a800-sxm-80gb")->nvlink_Bps == 200e9);
+  CHECK(find_gpu("h800-sxm")->fp8_flops == 1979e12);
+  CHECK(find_gpu("h800-sxm")->hbm_Bps == 3.35e12);
+  CHECK(find_gpu("h800-sxm")->nvlink_Bps == 200e9);
+  CHECK(usable_hbm_bytes(80) == Approx(h100->hbm_bytes));
   CHECK(find_gpu("tpu-v5") == nullptr);
 }
 
