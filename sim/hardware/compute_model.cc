@@ -32,7 +32,8 @@ double interpolate_log(std::span<const Point> pts, double x) {
 // FlashAttention-2 fwd+bwd and H100 cuDNN/FA3 fwd (published-runs.md §9b), which agree to 5%.
 constexpr std::array<Point, 6> kAttentionSeqCurve{
     {{512, 0.525}, {1024, 0.713}, {2048, 0.845}, {4096, 0.932}, {8192, 0.971}, {16384, 1.0}}};
-// Head dim 64 vs 128: A100 FlashAttention-2 causal fwd+bwd at 16k, 171 / 189.
+// Head dim 64 vs 128: the GPU's attention_hd64 / flash2_hd64 (gpu_catalog.cc), log-linear between 64
+// and 128 and beyond 128 held at 128's rate.
 // FlashAttention (v1) relative to its 16k rate: A100, causal, head dim 128, fwd+bwd 55 / 62 / 69 / 76 / 80
 // / 83 TFLOP/s at 512 ... 16k (published-runs.md §9b). Flatter than FlashAttention-2's curve: v1
 // parallelises over batch x heads only, so it gains less from long sequences.
@@ -50,7 +51,6 @@ constexpr std::array<Point, 8> kFlash1SeqCurve{{{512, 55.0 / 83},
                                                 {16384, 1.0},
                                                 {32768, kFlash1LongSeqGain},
                                                 {65536, kFlash1LongSeqGain* kFlash1LongSeqGain}}};
-constexpr std::array<Point, 2> kAttentionHeadDimCurve{{{64, 0.905}, {128, 1.0}}};
 // FlashAttention v1 runs head dim 64 faster than 128, unlike v2 (published-runs.md §9b, A100): causal
 // head dim 64 is not published, so it is estimated as v1's non-causal head-dim-64 rate times
 // FlashAttention-2's causal / non-causal ratio at head dim 64, at 16k: 110 x 171/176 = 106.9 TFLOP/s,
@@ -79,7 +79,9 @@ double ComputeModel::attention_efficiency(const workload::AttentionShape& shape)
   const bool fa1 = shape.impl == workload::AttentionImpl::flash1;
   const double seq = interpolate_log(fa1 ? std::span<const Point>(kFlash1SeqCurve) : kAttentionSeqCurve,
                                      static_cast<double>(shape.seq_kv));
-  const double hd = interpolate_log(fa1 ? std::span<const Point>(kFlash1HeadDimCurve) : kAttentionHeadDimCurve,
+  const double hd64 = shape.impl == workload::AttentionImpl::flash2 ? gpu_.flash2_hd64 : gpu_.attention_hd64;
+  const std::array<Point, 2> head_dim_curve{{{64, hd64}, {128, 1.0}}};
+  const double hd = interpolate_log(fa1 ? std::span<const Point>(kFlash1HeadDimCurve) : head_dim_curve,
                                     static_cast<double>(shape.head_dim));
   const double factor = fa1 ? std::min(seq * hd, kFlash1MaxFactor) : seq * hd;
   // The FlashAttention v1 / v2 figures are fwd+bwd rates, used for both passes; the fused kernels'

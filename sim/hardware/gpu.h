@@ -35,6 +35,8 @@ struct GpuSpec {
   double attention_backward_ratio = 1;  // backward efficiency relative to forward
   double flash2_efficiency = 0;         // FlashAttention-2 fwd+bwd, fraction of bf16_flops at long sequences
   double flash1_efficiency = 0;         // FlashAttention (v1) fwd+bwd, fraction of bf16_flops at long sequences
+  double attention_hd64 = 1;            // fused attention at head dim 64 relative to 128
+  double flash2_hd64 = 1;               // FlashAttention-2 at head dim 64 relative to 128
   double hbm_efficiency = 0;            // achieved fraction of hbm_Bps for streaming kernels
   double launch_s = 0;                  // per-kernel launch overhead
   // A calibrated profile (`gpu_profile` in a scenario or topology): where set, the compute model and

@@ -89,9 +89,16 @@ constexpr double kH100Flash2 = 328.0 / 989.0;  // 0.332
 // there (no wgmma / TMA), so it keeps the same fraction of FlashAttention-2 as on A100.
 constexpr double kA100Flash1 = 83.0 / 312.0;        // 0.266
 constexpr double kFlash1OverFlash2 = 83.0 / 189.0;  // 0.439
-constexpr double kA100Hbm = 1.61 / 2.039;           // [HBM] 0.790
-constexpr double kH100Hbm = 2.90 / 3.35;            // [HBM] 0.866
-constexpr double kH200Hbm = 4.01 / 4.80;            // [HBM] 0.835
+// [FA] Head dim 64 against 128, causal, 16k tokens (published-runs.md §9b): A100 FlashAttention-2
+// fwd+bwd 171 / 189 (also `flash` there); H100 FlashAttention-3 fwd 473 / 616 for the fused kernels
+// (no cuDNN head-dim-64 figure is published: [A] cuDNN's kernels lose as much) and FlashAttention-2
+// fwd+bwd 284 / 328. Hopper's wider tensor-core tiles leave a 64-wide head further from the peak.
+constexpr double kA100Hd64 = 171.0 / 189.0;          // 0.905
+constexpr double kHopperFusedHd64 = 473.0 / 616.0;   // 0.768
+constexpr double kHopperFlash2Hd64 = 284.0 / 328.0;  // 0.866
+constexpr double kA100Hbm = 1.61 / 2.039;            // [HBM] 0.790
+constexpr double kH100Hbm = 2.90 / 3.35;             // [HBM] 0.866
+constexpr double kH200Hbm = 4.01 / 4.80;             // [HBM] 0.835
 
 GpuSpec make(Arch arch, const char* id, const char* name, double bf16_tflops, double fp8_tflops, double hbm_gb,
              double hbm_TBps, double nvlink_GBps) {
@@ -141,6 +148,7 @@ std::array<GpuSpec, 10> build() {
     g->attention_efficiency = kA100Attention;
     g->flash2_efficiency = kA100Attention;
     g->flash1_efficiency = kA100Flash1;
+    g->attention_hd64 = g->flash2_hd64 = kA100Hd64;
     g->hbm_efficiency = kA100Hbm;  // [A] for the 40 GB part: same fraction as the 80 GB one
   }
   for (GpuSpec* g : {&h100, &h200, &h800}) {
@@ -151,6 +159,8 @@ std::array<GpuSpec, 10> build() {
     g->attention_backward_ratio = kHopperAttentionBackwardRatio;
     g->flash2_efficiency = kH100Flash2;
     g->flash1_efficiency = kH100Flash2 * kFlash1OverFlash2;  // [A] see kFlash1OverFlash2
+    g->attention_hd64 = kHopperFusedHd64;
+    g->flash2_hd64 = kHopperFlash2Hd64;
   }
   h100.hbm_efficiency = h800.hbm_efficiency = kH100Hbm;
   h200.hbm_efficiency = kH200Hbm;
@@ -183,6 +193,8 @@ std::array<GpuSpec, 10> build() {
     g->attention_backward_ratio = kHopperAttentionBackwardRatio;      // [A]
     g->flash2_efficiency = kH100Flash2 * mamf_ratio;                  // [A] as above
     g->flash1_efficiency = g->flash2_efficiency * kFlash1OverFlash2;  // [A] as above
+    g->attention_hd64 = kHopperFusedHd64;                             // [A] as Hopper
+    g->flash2_hd64 = kHopperFlash2Hd64;                               // [A] as Hopper
     g->hbm_efficiency = kH200Hbm;                                     // [A] HBM3e like H200
   }
   // [DS] Dense NVFP4 peaks: B200 9000, GB200 10000 TFLOP/s (ecosystem.md §4.1). Blackwell Ultra runs

@@ -139,6 +139,25 @@ TEST_CASE("attention efficiency follows the published sequence-length curve") {
   CHECK(e < 0.6);
 }
 
+// Head dim 64 against 128, causal, 16k tokens (published-runs.md §9b): A100 FlashAttention-2 fwd+bwd
+// 171 / 189; H100 FlashAttention-3 fwd 473 / 616 (the fused kernels) and FlashAttention-2 fwd+bwd
+// 284 / 328. Between 64 and 128 log-linear; beyond 128 as 128.
+TEST_CASE("head dim 64 costs each GPU and kernel what its published curves say") {
+  const auto ratio = [](const char* gpu, AttentionImpl impl, std::int64_t head_dim) {
+    ComputeModel cm(*find_gpu(gpu));
+    return cm.attention_efficiency(AttentionShape{16, 16384, 16384, head_dim, true, false, impl}) /
+           cm.attention_efficiency(AttentionShape{16, 16384, 16384, 128, true, false, impl});
+  };
+  CHECK(ratio("a100-sxm-80gb", AttentionImpl::flash, 64) == Approx(171.0 / 189.0));
+  CHECK(ratio("a100-sxm-80gb", AttentionImpl::flash2, 64) == Approx(171.0 / 189.0));
+  CHECK(ratio("h100-sxm", AttentionImpl::flash, 64) == Approx(473.0 / 616.0));
+  CHECK(ratio("h100-sxm", AttentionImpl::flash2, 64) == Approx(284.0 / 328.0));
+  CHECK(ratio("gb200", AttentionImpl::flash, 64) == Approx(473.0 / 616.0));  // [A] as Hopper
+  CHECK(ratio("h100-sxm", AttentionImpl::flash, 90) ==
+        Approx(473.0 / 616.0 + (1 - 473.0 / 616.0) * std::log(90.0 / 64) / std::log(2.0)));
+  CHECK(ratio("h100-sxm", AttentionImpl::flash, 192) == Approx(1.0));
+}
+
 // FlashAttention (v1) fwd+bwd on A100, causal, head dim 128 (published-runs.md §9b): 83 TFLOP/s at
 // 16k, 69 at 2k, 55 at 512, forward and backward alike. On H100 (no measurement) it keeps v1's
 // fraction of FlashAttention-2, 83/189.
