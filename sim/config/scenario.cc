@@ -381,7 +381,8 @@ TrainingSpec parse_training(const util::JsonNode& node) {
                        "host_backward_us",  "grad_reduce_in_fp32", "cross_entropy",
                        "recompute_modules", "cpu_offload_layers",  "host_overhead",
                        "cuda_graph_scope",  "host_cost_scale",     "peft",
-                       "lora_rank",         "lora_targets",        "document_tokens"});
+                       "lora_rank",         "lora_targets",        "document_tokens",
+                       "train_tokens"});
   TrainingSpec t;
   if (auto v = node.find("micro_batch")) t.micro_batch = v->as_positive_int();
   t.global_batch = node.at("global_batch").as_positive_int();
@@ -461,6 +462,13 @@ TrainingSpec parse_training(const util::JsonNode& node) {
                           t.document_tokens, t.seq_len));
     if (t.attention == workload::AttentionImpl::softmax)
       v->fail("needs fused attention (Megatron's packed sequences run Transformer Engine's THD kernels)");
+  }
+  if (auto v = node.find("train_tokens")) {
+    t.train_tokens = v->as_positive_number();
+    // 10^18 tokens: a hundred thousand times the largest published pretraining run (15T tokens).
+    constexpr double kMaxTrainTokens = 1e18;
+    if (t.train_tokens > kMaxTrainTokens)
+      v->fail(fmt::format("{:g} exceeds {:g} tokens", t.train_tokens, kMaxTrainTokens));
   }
   if (auto v = node.find("peft")) {
     t.lora = parse_choice(*v, Choices{{"none", "lora"}, {}}) == 1;

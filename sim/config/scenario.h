@@ -141,6 +141,9 @@ struct TrainingSpec {
   // lora_targets): the base model frozen, adapters of rank lora_rank on the targeted linears trained.
   // training.document_tokens: packed sequences of documents this long (workload::LayerConfig); 0: none.
   std::int64_t document_tokens = 0;
+  // training.train_tokens: a training run's token budget; the reports add how many steps, days and
+  // GPU-hours it takes at the predicted step time (0: not asked).
+  double train_tokens = 0;
   bool lora = false;
   std::int64_t lora_rank = 32;
   std::uint8_t lora_targets = workload::kLoraQkv | workload::kLoraProj | workload::kLoraFc1 | workload::kLoraFc2;

@@ -32,6 +32,8 @@ std::vector<ScaleRow> scale_rows(const std::vector<ScalePoint>& points) {
     r.exposed_comm_fraction = t.exposed_s() / p.result.step_time_s;
     r.peak_gib = m.peak_gib;
     r.fits = m.fits;
+    r.train_days = m.train_days;
+    r.train_gpu_hours = m.train_gpu_hours;
     rows.push_back(r);
   }
   return rows;
@@ -65,6 +67,11 @@ std::string title_of(const std::vector<ScalePoint>& points) {
                      p.tp, p.pp, p.cp, sc.model.moe() ? fmt::format(" · ep {} · etp {}", p.ep, p.etp) : std::string());
 }
 
+// training.train_tokens: the study adds the days and GPU-hours each size takes to train them.
+bool train_columns(const std::vector<ScalePoint>& points) {
+  return !points.empty() && points.front().scenario.training.train_tokens > 0;
+}
+
 }  // namespace
 
 std::string scale_markdown(const std::vector<ScalePoint>& points, Keep keep) {
@@ -74,15 +81,22 @@ std::string scale_markdown(const std::vector<ScalePoint>& points, Keep keep) {
                      keep == Keep::global_batch ? "global batch" : "batch per GPU");
   out +=
       "| GPUs | DP | global batch | micro-batches | step time (s) | tokens/s | tokens/s/GPU | TFLOP/s/GPU | MFU | "
-      "scaling eff. | bubble | exposed comm | peak GiB | fits |\n";
-  out += "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|\n";
-  for (const auto& r : scale_rows(points))
+      "scaling eff. | bubble | exposed comm | peak GiB | fits |";
+  const bool train = train_columns(points);
+  if (train)
+    out += fmt::format(" days for {} tokens | GPU-hours |", si_count(points.front().scenario.training.train_tokens));
+  out += train ? "\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|\n"
+               : "\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|\n";
+  for (const auto& r : scale_rows(points)) {
     out += fmt::format(
         "| {} | {} | {} | {} | {:.3f} | {:.0f} | {:.1f} | {:.1f} | {:.1f}% | {:.1f}% | {:.1f}% | {:.1f}% | {:.1f} | "
-        "{} |\n",
+        "{} |",
         r.gpus, r.dp, r.global_batch, r.micro_batches, r.step_time_s, r.tokens_per_s, r.tokens_per_s_per_gpu,
         r.model_tflops_per_gpu, 100 * r.mfu, 100 * r.scaling_efficiency, 100 * r.bubble_fraction,
         100 * r.exposed_comm_fraction, r.peak_gib, r.fits ? "yes" : "**no**");
+    if (train) out += fmt::format(" {:.1f} | {:.0f} |", r.train_days, r.train_gpu_hours);
+    out += "\n";
+  }
   return out;
 }
 
@@ -92,13 +106,24 @@ std::string scale_text(const std::vector<ScalePoint>& points, Keep keep) {
   out += fmt::format("{:>6} {:>5} {:>6} {:>6} {:>10} {:>12} {:>8} {:>8} {:>6} {:>7} {:>7} {:>7} {:>7} {:>5}\n", "GPUs",
                      "DP", "batch", "micro", "step (s)", "tokens/s", "tok/s/G", "TFLOP/s", "MFU", "eff.", "bubble",
                      "comm", "GiB", "fits");
-  for (const auto& r : scale_rows(points))
+  const bool train = train_columns(points);
+  if (train) {
+    out.pop_back();
+    out += fmt::format(" {:>8} {:>12}\n", "days", "GPU-hours");
+  }
+  for (const auto& r : scale_rows(points)) {
     out += fmt::format(
         "{:>6} {:>5} {:>6} {:>6} {:>10.3f} {:>12.0f} {:>8.1f} {:>8.1f} {:>5.1f}% {:>6.1f}% {:>6.1f}% {:>6.1f}% "
-        "{:>7.1f} {:>5}\n",
+        "{:>7.1f} {:>5}",
         r.gpus, r.dp, r.global_batch, r.micro_batches, r.step_time_s, r.tokens_per_s, r.tokens_per_s_per_gpu,
         r.model_tflops_per_gpu, 100 * r.mfu, 100 * r.scaling_efficiency, 100 * r.bubble_fraction,
         100 * r.exposed_comm_fraction, r.peak_gib, r.fits ? "yes" : "NO");
+    if (train) out += fmt::format(" {:>8.1f} {:>12.0f}", r.train_days, r.train_gpu_hours);
+    out += "\n";
+  }
+  if (train)
+    out += fmt::format("days and GPU-hours to train {} tokens, every step as the simulated one\n",
+                       si_count(points.front().scenario.training.train_tokens));
   return out;
 }
 

@@ -1,6 +1,9 @@
 #include "report/summary.h"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -105,6 +108,14 @@ const char* recompute_name(config::Recompute r) {
   return "?";
 }
 
+// 15.0T, 405B, 1.34M: three significant figures with an SI suffix (k, M, B, T; none below 1000).
+std::string si_count(double v) {
+  constexpr std::array<std::pair<double, const char*>, 4> kUnits{{{1e12, "T"}, {1e9, "B"}, {1e6, "M"}, {1e3, "k"}}};
+  for (const auto& [scale, suffix] : kUnits)
+    if (v >= scale) return fmt::format("{:.3g}{}", v / scale, suffix);
+  return fmt::format("{:.3g}", v);
+}
+
 namespace {
 
 // " (mla_up_proj, moe_act)": selective recompute's modules when not only core_attn.
@@ -141,6 +152,13 @@ Metrics compute_metrics(const config::Scenario& sc, const parallel::StepResult& 
   m.host_share_gib = sc.cluster.host_memory_per_gpu_bytes / kGiB;
   m.host_fits = m.host_share_gib <= 0 || m.host_offload_gib <= m.host_share_gib;
   m.fits = static_cast<double>(r.memory[r.peak_rank].peak_bytes) <= sc.cluster.gpu.hbm_bytes && m.host_fits;
+  if (sc.training.train_tokens > 0) {
+    constexpr double kSecondsPerHour = 3600;
+    m.train_steps = static_cast<std::int64_t>(std::ceil(sc.training.train_tokens / tokens));
+    const double seconds = static_cast<double>(m.train_steps) * r.step_time_s;
+    m.train_days = seconds / (24 * kSecondsPerHour);
+    m.train_gpu_hours = seconds * gpus / kSecondsPerHour;
+  }
   return m;
 }
 
@@ -278,6 +296,10 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
     if (!scopes.empty()) out["scenario"]["cuda_graph_scope"] = scopes;
   }
   if (sc.training.document_tokens > 0) out["scenario"]["document_tokens"] = sc.training.document_tokens;
+  if (sc.training.train_tokens > 0) {
+    out["scenario"]["train_tokens"] = sc.training.train_tokens;
+    out["time_to_train"] = {{"steps", m.train_steps}, {"days", m.train_days}, {"gpu_hours", m.train_gpu_hours}};
+  }
   if (sc.training.lora) {
     out["scenario"]["peft"] = "lora";
     out["scenario"]["lora_rank"] = sc.training.lora_rank;
@@ -345,6 +367,12 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
                      m.tokens_per_s_per_gpu);
   out += fmt::format("model FLOPs   {:.1f} TFLOP/s/GPU · MFU {:.1f}% of {:.0f} TFLOP/s dense {} (NeMo count)\n",
                      m.model_tflops_per_gpu, 100.0 * m.mfu, mfu_peak(sc).flops / 1e12, mfu_peak(sc).name);
+  if (sc.training.train_tokens > 0)
+    out += fmt::format(
+        "to train      {} tokens: {} steps · {:.1f} days · {} GPU-hours (every step as this one: no "
+        "restarts, evaluation or checkpoints)\n",
+        si_count(sc.training.train_tokens), thousands(static_cast<double>(m.train_steps)), m.train_days,
+        si_count(m.train_gpu_hours));
   std::string cp_ep_parts;
   if (p.cp > 1) cp_ep_parts = fmt::format(" · CP {:.1f}%", pct(r.mean.cp_exposed_s));
   if (sc.model.moe()) cp_ep_parts += fmt::format(" · EP {:.1f}%", pct(r.mean.ep_exposed_s));

@@ -27,8 +27,14 @@ struct Metrics {
   double host_offload_gib = 0;
   double host_share_gib = 0;
   bool host_fits = true;
+  // training.train_tokens set: the steps that reach it (whole global batches) and their time.
+  std::int64_t train_steps = 0;
+  double train_days = 0;
+  double train_gpu_hours = 0;
 };
 
+// 15.6T, 405B, 1.34M: three significant figures with an SI suffix (k, M, B, T; none below 1000).
+std::string si_count(double v);
 // "none", "selective" or "full", as the scenario file spells it.
 const char* recompute_name(config::Recompute r);
 // training.precision as a scenario spells it: bf16, fp16, fp8, nvfp4.

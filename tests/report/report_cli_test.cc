@@ -85,6 +85,39 @@ TEST_CASE("scale keeping the batch per GPU: the global batch grows with the GPUs
   CHECK(again.out == r.out);
 }
 
+TEST_CASE("training.train_tokens: run and scale say how many steps, days and GPU-hours the budget takes") {
+  // llama3.1-8b on 64 H200: 512 sequences of 8,192 tokens per step, 4,194,304 tokens. 10^12 tokens
+  // take ceil(10^12 / 4,194,304) = 238,419 whole steps.
+  auto j = nlohmann::json::parse(slurp(fs::path(TRAINSIM_SOURCE_DIR) / "configs" / "llama3.1-8b-h200-64.json"));
+  j["training"]["train_tokens"] = 1e12;
+  const fs::path file = write("train-tokens.json", j.dump());
+  Result r = run(fmt::format("run '{}' --json", file.string()));
+  REQUIRE(r.code == 0);
+  const auto out = nlohmann::json::parse(r.out);
+  const double step = out["step_time_s"].get<double>();
+  CHECK(out["scenario"]["train_tokens"] == 1e12);
+  CHECK(out["time_to_train"]["steps"] == 238419);
+  CHECK(out["time_to_train"]["days"].get<double>() == Approx(238419 * step / 86400));
+  CHECK(out["time_to_train"]["gpu_hours"].get<double>() == Approx(238419 * step * 64 / 3600));
+  Result text = run(fmt::format("run '{}'", file.string()));
+  CHECK(text.out.find(fmt::format("to train      1T tokens: 238,419 steps · {:.1f} days", 238419 * step / 86400)) !=
+        std::string::npos);
+  // A study at two sizes adds the days and GPU-hours of each.
+  Result study = run(fmt::format("scale '{}' --gpus 64,128", file.string()));
+  REQUIRE(study.code == 0);
+  CHECK(study.out.find("days    GPU-hours") != std::string::npos);
+  CHECK(study.out.find("days and GPU-hours to train 1T tokens") != std::string::npos);
+  // Not a positive number, or past 10^18: one line naming the key, exit 2.
+  for (const nlohmann::json& bad :
+       {nlohmann::json(0), nlohmann::json(-5), nlohmann::json("15T"), nlohmann::json(1e19)}) {
+    j["training"]["train_tokens"] = bad;
+    Result e = run(fmt::format("run '{}'", write("train-tokens-bad.json", j.dump()).string()));
+    CHECK(e.code == 2);
+    CHECK(lines(e.err) == 1);
+    CHECK(e.err.find(": training.train_tokens: ") != std::string::npos);
+  }
+}
+
 TEST_CASE("scale: an impossible size or rule is one line naming it, exit 2") {
   Result r = run("scale configs/gpt3-175b-a100-1024.json --gpus 128,192");
   CHECK(r.code == 2);
