@@ -363,7 +363,7 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
        "unknown key (expected one of: micro_batch, global_batch, seq_len, recompute, recompute_layers, precision, "
        "attention, framework, host_forward_us, host_backward_us, grad_reduce_in_fp32, cross_entropy, "
        "recompute_modules, cpu_offload_layers, host_overhead, cuda_graph_scope, host_cost_scale, peft, lora_rank, "
-       "lora_targets, document_tokens)"},
+       "lora_targets, document_tokens, train_tokens)"},
       {[](json& d) { d["training"]["cuda_graph_scope"] = "attn"; }, "training.cuda_graph_scope",
        "must be an array of scope names (empty: no CUDA graphs)"},
       {[](json& d) {
