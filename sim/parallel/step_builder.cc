@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "network/analytical_network.h"
 #include "network/collective.h"
 #include "parallel/rank_grid.h"
 #include "util/error.h"
@@ -1512,22 +1513,70 @@ double compute_floor_s(const config::Scenario& sc, const hardware::ComputeModel&
     bwd[k] = kernels_s(wl.ops.bwd[k], all);
     selective[k] = kernels_s(wl.ops.fwd[k], rerun);
   }
+  // The collectives the compute stream waits for (StageWriter::tp_collective): tensor-parallel ones
+  // unless Transformer Engine overlaps them with their GEMMs, the expert-parallel token all-to-alls
+  // and expert-TP collectives unless combined 1F1B puts them beside another micro-batch's compute. On
+  // the analytical network each takes the time the simulation gives it (links are not shared); the
+  // flow network may share links, and then they are left out. Recomputation's collectives are left
+  // out too. Per stage (its groups may sit differently on the nodes) and kind of layer.
+  const std::int64_t pp = par.pp;
+  const bool tp_overlap = par.tp_comm_overlap && par.sequence_parallel && par.tp > 1;
+  std::vector<std::array<double, kLayerKinds>> fwd_comm(static_cast<std::size_t>(pp)),
+      bwd_comm(static_cast<std::size_t>(pp));
+  if (sc.network == config::NetworkModel::analytical) {
+    const network::AnalyticalNetwork net(sc.cluster, sc.collectives);
+    // The stage's first rank (tp, cp, dp coordinates 0) and its groups: tp consecutive ranks; in the
+    // expert layers' folded order (rank_grid.h) etp consecutive ranks, and ep ranks etp apart.
+    const std::int64_t stage_ranks = par.tp * par.cp * par.dp;
+    std::vector<std::uint32_t> members;
+    auto group = [&](std::int64_t first, std::int64_t size, std::int64_t stride) -> std::span<const std::uint32_t> {
+      members.clear();
+      for (std::int64_t i = 0; i < size; ++i) members.push_back(static_cast<std::uint32_t>(first + i * stride));
+      return members;
+    };
+    auto serial_comm_s = [&](const std::vector<Op>& list, std::int64_t first) {
+      double t = 0;
+      for (const Op& op : list) {
+        if (op.kind != workload::OpKind::tp_comm) continue;
+        std::int64_t size = par.tp, stride = 1;
+        if (op.group == workload::CommGroup::ep) {
+          if (par.moe_a2a_overlap) continue;
+          size = par.ep;
+          stride = par.etp;
+        } else if (op.group == workload::CommGroup::etp) {
+          if (par.moe_a2a_overlap) continue;
+          size = par.etp;
+        } else if (tp_overlap && op.comm != workload::Comm::all_reduce) {
+          continue;
+        }
+        if (size <= 1 || op.comm_bytes <= 0) continue;
+        t += net.chosen(collective_of(op.comm), op.comm_bytes, group(first, size, stride)).time_s;
+      }
+      return t;
+    };
+    for (std::int64_t s = 0; s < pp; ++s)
+      for (std::size_t k = 0; k < kLayerKinds; ++k) {
+        fwd_comm[static_cast<std::size_t>(s)][k] = serial_comm_s(wl.ops.fwd[k], s * stage_ranks);
+        bwd_comm[static_cast<std::size_t>(s)][k] = serial_comm_s(wl.ops.bwd[k], s * stage_ranks);
+      }
+  }
   // Per stage and micro-batch: the forward and the backward kernels of the first model chunk alone
   // (what a micro-batch passes through before it reaches the next stage, and after its gradient has
   // left the next), the forward and backward of every chunk, and what recomputation runs again
   // (full: the first recompute_layers layers of each chunk, or all).
-  const std::int64_t pp = par.pp;
   const std::int64_t chunks = config::chunks_per_stage(par);
   std::vector<double> first_chunk_fwd(static_cast<std::size_t>(pp)), work(static_cast<std::size_t>(pp)),
       drain(static_cast<std::size_t>(pp));
   for (std::int64_t s = 0; s < pp; ++s) {
+    const auto& fc = fwd_comm[static_cast<std::size_t>(s)];
+    const auto& bc = bwd_comm[static_cast<std::size_t>(s)];
     double f = 0, b = 0, r = 0;
     for (std::int64_t c = 0; c < chunks; ++c) {
       const std::vector<LayerKind> kinds = chunk_kinds(sc, s, c);
       for (std::size_t l = 0; l < kinds.size(); ++l) {
         const LayerKind k = kinds[l];
-        f += fwd[k];
-        b += bwd[k];
+        f += fwd[k] + fc[k];
+        b += bwd[k] + bc[k];
         r += recomputes_fully(sc, static_cast<std::int64_t>(l)) ? fwd[k] : selective[k];
       }
       if (c == 0) {

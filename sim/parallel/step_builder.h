@@ -116,8 +116,11 @@ StepPlan build_step(const config::Scenario& scenario, const hardware::ComputeMod
 // recomputation (with the embedding on the first stage, the head on the last) for every micro-batch,
 // after the first micro-batch's forward has passed the stages before it; except with zero-bubble
 // schedules its last backward then still runs back through them (through their first model chunks
-// when interleaved). Communication, waiting and the optimizer only add to
-// that (with context parallelism the attention kernels, split over the ring, are left out).
+// when interleaved). On the analytical network each layer also waits for the collectives the stage
+// writer puts in its compute's path (tensor-parallel ones without Transformer Engine's overlap, the
+// expert-parallel token all-to-alls without combined 1F1B), at the times the simulation gives them.
+// Other communication, waiting and the optimizer only add to that (with context parallelism the
+// attention kernels, split over the ring, are left out).
 double compute_floor_s(const config::Scenario& scenario, const hardware::ComputeModel& compute);
 
 }  // namespace trainsim::parallel

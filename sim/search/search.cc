@@ -229,7 +229,8 @@ std::string counts(const Result& r) {
   std::string out = fmt::format("{} layout{}: {} rejected by the layout rules, ", r.enumerated,
                                 r.enumerated == 1 ? "" : "s", r.rejected);
   if (r.skipped > 0)
-    out += fmt::format("{} not simulated (their kernels alone outlast the top {}), ", r.skipped, r.top);
+    out += fmt::format("{} not simulated (their kernels and the collectives they wait for outlast the top {}), ",
+                       r.skipped, r.top);
   return out + fmt::format("{} do not fit in memory{}, {} fit", static_cast<std::int64_t>(r.ranked.size()) - r.fitting,
                            r.headroom > 0 ? fmt::format(" with {:g}% of it free", 100 * r.headroom) : std::string(),
                            r.fitting);

@@ -6,12 +6,12 @@
 // memory are ranked by step time. Results do not depend on the thread count.
 //
 // Asked for the fastest few (`top` > 0), the search simulates the layouts in order of a floor
-// under their step time (parallel::compute_floor_s: the busiest stage's kernels, without a
-// program or a simulation), in waves of kSearchWave, and skips every layout whose floor exceeds the
-// top-th fastest step that fits among those simulated before its wave: such a layout cannot be
-// among the fastest. The top layouts are those an exhaustive search finds, to the bit; the counts
-// of those that fit or not cover the simulated layouts, and the skipped ones are counted apart.
-// The waves do not depend on the thread or MPI rank count, so neither does the answer.
+// under their step time (parallel::compute_floor_s: the busiest stage's kernels and the collectives
+// they wait for, without a program or a simulation), in waves of kSearchWave, and skips every layout whose floor
+// exceeds the top-th fastest step that fits among those simulated before its wave: such a layout cannot be among the
+// fastest. The top layouts are those an exhaustive search finds, to the bit; the counts of those that fit or not cover
+// the simulated layouts, and the skipped ones are counted apart. The waves do not depend on the thread or MPI rank
+// count, so neither does the answer.
 
 #include <cstdint>
 #include <filesystem>

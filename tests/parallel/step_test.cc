@@ -1615,6 +1615,46 @@ TEST_CASE("hybrid model over pipeline stages: parameters by block kind, symmetri
   CHECK(sym.memory[sym.peak_rank].peak_bytes == full.memory[full.peak_rank].peak_bytes);
 }
 
+TEST_CASE("compute floor: the collectives the compute stream waits for count, on the analytical network") {
+  // Qwen3 30B-A3B on 16 H100 (configs/): pp 1, tp 1, ep 16 over two nodes, alltoall dispatch, 1024
+  // sequences of 4,096 tokens in micro-batches of 1 over dp 16: m = 64. Each of the 48 MoE layers
+  // waits for four token all-to-alls per micro-batch (dispatch and combine, forward and backward), of
+  // 4,096 tokens x 8 experts x 2,048 x 2 bytes = 134,217,728 bytes each over the 16 ranks. With pp 1
+  // the floor is m x the layer work, so it grows by exactly m x 48 x 4 all-to-alls over the
+  // kernel-only floor the flow network (whose links may be shared) keeps.
+  const std::string file = std::string(TRAINSIM_SOURCE_DIR) + "/configs/qwen3-30b-a3b-h100-16.json";
+  auto j = nlohmann::json::parse(std::ifstream(file));
+  const auto analytical = scenario(j);
+  j["network"] = "flow";
+  const auto flow = scenario(j);
+  hardware::ComputeModel cm(analytical.cluster.gpu);
+  std::vector<std::uint32_t> ep(16);
+  for (std::uint32_t r = 0; r < 16; ++r) ep[r] = r;
+  const double a2a = network::AnalyticalNetwork(analytical.cluster)
+                         .collective_time_s(network::CollectiveOp::all_to_all, 134217728, ep);
+  CHECK(parallel::compute_floor_s(analytical, cm) - parallel::compute_floor_s(flow, cm) ==
+        Approx(64.0 * 48 * 4 * a2a).epsilon(1e-9));
+  CHECK(parallel::compute_floor_s(analytical, cm) <= parallel::simulate_step(analytical).step_time_s);
+  // Combined 1F1B (moe_a2a_overlap) runs them beside another micro-batch's compute: not counted.
+  j = nlohmann::json::parse(std::ifstream(file));
+  j["parallel"]["moe_a2a_overlap"] = true;
+  CHECK(parallel::compute_floor_s(scenario(j), cm) == Approx(parallel::compute_floor_s(flow, cm)).epsilon(1e-12));
+  // Tensor parallelism: without Transformer Engine's overlap its collectives wait; with it they run
+  // beside their GEMMs and are not counted.
+  nlohmann::json dense = base(8, 4, 2, 8);
+  dense["parallel"]["sequence_parallel"] = true;
+  dense["parallel"]["tp_comm_overlap"] = false;
+  const auto waits = scenario(dense);
+  dense["parallel"]["tp_comm_overlap"] = true;
+  const auto overlapped = scenario(dense);
+  dense["network"] = "flow";
+  const auto kernels = scenario(dense);
+  hardware::ComputeModel dcm(waits.cluster.gpu);
+  CHECK(parallel::compute_floor_s(waits, dcm) > parallel::compute_floor_s(kernels, dcm));
+  CHECK(parallel::compute_floor_s(overlapped, dcm) == Approx(parallel::compute_floor_s(kernels, dcm)).epsilon(1e-12));
+  CHECK(parallel::compute_floor_s(waits, dcm) <= parallel::simulate_step(waits).step_time_s);
+}
+
 TEST_CASE("compute floor: 1F1B's (m + p - 1)(t_f + t_b) with equal stages, and never above the simulated step") {
   // The floor of stage p-1: the first micro-batch's forward through the p-1 stages before it, its
   // own m forwards and backwards, the last backward back through them: (p - 1 + m)(t_f + t_b) with
