@@ -152,14 +152,23 @@ Metrics compute_metrics(const config::Scenario& sc, const parallel::StepResult& 
   m.host_share_gib = sc.cluster.host_memory_per_gpu_bytes / kGiB;
   m.host_fits = m.host_share_gib <= 0 || m.host_offload_gib <= m.host_share_gib;
   m.fits = static_cast<double>(r.memory[r.peak_rank].peak_bytes) <= sc.cluster.gpu.hbm_bytes && m.host_fits;
-  if (sc.training.train_tokens > 0) {
-    constexpr double kSecondsPerHour = 3600;
-    m.train_steps = static_cast<std::int64_t>(std::ceil(sc.training.train_tokens / tokens));
-    const double seconds = static_cast<double>(m.train_steps) * r.step_time_s;
-    m.train_days = seconds / (24 * kSecondsPerHour);
-    m.train_gpu_hours = seconds * gpus / kSecondsPerHour;
-  }
+  const TrainTime train = train_time(sc, r.step_time_s);
+  m.train_steps = train.steps;
+  m.train_days = train.days;
+  m.train_gpu_hours = train.gpu_hours;
   return m;
+}
+
+TrainTime train_time(const config::Scenario& sc, double step_time_s) {
+  TrainTime t;
+  if (sc.training.train_tokens <= 0) return t;
+  constexpr double kSecondsPerHour = 3600;
+  const double tokens = static_cast<double>(sc.training.global_batch * sc.training.seq_len);
+  t.steps = static_cast<std::int64_t>(std::ceil(sc.training.train_tokens / tokens));
+  const double seconds = static_cast<double>(t.steps) * step_time_s;
+  t.days = seconds / (24 * kSecondsPerHour);
+  t.gpu_hours = seconds * static_cast<double>(sc.gpus) / kSecondsPerHour;
+  return t;
 }
 
 // What a rank held at its peak, GiB per memory category.

@@ -33,6 +33,14 @@ struct Metrics {
   double train_gpu_hours = 0;
 };
 
+// training.train_tokens at a step time: the whole steps that reach the budget, their days and
+// GPU-hours (every step as the simulated one). Zeros when the scenario sets no budget.
+struct TrainTime {
+  std::int64_t steps = 0;
+  double days = 0;
+  double gpu_hours = 0;
+};
+TrainTime train_time(const config::Scenario& sc, double step_time_s);
 // 15.6T, 405B, 1.34M: three significant figures with an SI suffix (k, M, B, T; none below 1000).
 std::string si_count(double v);
 // "none", "selective" or "full", as the scenario file spells it.

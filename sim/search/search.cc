@@ -540,6 +540,11 @@ std::string to_text(const Result& r, const config::Scenario& base, std::size_t t
   const Candidate& best = r.ranked.front();
   out += fmt::format("\nbest layout as scenario keys:\n  \"parallel\": {},\n  \"training\": {}\n", best.parallel.dump(),
                      best.training.dump());
+  if (base.training.train_tokens > 0) {
+    const report::TrainTime t = report::train_time(base, best.metrics.step_time_s);
+    out += fmt::format("to train      {} tokens with it: {:.1f} days · {} GPU-hours\n",
+                       report::si_count(base.training.train_tokens), t.days, report::si_count(t.gpu_hours));
+  }
   return out;
 }
 
@@ -624,7 +629,8 @@ namespace {
 // The best fitting layout of each search, with tokens/s/GPU against the first count's best.
 struct BestRow {
   std::int64_t gpus = 0;
-  const Candidate* best = nullptr;  // null: nothing fits at this count
+  const config::Scenario* base = nullptr;  // the count's base scenario
+  const Candidate* best = nullptr;         // null: nothing fits at this count
   double scaling_efficiency = 0;
 };
 
@@ -635,6 +641,7 @@ std::vector<BestRow> best_rows(const std::vector<Result>& results, const std::ve
   for (std::size_t i = 0; i < results.size(); ++i) {
     BestRow row;
     row.gpus = bases[i].gpus;
+    row.base = &bases[i];
     if (results[i].fitting > 0) {
       row.best = &results[i].ranked.front();
       if (first == 0) first = row.best->metrics.tokens_per_s_per_gpu;
@@ -655,10 +662,15 @@ std::string to_text(const std::vector<Result>& results, const std::vector<config
   }
   const bool moe = !bases.empty() && bases.front().model.moe();
   const bool precision = !results.empty() && results.front().precision_axis;
-  out += "\nbest layout per GPU count (scaling: tokens/s/GPU against the first count's best)\n";
-  out += fmt::format("{:>6} {:>3} {:>3} {:>3}{} {:>5} {:>3} {:>4}  {:<9} {:>4}{} {:>9} {:>12} {:>6} {:>8}\n", "gpus",
+  const bool train = !bases.empty() && bases.front().training.train_tokens > 0;
+  out += "\nbest layout per GPU count (scaling: tokens/s/GPU against the first count's best";
+  out += train ? fmt::format("; days and GPU-hours to train {} tokens)\n",
+                             report::si_count(bases.front().training.train_tokens))
+               : std::string(")\n");
+  out += fmt::format("{:>6} {:>3} {:>3} {:>3}{} {:>5} {:>3} {:>4}  {:<9} {:>4}{} {:>9} {:>12} {:>6} {:>8}{}\n", "gpus",
                      "tp", "pp", "cp", moe ? "  ep" : "", "dp", "vp", "mbs", "recompute", "zero",
-                     precision ? "  prec" : "", "step (s)", "tokens/s/GPU", "MFU", "scaling");
+                     precision ? "  prec" : "", "step (s)", "tokens/s/GPU", "MFU", "scaling",
+                     train ? fmt::format(" {:>8} {:>10}", "days", "GPU-hours") : std::string());
   for (const auto& row : best_rows(results, bases)) {
     if (row.best == nullptr) {
       out += fmt::format("{:>6}  no layout fits in memory\n", row.gpus);
@@ -666,12 +678,17 @@ std::string to_text(const std::vector<Result>& results, const std::vector<config
     }
     const Layout& l = row.best->layout;
     const auto& m = row.best->metrics;
+    std::string days;
+    if (train) {
+      const report::TrainTime t = report::train_time(*row.base, m.step_time_s);
+      days = fmt::format(" {:>8.1f} {:>10}", t.days, report::si_count(t.gpu_hours));
+    }
     out += fmt::format(
-        "{:>6} {:>3} {:>3} {:>3}{} {:>5} {:>3} {:>4}  {:<9} {:>4}{} {:>9.3f} {:>12.1f} {:>5.1f}% {:>7.1f}%\n", row.gpus,
-        l.tp, l.pp, l.cp, moe ? fmt::format(" {:>3}", ep_cell(l)) : std::string(), l.dp, l.virtual_stages,
+        "{:>6} {:>3} {:>3} {:>3}{} {:>5} {:>3} {:>4}  {:<9} {:>4}{} {:>9.3f} {:>12.1f} {:>5.1f}% {:>7.1f}%{}\n",
+        row.gpus, l.tp, l.pp, l.cp, moe ? fmt::format(" {:>3}", ep_cell(l)) : std::string(), l.dp, l.virtual_stages,
         l.micro_batch, recompute_name(l.recompute), l.zero,
         precision ? fmt::format(" {:>5}", report::precision_name(l.precision)) : std::string(), m.step_time_s,
-        m.tokens_per_s_per_gpu, 100 * m.mfu, 100 * row.scaling_efficiency);
+        m.tokens_per_s_per_gpu, 100 * m.mfu, 100 * row.scaling_efficiency, days);
   }
   return out;
 }
@@ -683,18 +700,25 @@ std::string to_markdown(const std::vector<Result>& results, const std::vector<co
     if (i > 0) out += '\n';
     out += to_markdown(results[i], bases[i], top);
   }
-  out +=
-      "\n### Best layout per GPU count\n\n| GPUs | layout | step (s) | tokens/s/GPU | MFU | scaling |\n"
-      "|---:|---|---:|---:|---:|---:|\n";
+  const bool train = !bases.empty() && bases.front().training.train_tokens > 0;
+  out += "\n### Best layout per GPU count\n\n| GPUs | layout | step (s) | tokens/s/GPU | MFU | scaling |";
+  if (train)
+    out += fmt::format(" days for {} tokens | GPU-hours |", report::si_count(bases.front().training.train_tokens));
+  out += train ? "\n|---:|---|---:|---:|---:|---:|---:|---:|\n" : "\n|---:|---|---:|---:|---:|---:|\n";
   for (const auto& row : best_rows(results, bases)) {
     if (row.best == nullptr) {
-      out += fmt::format("| {} | no layout fits in memory | | | | |\n", row.gpus);
+      out += fmt::format("| {} | no layout fits in memory | | | | |{}\n", row.gpus, train ? " | |" : "");
       continue;
     }
     const auto& m = row.best->metrics;
-    out += fmt::format("| {} | {} | {:.3f} | {:.1f} | {:.1f}% | {:.1f}% |\n", row.gpus,
+    out += fmt::format("| {} | {} | {:.3f} | {:.1f} | {:.1f}% | {:.1f}% |", row.gpus,
                        layout_name(row.best->layout, bases.front().model.moe(), results.front().precision_axis),
                        m.step_time_s, m.tokens_per_s_per_gpu, 100 * m.mfu, 100 * row.scaling_efficiency);
+    if (train) {
+      const report::TrainTime t = report::train_time(*row.base, m.step_time_s);
+      out += fmt::format(" {:.1f} | {:.0f} |", t.days, t.gpu_hours);
+    }
+    out += "\n";
   }
   return out;
 }
@@ -717,6 +741,10 @@ nlohmann::json to_json(const std::vector<Result>& results, const std::vector<con
               {"tokens_per_s_per_gpu", c.metrics.tokens_per_s_per_gpu},
               {"mfu", c.metrics.mfu},
               {"scaling_efficiency", row.scaling_efficiency}});
+    if (row.base->training.train_tokens > 0) {
+      const report::TrainTime t = report::train_time(*row.base, c.metrics.step_time_s);
+      j["time_to_train"] = {{"steps", t.steps}, {"days", t.days}, {"gpu_hours", t.gpu_hours}};
+    }
     best.push_back(std::move(j));
   }
   return {{"searches", searches}, {"best", best}};

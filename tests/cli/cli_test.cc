@@ -616,6 +616,29 @@ TEST_CASE("search --precision tries each precision the GPU has") {
   CHECK(plain.out.find(" prec ") == std::string::npos);
 }
 
+TEST_CASE("search with training.train_tokens: the days and GPU-hours of each count's best layout") {
+  // 10^12 tokens in global batches of 512 x 8,192 tokens: 238,419 steps at every count.
+  auto j = nlohmann::json::parse(std::ifstream(fs::path(TRAINSIM_SOURCE_DIR) / "configs" / "llama3.1-8b-h200-64.json"));
+  j["training"]["train_tokens"] = 1e12;
+  const fs::path file = write("search-train.json", j.dump());
+  const std::string axes = "--tp 1 --pp 1 --cp 1 --vp 1 --micro-batch 1 --recompute none";
+  Result r = run(fmt::format("search '{}' {} --gpus 32,64 --top 1 --json", file.string(), axes));
+  REQUIRE(r.code == 0);
+  const auto out = nlohmann::json::parse(r.out);
+  REQUIRE(out["best"].size() == 2);
+  for (const auto& best : out["best"]) {
+    const double step = best["step_time_s"].get<double>();
+    const double gpus = best["gpus"].get<double>();
+    CHECK(best["time_to_train"]["steps"] == 238419);
+    CHECK(best["time_to_train"]["days"].get<double>() == Approx(238419 * step / 86400));
+    CHECK(best["time_to_train"]["gpu_hours"].get<double>() == Approx(238419 * step * gpus / 3600));
+  }
+  Result text = run(fmt::format("search '{}' {} --gpus 32,64 --top 1", file.string(), axes));
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("days and GPU-hours to train 1T tokens") != std::string::npos);
+  CHECK(text.out.find("to train      1T tokens with it: ") != std::string::npos);
+}
+
 TEST_CASE("search at several GPU counts: each count's search, then its best layout with the scaling") {
   // Llama 3.1 8B, 512 sequences: at 32 and 64 H200 (4 and 8 nodes). Each count's search is the
   // search of the scenario at that count; the summary repeats each winner.
