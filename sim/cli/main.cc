@@ -38,9 +38,10 @@
 
 namespace {
 
-int run_command(const std::string& scenario_file, bool json, bool all_ranks, const trainsim::cli::RunOutputs& outputs) {
+int run_command(const std::string& scenario_file, const std::vector<std::string>& sets, bool json, bool all_ranks,
+                const trainsim::cli::RunOutputs& outputs) {
   using namespace trainsim;
-  const auto scenario = config::load_scenario(scenario_file, config::default_data_dir());
+  const auto scenario = cli::load_scenario_with(scenario_file, sets, config::default_data_dir());
   for (const auto& w : scenario.warnings) spdlog::warn("warning: {}", w);
   spdlog::info("simulating {} ranks", scenario.gpus);
   parallel::BuildOptions options;
@@ -147,6 +148,7 @@ int collective_command(const std::string& cluster_name, const trainsim::network:
 
 struct SearchArgs {
   std::string scenario_file;
+  std::vector<std::string> sets;  // --set PATH=VALUE
   std::size_t top = 10;
   int threads = 0;  // 0: one per hardware thread
   bool json = false, markdown = false;
@@ -183,7 +185,7 @@ std::vector<std::size_t> parse_choice_list(std::string_view value, const char* o
 int search_layouts(const SearchArgs& a) {
   using namespace trainsim;
   const auto data_dir = config::default_data_dir();
-  const config::Scenario base = config::load_scenario(a.scenario_file, data_dir);
+  const config::Scenario base = trainsim::cli::load_scenario_with(a.scenario_file, a.sets, data_dir);
   search::Axes axes = search::default_axes(base);
   if (!a.tp.empty()) axes.tp = trainsim::cli::parse_int_list(a.tp, "--tp", 1, false);
   if (!a.pp.empty()) axes.pp = trainsim::cli::parse_int_list(a.pp, "--pp", 1, false);
@@ -234,7 +236,7 @@ int search_layouts(const SearchArgs& a) {
       axes.recompute.push_back(kModes[i]);
   }
   const int threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  nlohmann::json doc = util::read_json_file(a.scenario_file);
+  nlohmann::json doc = trainsim::cli::scenario_doc(a.scenario_file, a.sets);
   if (!a.network.empty()) {
     if (a.network != "analytical" && a.network != "flow")
       throw util::InputError("--network", "",
@@ -310,6 +312,11 @@ int main(int argc, char** argv) {
   CLI::App* run = app.add_subcommand("run", "Simulate one training step of a scenario and print the prediction");
   run->add_option("scenario", scenario_file, "Scenario JSON file (see configs/README.md for the keys)")->required();
   run->add_flag("--json", json, "Print one JSON object instead of the human summary");
+  std::vector<std::string> run_sets;
+  run->add_option("--set", run_sets,
+                  "Override a scenario key: PATH=VALUE, e.g. parallel.tp=8 or training.precision=fp8 (repeatable; "
+                  "VALUE is JSON, else a string)")
+      ->allow_extra_args(false);
   bool all_ranks = false;
   run->add_flag("--all-ranks", all_ranks,
                 "Simulate every rank instead of one representative per class of identical ranks (same result, slower)");
@@ -368,6 +375,11 @@ int main(int argc, char** argv) {
           "scenario", search_args.scenario_file,
           "Scenario JSON file: model, cluster, gpus and training; its parallel block gives what is not searched")
       ->required();
+  search
+      ->add_option("--set", search_args.sets,
+                   "Override a scenario key: PATH=VALUE, e.g. parallel.tp=8 or training.precision=fp8 (repeatable; "
+                   "VALUE is JSON, else a string)")
+      ->allow_extra_args(false);
   search->add_option("--top", search_args.top, "Layouts to print, fastest first (default 10; 0: all)");
   search->add_option("--threads", search_args.threads, "Simulations run at once (default: one per hardware thread)")
       ->check(CLI::PositiveNumber);
@@ -421,7 +433,7 @@ int main(int argc, char** argv) {
   spdlog::set_level(verbose ? spdlog::level::info : spdlog::level::warn);
 
   try {
-    if (run->parsed()) return run_command(scenario_file, json, all_ranks, run_outputs);
+    if (run->parsed()) return run_command(scenario_file, run_sets, json, all_ranks, run_outputs);
     if (auto code = trainsim::cli::run_report_commands(report_commands)) return *code;
     if (search->parsed()) return search_command(search_args, &argc, &argv);
     if (calibrate->parsed()) return trainsim::calibrate::run_command(calibrate_options);

@@ -19,6 +19,47 @@
 
 namespace trainsim::cli {
 
+nlohmann::json scenario_doc(const std::string& scenario_file, const std::vector<std::string>& sets) {
+  nlohmann::json doc = util::read_json_file(scenario_file);
+  for (const std::string& set : sets) {
+    const std::size_t eq = set.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw util::InputError("--set", "", fmt::format("expected PATH=VALUE (e.g. parallel.tp=8), got \"{}\"", set));
+    const std::string path = set.substr(0, eq);
+    const std::string text = set.substr(eq + 1);
+    nlohmann::json value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (value.is_discarded()) value = text;  // not JSON: a string (fp8, dgx-h100)
+    nlohmann::json* node = &doc;
+    std::string_view rest = path;
+    std::string walked;
+    while (true) {
+      if (!node->is_object())
+        throw util::InputError("--set", "",
+                               fmt::format("{}: {} is not an object in {} (set the whole of it instead)", path,
+                                           walked.empty() ? "the scenario" : walked, scenario_file));
+      const std::size_t dot = rest.find('.');
+      const std::string key(rest.substr(0, dot));
+      if (key.empty()) throw util::InputError("--set", "", fmt::format("{}: an empty key", path));
+      if (dot == std::string_view::npos) {
+        (*node)[key] = value;
+        break;
+      }
+      walked = walked.empty() ? key : walked + "." + key;
+      node = &(*node)[key];
+      if (node->is_null()) *node = nlohmann::json::object();
+      rest.remove_prefix(dot + 1);
+    }
+  }
+  return doc;
+}
+
+config::Scenario load_scenario_with(const std::string& scenario_file, const std::vector<std::string>& sets,
+                                    const std::filesystem::path& data_dir) {
+  if (sets.empty()) return config::load_scenario(scenario_file, data_dir);
+  const nlohmann::json doc = scenario_doc(scenario_file, sets);
+  return config::parse_scenario(util::JsonNode(doc, scenario_file), data_dir);
+}
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -142,8 +183,8 @@ int scale_command(const ScaleArgs& args) {
   if (args.gpus.empty() == args.nodes.empty())
     throw util::InputError("scale", "", "give exactly one of --gpus and --nodes");
 
-  const config::Scenario base = config::load_scenario(args.scenario_file, data_dir);
-  const nlohmann::json doc = util::read_json_file(args.scenario_file);
+  const config::Scenario base = load_scenario_with(args.scenario_file, args.sets, data_dir);
+  const nlohmann::json doc = scenario_doc(args.scenario_file, args.sets);
   std::vector<std::int64_t> sizes =
       parse_int_list(args.gpus.empty() ? args.nodes : args.gpus, args.gpus.empty() ? "--nodes" : "--gpus", 1, true);
   if (!args.nodes.empty())
@@ -226,6 +267,11 @@ void add_report_commands(CLI::App& app, ReportCommands& c) {
   c.scale = app.add_subcommand(
       "scale", "Re-run a scenario at several GPU counts (DP grows; TP, PP, CP fixed) and report how it scales");
   c.scale->add_option("scenario", c.scale_args.scenario_file, "Scenario JSON file")->required();
+  c.scale
+      ->add_option("--set", c.scale_args.sets,
+                   "Override a scenario key: PATH=VALUE, e.g. parallel.tp=8 or training.precision=fp8 (repeatable; "
+                   "VALUE is JSON, else a string)")
+      ->allow_extra_args(false);
   auto* gpus = c.scale->add_option("--gpus", c.scale_args.gpus, "GPU counts, increasing: 64,128,256");
   c.scale->add_option("--nodes", c.scale_args.nodes, "Node counts, increasing (times the cluster's GPUs per node)")
       ->excludes(gpus);

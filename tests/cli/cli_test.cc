@@ -443,6 +443,48 @@ TEST_CASE("a topology may derive its GPU from a catalog one; a GPU of half the p
   CHECK(h["mfu"].get<double>() > b["mfu"].get<double>());
 }
 
+TEST_CASE("--set overrides scenario keys as if the file said them; a bad one is one line, exit 2") {
+  // The same scenario edited in a file and set on the command line: the same prediction, to the byte.
+  auto j = good_scenario();
+  const fs::path plain = write("set-base.json", j.dump());
+  j["parallel"]["tp"] = 4;
+  j["training"]["precision"] = "fp8";
+  j["training"]["recompute_modules"] = {"core_attn", "mlp"};
+  j["model"] = "llama3.1-8b";
+  const fs::path edited = write("set-edited.json", j.dump());
+  Result by_file = run(fmt::format("run '{}' --json", edited.string()));
+  Result by_set =
+      run(fmt::format("run '{}' --json --set parallel.tp=4 --set training.precision=fp8 --set "
+                      "'training.recompute_modules=[\"core_attn\",\"mlp\"]'",
+                      plain.string()));
+  REQUIRE(by_file.code == 0);
+  REQUIRE(by_set.code == 0);
+  auto a = nlohmann::json::parse(by_file.out), b = nlohmann::json::parse(by_set.out);
+  a["scenario"].erase("file");
+  b["scenario"].erase("file");
+  CHECK(a == b);
+  // scale and search take it too.
+  Result scaled = run(fmt::format("scale '{}' --gpus 16 --json --set parallel.tp=4", plain.string()));
+  REQUIRE(scaled.code == 0);
+  CHECK(nlohmann::json::parse(scaled.out)["runs"][0]["scenario"]["tp"] == 4);
+  Result searched =
+      run(fmt::format("search '{}' --tp 4 --pp 2 --cp 1 --top 1 --json --set training.precision=fp8", plain.string()));
+  REQUIRE(searched.code == 0);
+  CHECK(nlohmann::json::parse(searched.out)["layouts"][0]["precision"] == "fp8");
+  // Bad forms: no '=', a path through a value that is not an object, an unknown key (named by the
+  // scenario's own check), an impossible value.
+  for (const auto& [set, message] : {std::pair{"parallel.tp", "--set: expected PATH=VALUE"},
+                                     std::pair{"model.layers=4", "--set: model.layers: model is not an object in"},
+                                     std::pair{"parallel.tensor=4", ": parallel.tensor: unknown key"},
+                                     std::pair{"parallel.tp=3", ": gpus: 16 is not a multiple of tp*pp*cp = 3*2*1"}}) {
+    Result r = run(fmt::format("run '{}' --set '{}'", plain.string(), set));
+    INFO(set << " -> " << r.err);
+    CHECK(r.code == 2);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(r.err.find(message) != std::string::npos);
+  }
+}
+
 TEST_CASE("accuracy gate: the published runs stay as close as validation/gate.json records") {
   // validation/gate.json holds the MAPE and worst error the models have reached on the published,
   // measured runs in validation/records (validation/README.md); a change that makes them worse fails.
