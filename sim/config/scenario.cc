@@ -382,7 +382,7 @@ TrainingSpec parse_training(const util::JsonNode& node) {
                        "recompute_modules", "cpu_offload_layers",  "host_overhead",
                        "cuda_graph_scope",  "host_cost_scale",     "peft",
                        "lora_rank",         "lora_targets",        "document_tokens",
-                       "train_tokens"});
+                       "train_tokens",      "moe_load_imbalance"});
   TrainingSpec t;
   if (auto v = node.find("micro_batch")) t.micro_batch = v->as_positive_int();
   t.global_batch = node.at("global_batch").as_positive_int();
@@ -469,6 +469,11 @@ TrainingSpec parse_training(const util::JsonNode& node) {
     constexpr double kMaxTrainTokens = 1e18;
     if (t.train_tokens > kMaxTrainTokens)
       v->fail(fmt::format("{:g} exceeds {:g} tokens", t.train_tokens, kMaxTrainTokens));
+  }
+  if (auto v = node.find("moe_load_imbalance")) {
+    t.moe_load_imbalance = v->as_positive_number();
+    if (t.moe_load_imbalance < 1)
+      v->fail(fmt::format("{:g} is below 1: the busiest rank receives at least the mean", t.moe_load_imbalance));
   }
   if (auto v = node.find("peft")) {
     t.lora = parse_choice(*v, Choices{{"none", "lora"}, {}}) == 1;
@@ -861,6 +866,24 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
       throw util::InputError(file, path,
                              "works with the alltoall token dispatcher only (Megatron-Core: the flex dispatcher "
                              "drops no tokens)");
+  }
+  // Routing imbalance: the busiest rank of an expert-parallel group receives at most, for each token,
+  // min(k, its local experts) copies, against a mean of k x local / experts.
+  if (s.training.moe_load_imbalance != 1) {
+    const std::string path = util::join_path(training_path, "moe_load_imbalance");
+    if (!m.moe()) throw util::InputError(file, path, "needs a mixture-of-experts model");
+    if (p.moe_pad_to_capacity)
+      throw util::InputError(
+          file, path, "has no effect with moe_pad_expert_input_to_capacity: every expert's load is its capacity");
+    const std::int64_t local = m.experts / p.ep;
+    const double most = static_cast<double>(m.experts) * static_cast<double>(std::min(m.experts_per_token, local)) /
+                        static_cast<double>(m.experts_per_token * local);
+    if (s.training.moe_load_imbalance > most)
+      throw util::InputError(
+          file, path,
+          fmt::format("{:g} exceeds {:g}: with {} experts, {} per token and {} on each of ep {} "
+                      "ranks, a rank receives at most that many times the mean",
+                      s.training.moe_load_imbalance, most, m.experts, m.experts_per_token, local, p.ep));
   }
   // Expert-parallel all-to-all overlap, with Megatron-Core's TransformerConfig checks.
   if (p.moe_a2a_overlap) {

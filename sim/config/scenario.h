@@ -144,6 +144,9 @@ struct TrainingSpec {
   // training.train_tokens: a training run's token budget; the reports add how many steps, days and
   // GPU-hours it takes at the predicted step time (0: not asked).
   double train_tokens = 0;
+  // training.moe_load_imbalance: the busiest expert-parallel rank's received token copies over the
+  // mean (workload::LayerConfig); 1: balanced, as the published benchmarks force it.
+  double moe_load_imbalance = 1;
   bool lora = false;
   std::int64_t lora_rank = 32;
   std::uint8_t lora_targets = workload::kLoraQkv | workload::kLoraProj | workload::kLoraFc1 | workload::kLoraFc2;

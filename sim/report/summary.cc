@@ -292,6 +292,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
     out["scenario"]["recompute_modules"] = config::recompute_module_names(sc.training.recompute_modules);
   if (p.moe_a2a_overlap) out["scenario"]["moe_a2a_overlap"] = true;
   if (p.moe_flex_dispatch) out["scenario"]["moe_token_dispatcher"] = "flex";
+  if (sc.training.moe_load_imbalance != 1) out["scenario"]["moe_load_imbalance"] = sc.training.moe_load_imbalance;
   if (p.moe_capacity_factor > 0) {
     out["scenario"]["moe_expert_capacity_factor"] = p.moe_capacity_factor;
     out["scenario"]["moe_pad_expert_input_to_capacity"] = p.moe_pad_to_capacity;
@@ -340,6 +341,8 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   if (p.moe_a2a_overlap) ep_part += " · all-to-all overlap";
   if (p.moe_capacity_factor > 0)
     ep_part += fmt::format(" · capacity {:g}{}", p.moe_capacity_factor, p.moe_pad_to_capacity ? " padded" : "");
+  if (sc.training.moe_load_imbalance != 1)
+    ep_part += fmt::format(" · load imbalance {:g}", sc.training.moe_load_imbalance);
   out +=
       fmt::format("layout        tp {} · pp {} · dp {} · cp {}{} · sequence parallel {} · zero {} · {}\n", p.tp, p.pp,
                   p.dp, p.cp, ep_part, p.sequence_parallel && p.tp > 1 ? "on" : "off", p.zero, schedule_name(p));

@@ -138,14 +138,20 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
     // get_capacity over the rank's tokens), which drops copies when the factor is below 1, and with
     // padding exactly that many, so padded rows run through the experts and the all-to-alls too.
     x.routed = x.region * x.topk;
+    // Routing imbalance: the busiest rank receives moe_load_imbalance times the mean, each of its
+    // experts at most its capacity; its experts' rows and its side of the all-to-alls (the slowest
+    // receiver in the dispatch, sender in the combine) set the group's pace.
+    double received = c.moe_load_imbalance * x.routed;
     if (c.moe_capacity_factor > 0) {
       const double capacity = std::ceil(c.moe_capacity_factor * x.routed / x.experts);
       if (c.moe_pad_to_capacity || capacity * x.experts < x.routed) x.routed = capacity * x.experts;
+      received = std::min(received, capacity * x.experts);
     }
+    received = std::max(received, x.routed);
     x.drop_and_pad = c.moe_capacity_factor > 0 && c.moe_pad_to_capacity;
-    x.moe_rows = x.routed * x.etp;
+    x.moe_rows = received * x.etp;
     x.expert_rows = x.moe_rows / x.local_experts;
-    x.a2a_rows = c.moe_flex_dispatch ? x.region * flex_copies_per_token(m, c) : x.routed;
+    x.a2a_rows = (c.moe_flex_dispatch ? x.region * flex_copies_per_token(m, c) : x.routed) * (received / x.routed);
     x.flex = c.moe_flex_dispatch;
     if (m.moe_latent > 0) x.he = x.latent = static_cast<double>(m.moe_latent);
   }

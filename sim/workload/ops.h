@@ -148,6 +148,10 @@ struct LayerConfig {
   // Token dropping (config::ParallelSpec): the capacity factor (0: dropless) and padding to it.
   double moe_capacity_factor = 0;
   bool moe_pad_to_capacity = false;
+  // Routing imbalance (config::TrainingSpec::moe_load_imbalance): the busiest expert-parallel rank
+  // receives this many times the mean of the token copies (capped by a capacity), and every rank is
+  // modelled as that one, whose pace the all-to-alls impose on its group.
+  double moe_load_imbalance = 1;
   bool sequence_parallel = false;
   bool causal = true;
   AttentionImpl attention = AttentionImpl::flash;

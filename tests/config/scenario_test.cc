@@ -363,7 +363,7 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
        "unknown key (expected one of: micro_batch, global_batch, seq_len, recompute, recompute_layers, precision, "
        "attention, framework, host_forward_us, host_backward_us, grad_reduce_in_fp32, cross_entropy, "
        "recompute_modules, cpu_offload_layers, host_overhead, cuda_graph_scope, host_cost_scale, peft, lora_rank, "
-       "lora_targets, document_tokens, train_tokens)"},
+       "lora_targets, document_tokens, train_tokens, moe_load_imbalance)"},
       {[](json& d) { d["training"]["cuda_graph_scope"] = "attn"; }, "training.cuda_graph_scope",
        "must be an array of scope names (empty: no CUDA graphs)"},
       {[](json& d) {
@@ -715,6 +715,29 @@ TEST_CASE("expert-parallel layouts: Megatron-Core's rules, one line each") {
   CHECK(error({{"ep", 8}, {"moe_token_dispatcher", "flex"}, {"moe_expert_capacity_factor", 1.0}}) ==
         "s.json: parallel.moe_expert_capacity_factor: works with the alltoall token dispatcher only (Megatron-Core: "
         "the flex dispatcher drops no tokens)");
+  // Routing imbalance: at least 1; at most E·min(k, L)/(k·L) with L local experts (here 32 experts,
+  // top 4, ep 8: L = 4, so 32·4/16 = 8); not with padding (every load is then the capacity); MoE only.
+  auto imbalance = [&](nlohmann::json par, nlohmann::json value) {
+    auto d = make(std::move(par));
+    d["training"]["moe_load_imbalance"] = std::move(value);
+    try {
+      const auto parsed = parse_scenario(trainsim::util::JsonNode(d, "s.json"), TRAINSIM_SOURCE_DIR);
+      CHECK(parsed.training.moe_load_imbalance > 0);
+    } catch (const trainsim::util::InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(imbalance({{"ep", 8}}, 1.3) == "no error");
+  CHECK(imbalance({{"ep", 8}}, 8) == "no error");
+  CHECK(imbalance({{"ep", 8}}, 8.5) ==
+        "s.json: training.moe_load_imbalance: 8.5 exceeds 8: with 32 experts, 4 per token and 4 on each of ep 8 ranks, "
+        "a rank receives at most that many times the mean");
+  CHECK(imbalance({{"ep", 8}}, 0.9) ==
+        "s.json: training.moe_load_imbalance: 0.9 is below 1: the busiest rank receives at least the mean");
+  CHECK(imbalance({{"ep", 8}, {"moe_expert_capacity_factor", 1.0}, {"moe_pad_expert_input_to_capacity", true}}, 1.2) ==
+        "s.json: training.moe_load_imbalance: has no effect with moe_pad_expert_input_to_capacity: every expert's "
+        "load is its capacity");
   auto dense_drop = make({{"moe_expert_capacity_factor", 1.0}});
   dense_drop["model"] = "llama3.1-8b";
   try {

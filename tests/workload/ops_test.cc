@@ -583,6 +583,44 @@ TEST_CASE("MoE layer with a capacity factor: padded to the capacity, or dropping
   }
 }
 
+// Routing imbalance: the busiest rank receives moe_load_imbalance times the mean R·k copies; its
+// grouped GEMMs run that many rows and the all-to-alls carry that many (its side bounds them). A
+// capacity caps each expert at ceil(f·R·k/E): with f = 1.2, 1.5 times the mean is cut to
+// ceil(1.2·512)·32 = 615·32 copies; f = 0.5 drops to 256·32 whatever the imbalance.
+TEST_CASE("MoE layer with a load imbalance: the busiest rank's rows, capped by a capacity") {
+  const ModelSpec m = moe_model();
+  LayerConfig c;
+  c.micro_batch = 2;
+  c.seq_len = 2048;
+  c.ep = 8;
+  const double R = 2 * 2048, k = 4, h = 1024, F = 512, E = 32;
+  auto expert_flops = [&](double rows) { return 2 * rows * h * 2 * F + 2 * rows * F * h; };
+  for (auto [imbalance, factor, copies] :
+       {std::tuple{1.0, 0.0, R * k}, std::tuple{1.5, 0.0, 1.5 * R * k}, std::tuple{1.5, 1.2, 615 * E},
+        std::tuple{1.1, 1.2, 1.1 * R * k}, std::tuple{1.5, 0.5, 256 * E}}) {
+    c.moe_load_imbalance = imbalance;
+    c.moe_capacity_factor = factor;
+    INFO("imbalance " << imbalance << " factor " << factor);
+    const auto fwd = layer_forward(m, c);
+    CHECK(gemm_flops(fwd, "experts_") == Approx(expert_flops(copies)));
+    CHECK(gemm_flops(layer_backward(m, c), "experts_") == Approx(2 * expert_flops(copies)));
+    for (const Op& op : fwd) {
+      if (op.name == "experts_fc1") CHECK(op.gemm.m == static_cast<std::int64_t>(copies * 8 / E));
+      if (op.kind == OpKind::tp_comm) CHECK(op.comm_bytes == static_cast<std::int64_t>(copies * h * 2));
+    }
+  }
+  // The flex dispatcher's copies per token grow by the same factor.
+  c.moe_capacity_factor = 0;
+  c.moe_flex_dispatch = true;
+  c.moe_load_imbalance = 1;
+  std::int64_t balanced = 0;
+  for (const Op& op : layer_forward(m, c))
+    if (op.kind == OpKind::tp_comm) balanced = op.comm_bytes;
+  c.moe_load_imbalance = 1.25;
+  for (const Op& op : layer_forward(m, c))
+    if (op.kind == OpKind::tp_comm) CHECK(op.comm_bytes == Approx(1.25 * static_cast<double>(balanced)).epsilon(1e-6));
+}
+
 // Flex dispatch (DeepEP / HybridEP): a token goes once to each destination that holds any of its k
 // experts, not once per expert. With 32 experts and top 4, uniform routing misses a given group of g
 // experts with probability C(32 - g, 4) / C(32, 4). Inside one node (ep 8, groups of 4 experts):
