@@ -162,7 +162,11 @@ class StageWriter {
   // wait for it (after()) do.
   Dep comm_side(const Op& op, std::string_view phase) { return side(tp_task(op, phase)); }
 
-  void compute_task(std::string_view name, double seconds) {
+  // The kernel time emitted so far, by KernelKind.
+  const std::array<double, kKernelKinds>& kernel_s() const { return kernel_s_; }
+
+  void compute_task(std::string_view name, double seconds, KernelKind kind) {
+    kernel_s_[kind] += seconds;
     flush();
     if (last_) pending_.push_back(*last_);
     Task t;
@@ -271,6 +275,9 @@ class StageWriter {
 
   void accumulate(const Op& op, std::string_view phase, std::int64_t saved) {
     const double t = op.time_memo_s >= 0 ? op.time_memo_s : compute_.time_s(op);
+    kernel_s_[op.kind == workload::OpKind::gemm        ? kGemmKernels
+              : op.kind == workload::OpKind::attention ? kAttentionKernels
+                                                       : kMemoryKernels] += t;
     if (host_stream_) seg_host_.push_back({op.host_s, t, std::max(1, op.kernels)});
     seg_ws_ = std::max(seg_ws_, op.workspace_bytes);
     if (seg_.first.empty()) seg_.first = op.name;
@@ -429,10 +436,11 @@ class StageWriter {
   bool tp_overlap_;
   std::vector<Dep> pending_;
   std::optional<Dep> last_;
-  std::optional<Dep> overlapped_;  // an all-gather the next GEMM runs beside
-  Segment seg_;                    // compute ops merged into the next compute task
-  Segment tail_;                   // the last op added to seg_
-  std::string_view before_tail_;   // seg_.last before the tail was added
+  std::optional<Dep> overlapped_;                // an all-gather the next GEMM runs beside
+  std::array<double, kKernelKinds> kernel_s_{};  // kernel time emitted, by KernelKind
+  Segment seg_;                                  // compute ops merged into the next compute task
+  Segment tail_;                                 // the last op added to seg_
+  std::string_view before_tail_;                 // seg_.last before the tail was added
   using LabelKey = std::array<const char*, 3>;
   struct LabelKeyHash {
     std::size_t operator()(const LabelKey& k) const {
@@ -674,8 +682,8 @@ bool recomputes_fully(const config::Scenario& sc, std::int64_t layer) {
          (sc.training.recompute_layers == 0 || layer < sc.training.recompute_layers);
 }
 
-void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std::int64_t stage_index,
-                         const LayerOps& ops, const hardware::ComputeModel& compute, Program& p) {
+void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int64_t stage_index, const LayerOps& ops,
+                         const hardware::ComputeModel& compute, Program& p) {
   const auto& par = sc.parallel;
   const auto recompute = sc.training.recompute;
   const std::int64_t pp = par.pp;
@@ -1004,7 +1012,8 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   if (eager)
     w.emit({workload::eager_zero_grad(sc.model, host)}, "step", Saves::none);
   else
-    w.compute_task("zero_grad_buffer", compute.time_s(workload::zero_grad_buffer(params + expert_params)));
+    w.compute_task("zero_grad_buffer", compute.time_s(workload::zero_grad_buffer(params + expert_params)),
+                   kOptimizerKernels);
 
   // ZeRO-3 / FSDP FULL_SHARD: each unit's parameters are all-gathered (bf16) before its forward and
   // again before its backward and freed when the unit's compute is done; the gather buffer is
@@ -1311,7 +1320,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
   if (eager)
     w.emit({workload::eager_adamw_step(sc.model, host)}, "optimizer", Saves::none);
   else
-    w.compute_task("optimizer adam_step", compute.time_s(step));
+    w.compute_task("optimizer adam_step", compute.time_s(step), kOptimizerKernels);
   if (dp > 1 && par.zero >= 1 && !par.fsdp_units() && !overlap_gather)
     w.add(dp_collective(network::CollectiveOp::all_gather, kDpGroup, params * kWeightBytes, "param_all_gather"), true);
   if (edp > 1 && par.zero >= 1 && !overlap_expert_gather && expert_params > 0)
@@ -1320,6 +1329,7 @@ void build_stage_program(const config::Scenario& sc, const StagePlan& stage, std
           true);
 
   w.finish();
+  stage.kernel_s = w.kernel_s();
 
   // ZeRO-2 shards the gradients, ZeRO-3 the weights too (Megatron's theoretical-memory accounting);
   // FSDP's SHARD_GRAD_OP (zero 2 per_unit) keeps its weights sharded between steps as well. (A

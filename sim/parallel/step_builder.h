@@ -61,6 +61,11 @@ const char* mem_category_name(int category);
 // The collective a tensor-parallel op of the workload runs.
 network::CollectiveOp collective_of(workload::Comm comm);
 
+// Kernel time of one step of a stage's rank, by kind of kernel (reports: where the compute goes).
+enum KernelKind : std::uint8_t { kGemmKernels, kAttentionKernels, kMemoryKernels, kOptimizerKernels, kKernelKinds };
+inline constexpr std::array<const char*, kKernelKinds> kKernelKindNames = {"gemm", "attention", "memory_bound",
+                                                                           "optimizer"};
+
 struct StagePlan {
   std::int64_t layers = 0;  // on this pipeline rank, over all its model chunks
   std::int64_t chunks = 1;  // model chunks (virtual stages) on the rank
@@ -72,6 +77,10 @@ struct StagePlan {
   // state); params_per_rank then counts the trained adapters.
   std::int64_t frozen_params_per_rank = 0;
   std::int64_t host_offload_bytes = 0;  // activation offloading: pinned host memory one rank fills
+  // The rank's kernels in one step, seconds by KernelKind: GEMMs (linear layers, grouped experts,
+  // the softmax path's batched ones), fused attention, memory-bound kernels (norms, activations,
+  // permutations, casts, the loss) and the optimizer step with the gradient buffer's zeroing.
+  std::array<double, kKernelKinds> kernel_s{};
 };
 
 struct StepPlan {

@@ -116,7 +116,10 @@ StepResult simulate_step(const config::Scenario& scenario, const BuildOptions& o
   out.step_time_s = end.seconds();
   out.events = ex.events();
   for (const auto& p : plan.programs) out.tasks += p.task_count();
-  for (const auto& st : plan.stages) out.host_offload_bytes = std::max(out.host_offload_bytes, st.host_offload_bytes);
+  for (const auto& st : plan.stages) {
+    out.host_offload_bytes = std::max(out.host_offload_bytes, st.host_offload_bytes);
+    out.stage_kernel_s.push_back(st.kernel_s);
+  }
   const std::size_t n = ex.rank_count();
   out.all_ranks = build.all_ranks;
   out.ranks.resize(n);

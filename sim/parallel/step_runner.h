@@ -72,6 +72,8 @@ struct StepResult {
   std::uint64_t events = 0;
   std::size_t tasks = 0;                // tasks in all programs (shared by ranks of a stage)
   std::int64_t host_offload_bytes = 0;  // activation offloading: pinned host memory per GPU (largest stage)
+  // Per pipeline stage: one rank's kernel time in the step by KernelKind (StagePlan::kernel_s).
+  std::vector<std::array<double, kKernelKinds>> stage_kernel_s;
   // With a host stream: the share of the step the CPU spent issuing kernels, largest over ranks (how
   // close the step is to host-bound: near 1, any more host work adds to the step).
   double host_busy_fraction = 0;

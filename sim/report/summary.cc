@@ -234,6 +234,12 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
                            {"bubble", t.bubble_s * k}}},
                          {"memory_peak_gib", static_cast<double>(stage_peak[s]) / kGiB}});
     if (offloading) per_stage.back()["time_breakdown_s"]["offload_exposed"] = t.offload_exposed_s * k;
+    if (s < r.stage_kernel_s.size()) {
+      nlohmann::json kernels;
+      for (std::size_t kind = 0; kind < parallel::kKernelKinds; ++kind)
+        kernels[parallel::kKernelKindNames[kind]] = r.stage_kernel_s[s][kind];
+      per_stage.back()["kernels_s"] = std::move(kernels);
+    }
   }
   nlohmann::json out = nlohmann::json{
       {"scenario",
@@ -396,6 +402,25 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
       fmt::format("time          compute {:.1f}% · exposed TP {:.1f}%{} · PP {:.1f}% · DP {:.1f}%{} · bubble {:.1f}%\n",
                   pct(r.mean.compute_s), pct(r.mean.tp_exposed_s), cp_ep_parts, pct(r.mean.pp_exposed_s),
                   pct(r.mean.dp_exposed_s), offload_part, pct(r.mean.bubble_s));
+  if (!r.stage_kernel_s.empty()) {
+    // The stage whose rank runs the most kernel time, and what kinds of kernel fill it.
+    std::size_t busiest = 0;
+    double most = -1;
+    for (std::size_t s = 0; s < r.stage_kernel_s.size(); ++s) {
+      double total = 0;
+      for (const double t : r.stage_kernel_s[s]) total += t;
+      if (total > most) {
+        most = total;
+        busiest = s;
+      }
+    }
+    const auto& k = r.stage_kernel_s[busiest];
+    const auto share = [&](parallel::KernelKind kind) { return most > 0 ? 100.0 * k[kind] / most : 0.0; };
+    out += fmt::format(
+        "kernels       {:.3f} s{}: GEMM {:.1f}% · attention {:.1f}% · memory-bound {:.1f}% · optimizer {:.1f}%\n", most,
+        p.pp > 1 ? fmt::format(" on stage {}, the busiest", busiest) : std::string(), share(parallel::kGemmKernels),
+        share(parallel::kAttentionKernels), share(parallel::kMemoryKernels), share(parallel::kOptimizerKernels));
+  }
   if (parallel::host_stream(sc))
     out += fmt::format(
         "host          the CPU issues kernels {:.1f}% of the step (busiest rank); the GPU waits for it {:.1f}%\n",

@@ -443,6 +443,29 @@ TEST_CASE("a topology may derive its GPU from a catalog one; a GPU of half the p
   CHECK(h["mfu"].get<double>() > b["mfu"].get<double>());
 }
 
+TEST_CASE("kernels: each stage's kernel time by kind adds up to the time its compute stream ran") {
+  // Llama 3.1 8B on 64 H200, pp 1: one stage, whose one compute stream runs every kernel back to back.
+  Result r = run("run configs/llama3.1-8b-h200-64.json --json");
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& k = j["stages"][0]["kernels_s"];
+  const double sum = k["gemm"].get<double>() + k["attention"].get<double>() + k["memory_bound"].get<double>() +
+                     k["optimizer"].get<double>();
+  CHECK(sum == Approx(j["time_breakdown_s"]["compute"].get<double>()).epsilon(1e-6));
+  CHECK(k["gemm"].get<double>() > 0.5 * sum);  // an 8B model at 8,192 tokens: mostly GEMMs
+  CHECK(k["attention"].get<double>() > 0);
+  CHECK(k["optimizer"].get<double>() > 0);
+  Result text = run("run configs/llama3.1-8b-h200-64.json");
+  CHECK(text.out.find(fmt::format("kernels       {:.3f} s: GEMM ", sum)) != std::string::npos);
+  // GPT-3 on A100 runs Megatron's softmax attention: batched GEMMs and memory-bound kernels, no fused
+  // attention kernel; the summary names the busiest of its 16 stages.
+  Result gpt = run("run configs/gpt3-175b-a100-1024.json --json");
+  REQUIRE(gpt.code == 0);
+  const auto g = nlohmann::json::parse(gpt.out);
+  for (const auto& stage : g["stages"]) CHECK(stage["kernels_s"]["attention"] == 0.0);
+  CHECK(run("run configs/gpt3-175b-a100-1024.json").out.find(", the busiest: GEMM ") != std::string::npos);
+}
+
 TEST_CASE("--set overrides scenario keys as if the file said them; a bad one is one line, exit 2") {
   // The same scenario edited in a file and set on the command line: the same prediction, to the byte.
   auto j = good_scenario();
