@@ -62,6 +62,16 @@ nlohmann::json toy_topology() {
   })");
 }
 
+// What the compute model fitted or measured on a GPU: equal when one GPU runs the other's kernels.
+void check_same_kernels(const trainsim::hardware::GpuSpec& a, const trainsim::hardware::GpuSpec& b) {
+  CHECK(a.arch == b.arch);
+  CHECK(a.gemm_efficiency == b.gemm_efficiency);
+  CHECK(a.fp8_gemm_efficiency == b.fp8_gemm_efficiency);
+  CHECK(a.attention_efficiency == b.attention_efficiency);
+  CHECK(a.hbm_efficiency == b.hbm_efficiency);
+  CHECK(a.launch_s == b.launch_s);
+}
+
 InputError parse_error(const nlohmann::json& doc) {
   try {
     (void)parse_cluster(JsonNode(doc, "topo.json"));
@@ -108,10 +118,7 @@ TEST_CASE("H800 and A800 are the H100 and A100 chips with 8 NVLinks: same kernel
     CHECK(v.gpu.fp8_flops == o.gpu.fp8_flops);
     CHECK(v.gpu.hbm_bytes == o.gpu.hbm_bytes);
     CHECK(v.gpu.hbm_Bps == o.gpu.hbm_Bps);
-    CHECK(v.gpu.gemm_efficiency == o.gpu.gemm_efficiency);
-    CHECK(v.gpu.fp8_gemm_efficiency == o.gpu.fp8_gemm_efficiency);
-    CHECK(v.gpu.attention_efficiency == o.gpu.attention_efficiency);
-    CHECK(v.gpu.hbm_efficiency == o.gpu.hbm_efficiency);
+    check_same_kernels(v.gpu, o.gpu);
     CHECK(v.gpu.nvlink_Bps == Approx(200e9));  // 8 links x 25 GB/s per direction
     CHECK(v.nvlink.busbw_Bps < o.nvlink.busbw_Bps * 0.75);
   }
@@ -139,12 +146,7 @@ TEST_CASE("a topology's gpu may derive a GPU from a catalog one, replacing its d
   CHECK(c.gpu.hbm_bytes == Approx(h100.gpu.hbm_bytes * 96.0 / 80.0));  // the catalog's usable share of 96 GiB
   CHECK(c.gpu.hbm_Bps == Approx(4.0e12));
   // What was measured or fitted on the base carries over, as fractions of the new peaks.
-  CHECK(c.gpu.arch == h100.gpu.arch);
-  CHECK(c.gpu.gemm_efficiency == h100.gpu.gemm_efficiency);
-  CHECK(c.gpu.fp8_gemm_efficiency == h100.gpu.fp8_gemm_efficiency);
-  CHECK(c.gpu.attention_efficiency == h100.gpu.attention_efficiency);
-  CHECK(c.gpu.hbm_efficiency == h100.gpu.hbm_efficiency);
-  CHECK(c.gpu.launch_s == h100.gpu.launch_s);
+  check_same_kernels(c.gpu, h100.gpu);
   CHECK_FALSE(c.gpu.grace_host);
 
   SECTION("defaults: the base's figures under a custom id and name") {

@@ -548,6 +548,31 @@ TEST_CASE("MoE layer: expert FLOPs follow the tokens routed, all-to-alls move R�
   for (const Op& op : layer_forward(m, c)) CHECK(op.name.rfind("fc", 0) != 0);
 }
 
+// One rank of the moe_model() layer for the routing tests below: micro-batch 2 of 2,048 tokens (R =
+// 4,096 routed with k = 4 of E = 32 experts), ep 8, hidden 1,024, expert width 512; a GEMM pass over
+// `rows` routed copies costs the SwiGLU experts' fc1 (2F wide) and fc2.
+struct MoeRank {
+  ModelSpec m = moe_model();
+  LayerConfig c;
+  static constexpr double R = 2 * 2048, k = 4, h = 1024, F = 512, E = 32;
+  MoeRank() {
+    c.micro_batch = 2;
+    c.seq_len = 2048;
+    c.ep = 8;
+  }
+  static double expert_flops(double rows) { return 2 * rows * h * 2 * F + 2 * rows * F * h; }
+  // The forward's expert GEMM rows and all-to-all bytes carry `copies`; the backward runs twice the FLOPs.
+  void check_copies(double copies) const {
+    const auto fwd = layer_forward(m, c);
+    CHECK(gemm_flops(fwd, "experts_") == Approx(expert_flops(copies)));
+    CHECK(gemm_flops(layer_backward(m, c), "experts_") == Approx(2 * expert_flops(copies)));
+    for (const Op& op : fwd) {
+      if (op.name == "experts_fc1") CHECK(op.gemm.m == static_cast<std::int64_t>(copies * 8 / E));
+      if (op.kind == OpKind::tp_comm) CHECK(op.comm_bytes == static_cast<std::int64_t>(copies * h * 2));
+    }
+  }
+};
+
 // Token dropping (Megatron-Core's capacity factor): each of the E experts takes at most
 // ceil(f·R·k/E) of a rank's R·k copies. Here R·k/E = 4096·4/32 = 512: factor 1.5 gives 768 per
 // expert, 1.5 times the balanced work and all-to-all bytes when padded, the balanced ones when not
@@ -555,31 +580,20 @@ TEST_CASE("MoE layer: expert FLOPs follow the tokens routed, all-to-alls move R�
 // rounds up, ceil(512.512) = 513 per expert when padded. Padding makes the token counts static: the
 // CPU no longer waits for them.
 TEST_CASE("MoE layer with a capacity factor: padded to the capacity, or dropping what exceeds it") {
-  const ModelSpec m = moe_model();
-  LayerConfig c;
-  c.micro_batch = 2;
-  c.seq_len = 2048;
-  c.ep = 8;
-  const double R = 2 * 2048, k = 4, h = 1024, F = 512, E = 32;
-  auto expert_flops = [&](double rows) { return 2 * rows * h * 2 * F + 2 * rows * F * h; };
+  MoeRank x;
+  constexpr double R = MoeRank::R, k = MoeRank::k, E = MoeRank::E;
   auto synced = [](const std::vector<Op>& ops) {
     return std::count_if(ops.begin(), ops.end(), [](const Op& op) { return op.host_sync; });
   };
-  CHECK(synced(layer_forward(m, c)) == 1);  // dropless: the counts go to the CPU
+  CHECK(synced(layer_forward(x.m, x.c)) == 1);  // dropless: the counts go to the CPU
   for (auto [factor, pad, copies] :
        {std::tuple{1.5, true, 1.5 * R * k}, std::tuple{1.5, false, R * k}, std::tuple{0.5, true, 0.5 * R * k},
         std::tuple{0.5, false, 0.5 * R * k}, std::tuple{1.001, true, 513 * E}, std::tuple{1.0, true, R * k}}) {
-    c.moe_capacity_factor = factor;
-    c.moe_pad_to_capacity = pad;
+    x.c.moe_capacity_factor = factor;
+    x.c.moe_pad_to_capacity = pad;
     INFO("factor " << factor << " pad " << pad);
-    const auto fwd = layer_forward(m, c);
-    CHECK(gemm_flops(fwd, "experts_") == Approx(expert_flops(copies)));
-    for (const Op& op : fwd) {
-      if (op.name == "experts_fc1") CHECK(op.gemm.m == static_cast<std::int64_t>(copies * 8 / E));
-      if (op.kind == OpKind::tp_comm) CHECK(op.comm_bytes == static_cast<std::int64_t>(copies * h * 2));
-    }
-    CHECK(gemm_flops(layer_backward(m, c), "experts_") == Approx(2 * expert_flops(copies)));
-    CHECK(synced(fwd) == (pad ? 0 : 1));
+    x.check_copies(copies);
+    CHECK(synced(layer_forward(x.m, x.c)) == (pad ? 0 : 1));
   }
 }
 
@@ -588,36 +602,25 @@ TEST_CASE("MoE layer with a capacity factor: padded to the capacity, or dropping
 // capacity caps each expert at ceil(f·R·k/E): with f = 1.2, 1.5 times the mean is cut to
 // ceil(1.2·512)·32 = 615·32 copies; f = 0.5 drops to 256·32 whatever the imbalance.
 TEST_CASE("MoE layer with a load imbalance: the busiest rank's rows, capped by a capacity") {
-  const ModelSpec m = moe_model();
-  LayerConfig c;
-  c.micro_batch = 2;
-  c.seq_len = 2048;
-  c.ep = 8;
-  const double R = 2 * 2048, k = 4, h = 1024, F = 512, E = 32;
-  auto expert_flops = [&](double rows) { return 2 * rows * h * 2 * F + 2 * rows * F * h; };
+  MoeRank x;
+  constexpr double R = MoeRank::R, k = MoeRank::k, E = MoeRank::E;
   for (auto [imbalance, factor, copies] :
        {std::tuple{1.0, 0.0, R * k}, std::tuple{1.5, 0.0, 1.5 * R * k}, std::tuple{1.5, 1.2, 615 * E},
         std::tuple{1.1, 1.2, 1.1 * R * k}, std::tuple{1.5, 0.5, 256 * E}}) {
-    c.moe_load_imbalance = imbalance;
-    c.moe_capacity_factor = factor;
+    x.c.moe_load_imbalance = imbalance;
+    x.c.moe_capacity_factor = factor;
     INFO("imbalance " << imbalance << " factor " << factor);
-    const auto fwd = layer_forward(m, c);
-    CHECK(gemm_flops(fwd, "experts_") == Approx(expert_flops(copies)));
-    CHECK(gemm_flops(layer_backward(m, c), "experts_") == Approx(2 * expert_flops(copies)));
-    for (const Op& op : fwd) {
-      if (op.name == "experts_fc1") CHECK(op.gemm.m == static_cast<std::int64_t>(copies * 8 / E));
-      if (op.kind == OpKind::tp_comm) CHECK(op.comm_bytes == static_cast<std::int64_t>(copies * h * 2));
-    }
+    x.check_copies(copies);
   }
   // The flex dispatcher's copies per token grow by the same factor.
-  c.moe_capacity_factor = 0;
-  c.moe_flex_dispatch = true;
-  c.moe_load_imbalance = 1;
+  x.c.moe_capacity_factor = 0;
+  x.c.moe_flex_dispatch = true;
+  x.c.moe_load_imbalance = 1;
   std::int64_t balanced = 0;
-  for (const Op& op : layer_forward(m, c))
+  for (const Op& op : layer_forward(x.m, x.c))
     if (op.kind == OpKind::tp_comm) balanced = op.comm_bytes;
-  c.moe_load_imbalance = 1.25;
-  for (const Op& op : layer_forward(m, c))
+  x.c.moe_load_imbalance = 1.25;
+  for (const Op& op : layer_forward(x.m, x.c))
     if (op.kind == OpKind::tp_comm) CHECK(op.comm_bytes == Approx(1.25 * static_cast<double>(balanced)).epsilon(1e-6));
 }
 
