@@ -312,6 +312,13 @@ std::string summary_table(const config::Scenario& sc, const parallel::StepResult
                             sc.training.global_batch, sc.training.seq_len, sc.training.micro_batch,
                             sc.training.num_micro_batches)},
   };
+  if (const BusiestKernels k = busiest_kernels(r); k.total_s > 0)
+    rows.insert(rows.begin() + 3,
+                {"kernels", fmt::format("{} of stage {}: GEMM {:.1f}% · attention {:.1f}% · memory-bound {:.1f}% · "
+                                        "optimizer {:.1f}%",
+                                        time_label(k.total_s), k.stage, k.percent[parallel::kGemmKernels],
+                                        k.percent[parallel::kAttentionKernels], k.percent[parallel::kMemoryKernels],
+                                        k.percent[parallel::kOptimizerKernels])});
   if (sc.training.train_tokens > 0)
     rows.insert(rows.begin() + 3,
                 {"to train", fmt::format("{} tokens: {:.1f} days · {} GPU-hours", si_count(sc.training.train_tokens),

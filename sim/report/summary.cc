@@ -159,6 +159,22 @@ Metrics compute_metrics(const config::Scenario& sc, const parallel::StepResult& 
   return m;
 }
 
+BusiestKernels busiest_kernels(const parallel::StepResult& r) {
+  BusiestKernels out;
+  for (std::size_t s = 0; s < r.stage_kernel_s.size(); ++s) {
+    double total = 0;
+    for (const double t : r.stage_kernel_s[s]) total += t;
+    if (total > out.total_s) {
+      out.total_s = total;
+      out.stage = s;
+    }
+  }
+  if (out.total_s > 0)
+    for (std::size_t k = 0; k < parallel::kKernelKinds; ++k)
+      out.percent[k] = 100.0 * r.stage_kernel_s[out.stage][k] / out.total_s;
+  return out;
+}
+
 TrainTime train_time(const config::Scenario& sc, double step_time_s) {
   TrainTime t;
   if (sc.training.train_tokens <= 0) return t;
@@ -402,25 +418,12 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
       fmt::format("time          compute {:.1f}% · exposed TP {:.1f}%{} · PP {:.1f}% · DP {:.1f}%{} · bubble {:.1f}%\n",
                   pct(r.mean.compute_s), pct(r.mean.tp_exposed_s), cp_ep_parts, pct(r.mean.pp_exposed_s),
                   pct(r.mean.dp_exposed_s), offload_part, pct(r.mean.bubble_s));
-  if (!r.stage_kernel_s.empty()) {
-    // The stage whose rank runs the most kernel time, and what kinds of kernel fill it.
-    std::size_t busiest = 0;
-    double most = -1;
-    for (std::size_t s = 0; s < r.stage_kernel_s.size(); ++s) {
-      double total = 0;
-      for (const double t : r.stage_kernel_s[s]) total += t;
-      if (total > most) {
-        most = total;
-        busiest = s;
-      }
-    }
-    const auto& k = r.stage_kernel_s[busiest];
-    const auto share = [&](parallel::KernelKind kind) { return most > 0 ? 100.0 * k[kind] / most : 0.0; };
+  if (const BusiestKernels k = busiest_kernels(r); k.total_s > 0)
     out += fmt::format(
-        "kernels       {:.3f} s{}: GEMM {:.1f}% · attention {:.1f}% · memory-bound {:.1f}% · optimizer {:.1f}%\n", most,
-        p.pp > 1 ? fmt::format(" on stage {}, the busiest", busiest) : std::string(), share(parallel::kGemmKernels),
-        share(parallel::kAttentionKernels), share(parallel::kMemoryKernels), share(parallel::kOptimizerKernels));
-  }
+        "kernels       {:.3f} s{}: GEMM {:.1f}% · attention {:.1f}% · memory-bound {:.1f}% · optimizer {:.1f}%\n",
+        k.total_s, p.pp > 1 ? fmt::format(" on stage {}, the busiest", k.stage) : std::string(),
+        k.percent[parallel::kGemmKernels], k.percent[parallel::kAttentionKernels], k.percent[parallel::kMemoryKernels],
+        k.percent[parallel::kOptimizerKernels]);
   if (parallel::host_stream(sc))
     out += fmt::format(
         "host          the CPU issues kernels {:.1f}% of the step (busiest rank); the GPU waits for it {:.1f}%\n",

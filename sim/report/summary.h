@@ -1,4 +1,7 @@
 #pragma once
+
+#include <array>
+#include <cstddef>
 // The result of `trainsim run` for people (a ten-second summary) and for scripts (one JSON object).
 // MFU counts model FLOPs as NeMo / Megatron-Bridge do (forward + backward, no recompute, full
 // non-causal attention, embedding and logits) over the GPU's dense BF16 peak.
@@ -41,6 +44,14 @@ struct TrainTime {
   double gpu_hours = 0;
 };
 TrainTime train_time(const config::Scenario& sc, double step_time_s);
+// The stage whose rank runs the most kernel time in the step, that time, and each KernelKind's share
+// of it (percent); no stage: total_s 0.
+struct BusiestKernels {
+  std::size_t stage = 0;
+  double total_s = 0;
+  std::array<double, parallel::kKernelKinds> percent{};
+};
+BusiestKernels busiest_kernels(const parallel::StepResult& r);
 // 15.6T, 405B, 1.34M: three significant figures with an SI suffix (k, M, B, T; none below 1000).
 std::string si_count(double v);
 // "none", "selective" or "full", as the scenario file spells it.
