@@ -452,6 +452,9 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   else
     out += fmt::format("fits          NO: DOES NOT FIT: rank {} needs {:.1f} GiB, the GPU has {:.1f} GiB\n",
                        r.cluster_rank[r.peak_rank], m.peak_gib, m.capacity_gib);
+  if (!m.fits)
+    out += fmt::format("              `trainsim search {}` ranks the layouts of this model and cluster that fit\n",
+                       sc.file.empty() ? "SCENARIO.json" : sc.file);
   return out;
 }
 

@@ -272,6 +272,7 @@ TEST_CASE("a layout that does not fit in memory completes and says so") {
   Result text = run(fmt::format("run '{}'", p.string()));
   CHECK(text.code == 0);
   CHECK(text.out.find("DOES NOT FIT") != std::string::npos);
+  CHECK(text.out.find(fmt::format("`trainsim search {}` ranks the layouts", p.string())) != std::string::npos);
   Result js = run(fmt::format("run '{}' --json", p.string()));
   CHECK(nlohmann::json::parse(js.out)["memory"]["fits"] == false);
 }
