@@ -56,7 +56,8 @@ int run_command(const std::string& scenario_file, const std::vector<std::string>
 }
 
 int validate_command(const std::string& dir_arg, bool json, bool markdown, const std::string& gate,
-                     const std::string& network_name, double host_cost_scale, int threads_arg) {
+                     const std::string& network_name, double host_cost_scale, int threads_arg,
+                     const std::vector<std::string>& sets) {
   using namespace trainsim;
   const auto data_dir = config::default_data_dir();
   const std::filesystem::path dir =
@@ -67,6 +68,10 @@ int validate_command(const std::string& dir_arg, bool json, bool markdown, const
   if (network_name == "flow") network = config::NetworkModel::flow;
   if (network_name == "analytical") network = config::NetworkModel::analytical;
   if (host_cost_scale > 0) overrides.host_cost_scale = host_cost_scale;
+  // A malformed --set fails here, once; one a record's scenario cannot take skips that record.
+  nlohmann::json probe = nlohmann::json::object();
+  config::apply_overrides(probe, sets, "");
+  overrides.sets = sets;
   if (!network_name.empty() && !network)
     throw util::InputError("--network", "",
                            fmt::format("unknown network \"{}\" (expected one of: analytical, flow)", network_name));
@@ -345,6 +350,13 @@ int main(int argc, char** argv) {
                    "Run every Megatron record with training.host_cost_scale set to this (a host overhead "
                    "sensitivity study)")
       ->check(CLI::PositiveNumber);
+  std::vector<std::string> validate_sets;
+  validate
+      ->add_option(
+          "--set", validate_sets,
+          "Override a key of every record's scenario: PATH=VALUE, e.g. training.attention=flash2 (repeatable; a "
+          "record it makes invalid is skipped)")
+      ->allow_extra_args(false);
   int validate_threads = 0;
   validate->add_option("--threads", validate_threads, "Records simulated at once (default: one per hardware thread)")
       ->check(CLI::PositiveNumber);
@@ -439,7 +451,7 @@ int main(int argc, char** argv) {
     if (calibrate->parsed()) return trainsim::calibrate::run_command(calibrate_options);
     if (validate->parsed())
       return validate_command(validate_dir, validate_json, validate_markdown, gate_file, validate_network,
-                              validate_host_scale, validate_threads);
+                              validate_host_scale, validate_threads, validate_sets);
     if (collective->parsed()) {
       const auto algo = trainsim::network::algorithm_from_string(coll_algo);
       if (!algo)

@@ -21,35 +21,7 @@ namespace trainsim::cli {
 
 nlohmann::json scenario_doc(const std::string& scenario_file, const std::vector<std::string>& sets) {
   nlohmann::json doc = util::read_json_file(scenario_file);
-  for (const std::string& set : sets) {
-    const std::size_t eq = set.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw util::InputError("--set", "", fmt::format("expected PATH=VALUE (e.g. parallel.tp=8), got \"{}\"", set));
-    const std::string path = set.substr(0, eq);
-    const std::string text = set.substr(eq + 1);
-    nlohmann::json value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (value.is_discarded()) value = text;  // not JSON: a string (fp8, dgx-h100)
-    nlohmann::json* node = &doc;
-    std::string_view rest = path;
-    std::string walked;
-    while (true) {
-      if (!node->is_object())
-        throw util::InputError("--set", "",
-                               fmt::format("{}: {} is not an object in {} (set the whole of it instead)", path,
-                                           walked.empty() ? "the scenario" : walked, scenario_file));
-      const std::size_t dot = rest.find('.');
-      const std::string key(rest.substr(0, dot));
-      if (key.empty()) throw util::InputError("--set", "", fmt::format("{}: an empty key", path));
-      if (dot == std::string_view::npos) {
-        (*node)[key] = value;
-        break;
-      }
-      walked = walked.empty() ? key : walked + "." + key;
-      node = &(*node)[key];
-      if (node->is_null()) *node = nlohmann::json::object();
-      rest.remove_prefix(dot + 1);
-    }
-  }
+  config::apply_overrides(doc, sets, scenario_file);
   return doc;
 }
 

@@ -31,10 +31,7 @@ parallel::StepResult simulate_with_outputs(const config::Scenario& scenario, con
 std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& option, std::int64_t min,
                                          bool increasing);
 
-// The scenario file's JSON with each `--set PATH=VALUE` applied in order: PATH names object keys
-// by dots (`parallel.tp`, `training.train_tokens`, `cluster`), VALUE is JSON (`8`, `true`,
-// `["core_attn","mlp"]`, `"fp8"`) or else taken as a string (`fp8`). A key missing on the way is
-// created; a value on the way that is not an object is an InputError naming --set.
+// The scenario file's JSON with each `--set PATH=VALUE` applied in order (config::apply_overrides).
 nlohmann::json scenario_doc(const std::string& scenario_file, const std::vector<std::string>& sets);
 // scenario_doc, parsed and checked as config::load_scenario checks a file.
 config::Scenario load_scenario_with(const std::string& scenario_file, const std::vector<std::string>& sets,

@@ -1054,6 +1054,38 @@ network::ClusterSpec load_cluster(const std::string& name_or_path, const fs::pat
       [&data_dir](const util::JsonNode& n, const std::string&) { return parse_topology(n, data_dir); });
 }
 
+void apply_overrides(nlohmann::json& doc, const std::vector<std::string>& sets, std::string_view where) {
+  for (const std::string& set : sets) {
+    const std::size_t eq = set.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw util::InputError("--set", "", fmt::format("expected PATH=VALUE (e.g. parallel.tp=8), got \"{}\"", set));
+    const std::string path = set.substr(0, eq);
+    const std::string text = set.substr(eq + 1);
+    nlohmann::json value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (value.is_discarded()) value = text;  // not JSON: a string (fp8, dgx-h100)
+    nlohmann::json* node = &doc;
+    std::string_view rest = path;
+    std::string walked;
+    while (true) {
+      if (!node->is_object())
+        throw util::InputError("--set", "",
+                               fmt::format("{}: {} is not an object in {} (set the whole of it instead)", path,
+                                           walked.empty() ? "the scenario" : walked, where));
+      const std::size_t dot = rest.find('.');
+      const std::string key(rest.substr(0, dot));
+      if (key.empty()) throw util::InputError("--set", "", fmt::format("{}: an empty key", path));
+      if (dot == std::string_view::npos) {
+        (*node)[key] = value;
+        break;
+      }
+      walked = walked.empty() ? key : walked + "." + key;
+      node = &(*node)[key];
+      if (node->is_null()) *node = nlohmann::json::object();
+      rest.remove_prefix(dot + 1);
+    }
+  }
+}
+
 Scenario load_scenario(const std::string& file, const fs::path& data_dir) {
   const nlohmann::json doc = util::read_json_file(file);
   const util::JsonNode root(doc, file);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "network/cluster.h"
@@ -201,6 +202,11 @@ std::vector<std::string> lora_target_names(const TrainingSpec& training);
 std::vector<std::string> recompute_module_names(std::uint8_t mask);
 
 Scenario load_scenario(const std::string& file, const std::filesystem::path& data_dir);
+// Applies `--set PATH=VALUE` overrides to a scenario's JSON, in order: PATH names object keys by dots
+// (`parallel.tp`, `training.train_tokens`, `cluster`), VALUE is JSON (`8`, `true`,
+// `["core_attn","mlp"]`, `"fp8"`) or else taken as a string (`fp8`). A key missing on the way is
+// created; a value on the way that is not an object is an InputError naming --set and `where`.
+void apply_overrides(nlohmann::json& doc, const std::vector<std::string>& sets, std::string_view where);
 Scenario parse_scenario(const util::JsonNode& root, const std::filesystem::path& data_dir);
 
 }  // namespace trainsim::config

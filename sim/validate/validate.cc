@@ -157,11 +157,21 @@ Outcome evaluate(const Record& r, const fs::path& data_dir, const Overrides& ove
       training["host_cost_scale"] = *overrides.host_cost_scale;
   }
   try {
+    config::apply_overrides(doc, overrides.sets, r.file);
+  } catch (const util::InputError& e) {
+    out.skipped = e.problem() + " (with --set)";
+    return out;
+  }
+  try {
     sc = config::parse_scenario(util::JsonNode(doc, r.file, "scenario"), data_dir);
   } catch (const util::InputError& e) {
-    // Features the format accepts but the simulator does not build yet, and records the requested
-    // network cannot run: listed, not dropped.
+    // Features the format accepts but the simulator does not build yet, records the requested
+    // network cannot run, and records --set makes invalid: listed, not dropped.
     const bool network_rule = network && e.path() == "scenario.network";
+    if (!overrides.sets.empty()) {
+      out.skipped = fmt::format("{}: {} (with --set)", e.path(), e.problem());
+      return out;
+    }
     if (!network_rule && e.problem().find("not supported yet") == std::string::npos) throw;
     out.skipped = fmt::format("{}: {}", e.path(), e.problem());
     return out;

@@ -75,6 +75,9 @@ std::vector<Record> load_records(const std::filesystem::path& dir);
 struct Overrides {
   std::optional<config::NetworkModel> network;
   std::optional<double> host_cost_scale;
+  // `--set PATH=VALUE` on every record's scenario (config::apply_overrides); a record the change
+  // makes invalid is skipped with the reason.
+  std::vector<std::string> sets;
 };
 Outcome evaluate(const Record& record, const std::filesystem::path& data_dir, const Overrides& overrides = {});
 Summary summarize(const std::vector<Outcome>& outcomes);

@@ -509,6 +509,13 @@ TEST_CASE("--set overrides scenario keys as if the file said them; a bad one is 
   }
 }
 
+TEST_CASE("validate --set: a malformed one stops before any record runs, exit 2") {
+  Result r = run("validate --set training.attention");
+  CHECK(r.code == 2);
+  CHECK(r.out.empty());
+  CHECK(r.err == "--set: expected PATH=VALUE (e.g. parallel.tp=8), got \"training.attention\"\n");
+}
+
 TEST_CASE("accuracy gate: the published runs stay as close as validation/gate.json records") {
   // validation/gate.json holds the MAPE and worst error the models have reached on the published,
   // measured runs in validation/records (validation/README.md); a change that makes them worse fails.

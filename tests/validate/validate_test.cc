@@ -124,8 +124,9 @@ TEST_CASE("validate --network flow lists a record on part of a node group as ski
   const auto analytical = validate::evaluate(records[0], TRAINSIM_SOURCE_DIR);
   CHECK(analytical.skipped.empty());
   CHECK(analytical.comparisons.size() == 1);
-  const auto flow = validate::evaluate(records[0], TRAINSIM_SOURCE_DIR,
-                                       {.network = config::NetworkModel::flow, .host_cost_scale = std::nullopt});
+  const auto flow =
+      validate::evaluate(records[0], TRAINSIM_SOURCE_DIR,
+                         {.network = config::NetworkModel::flow, .host_cost_scale = std::nullopt, .sets = {}});
   CHECK(flow.comparisons.empty());
   CHECK(flow.skipped.find("whole nodes") != std::string::npos);
 }
@@ -143,11 +144,37 @@ TEST_CASE("validate --host-cost-scale sets training.host_cost_scale in the Megat
   write(dir / "h_scale_off.json", rec);
   const auto records = validate::load_records(dir);
   REQUIRE(records.size() == 2);
-  const validate::Overrides slow{.network = std::nullopt, .host_cost_scale = 50.0};
+  const validate::Overrides slow{.network = std::nullopt, .host_cost_scale = 50.0, .sets = {}};
   const double base = validate::evaluate(records[0], TRAINSIM_SOURCE_DIR).comparisons.at(0).predicted;
   CHECK(validate::evaluate(records[0], TRAINSIM_SOURCE_DIR, slow).comparisons.at(0).predicted > 1.2 * base);
   CHECK(validate::evaluate(records[1], TRAINSIM_SOURCE_DIR, slow).comparisons.at(0).predicted ==
         validate::evaluate(records[1], TRAINSIM_SOURCE_DIR).comparisons.at(0).predicted);
+}
+
+TEST_CASE("validate --set changes every record's scenario; a record it makes invalid is skipped, with why") {
+  // The same 22B step with the full recompute taken away runs faster; setting pipeline stages that do
+  // not divide the 12 GPUs makes the record invalid, and it is skipped instead of stopping the run.
+  const fs::path dir = fresh_dir("sets");
+  auto rec = record("s_full", "step", {{"step_time_s", 1.0}});
+  rec["scenario"]["gpus"] = 12;
+  rec["scenario"]["parallel"] = {{"tp", 4}, {"zero", 1}};
+  rec["scenario"]["training"] = {{"micro_batch", 1}, {"global_batch", 3}, {"seq_len", 2048}, {"recompute", "full"}};
+  write(dir / "s_full.json", rec);
+  const auto records = validate::load_records(dir);
+  REQUIRE(records.size() == 1);
+  const double base = validate::evaluate(records[0], TRAINSIM_SOURCE_DIR).comparisons.at(0).predicted;
+  const validate::Overrides none{
+      .network = std::nullopt, .host_cost_scale = std::nullopt, .sets = {"training.recompute=none"}};
+  CHECK(validate::evaluate(records[0], TRAINSIM_SOURCE_DIR, none).comparisons.at(0).predicted < base);
+  const validate::Overrides bad{.network = std::nullopt, .host_cost_scale = std::nullopt, .sets = {"parallel.pp=5"}};
+  const auto skipped = validate::evaluate(records[0], TRAINSIM_SOURCE_DIR, bad);
+  CHECK(skipped.comparisons.empty());
+  CHECK(skipped.skipped.find("(with --set)") != std::string::npos);
+  const validate::Overrides through{
+      .network = std::nullopt, .host_cost_scale = std::nullopt, .sets = {"parallel.tp.size=2"}};
+  CHECK(validate::evaluate(records[0], TRAINSIM_SOURCE_DIR, through).skipped ==
+        "parallel.tp.size: parallel.tp is not an object in " + records[0].file +
+            " (set the whole of it instead) (with --set)");
 }
 
 TEST_CASE("MAPE is the mean of absolute relative errors, the worst run the largest") {
