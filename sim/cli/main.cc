@@ -34,6 +34,7 @@
 #include "report/summary.h"
 #include "search/search.h"
 #include "util/error.h"
+#include "util/json_node.h"
 #include "validate/validate.h"
 
 namespace {
@@ -41,7 +42,8 @@ namespace {
 int run_command(const std::string& scenario_file, const std::vector<std::string>& sets, bool json, bool all_ranks,
                 const trainsim::cli::RunOutputs& outputs) {
   using namespace trainsim;
-  const auto scenario = cli::load_scenario_with(scenario_file, sets, config::default_data_dir());
+  const nlohmann::json doc = cli::scenario_doc(scenario_file, sets);
+  const auto scenario = config::parse_scenario(util::JsonNode(doc, scenario_file), config::default_data_dir());
   for (const auto& w : scenario.warnings) spdlog::warn("warning: {}", w);
   spdlog::info("simulating {} ranks", scenario.gpus);
   parallel::BuildOptions options;
@@ -190,7 +192,8 @@ std::vector<std::size_t> parse_choice_list(std::string_view value, const char* o
 int search_layouts(const SearchArgs& a) {
   using namespace trainsim;
   const auto data_dir = config::default_data_dir();
-  const config::Scenario base = trainsim::cli::load_scenario_with(a.scenario_file, a.sets, data_dir);
+  nlohmann::json doc = trainsim::cli::scenario_doc(a.scenario_file, a.sets);
+  const config::Scenario base = config::parse_scenario(util::JsonNode(doc, a.scenario_file), data_dir);
   search::Axes axes = search::default_axes(base);
   if (!a.tp.empty()) axes.tp = trainsim::cli::parse_int_list(a.tp, "--tp", 1, false);
   if (!a.pp.empty()) axes.pp = trainsim::cli::parse_int_list(a.pp, "--pp", 1, false);
@@ -241,7 +244,6 @@ int search_layouts(const SearchArgs& a) {
       axes.recompute.push_back(kModes[i]);
   }
   const int threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  nlohmann::json doc = trainsim::cli::scenario_doc(a.scenario_file, a.sets);
   if (!a.network.empty()) {
     if (a.network != "analytical" && a.network != "flow")
       throw util::InputError("--network", "",
@@ -318,10 +320,7 @@ int main(int argc, char** argv) {
   run->add_option("scenario", scenario_file, "Scenario JSON file (see configs/README.md for the keys)")->required();
   run->add_flag("--json", json, "Print one JSON object instead of the human summary");
   std::vector<std::string> run_sets;
-  run->add_option("--set", run_sets,
-                  "Override a scenario key: PATH=VALUE, e.g. parallel.tp=8 or training.precision=fp8 (repeatable; "
-                  "VALUE is JSON, else a string)")
-      ->allow_extra_args(false);
+  run->add_option("--set", run_sets, trainsim::cli::kSetHelp)->allow_extra_args(false);
   bool all_ranks = false;
   run->add_flag("--all-ranks", all_ranks,
                 "Simulate every rank instead of one representative per class of identical ranks (same result, slower)");
@@ -387,11 +386,7 @@ int main(int argc, char** argv) {
           "scenario", search_args.scenario_file,
           "Scenario JSON file: model, cluster, gpus and training; its parallel block gives what is not searched")
       ->required();
-  search
-      ->add_option("--set", search_args.sets,
-                   "Override a scenario key: PATH=VALUE, e.g. parallel.tp=8 or training.precision=fp8 (repeatable; "
-                   "VALUE is JSON, else a string)")
-      ->allow_extra_args(false);
+  search->add_option("--set", search_args.sets, trainsim::cli::kSetHelp)->allow_extra_args(false);
   search->add_option("--top", search_args.top, "Layouts to print, fastest first (default 10; 0: all)");
   search->add_option("--threads", search_args.threads, "Simulations run at once (default: one per hardware thread)")
       ->check(CLI::PositiveNumber);

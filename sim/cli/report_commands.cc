@@ -25,13 +25,6 @@ nlohmann::json scenario_doc(const std::string& scenario_file, const std::vector<
   return doc;
 }
 
-config::Scenario load_scenario_with(const std::string& scenario_file, const std::vector<std::string>& sets,
-                                    const std::filesystem::path& data_dir) {
-  if (sets.empty()) return config::load_scenario(scenario_file, data_dir);
-  const nlohmann::json doc = scenario_doc(scenario_file, sets);
-  return config::parse_scenario(util::JsonNode(doc, scenario_file), data_dir);
-}
-
 namespace {
 
 namespace fs = std::filesystem;
@@ -155,8 +148,8 @@ int scale_command(const ScaleArgs& args) {
   if (args.gpus.empty() == args.nodes.empty())
     throw util::InputError("scale", "", "give exactly one of --gpus and --nodes");
 
-  const config::Scenario base = load_scenario_with(args.scenario_file, args.sets, data_dir);
   const nlohmann::json doc = scenario_doc(args.scenario_file, args.sets);
+  const config::Scenario base = config::parse_scenario(util::JsonNode(doc, args.scenario_file), data_dir);
   std::vector<std::int64_t> sizes =
       parse_int_list(args.gpus.empty() ? args.nodes : args.gpus, args.gpus.empty() ? "--nodes" : "--gpus", 1, true);
   if (!args.nodes.empty())
@@ -239,11 +232,7 @@ void add_report_commands(CLI::App& app, ReportCommands& c) {
   c.scale = app.add_subcommand(
       "scale", "Re-run a scenario at several GPU counts (DP grows; TP, PP, CP fixed) and report how it scales");
   c.scale->add_option("scenario", c.scale_args.scenario_file, "Scenario JSON file")->required();
-  c.scale
-      ->add_option("--set", c.scale_args.sets,
-                   "Override a scenario key: PATH=VALUE, e.g. parallel.tp=8 or training.precision=fp8 (repeatable; "
-                   "VALUE is JSON, else a string)")
-      ->allow_extra_args(false);
+  c.scale->add_option("--set", c.scale_args.sets, kSetHelp)->allow_extra_args(false);
   auto* gpus = c.scale->add_option("--gpus", c.scale_args.gpus, "GPU counts, increasing: 64,128,256");
   c.scale->add_option("--nodes", c.scale_args.nodes, "Node counts, increasing (times the cluster's GPUs per node)")
       ->excludes(gpus);

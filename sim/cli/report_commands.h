@@ -31,11 +31,13 @@ parallel::StepResult simulate_with_outputs(const config::Scenario& scenario, con
 std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& option, std::int64_t min,
                                          bool increasing);
 
-// The scenario file's JSON with each `--set PATH=VALUE` applied in order (config::apply_overrides).
+// The help of run's, scale's and search's --set.
+inline constexpr const char* kSetHelp =
+    "Override a scenario key: PATH=VALUE, e.g. parallel.tp=8 or training.precision=fp8 (repeatable; VALUE is JSON, "
+    "else a string)";
+// The scenario file's JSON with each `--set PATH=VALUE` applied in order (config::apply_overrides);
+// config::parse_scenario(util::JsonNode(doc, scenario_file), ...) then checks it as load_scenario does.
 nlohmann::json scenario_doc(const std::string& scenario_file, const std::vector<std::string>& sets);
-// scenario_doc, parsed and checked as config::load_scenario checks a file.
-config::Scenario load_scenario_with(const std::string& scenario_file, const std::vector<std::string>& sets,
-                                    const std::filesystem::path& data_dir);
 
 struct ScaleArgs {
   std::string scenario_file;

@@ -226,9 +226,10 @@ std::span<const GpuSpec> gpu_catalog() {
   return catalog;
 }
 
+// [MEM]
 double usable_hbm_bytes(double hbm_gb) {
   return hbm_gb * kGibi * kUsableHbm;
-}  // [MEM]
+}
 
 const GpuSpec* find_gpu(std::string_view id) {
   for (const GpuSpec& g : gpu_catalog()) {

@@ -322,7 +322,7 @@ std::string summary_table(const config::Scenario& sc, const parallel::StepResult
   if (sc.training.train_tokens > 0)
     rows.insert(rows.begin() + 3,
                 {"to train", fmt::format("{} tokens: {:.1f} days · {} GPU-hours", si_count(sc.training.train_tokens),
-                                         m.train_days, si_count(m.train_gpu_hours))});
+                                         m.train.days, si_count(m.train.gpu_hours))});
   std::string out = "<table class=\"summary\">\n";
   for (const auto& [k, v] : rows)
     out += fmt::format("<tr><th>{}</th><td>{}</td></tr>\n", html_escape(k), html_escape(v));

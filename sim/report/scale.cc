@@ -32,8 +32,7 @@ std::vector<ScaleRow> scale_rows(const std::vector<ScalePoint>& points) {
     r.exposed_comm_fraction = t.exposed_s() / p.result.step_time_s;
     r.peak_gib = m.peak_gib;
     r.fits = m.fits;
-    r.train_days = m.train_days;
-    r.train_gpu_hours = m.train_gpu_hours;
+    r.train = m.train;
     rows.push_back(r);
   }
   return rows;
@@ -94,7 +93,7 @@ std::string scale_markdown(const std::vector<ScalePoint>& points, Keep keep) {
         r.gpus, r.dp, r.global_batch, r.micro_batches, r.step_time_s, r.tokens_per_s, r.tokens_per_s_per_gpu,
         r.model_tflops_per_gpu, 100 * r.mfu, 100 * r.scaling_efficiency, 100 * r.bubble_fraction,
         100 * r.exposed_comm_fraction, r.peak_gib, r.fits ? "yes" : "**no**");
-    if (train) out += fmt::format(" {:.1f} | {:.0f} |", r.train_days, r.train_gpu_hours);
+    if (train) out += fmt::format(" {:.1f} | {:.0f} |", r.train.days, r.train.gpu_hours);
     out += "\n";
   }
   return out;
@@ -118,7 +117,7 @@ std::string scale_text(const std::vector<ScalePoint>& points, Keep keep) {
         r.gpus, r.dp, r.global_batch, r.micro_batches, r.step_time_s, r.tokens_per_s, r.tokens_per_s_per_gpu,
         r.model_tflops_per_gpu, 100 * r.mfu, 100 * r.scaling_efficiency, 100 * r.bubble_fraction,
         100 * r.exposed_comm_fraction, r.peak_gib, r.fits ? "yes" : "NO");
-    if (train) out += fmt::format(" {:>8.1f} {:>12.0f}", r.train_days, r.train_gpu_hours);
+    if (train) out += fmt::format(" {:>8.1f} {:>12.0f}", r.train.days, r.train.gpu_hours);
     out += "\n";
   }
   if (train)

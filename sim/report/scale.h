@@ -12,6 +12,7 @@
 
 #include "config/scenario.h"
 #include "parallel/step_runner.h"
+#include "report/summary.h"
 
 namespace trainsim::report {
 
@@ -32,7 +33,7 @@ struct ScaleRow {
   double bubble_fraction = 0, exposed_comm_fraction = 0;
   double peak_gib = 0;
   bool fits = true;
-  double train_days = 0, train_gpu_hours = 0;  // with training.train_tokens
+  TrainTime train;  // with training.train_tokens
 };
 
 // One row per point, in the given order; efficiency relative to the first (smallest) point.

@@ -152,10 +152,7 @@ Metrics compute_metrics(const config::Scenario& sc, const parallel::StepResult& 
   m.host_share_gib = sc.cluster.host_memory_per_gpu_bytes / kGiB;
   m.host_fits = m.host_share_gib <= 0 || m.host_offload_gib <= m.host_share_gib;
   m.fits = static_cast<double>(r.memory[r.peak_rank].peak_bytes) <= sc.cluster.gpu.hbm_bytes && m.host_fits;
-  const TrainTime train = train_time(sc, r.step_time_s);
-  m.train_steps = train.steps;
-  m.train_days = train.days;
-  m.train_gpu_hours = train.gpu_hours;
+  m.train = train_time(sc, r.step_time_s);
   return m;
 }
 
@@ -330,7 +327,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
   if (sc.training.document_tokens > 0) out["scenario"]["document_tokens"] = sc.training.document_tokens;
   if (sc.training.train_tokens > 0) {
     out["scenario"]["train_tokens"] = sc.training.train_tokens;
-    out["time_to_train"] = {{"steps", m.train_steps}, {"days", m.train_days}, {"gpu_hours", m.train_gpu_hours}};
+    out["time_to_train"] = {{"steps", m.train.steps}, {"days", m.train.days}, {"gpu_hours", m.train.gpu_hours}};
   }
   if (sc.training.lora) {
     out["scenario"]["peft"] = "lora";
@@ -405,8 +402,8 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
     out += fmt::format(
         "to train      {} tokens: {} steps · {:.1f} days · {} GPU-hours (every step as this one: no "
         "restarts, evaluation or checkpoints)\n",
-        si_count(sc.training.train_tokens), thousands(static_cast<double>(m.train_steps)), m.train_days,
-        si_count(m.train_gpu_hours));
+        si_count(sc.training.train_tokens), thousands(static_cast<double>(m.train.steps)), m.train.days,
+        si_count(m.train.gpu_hours));
   std::string cp_ep_parts;
   if (p.cp > 1) cp_ep_parts = fmt::format(" · CP {:.1f}%", pct(r.mean.cp_exposed_s));
   if (sc.model.moe()) cp_ep_parts += fmt::format(" · EP {:.1f}%", pct(r.mean.ep_exposed_s));

@@ -1,11 +1,10 @@
 #pragma once
-
-#include <array>
-#include <cstddef>
 // The result of `trainsim run` for people (a ten-second summary) and for scripts (one JSON object).
 // MFU counts model FLOPs as NeMo / Megatron-Bridge do (forward + backward, no recompute, full
 // non-causal attention, embedding and logits) over the GPU's dense BF16 peak.
 
+#include <array>
+#include <cstddef>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +13,14 @@
 #include "parallel/step_runner.h"
 
 namespace trainsim::report {
+
+// training.train_tokens at a step time: the whole steps that reach the budget, their days and
+// GPU-hours (every step as the simulated one). Zeros when the scenario sets no budget.
+struct TrainTime {
+  std::int64_t steps = 0;
+  double days = 0;
+  double gpu_hours = 0;
+};
 
 struct Metrics {
   double step_time_s = 0;
@@ -30,19 +37,9 @@ struct Metrics {
   double host_offload_gib = 0;
   double host_share_gib = 0;
   bool host_fits = true;
-  // training.train_tokens set: the steps that reach it (whole global batches) and their time.
-  std::int64_t train_steps = 0;
-  double train_days = 0;
-  double train_gpu_hours = 0;
+  TrainTime train;  // training.train_tokens set: the steps that reach it and their time
 };
 
-// training.train_tokens at a step time: the whole steps that reach the budget, their days and
-// GPU-hours (every step as the simulated one). Zeros when the scenario sets no budget.
-struct TrainTime {
-  std::int64_t steps = 0;
-  double days = 0;
-  double gpu_hours = 0;
-};
 TrainTime train_time(const config::Scenario& sc, double step_time_s);
 // The stage whose rank runs the most kernel time in the step, that time, and each KernelKind's share
 // of it (percent); no stage: total_s 0.

@@ -110,14 +110,23 @@ TEST_CASE("every kind of record is compared with its simulated quantity; unsuppo
   CHECK(validate::to_markdown(outcomes, summary).find("| quantity |") != std::string::npos);
 }
 
+namespace {
+// A step record of a 22B model on 12 A100s (part of a second 8-GPU node), tp 4 with full recompute:
+// 22B / 4 is 33 GB of weights and gradients and 22 GB of Adam states per GPU.
+nlohmann::json a100_22b_step(const std::string& id) {
+  auto rec = record(id, "step", {{"step_time_s", 1.0}});
+  rec["scenario"]["gpus"] = 12;
+  rec["scenario"]["parallel"] = {{"tp", 4}, {"zero", 1}};
+  rec["scenario"]["training"] = {{"micro_batch", 1}, {"global_batch", 3}, {"seq_len", 2048}, {"recompute", "full"}};
+  return rec;
+}
+}  // namespace
+
 TEST_CASE("validate --network flow lists a record on part of a node group as skipped, not an error") {
   // 12 GPUs of 8-GPU DGX A100 nodes: the analytical network runs it; the flow network needs whole
   // nodes, so with --network flow the record is listed with that rule.
   const fs::path dir = fresh_dir("flow");
-  auto rec = record("g_partial", "step", {{"step_time_s", 1.0}});
-  rec["scenario"]["gpus"] = 12;
-  rec["scenario"]["parallel"] = {{"tp", 4}, {"zero", 1}};  // 22B / 4: 33 GB of weights and grads + 22 GB of Adam
-  rec["scenario"]["training"] = {{"micro_batch", 1}, {"global_batch", 3}, {"seq_len", 2048}, {"recompute", "full"}};
+  auto rec = a100_22b_step("g_partial");
   write(dir / "g_partial.json", rec);
   const auto records = validate::load_records(dir);
   REQUIRE(records.size() == 1);
@@ -135,10 +144,7 @@ TEST_CASE("validate --host-cost-scale sets training.host_cost_scale in the Megat
   // A 22B step on 12 A100s: a 50 times slower CPU makes it host-bound, so the prediction grows; a
   // record that turns the host overhead off is left as it is.
   const fs::path dir = fresh_dir("host_scale");
-  auto rec = record("h_scale", "step", {{"step_time_s", 1.0}});
-  rec["scenario"]["gpus"] = 12;
-  rec["scenario"]["parallel"] = {{"tp", 4}, {"zero", 1}};
-  rec["scenario"]["training"] = {{"micro_batch", 1}, {"global_batch", 3}, {"seq_len", 2048}, {"recompute", "full"}};
+  auto rec = a100_22b_step("h_scale");
   write(dir / "h_scale.json", rec);
   rec["scenario"]["training"]["host_overhead"] = false;
   write(dir / "h_scale_off.json", rec);
@@ -155,10 +161,7 @@ TEST_CASE("validate --set changes every record's scenario; a record it makes inv
   // The same 22B step with the full recompute taken away runs faster; setting pipeline stages that do
   // not divide the 12 GPUs makes the record invalid, and it is skipped instead of stopping the run.
   const fs::path dir = fresh_dir("sets");
-  auto rec = record("s_full", "step", {{"step_time_s", 1.0}});
-  rec["scenario"]["gpus"] = 12;
-  rec["scenario"]["parallel"] = {{"tp", 4}, {"zero", 1}};
-  rec["scenario"]["training"] = {{"micro_batch", 1}, {"global_batch", 3}, {"seq_len", 2048}, {"recompute", "full"}};
+  auto rec = a100_22b_step("s_full");
   write(dir / "s_full.json", rec);
   const auto records = validate::load_records(dir);
   REQUIRE(records.size() == 1);
