@@ -372,7 +372,64 @@ std::vector<std::string> graph_scope_names(const TrainingSpec& training) {
   return out;
 }
 
+std::string_view state_dtype_name(StateDtype d) {
+  constexpr std::array<std::string_view, 4> kNames = {"fp32", "bf16", "fp16", "fp8"};
+  return kNames[static_cast<std::size_t>(d)];
+}
+
 namespace {
+
+// training.optimizer, under Megatron-Core's OptimizerConfig names; the checks that need the layout
+// are in check_optimizer.
+OptimizerSpec parse_optimizer(const util::JsonNode& node) {
+  node.reject_unknown({"use_precision_aware_optimizer", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
+                       "store_param_remainders", "optimizer_cpu_offload", "optimizer_offload_fraction",
+                       "overlap_cpu_optimizer_d2h_h2d"});
+  OptimizerSpec o;
+  if (auto v = node.find("use_precision_aware_optimizer")) o.use_precision_aware_optimizer = v->as_bool();
+  // The state types apply to the precision-aware optimizer only (Megatron's arguments.py).
+  auto needs_precision_aware = [&](const util::JsonNode& v) {
+    if (!o.use_precision_aware_optimizer)
+      v.fail("needs \"use_precision_aware_optimizer\": true (Megatron keeps every Adam state in fp32 without it)");
+  };
+  if (auto v = node.find("main_params_dtype")) {
+    constexpr std::array<StateDtype, 2> kMain = {StateDtype::fp32, StateDtype::fp16};
+    o.main_params_dtype = kMain[parse_choice(*v, Choices{{"fp32", "fp16"}, {}})];
+    if (o.main_params_dtype != StateDtype::fp32) needs_precision_aware(*v);
+  }
+  for (const char* key : {"exp_avg_dtype", "exp_avg_sq_dtype"}) {
+    auto v = node.find(key);
+    if (!v) continue;
+    constexpr std::array<StateDtype, 4> kMoment = {StateDtype::fp32, StateDtype::bf16, StateDtype::fp16,
+                                                   StateDtype::fp8};
+    const StateDtype d = kMoment[parse_choice(*v, Choices{{"fp32", "bf16", "fp16", "fp8"}, {}})];
+    if (d != StateDtype::fp32) needs_precision_aware(*v);
+    (std::string_view(key) == "exp_avg_dtype" ? o.exp_avg_dtype : o.exp_avg_sq_dtype) = d;
+  }
+  if (auto v = node.find("store_param_remainders")) {
+    o.store_param_remainders = v->as_bool();
+    needs_precision_aware(*v);
+  }
+  if (auto v = node.find("optimizer_cpu_offload")) {
+    o.optimizer_cpu_offload = v->as_bool();
+    // Megatron's arguments.py: the CPU offload runs with the precision-aware optimizer only.
+    if (o.optimizer_cpu_offload) needs_precision_aware(*v);
+  }
+  for (const char* key : {"optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d"}) {
+    auto v = node.find(key);
+    if (!v) continue;
+    if (!o.optimizer_cpu_offload) v->fail("applies to \"optimizer_cpu_offload\": true only");
+    if (std::string_view(key) == "overlap_cpu_optimizer_d2h_h2d") {
+      o.overlap_cpu_optimizer_d2h_h2d = v->as_bool();
+      continue;
+    }
+    o.optimizer_offload_fraction = v->as_positive_number();
+    if (o.optimizer_offload_fraction > 1)
+      v->fail(fmt::format("{:g} exceeds 1 (the fraction of this rank's parameters whose Adam step runs on the CPU)",
+                          o.optimizer_offload_fraction));
+  }
+  return o;
+}
 
 TrainingSpec parse_training(const util::JsonNode& node) {
   node.reject_unknown({"micro_batch",       "global_batch",        "seq_len",
@@ -382,7 +439,7 @@ TrainingSpec parse_training(const util::JsonNode& node) {
                        "recompute_modules", "cpu_offload_layers",  "host_overhead",
                        "cuda_graph_scope",  "host_cost_scale",     "peft",
                        "lora_rank",         "lora_targets",        "document_tokens",
-                       "train_tokens",      "moe_load_imbalance"});
+                       "train_tokens",      "moe_load_imbalance",  "optimizer"});
   TrainingSpec t;
   if (auto v = node.find("micro_batch")) t.micro_batch = v->as_positive_int();
   t.global_batch = node.at("global_batch").as_positive_int();
@@ -488,6 +545,11 @@ TrainingSpec parse_training(const util::JsonNode& node) {
     if (!v->json().is_array()) v->fail("must be an array of linear names");
     if (v->json().empty()) v->fail("must name at least one linear");
     t.lora_targets = parse_name_bits(*v, kLoraTargetNames, "linear");
+  }
+  if (auto v = node.find("optimizer")) {
+    if (t.framework != Framework::megatron)
+      v->fail("applies to \"framework\": \"megatron\" only (pytorch-eager runs torch's fused AdamW)");
+    t.optimizer = parse_optimizer(*v);
   }
   t.grad_reduce_in_fp32 = t.precision != Precision::fp16;
   if (auto v = node.find("grad_reduce_in_fp32")) {
@@ -916,6 +978,26 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     refuse(s.training.framework != Framework::megatron, "needs framework megatron");
     refuse(s.cluster.host_link_Bps <= 0,
            fmt::format("the topology \"{}\" states no host_link_GBps (GPU-host copy bandwidth)", s.cluster.name));
+  }
+  // The precision-aware optimizer and its CPU offload, with Megatron's arguments.py checks.
+  if (const OptimizerSpec& o = s.training.optimizer; o.use_precision_aware_optimizer) {
+    const std::string path = util::join_path(training_path, "optimizer");
+    if (p.zero < 1)
+      throw util::InputError(file, util::join_path(path, "use_precision_aware_optimizer"),
+                             "needs the distributed optimizer or FSDP (parallel.zero 1 or more)");
+    if (o.optimizer_cpu_offload) {
+      const std::string offload = util::join_path(path, "optimizer_cpu_offload");
+      auto refuse = [&](bool bad, const std::string& why) {
+        if (bad) throw util::InputError(file, offload, why);
+      };
+      refuse(p.fsdp_units(), "with FSDP (zero 3, or zero 2 per_unit) is not supported yet");
+      refuse(s.cluster.host_link_Bps <= 0,
+             fmt::format("the topology \"{}\" states no host_link_GBps (GPU-host copy bandwidth)", s.cluster.name));
+      refuse(s.cluster.host_memory_Bps <= 0,
+             fmt::format("the topology \"{}\" states no host_memory_GBps (the CPU's memory bandwidth, which the "
+                         "CPU's Adam step is bound by)",
+                         s.cluster.name));
+    }
   }
 
   TrainingSpec& t = s.training;

@@ -30,6 +30,30 @@ enum class Precision : std::uint8_t { bf16, fp16, fp8, nvfp4 };
 // every element-wise op its own kernel, pure bf16 with fused AdamW (workload/eager_ops.h), as
 // tools/device/torch_steps.py runs it.
 enum class Framework : std::uint8_t { megatron, pytorch_eager };
+// The type an Adam state is kept in (Megatron's --main-params-dtype, --exp-avg-dtype,
+// --exp-avg-sq-dtype with --use-precision-aware-optimizer).
+enum class StateDtype : std::uint8_t { fp32, bf16, fp16, fp8 };
+
+// training.optimizer: Megatron-Core's OptimizerConfig for Adam, under its own names.
+struct OptimizerSpec {
+  // --use-precision-aware-optimizer: Transformer Engine's FusedAdam keeps the master weights and
+  // moments in the types below and reads the gradients in their own type.
+  bool use_precision_aware_optimizer = false;
+  StateDtype main_params_dtype = StateDtype::fp32;  // fp32 or fp16
+  StateDtype exp_avg_dtype = StateDtype::fp32;
+  StateDtype exp_avg_sq_dtype = StateDtype::fp32;
+  // With the precision-aware optimizer, fp32 master weights and 16-bit bf16 weights: keep only the
+  // 16 bits of each master weight the bf16 weight lacks (Megatron's default since TE 2.1).
+  bool store_param_remainders = true;
+  // --optimizer-cpu-offload: the Adam step of optimizer_offload_fraction of this rank's parameters
+  // runs on the CPU (Megatron-Core's HybridDeviceOptimizer: gradients to host, torch AdamW, weights
+  // back); --overlap-cpu-optimizer-d2h-h2d pipelines the copies with the CPU step.
+  bool optimizer_cpu_offload = false;
+  double optimizer_offload_fraction = 1;
+  bool overlap_cpu_optimizer_d2h_h2d = false;
+  // The settings differ from Megatron's defaults (plain fp32 Adam on the GPU).
+  bool non_default() const { return use_precision_aware_optimizer || optimizer_cpu_offload; }
+};
 
 struct ParallelSpec {
   std::int64_t tp = 1;
@@ -148,6 +172,7 @@ struct TrainingSpec {
   // training.moe_load_imbalance: the busiest expert-parallel rank's received token copies over the
   // mean (workload::LayerConfig); 1: balanced, as the published benchmarks force it.
   double moe_load_imbalance = 1;
+  OptimizerSpec optimizer;
   bool lora = false;
   std::int64_t lora_rank = 32;
   std::uint8_t lora_targets = workload::kLoraQkv | workload::kLoraProj | workload::kLoraFc1 | workload::kLoraFc2;
@@ -194,6 +219,8 @@ std::int64_t chunk_first_layer(const Scenario& scenario, std::int64_t stage, std
 // The CUDA graph scopes of a training spec, as Megatron-Core's --cuda-graph-scope spells them (empty:
 // none).
 std::vector<std::string> graph_scope_names(const TrainingSpec& training);
+// An Adam state type as training.optimizer spells it ("fp32", "bf16", "fp16", "fp8").
+std::string_view state_dtype_name(StateDtype d);
 // The linears LoRA adapters wrap, as Megatron-Bridge's target_modules names them.
 std::vector<std::string> lora_target_names(const TrainingSpec& training);
 

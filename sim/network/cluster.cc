@@ -89,7 +89,7 @@ void check_sources(const util::JsonNode& node) {
 
 ClusterSpec parse_cluster(const util::JsonNode& node) {
   node.reject_unknown({"name", "gpu", "gpus_per_node", "nvlink", "nic", "collective_base_latency_us", "host_link_GBps",
-                       "host_memory_GB", "fabric", "sources"});
+                       "host_memory_GB", "host_memory_GBps", "fabric", "sources"});
   ClusterSpec c;
   c.name = node.at("name").as_string();
   c.gpu = parse_gpu(node.at("gpu"));
@@ -114,6 +114,7 @@ ClusterSpec parse_cluster(const util::JsonNode& node) {
 
   c.collective_base_latency_s = micros(node, "collective_base_latency_us");
   if (node.has("host_link_GBps")) c.host_link_Bps = gbps(node, "host_link_GBps");
+  if (node.has("host_memory_GBps")) c.host_memory_Bps = gbps(node, "host_memory_GBps");
   if (auto v = node.find("host_memory_GB"))
     c.host_memory_per_gpu_bytes = v->as_positive_number() * 1e9 / static_cast<double>(c.gpus_per_node);
   if (auto fabric = node.find("fabric")) {

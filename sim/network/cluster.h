@@ -38,6 +38,9 @@ struct ClusterSpec {
   // Achieved copy bandwidth between one GPU and pinned host memory, per direction, when every GPU
   // of the node copies at once (PCIe or NVLink-C2C); 0: not stated (host offloading is refused).
   double host_link_Bps = 0;
+  // The node's CPU memory bandwidth, bytes/s: its DRAM's datasheet peak, all sockets (the CPU's
+  // share of the optimizer step with optimizer_cpu_offload is bound by it); 0: not stated.
+  double host_memory_Bps = 0;
   // One GPU's share of its node's host (CPU) memory, bytes (the topology's host_memory_GB over its
   // gpus_per_node, fixed when the topology is read); 0: not stated. Activation offloading's pinned
   // buffers of a GPU must fit in it.

@@ -57,10 +57,68 @@ namespace {
 // Bytes per parameter under Megatron's mixed precision with the Adam optimizer: 16-bit weights, a
 // gradient buffer (main_grad: fp32 with bf16, where Megatron forces gradient accumulation and
 // reduction in fp32; fp16 with fp16, its default), and fp32 master weights plus two fp32 moments
-// (12 bytes, sharded over DP by the distributed optimizer). Megatron-LM docs/theoretical memory:
-// 18 bytes/param with bf16, or 6 + 12/dp with ZeRO-1.
+// (12 bytes, sharded over DP by the distributed optimizer; adam_states). Megatron-LM
+// docs/theoretical memory: 18 bytes/param with bf16, or 6 + 12/dp with ZeRO-1.
 constexpr std::int64_t kWeightBytes = 2;
-constexpr std::int64_t kOptimizerBytes = 12;
+
+constexpr std::int64_t state_dtype_bytes(config::StateDtype d) {
+  switch (d) {
+    case config::StateDtype::fp32:
+      return 4;
+    case config::StateDtype::bf16:
+    case config::StateDtype::fp16:
+      return 2;
+    case config::StateDtype::fp8:
+      return 1;  // Transformer Engine's FusedAdam: one byte and a scale per tensor
+  }
+  return 4;
+}
+
+// The Adam states of training.optimizer. Megatron's default (no precision-aware optimizer): fp32
+// master weights and moments, the step reading fp32 gradients (the distributed optimizer's fp32
+// copy of a bf16 gradient shard). The precision-aware optimizer (Transformer Engine's FusedAdam)
+// keeps each state in its type and reads the gradient in the buffer's; with fp32 master weights of
+// bf16 weights and store_param_remainders (Megatron's default since TE 2.1), only the 16 low bits
+// of each master weight (the bf16 weight holds the high 16). FP16 weights keep full fp32 masters.
+workload::AdamStates adam_states(const config::Scenario& sc) {
+  const config::OptimizerSpec& o = sc.training.optimizer;
+  workload::AdamStates s;
+  if (!o.use_precision_aware_optimizer) return s;
+  s.exp_avg = state_dtype_bytes(o.exp_avg_dtype);
+  s.exp_avg_sq = state_dtype_bytes(o.exp_avg_sq_dtype);
+  s.grad = sc.training.grad_reduce_in_fp32 ? 4 : 2;
+  s.remainders = o.main_params_dtype == config::StateDtype::fp32 && o.store_param_remainders &&
+                 sc.training.precision != config::Precision::fp16;
+  s.master = s.remainders ? 2 : state_dtype_bytes(o.main_params_dtype);
+  return s;
+}
+
+// optimizer_cpu_offload (Megatron-Core's HybridDeviceOptimizer with param_update_in_fp32, as
+// Megatron builds it): for each offloaded parameter the host keeps pinned an fp32 weight, an fp32
+// gradient and torch AdamW's two fp32 moments (16 bytes).
+constexpr std::int64_t kCpuAdamHostBytes = 4 + 4 + 4 + 4;
+
+// The offloaded parameters' share of the step, seconds: their gradients copied to host memory (into
+// fp32 buffers, 4 bytes each over the host link; [A] the type conversion on the GPU side, so the
+// link carries fp32), torch.optim.AdamW(fused=True) on the CPU (one pass reading the fp32 weight,
+// gradient and moments and writing weight and moments: 28 bytes, bound by the CPU's memory
+// bandwidth), and the fp32 weights copied back (4 bytes). Every GPU of the node offloads at once, so
+// each gets its share of the node's host memory bandwidth, at STREAM's efficiency: [A] 0.78, the
+// triad's 78% of the DRAM wire rate in TI's STREAM measurements (SPRAD45, Table 3-3), taken for
+// server DDR5 and LPDDR5X. With overlap_cpu_optimizer_d2h_h2d the three run as a pipeline (one CPU
+// optimizer per parameter: copies on their own streams, the CPU stepping each parameter once its
+// gradient has arrived), so the slowest of them sets the pace; without it they run one after the
+// other.
+double cpu_adam_s(const config::Scenario& sc, std::int64_t params) {
+  constexpr double kLinkBytes = 4, kCpuAdamBytes = 4 * 4 + 3 * 4, kStreamEfficiency = 0.78;
+  const double n = static_cast<double>(params);
+  const double host_memory_Bps =
+      sc.cluster.host_memory_Bps * kStreamEfficiency / static_cast<double>(sc.cluster.gpus_per_node);
+  const double to_host = kLinkBytes * n / sc.cluster.host_link_Bps;
+  const double cpu = kCpuAdamBytes * n / host_memory_Bps;
+  const double back = kLinkBytes * n / sc.cluster.host_link_Bps;
+  return sc.training.optimizer.overlap_cpu_optimizer_d2h_h2d ? std::max({to_host, cpu, back}) : to_host + cpu + back;
+}
 
 enum class Saves : std::uint8_t {
   all,        // allocate every op's saved bytes
@@ -1316,11 +1374,33 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   auto shard = [](std::int64_t n, std::int64_t ways) { return (n + ways - 1) / ways; };
   const std::int64_t opt_params =
       par.zero >= 1 ? shard(params, dp) + shard(expert_params, edp) : params + expert_params;
-  Op step = workload::optimizer_step(opt_params);
+  const workload::AdamStates states = adam_states(sc);
+  const config::OptimizerSpec& opt = sc.training.optimizer;
+  // optimizer_cpu_offload: the Adam step of the offloaded parameters runs on the CPU, beside the
+  // GPU's step of the others (which starts at once: Megatron-Core's HybridDeviceOptimizer issues the
+  // GPU step before it waits for the first gradient copy).
+  const std::int64_t cpu_params =
+      opt.optimizer_cpu_offload
+          ? static_cast<std::int64_t>(std::llround(opt.optimizer_offload_fraction * static_cast<double>(opt_params)))
+          : 0;
+  Op step = workload::optimizer_step(opt_params - cpu_params, states, opt_params);
+  std::optional<Dep> cpu_step;
+  if (cpu_params > 0) {
+    Task t;
+    t.stream = kHostCopy;
+    t.duration = engine::Time::from_seconds(cpu_adam_s(sc, cpu_params));
+    t.label = p.label("optimizer_cpu_offload (gradients to host, CPU Adam, weights back)");
+    cpu_step = w.side(t);
+  }
   if (eager)
     w.emit({workload::eager_adamw_step(sc.model, host)}, "optimizer", Saves::none);
   else
     w.compute_task("optimizer adam_step", compute.time_s(step), kOptimizerKernels);
+  // The updated weights are back on the GPU before they are gathered or the next step starts.
+  if (cpu_step) {
+    w.after(*cpu_step);
+    w.release(0, kOptimizer, "optimizer_cpu_offload done");
+  }
   if (dp > 1 && par.zero >= 1 && !par.fsdp_units() && !overlap_gather)
     w.add(dp_collective(network::CollectiveOp::all_gather, kDpGroup, params * kWeightBytes, "param_all_gather"), true);
   if (edp > 1 && par.zero >= 1 && !overlap_expert_gather && expert_params > 0)
@@ -1335,11 +1415,12 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   // FSDP's SHARD_GRAD_OP (zero 2 per_unit) keeps its weights sharded between steps as well. (A
   // mixture-of-experts model runs zero 0 or 1: its experts are sharded over expert dp.)
   const std::int64_t weight_bytes = eager ? workload::kEagerWeightBytes : kWeightBytes;
-  const std::int64_t optimizer_bytes = eager ? workload::kEagerOptimizerBytes : kOptimizerBytes;
+  const std::int64_t optimizer_bytes = eager ? workload::kEagerOptimizerBytes : states.state_bytes();
   p.initial_mem_bytes[kWeights] =
       ((par.fsdp_units() ? shard(params, dp) : params + expert_params) + stage.frozen_params_per_rank) * weight_bytes;
   p.initial_mem_bytes[kGradients] = (par.zero >= 2 ? shard(params, dp) : params + expert_params) * grad_bytes;
-  p.initial_mem_bytes[kOptimizer] = opt_params * optimizer_bytes;
+  p.initial_mem_bytes[kOptimizer] = (opt_params - cpu_params) * optimizer_bytes;
+  stage.host_offload_bytes += cpu_params * kCpuAdamHostBytes;
 }
 
 }  // namespace

@@ -126,6 +126,30 @@ std::string modules_part(const config::Scenario& sc) {
   return fmt::format(" ({})", fmt::join(config::recompute_module_names(sc.training.recompute_modules), ", "));
 }
 
+// Activation offloading or the optimizer's CPU offload: host copies to report.
+bool offloads(const config::Scenario& sc) {
+  return sc.training.cpu_offload_layers > 0 || sc.training.optimizer.optimizer_cpu_offload;
+}
+
+// "precision-aware: master fp32 (remainders) · moments bf16/bf16 · 6 bytes per parameter ...": the
+// optimizer's states when they are not Megatron's default (empty then).
+std::string optimizer_line(const config::Scenario& sc) {
+  const config::OptimizerSpec& o = sc.training.optimizer;
+  if (!o.non_default()) return {};
+  std::string out = "precision-aware Adam";
+  if (o.use_precision_aware_optimizer) {
+    const bool remainders = o.main_params_dtype == config::StateDtype::fp32 && o.store_param_remainders &&
+                            sc.training.precision != config::Precision::fp16;
+    out += fmt::format(": master weights {}{} · moments {} and {}", config::state_dtype_name(o.main_params_dtype),
+                       remainders ? " (16-bit remainders)" : "", config::state_dtype_name(o.exp_avg_dtype),
+                       config::state_dtype_name(o.exp_avg_sq_dtype));
+  }
+  if (o.optimizer_cpu_offload)
+    out += fmt::format(" · CPU offload of {:g}%{}", 100 * o.optimizer_offload_fraction,
+                       o.overlap_cpu_optimizer_d2h_h2d ? ", copies overlapped" : "");
+  return out;
+}
+
 }  // namespace
 
 Metrics compute_metrics(const config::Scenario& sc, const parallel::StepResult& r) {
@@ -228,7 +252,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
     stage_peak[s] = std::max(stage_peak[s], r.memory[i].peak_bytes);
   }
   // Activation offloading adds its exposed host copies to the breakdowns (absent otherwise).
-  const bool offloading = sc.training.cpu_offload_layers > 0;
+  const bool offloading = offloads(sc);
   nlohmann::json per_stage = nlohmann::json::array();
   for (std::size_t s = 0; s < stages; ++s) {
     const double k = 1.0 / stage_ranks[s];
@@ -334,8 +358,23 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
     out["scenario"]["lora_rank"] = sc.training.lora_rank;
     out["scenario"]["lora_targets"] = config::lora_target_names(sc.training);
   }
+  if (const config::OptimizerSpec& o = sc.training.optimizer; o.non_default()) {
+    nlohmann::json opt = {{"use_precision_aware_optimizer", o.use_precision_aware_optimizer}};
+    if (o.use_precision_aware_optimizer) {
+      opt["main_params_dtype"] = config::state_dtype_name(o.main_params_dtype);
+      opt["exp_avg_dtype"] = config::state_dtype_name(o.exp_avg_dtype);
+      opt["exp_avg_sq_dtype"] = config::state_dtype_name(o.exp_avg_sq_dtype);
+      opt["store_param_remainders"] = o.store_param_remainders;
+    }
+    opt["optimizer_cpu_offload"] = o.optimizer_cpu_offload;
+    if (o.optimizer_cpu_offload) {
+      opt["optimizer_offload_fraction"] = o.optimizer_offload_fraction;
+      opt["overlap_cpu_optimizer_d2h_h2d"] = o.overlap_cpu_optimizer_d2h_h2d;
+    }
+    out["scenario"]["optimizer"] = std::move(opt);
+  }
   if (offloading) {
-    out["scenario"]["cpu_offload_layers"] = sc.training.cpu_offload_layers;
+    if (sc.training.cpu_offload_layers > 0) out["scenario"]["cpu_offload_layers"] = sc.training.cpu_offload_layers;
     out["memory"]["host_offload_gib"] = m.host_offload_gib;
     if (m.host_share_gib > 0) out["memory"]["host_share_gib"] = m.host_share_gib;
     out["time_breakdown_s"]["offload_exposed"] = r.mean.offload_exposed_s;
@@ -368,12 +407,20 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   out += fmt::format("batch         {} sequences of {} tokens = {} micro-batches of {} per pipeline · recompute {}{}\n",
                      sc.training.global_batch, sc.training.seq_len, sc.training.num_micro_batches,
                      sc.training.micro_batch, recompute_name(sc.training.recompute), modules_part(sc));
-  if (sc.training.cpu_offload_layers > 0)
+  if (const std::string opt = optimizer_line(sc); !opt.empty()) out += fmt::format("optimizer     {}\n", opt);
+  const bool offloading = offloads(sc);
+  if (offloading) {
+    std::vector<std::string> what;
+    if (sc.training.cpu_offload_layers > 0)
+      what.push_back(fmt::format("activations of {} of {} layers", sc.training.cpu_offload_layers, sc.model.layers));
+    if (sc.training.optimizer.optimizer_cpu_offload)
+      what.push_back(fmt::format("the Adam step of {:g}% of the parameters",
+                                 100 * sc.training.optimizer.optimizer_offload_fraction));
     out += fmt::format(
-        "offload       activations of {} of {} layers to host memory at {:.0f} GB/s per direction: {:.1f} GiB of "
-        "pinned host memory per GPU{}\n",
-        sc.training.cpu_offload_layers, sc.model.layers, sc.cluster.host_link_Bps / 1e9, m.host_offload_gib,
+        "offload       {} to host memory at {:.0f} GB/s per direction: {:.1f} GiB of pinned host memory per GPU{}\n",
+        fmt::join(what, " and "), sc.cluster.host_link_Bps / 1e9, m.host_offload_gib,
         m.host_share_gib > 0 ? fmt::format(" (its share of the node's: {:.1f} GiB)", m.host_share_gib) : std::string());
+  }
   if (sc.model.hybrid()) {
     // The hybrid pattern's blocks by kind, in the order Megatron-Core's pattern letters list them.
     const std::string& pat = sc.model.hybrid_pattern;
@@ -408,8 +455,7 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   if (p.cp > 1) cp_ep_parts = fmt::format(" · CP {:.1f}%", pct(r.mean.cp_exposed_s));
   if (sc.model.moe()) cp_ep_parts += fmt::format(" · EP {:.1f}%", pct(r.mean.ep_exposed_s));
   std::string offload_part;
-  if (sc.training.cpu_offload_layers > 0)
-    offload_part = fmt::format(" · offload {:.1f}%", pct(r.mean.offload_exposed_s));
+  if (offloading) offload_part = fmt::format(" · offload {:.1f}%", pct(r.mean.offload_exposed_s));
   if (parallel::host_stream(sc)) offload_part += fmt::format(" · host {:.1f}%", pct(r.mean.host_bound_s));
   out +=
       fmt::format("time          compute {:.1f}% · exposed TP {:.1f}%{} · PP {:.1f}% · DP {:.1f}%{} · bubble {:.1f}%\n",

@@ -1150,13 +1150,18 @@ std::int64_t mtp_params_per_rank(const ModelSpec& m, std::int64_t tp) {
   return 3 * norm + 2 * m.hidden * m.hidden / tp;
 }
 
-// Bytes per parameter: fp32 master weight read + write (8), first moment read + write (8), second
-// moment read + write (8), fp32 gradient read (4), bf16 weight written (2) = 30.
-Op optimizer_step(std::int64_t params) {
-  // Adam (30 bytes per parameter, above) plus the gradient-norm pass of clip_grad_norm, which reads
-  // the fp32 gradients once more (4).
-  constexpr double kAdamBytesPerParam = 30 + 4;
-  return memory("adam_step", kAdamBytesPerParam * static_cast<double>(params), 0, 2);
+// Bytes per parameter: the master weight, first and second moments each read and written, the
+// gradient read, the 16-bit weight written (also read, when it holds half of the master weight):
+// 8 + 8 + 8 + 4 + 2 = 30 with Megatron's default fp32 states. The gradient-norm pass of
+// clip_grad_norm reads the gradients once more (4 with fp32 gradients).
+Op optimizer_step(std::int64_t params, const AdamStates& states, std::int64_t norm_params) {
+  if (norm_params < 0) norm_params = params;
+  const std::int64_t weight_io = states.remainders ? 2 + 2 : 2;
+  const std::int64_t adam = 2 * states.state_bytes() + states.grad + weight_io;
+  return memory("adam_step",
+                static_cast<double>(adam) * static_cast<double>(params) +
+                    static_cast<double>(states.grad) * static_cast<double>(norm_params),
+                0, 2);
 }
 
 Op zero_grad_buffer(std::int64_t params) {

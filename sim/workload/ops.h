@@ -212,9 +212,25 @@ std::vector<Op> mtp_backward(const ModelSpec& m, const LayerConfig& c);
 // Parameters one TP rank holds for one module's norms and projection (its layer: layer_*params).
 std::int64_t mtp_params_per_rank(const ModelSpec& m, std::int64_t tp);
 
-// Adam step over `params` parameters held by this rank: fp32 master weights, two moments, the
-// fp32 gradient, and the bf16 copy written back.
-Op optimizer_step(std::int64_t params);
+// How Megatron's Adam keeps and reads its state, in bytes per parameter (training.optimizer resolved
+// by parallel/step_builder.cc): Megatron's default is fp32 master weights and moments, reading the
+// fp32 gradient; the precision-aware optimizer (Transformer Engine's FusedAdam) keeps each in its
+// own type, and with store_param_remainders only the 16 bits of each fp32 master weight its bf16
+// weight lacks.
+struct AdamStates {
+  std::int64_t master = 4;
+  std::int64_t exp_avg = 4;
+  std::int64_t exp_avg_sq = 4;
+  std::int64_t grad = 4;    // the gradient the step reads
+  bool remainders = false;  // the master weight rebuilt from the bf16 weight and its remainder
+  // GPU memory per parameter of the optimizer's shard.
+  std::int64_t state_bytes() const { return master + exp_avg + exp_avg_sq; }
+};
+
+// Adam step over `params` parameters held by this rank (states as above; the 16-bit weight written
+// back), plus the gradient-norm pass of clip_grad_norm over `norm_params` of them (every parameter
+// of the rank's shard, also those whose step runs on the CPU; -1: `params`).
+Op optimizer_step(std::int64_t params, const AdamStates& states = {}, std::int64_t norm_params = -1);
 // The fp32 gradient buffer of `params` parameters set to zero at the start of a step.
 Op zero_grad_buffer(std::int64_t params);
 

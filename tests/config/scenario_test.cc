@@ -359,11 +359,16 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
        "moe_expert_capacity_factor, moe_pad_expert_input_to_capacity, first_stage_layers, last_stage_layers, "
        "account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split, fsdp_prefetch, "
        "zero2_param_gather, pipeline_layout)"},
-      {[](json& d) { d["training"]["optimizer"] = "adam"; }, "training.optimizer",
+      {[](json& d) { d["training"]["learning_rate"] = 3e-4; }, "training.learning_rate",
        "unknown key (expected one of: micro_batch, global_batch, seq_len, recompute, recompute_layers, precision, "
        "attention, framework, host_forward_us, host_backward_us, grad_reduce_in_fp32, cross_entropy, "
        "recompute_modules, cpu_offload_layers, host_overhead, cuda_graph_scope, host_cost_scale, peft, lora_rank, "
-       "lora_targets, document_tokens, train_tokens, moe_load_imbalance)"},
+       "lora_targets, document_tokens, train_tokens, moe_load_imbalance, optimizer)"},
+      {[](json& d) { d["training"]["optimizer"] = "adam"; }, "training.optimizer", "expected an object, got a string"},
+      {[](json& d) {
+         d["training"]["optimizer"] = {{"use_precision_aware_optimizer", "yes"}};
+       },
+       "training.optimizer.use_precision_aware_optimizer", "expected true or false, got a string"},
       {[](json& d) { d["training"]["cuda_graph_scope"] = "attn"; }, "training.cuda_graph_scope",
        "must be an array of scope names (empty: no CUDA graphs)"},
       {[](json& d) {

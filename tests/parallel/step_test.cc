@@ -1706,3 +1706,161 @@ TEST_CASE("compute floor: 1F1B's (m + p - 1)(t_f + t_b) with equal stages, and n
     CHECK(floor > 0.4 * step);
   }
 }
+
+namespace {
+
+// The small model on 16 GPUs of data parallelism with the distributed optimizer and `optimizer` as
+// training.optimizer (null: Megatron's default Adam).
+nlohmann::json optimizer_scenario(const nlohmann::json& optimizer) {
+  auto j = base(16, 1, 1, 16);
+  j["parallel"]["zero"] = 1;
+  if (!optimizer.is_null()) j["training"]["optimizer"] = optimizer;
+  return j;
+}
+
+std::int64_t optimizer_shard(const config::Scenario& sc) {
+  const std::int64_t params = 16 * workload::layer_params_per_rank(sc.model, 1) +
+                              workload::embedding_params_per_rank(sc.model, 1) +
+                              workload::head_params_per_rank(sc.model, 1);
+  return (params + 15) / 16;
+}
+
+}  // namespace
+
+TEST_CASE("precision-aware optimizer: the Adam states in their types, master weights as 16-bit remainders") {
+  // Per parameter of the shard: Megatron's default 4 + 4 + 4 = 12 B (fp32 master, two fp32
+  // moments). Precision-aware with bf16 moments and the fp32 master kept as the 16 bits the bf16
+  // weight lacks (store_param_remainders, its default): 2 + 2 + 2 = 6 B. Without remainders: 4 + 2 +
+  // 2 = 8 B. FP8 moments, fp16 master: 2 + 1 + 1 = 4 B.
+  const auto plain = scenario(optimizer_scenario(nullptr));
+  const std::int64_t shard = optimizer_shard(plain);
+  auto states = [](const nlohmann::json& o) {
+    const auto r = parallel::simulate_step(scenario(optimizer_scenario(o)));
+    return r.memory[0].peak_breakdown_bytes[parallel::kOptimizer];
+  };
+  CHECK(states(nullptr) == 12 * shard);
+  CHECK(states({{"use_precision_aware_optimizer", true}}) == (2 + 4 + 4) * shard);
+  CHECK(states({{"use_precision_aware_optimizer", true}, {"exp_avg_dtype", "bf16"}, {"exp_avg_sq_dtype", "bf16"}}) ==
+        6 * shard);
+  CHECK(states({{"use_precision_aware_optimizer", true},
+                {"exp_avg_dtype", "bf16"},
+                {"exp_avg_sq_dtype", "bf16"},
+                {"store_param_remainders", false}}) == 8 * shard);
+  CHECK(states({{"use_precision_aware_optimizer", true},
+                {"main_params_dtype", "fp16"},
+                {"exp_avg_dtype", "fp8"},
+                {"exp_avg_sq_dtype", "fp8"}}) == 4 * shard);
+  // FP16 weights hold no bf16 high half: the fp32 master stays whole (4 + 4 + 4).
+  auto fp16 = optimizer_scenario({{"use_precision_aware_optimizer", true}});
+  fp16["training"]["precision"] = "fp16";
+  CHECK(parallel::simulate_step(scenario(fp16)).memory[0].peak_breakdown_bytes[parallel::kOptimizer] == 12 * shard);
+}
+
+TEST_CASE("precision-aware optimizer: the Adam step moves each state in its type") {
+  // Adam reads and writes the master weight and both moments, reads the gradient, writes the
+  // 16-bit weight (reads it too when it holds the master's high half), and clip_grad_norm reads
+  // the gradient again. Default: 2 (4 + 4 + 4) + 4 + 2 + 4 = 34 B per parameter. Precision-aware,
+  // bf16 moments, remainders, bf16 gradients (grad_reduce_in_fp32 false): 2 (2 + 2 + 2) + 2 + 4 + 2
+  // = 20 B.
+  const auto sc = scenario(optimizer_scenario(nullptr));
+  const std::int64_t n = 1000000;
+  CHECK(workload::optimizer_step(n).bytes == 34.0 * n);
+  workload::AdamStates s;
+  s.master = 2;
+  s.exp_avg = s.exp_avg_sq = 2;
+  s.grad = 2;
+  s.remainders = true;
+  CHECK(workload::optimizer_step(n, s).bytes == 20.0 * n);
+  // The gradient norm covers the parameters stepped on the CPU too: 3 of 4 on the CPU.
+  CHECK(workload::optimizer_step(n / 4, s, n).bytes == 18.0 * (n / 4) + 2.0 * n);
+  (void)sc;
+}
+
+TEST_CASE("optimizer CPU offload: the offloaded states live in pinned host memory, the step waits for the CPU") {
+  // All of the shard offloaded: no GPU optimizer states; the host keeps an fp32 weight, gradient and
+  // two moments per parameter (16 B). The CPU step: 28 B per parameter over the GPU's share of the
+  // node's DRAM bandwidth at 0.78 of the peak (614.4 GB/s over 8 GPUs on DGX H100); the copies 4 B
+  // each way over the host link (55.6 GB/s). Without overlap the three add up; with it the slowest
+  // (the CPU) sets the pace.
+  const nlohmann::json offload = {{"use_precision_aware_optimizer", true}, {"optimizer_cpu_offload", true}};
+  const auto plain = scenario(optimizer_scenario({{"use_precision_aware_optimizer", true}}));
+  const auto off = scenario(optimizer_scenario(offload));
+  nlohmann::json overlapped_json = offload;
+  overlapped_json["overlap_cpu_optimizer_d2h_h2d"] = true;
+  const auto overlapped = scenario(optimizer_scenario(overlapped_json));
+  const std::int64_t shard = optimizer_shard(plain);
+  const auto r_plain = parallel::simulate_step(plain);
+  const auto r = parallel::simulate_step(off);
+  const auto r_overlap = parallel::simulate_step(overlapped);
+  CHECK(r.memory[0].peak_breakdown_bytes[parallel::kOptimizer] == 0);
+  CHECK(r.host_offload_bytes == 16 * shard);
+  CHECK(r_plain.host_offload_bytes == 0);
+  const double n = static_cast<double>(shard);
+  const double cpu = 28 * n / (614.4e9 * 0.78 / 8), copy = 4 * n / 55.6e9;
+  // The GPU's own step (only the gradient-norm pass is left) runs beside the CPU's and is shorter.
+  // Precision-aware defaults: fp32 master weights as 16-bit remainders, fp32 moments and gradients.
+  workload::AdamStates states;
+  states.master = 2;
+  states.remainders = true;
+  const hardware::ComputeModel cm(plain.cluster.gpu);
+  const double gpu_step = cm.time_s(workload::optimizer_step(shard, states, shard));
+  const double gpu_norm = cm.time_s(workload::optimizer_step(0, states, shard));
+  REQUIRE(cpu + 2 * copy > gpu_step);
+  CHECK(r.step_time_s - r_plain.step_time_s == Approx(cpu + 2 * copy - gpu_step).epsilon(1e-6));
+  CHECK(r_overlap.step_time_s - r_plain.step_time_s == Approx(cpu - gpu_step).epsilon(1e-6));
+  CHECK(r.mean.offload_exposed_s == Approx(cpu + 2 * copy - gpu_norm).epsilon(1e-6));
+  // Half offloaded: half the host bytes, half the GPU states (the precision-aware default: 10 B).
+  nlohmann::json half = offload;
+  half["optimizer_offload_fraction"] = 0.5;
+  const auto r_half = parallel::simulate_step(scenario(optimizer_scenario(half)));
+  const auto half_n = static_cast<std::int64_t>(std::llround(0.5 * n));
+  CHECK(r_half.host_offload_bytes == 16 * half_n);
+  CHECK(r_half.memory[0].peak_breakdown_bytes[parallel::kOptimizer] == 10 * (shard - half_n));
+}
+
+TEST_CASE("training.optimizer is refused where Megatron refuses it") {
+  auto j = optimizer_scenario({{"exp_avg_dtype", "bf16"}});
+  CHECK(refusal(j) ==
+        "test.json: training.optimizer.exp_avg_dtype: needs \"use_precision_aware_optimizer\": true (Megatron keeps "
+        "every Adam state in fp32 without it)");
+  j = optimizer_scenario({{"optimizer_cpu_offload", true}});
+  CHECK(refusal(j) ==
+        "test.json: training.optimizer.optimizer_cpu_offload: needs \"use_precision_aware_optimizer\": true (Megatron "
+        "keeps every Adam state in fp32 without it)");
+  j = optimizer_scenario({{"use_precision_aware_optimizer", true}, {"optimizer_offload_fraction", 0.5}});
+  CHECK(refusal(j) ==
+        "test.json: training.optimizer.optimizer_offload_fraction: applies to \"optimizer_cpu_offload\": true only");
+  j = optimizer_scenario(
+      {{"use_precision_aware_optimizer", true}, {"optimizer_cpu_offload", true}, {"optimizer_offload_fraction", 1.5}});
+  CHECK(refusal(j) ==
+        "test.json: training.optimizer.optimizer_offload_fraction: 1.5 exceeds 1 (the fraction of this rank's "
+        "parameters whose Adam step runs on the CPU)");
+  j = optimizer_scenario({{"use_precision_aware_optimizer", true}, {"exp_avg_dtype", "int4"}});
+  CHECK(refusal(j).rfind("test.json: training.optimizer.exp_avg_dtype: unknown value \"int4\"", 0) == 0);
+  j = optimizer_scenario({{"use_precision_aware_optimizer", true}, {"lr", 1e-4}});
+  CHECK(refusal(j).rfind("test.json: training.optimizer.lr: unknown key (expected one of: ", 0) == 0);
+  j = optimizer_scenario({{"use_precision_aware_optimizer", true}});
+  j["parallel"]["zero"] = 0;
+  CHECK(refusal(j) ==
+        "test.json: training.optimizer.use_precision_aware_optimizer: needs the distributed optimizer or FSDP "
+        "(parallel.zero 1 or more)");
+  j = optimizer_scenario({{"use_precision_aware_optimizer", true}, {"optimizer_cpu_offload", true}});
+  j["parallel"]["zero"] = 3;
+  CHECK(refusal(j) ==
+        "test.json: training.optimizer.optimizer_cpu_offload: with FSDP (zero 3, or zero 2 per_unit) is not supported "
+        "yet");
+  std::ifstream in(std::string(TRAINSIM_SOURCE_DIR) + "/topologies/dgx-h100.json");
+  nlohmann::json cluster = nlohmann::json::parse(in);
+  cluster.erase("host_memory_GBps");
+  j = optimizer_scenario({{"use_precision_aware_optimizer", true}, {"optimizer_cpu_offload", true}});
+  j["cluster"] = cluster;
+  CHECK(refusal(j) ==
+        "test.json: training.optimizer.optimizer_cpu_offload: the topology \"dgx-h100\" states no host_memory_GBps "
+        "(the CPU's memory bandwidth, which the CPU's Adam step is bound by)");
+  j = optimizer_scenario({{"use_precision_aware_optimizer", true}});
+  j["gpus"] = 1;
+  j["training"]["global_batch"] = 1;
+  j["training"]["framework"] = "pytorch-eager";
+  j["model"]["mlp"] = "swiglu";
+  CHECK(refusal(j).rfind("test.json: training.optimizer: applies to \"framework\": \"megatron\" only", 0) == 0);
+}
