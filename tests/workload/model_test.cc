@@ -353,6 +353,26 @@ TEST_CASE("DeepSeek-V3: its Hugging Face config reads as models/deepseek-v3.json
   CHECK(model_flops_per_sequence(m, 4096) / s == Approx(1276e12 / 4912).epsilon(0.005));
 }
 
+// ecosystem.md §1.2's table (each from its Hugging Face config.json; counts by the formula under it):
+// Llama-2-7B 6.74 B, Llama-2-70B 68.98 B, Qwen2-7B 7.62 B (its QKV biases, 0.1 M, not modelled),
+// Mixtral-8x7B 46.70 B in all and 12.88 B active (Mistral's announcement: 46.7B, 12.9B per token).
+TEST_CASE("Llama 2, Qwen2 and Mixtral model files hold their published parameter counts") {
+  auto model = [](const std::string& name) {
+    const nlohmann::json j =
+        trainsim::util::read_json_file(std::string(TRAINSIM_SOURCE_DIR) + "/models/" + name + ".json");
+    return parse_model(JsonNode(j, name + ".json"));
+  };
+  auto billions = [](std::int64_t n) { return static_cast<double>(n) / 1e9; };
+  CHECK(billions(model("llama2-7b").total_params()) == Approx(6.74).margin(0.005));
+  CHECK(billions(model("llama2-70b").total_params()) == Approx(68.98).margin(0.005));
+  CHECK(billions(model("qwen2-7b").total_params()) == Approx(7.62).margin(0.005));
+  const ModelSpec mixtral = model("mixtral-8x7b");
+  CHECK(billions(mixtral.total_params()) == Approx(46.70).margin(0.005));
+  // Active: all but the 6 of 8 experts a token does not visit, in each of the 32 layers.
+  const double inactive = 32.0 * static_cast<double>(mixtral.expert_params_per_layer()) * 6 / 8;
+  CHECK((static_cast<double>(mixtral.total_params()) - inactive) / 1e9 == Approx(12.88).margin(0.005));
+}
+
 TEST_CASE("Kimi K2 has the model card's one trillion parameters, 32B of them active") {
   nlohmann::json j =
       nlohmann::json::parse(std::ifstream(std::filesystem::path(TRAINSIM_SOURCE_DIR) / "models" / "kimi-k2.json"));
