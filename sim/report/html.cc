@@ -319,6 +319,7 @@ std::string summary_table(const config::Scenario& sc, const parallel::StepResult
                                         time_label(k.total_s), k.stage, k.percent[parallel::kGemmKernels],
                                         k.percent[parallel::kAttentionKernels], k.percent[parallel::kMemoryKernels],
                                         k.percent[parallel::kOptimizerKernels])});
+  if (const std::string opt = optimizer_line(sc); !opt.empty()) rows.emplace_back("optimizer", opt);
   if (sc.training.train_tokens > 0)
     rows.insert(rows.begin() + 3,
                 {"to train", fmt::format("{} tokens: {:.1f} days · {} GPU-hours", si_count(sc.training.train_tokens),

@@ -116,23 +116,6 @@ std::string si_count(double v) {
   return fmt::format("{:.3g}", v);
 }
 
-namespace {
-
-// " (mla_up_proj, moe_act)": selective recompute's modules when not only core_attn.
-std::string modules_part(const config::Scenario& sc) {
-  if (sc.training.recompute != config::Recompute::selective ||
-      sc.training.recompute_modules == workload::kRecomputeCoreAttn)
-    return {};
-  return fmt::format(" ({})", fmt::join(config::recompute_module_names(sc.training.recompute_modules), ", "));
-}
-
-// Activation offloading or the optimizer's CPU offload: host copies to report.
-bool offloads(const config::Scenario& sc) {
-  return sc.training.cpu_offload_layers > 0 || sc.training.optimizer.optimizer_cpu_offload;
-}
-
-// "precision-aware: master fp32 (remainders) · moments bf16/bf16 · 6 bytes per parameter ...": the
-// optimizer's states when they are not Megatron's default (empty then).
 std::string optimizer_line(const config::Scenario& sc) {
   const config::OptimizerSpec& o = sc.training.optimizer;
   if (!o.non_default()) return {};
@@ -148,6 +131,21 @@ std::string optimizer_line(const config::Scenario& sc) {
     out += fmt::format(" · CPU offload of {:g}%{}", 100 * o.optimizer_offload_fraction,
                        o.overlap_cpu_optimizer_d2h_h2d ? ", copies overlapped" : "");
   return out;
+}
+
+namespace {
+
+// " (mla_up_proj, moe_act)": selective recompute's modules when not only core_attn.
+std::string modules_part(const config::Scenario& sc) {
+  if (sc.training.recompute != config::Recompute::selective ||
+      sc.training.recompute_modules == workload::kRecomputeCoreAttn)
+    return {};
+  return fmt::format(" ({})", fmt::join(config::recompute_module_names(sc.training.recompute_modules), ", "));
+}
+
+// Activation offloading or the optimizer's CPU offload: host copies to report.
+bool offloads(const config::Scenario& sc) {
+  return sc.training.cpu_offload_layers > 0 || sc.training.optimizer.optimizer_cpu_offload;
 }
 
 }  // namespace

@@ -51,6 +51,10 @@ struct BusiestKernels {
 BusiestKernels busiest_kernels(const parallel::StepResult& r);
 // 15.6T, 405B, 1.34M: three significant figures with an SI suffix (k, M, B, T; none below 1000).
 std::string si_count(double v);
+// The optimizer's states and CPU offload when they are not Megatron's default fp32 Adam on the GPU
+// (training.optimizer), as the summary's `optimizer` line and the HTML report print them; empty
+// otherwise.
+std::string optimizer_line(const config::Scenario& sc);
 // "none", "selective" or "full", as the scenario file spells it.
 const char* recompute_name(config::Recompute r);
 // training.precision as a scenario spells it: bf16, fp16, fp8, nvfp4.

@@ -118,6 +118,33 @@ TEST_CASE("training.train_tokens: run and scale say how many steps, days and GPU
   }
 }
 
+TEST_CASE("training.optimizer: the summary, --json and the HTML report name the optimizer's states and offload") {
+  // Qwen3 30B on 16 H100 with bf16 moments and half of each rank's Adam step on the CPU.
+  auto j = nlohmann::json::parse(slurp(fs::path(TRAINSIM_SOURCE_DIR) / "configs" / "qwen3-30b-a3b-h100-16.json"));
+  j["training"]["optimizer"] = {{"use_precision_aware_optimizer", true},
+                                {"exp_avg_dtype", "bf16"},
+                                {"exp_avg_sq_dtype", "bf16"},
+                                {"optimizer_cpu_offload", true},
+                                {"optimizer_offload_fraction", 0.5}};
+  const fs::path file = write("optimizer.json", j.dump());
+  Result text = run(fmt::format("run '{}'", file.string()));
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("optimizer     precision-aware Adam: master weights fp32 (16-bit remainders) · moments bf16 "
+                      "and bf16 · CPU offload of 50%\n") != std::string::npos);
+  CHECK(text.out.find("offload       the Adam step of 50% of the parameters to host memory at 56 GB/s") !=
+        std::string::npos);
+  Result js = run(fmt::format("run '{}' --json", file.string()));
+  REQUIRE(js.code == 0);
+  const auto out = nlohmann::json::parse(js.out);
+  CHECK(out["scenario"]["optimizer"]["exp_avg_dtype"] == "bf16");
+  CHECK(out["scenario"]["optimizer"]["optimizer_offload_fraction"] == 0.5);
+  CHECK(out["memory"]["host_offload_gib"].get<double>() > 0);
+  CHECK(out["time_breakdown_s"].contains("offload_exposed"));
+  const fs::path dir = temp_dir() / "optimizer-report";
+  REQUIRE(run(fmt::format("run '{}' --report '{}'", file.string(), dir.string())).code == 0);
+  CHECK(slurp(dir / "index.html").find("<th>optimizer</th><td>precision-aware Adam") != std::string::npos);
+}
+
 TEST_CASE("scale: an impossible size or rule is one line naming it, exit 2") {
   Result r = run("scale configs/gpt3-175b-a100-1024.json --gpus 128,192");
   CHECK(r.code == 2);
