@@ -358,6 +358,60 @@ Axes default_axes(const config::Scenario& base) {
   return a;
 }
 
+namespace {
+
+// No layout fits: the one with the smallest peak, and on it each memory saver the scenario does not
+// use yet, simulated (a saver Megatron refuses on that layout is left out).
+void try_memory_levers(Result& r, const config::Scenario& base, const nlohmann::json& doc,
+                       const std::filesystem::path& data_dir, double headroom) {
+  std::size_t closest = 0;
+  for (std::size_t i = 1; i < r.ranked.size(); ++i)
+    if (r.ranked[i].metrics.peak_gib < r.ranked[closest].metrics.peak_gib) closest = i;
+  r.closest = closest;
+  const Candidate& c = r.ranked[closest];
+  const config::OptimizerSpec& opt = base.training.optimizer;
+  const std::int64_t zero = std::max<std::int64_t>(c.layout.zero, 1);
+  std::vector<MemoryLever> levers;
+  if (c.layout.zero == 0 && c.layout.dp > 1)
+    levers.push_back({"the distributed optimizer", {{"parallel", {{"zero", 1}}}}, {}});
+  if (opt.exp_avg_dtype == config::StateDtype::fp32 || opt.exp_avg_sq_dtype == config::StateDtype::fp32)
+    levers.push_back(
+        {"precision-aware Adam with bf16 moments",
+         {{"parallel", {{"zero", zero}}},
+          {"training",
+           {{"optimizer",
+             {{"use_precision_aware_optimizer", true}, {"exp_avg_dtype", "bf16"}, {"exp_avg_sq_dtype", "bf16"}}}}}},
+         {}});
+  if (!opt.optimizer_cpu_offload)
+    levers.push_back({"the optimizer's CPU offload, all of it",
+                      {{"parallel", {{"zero", zero}}},
+                       {"training",
+                        {{"optimizer",
+                          {{"use_precision_aware_optimizer", true},
+                           {"optimizer_cpu_offload", true},
+                           {"overlap_cpu_optimizer_d2h_h2d", true}}}}}},
+                      {}});
+  for (MemoryLever& lever : levers) {
+    nlohmann::json d = doc;
+    d["parallel"] = c.parallel;
+    d["training"] = c.training;
+    d.merge_patch(lever.keys);
+    Candidate trial;
+    trial.layout = c.layout;
+    try {
+      const config::Scenario s = config::parse_scenario(util::JsonNode(d, r.scenario_file), data_dir);
+      simulate(trial, s, headroom);
+    } catch (const util::InputError& e) {
+      spdlog::info("memory saver \"{}\" refused on the closest layout: {}", lever.what, e.what());
+      continue;
+    }
+    lever.metrics = trial.metrics;
+    r.levers.push_back(std::move(lever));
+  }
+}
+
+}  // namespace
+
 Result run_search(const config::Scenario& base, const nlohmann::json& doc, const Axes& axes, int threads,
                   const std::filesystem::path& data_dir, double headroom, std::size_t top) {
   TRAINSIM_ASSERT(doc.at("gpus") == base.gpus);
@@ -444,6 +498,7 @@ Result run_search(const config::Scenario& base, const nlohmann::json& doc, const
     if (x.metrics.fits != y.metrics.fits) return x.metrics.fits;
     return x.metrics.step_time_s < y.metrics.step_time_s;
   });
+  if (r.fitting == 0 && !r.ranked.empty()) try_memory_levers(r, base, doc, data_dir, headroom);
   return r;
 }
 
@@ -522,11 +577,33 @@ std::size_t shown_fitting(const Result& r, std::size_t top) {
 
 }  // namespace
 
+// No layout fits: the closest, and what each memory saver makes of it.
+std::string closest_text(const Result& r, const config::Scenario& base) {
+  if (!r.closest) return {};
+  const Candidate& c = r.ranked[*r.closest];
+  const double capacity = c.metrics.capacity_gib * (1 - r.headroom);
+  std::string out = fmt::format("closest       {} peaks at {:.1f} GiB of {:.1f} GiB{}\n",
+                                layout_name(c.layout, base.model.moe(), r.precision_axis), c.metrics.peak_gib, capacity,
+                                r.headroom > 0 ? " (with the headroom)" : "");
+  for (const MemoryLever& l : r.levers) {
+    const report::Metrics& m = l.metrics;
+    std::string host;
+    if (m.host_offload_gib > 0)
+      host = fmt::format(", {:.1f} GiB of pinned host memory per GPU{}", m.host_offload_gib,
+                         m.host_fits ? "" : " (more than its share)");
+    out += fmt::format("  with {}: {:.1f} GiB{}, {:.3f} s per step: {}\n", l.what, m.peak_gib, host, m.step_time_s,
+                       m.fits ? "fits" : "does not fit");
+    out += fmt::format("    keys: {}\n", l.keys.dump());
+  }
+  if (!r.levers.empty()) out += "  (search again with those keys set, --set, to rank the layouts under them)\n";
+  return out;
+}
+
 std::string to_text(const Result& r, const config::Scenario& base, std::size_t top) {
   std::string out = fmt::format("search        {}\n", heading(base));
   out += fmt::format("layouts       {}\n", counts(r));
   const std::size_t shown = shown_fitting(r, top);
-  if (shown == 0) return out + "no layout fits in memory\n";
+  if (shown == 0) return out + "no layout fits in memory\n" + closest_text(r, base);
   const Columns cols = columns(r, base);
   out += "\n" + text_row(heads(cols), cols);
   bool overlap = false, flex = false;
@@ -551,7 +628,19 @@ std::string to_text(const Result& r, const config::Scenario& base, std::size_t t
 std::string to_markdown(const Result& r, const config::Scenario& base, std::size_t top) {
   std::string out = fmt::format("### trainsim search: {}\n\n{}.\n\n", heading(base), counts(r));
   const std::size_t shown = shown_fitting(r, top);
-  if (shown == 0) return out + "No layout fits in memory.\n";
+  if (shown == 0) {
+    out += "No layout fits in memory.\n";
+    if (!r.closest) return out;
+    const Candidate& c = r.ranked[*r.closest];
+    out += fmt::format("The closest, {}, peaks at {:.1f} GiB of {:.1f} GiB.\n",
+                       layout_name(c.layout, base.model.moe(), r.precision_axis), c.metrics.peak_gib,
+                       c.metrics.capacity_gib * (1 - r.headroom));
+    if (!r.levers.empty()) out += "On it:\n\n";
+    for (const MemoryLever& l : r.levers)
+      out += fmt::format("- {}: {:.1f} GiB, {:.3f} s per step, {} (`{}`)\n", l.what, l.metrics.peak_gib,
+                         l.metrics.step_time_s, l.metrics.fits ? "fits" : "does not fit", l.keys.dump());
+    return out;
+  }
   const Columns cols = columns(r, base);
   const std::vector<int> w = widths(cols);
   const std::vector<std::string> h = heads(cols);
@@ -589,6 +678,7 @@ nlohmann::json layout_json(const Layout& l) {
 }  // namespace
 
 nlohmann::json to_json(const Result& r, const config::Scenario& base, std::size_t top) {
+  nlohmann::json out;
   nlohmann::json layouts = nlohmann::json::array();
   const std::size_t shown = top == 0 ? r.ranked.size() : std::min(top, r.ranked.size());
   for (std::size_t i = 0; i < shown; ++i) {
@@ -607,21 +697,38 @@ nlohmann::json to_json(const Result& r, const config::Scenario& base, std::size_
               {"scenario", {{"parallel", c.parallel}, {"training", c.training}}}});
     layouts.push_back(std::move(j));
   }
-  return {{"search",
-           {{"scenario", r.scenario_file},
-            {"model", base.model.name},
-            {"cluster", base.cluster.name},
-            {"gpus", base.gpus},
-            {"global_batch", base.training.global_batch},
-            {"seq_len", base.training.seq_len},
-            {"capacity_gib", base.cluster.gpu.hbm_bytes / (1024.0 * 1024.0 * 1024.0)},
-            {"headroom", r.headroom},
-            {"enumerated", r.enumerated},
-            {"rejected", r.rejected},
-            {"not_simulated", r.skipped},
-            {"not_fitting", static_cast<std::int64_t>(r.ranked.size()) - r.fitting},
-            {"fitting", r.fitting}}},
-          {"layouts", layouts}};
+  out = {{"search",
+          {{"scenario", r.scenario_file},
+           {"model", base.model.name},
+           {"cluster", base.cluster.name},
+           {"gpus", base.gpus},
+           {"global_batch", base.training.global_batch},
+           {"seq_len", base.training.seq_len},
+           {"capacity_gib", base.cluster.gpu.hbm_bytes / (1024.0 * 1024.0 * 1024.0)},
+           {"headroom", r.headroom},
+           {"enumerated", r.enumerated},
+           {"rejected", r.rejected},
+           {"not_simulated", r.skipped},
+           {"not_fitting", static_cast<std::int64_t>(r.ranked.size()) - r.fitting},
+           {"fitting", r.fitting}}},
+         {"layouts", layouts}};
+  if (r.closest) {
+    const Candidate& c = r.ranked[*r.closest];
+    nlohmann::json closest = layout_json(c.layout);
+    closest["peak_gib"] = c.metrics.peak_gib;
+    closest["scenario"] = {{"parallel", c.parallel}, {"training", c.training}};
+    nlohmann::json levers = nlohmann::json::array();
+    for (const MemoryLever& l : r.levers)
+      levers.push_back({{"what", l.what},
+                        {"keys", l.keys},
+                        {"peak_gib", l.metrics.peak_gib},
+                        {"host_offload_gib", l.metrics.host_offload_gib},
+                        {"step_time_s", l.metrics.step_time_s},
+                        {"fits", l.metrics.fits}});
+    closest["memory_savers"] = std::move(levers);
+    out["search"]["closest"] = std::move(closest);
+  }
+  return out;
 }
 
 namespace {

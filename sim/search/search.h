@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -92,6 +93,14 @@ class MpiSession {
 // True in an MPI rank other than 0 (errors and output are rank 0's to print).
 bool secondary_rank();
 
+// When no layout fits: a memory saver the scenario does not use yet, applied to the layout with the
+// smallest peak, and what that layout then needs.
+struct MemoryLever {
+  std::string what;     // e.g. "precision-aware Adam with bf16 moments"
+  nlohmann::json keys;  // the scenario keys that turn it on (a JSON merge patch)
+  report::Metrics metrics;
+};
+
 struct Result {
   bool root = true;  // false on MPI ranks other than 0, which hold no outcomes
   std::string scenario_file;
@@ -101,6 +110,11 @@ struct Result {
   std::int64_t skipped = 0;     // valid but not simulated: they cannot be among the `top` fastest
   std::size_t top = 0;          // the fastest asked for (0: all, every valid layout simulated)
   bool precision_axis = false;  // more than one precision tried: the tables show it
+  // No layout fits: the index in `ranked` of the one with the smallest memory peak, and the memory
+  // savers tried on it (the distributed optimizer, bf16 Adam moments, the optimizer's CPU offload,
+  // those the scenario does not use yet).
+  std::optional<std::size_t> closest;
+  std::vector<MemoryLever> levers;
 };
 
 // Enumerates, checks, simulates (on `threads` threads) and ranks the layouts of `base` (a scenario

@@ -311,3 +311,60 @@ TEST_CASE("search for the top few skips layouts that cannot be among them, with 
     CHECK(search::to_json(few, base, top)["search"]["not_simulated"] == few.skipped);
   }
 }
+
+TEST_CASE("search: when nothing fits, the memory savers the scenario lacks are tried on the closest layout") {
+  // Llama 3.1 70B on one DGX H100 (8 GPUs), 64 sequences of 8192 tokens, tp 8 only: no layout fits
+  // (the 70B model's 12 B/param of fp32 Adam states alone take 70.6e9 x 12 / 8 = 99 GiB per GPU
+  // with zero 1). The closest layout is the one with the smallest peak; on it the search tries bf16
+  // moments and the optimizer's CPU offload, each simulated as its own scenario.
+  nlohmann::json doc = util::read_json_file((kData / "configs/llama3.1-70b-h100-1024.json").string());
+  doc["gpus"] = 8;
+  doc["parallel"]["pp"] = 1;
+  doc["parallel"].erase("virtual_stages");
+  doc["parallel"]["schedule"] = "1f1b";
+  doc["training"]["global_batch"] = 16;
+  search::Axes a;
+  a.tp = {8};
+  a.pp = {1};
+  a.cp = {1};
+  a.virtual_stages = {1};
+  a.micro_batch = {1};
+  a.recompute = {config::Recompute::selective, config::Recompute::full};
+  a.zero = {1};
+  const auto base = parse(doc);
+  const auto r = search::run_search(base, doc, a, 2, kData);
+  REQUIRE(r.fitting == 0);
+  REQUIRE(r.closest.has_value());
+  const auto& closest = r.ranked[*r.closest];
+  for (const auto& c : r.ranked) CHECK(c.metrics.peak_gib >= closest.metrics.peak_gib);
+  CHECK(closest.layout.recompute == config::Recompute::full);
+  REQUIRE(r.levers.size() == 2);  // zero 1 already: bf16 moments, then the CPU offload
+  for (const auto& l : r.levers) {
+    nlohmann::json d = doc;
+    d["parallel"] = closest.parallel;
+    d["training"] = closest.training;
+    d.merge_patch(l.keys);
+    const auto s = parse(d);
+    const auto step = parallel::simulate_step(s);
+    CHECK(step.step_time_s == l.metrics.step_time_s);
+    CHECK(s.training.optimizer.use_precision_aware_optimizer);
+  }
+  // bf16 moments and 16-bit remainders: 6 of 12 bytes of states per parameter, so the optimizer's
+  // share of the peak halves; the CPU offload takes it all off the GPU.
+  CHECK(r.levers[0].metrics.peak_gib < closest.metrics.peak_gib);
+  CHECK(r.levers[1].metrics.peak_gib < r.levers[0].metrics.peak_gib);
+  CHECK(r.levers[1].metrics.host_offload_gib > 0);
+  const std::string text = search::to_text(r, base, 10);
+  CHECK(text.find("no layout fits in memory\nclosest       tp 8 · pp 1 · cp 1 · dp 1 · vp 1 · mbs 1 · recompute "
+                  "full · zero 1 peaks at ") != std::string::npos);
+  CHECK(text.find("  with precision-aware Adam with bf16 moments: ") != std::string::npos);
+  CHECK(search::to_json(r, base, 10)["search"]["closest"]["memory_savers"].size() == 2);
+  // With the saver that fits set, the search finds layouts that fit and names no closest one.
+  if (r.levers[1].metrics.fits) {
+    doc.merge_patch(r.levers[1].keys);
+    const auto r2 = search::run_search(parse(doc), doc, a, 2, kData);
+    CHECK(r2.fitting > 0);
+    CHECK_FALSE(r2.closest.has_value());
+  }
+  CHECK(r.levers[1].metrics.fits);
+}
