@@ -789,8 +789,9 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     }
   }
   p.dp = s.gpus / p.tp / p.pp / p.cp;
-  // ZeRO shards over the DP x CP ranks; with one of them it changes nothing (Megatron accepts it).
-  if (p.zero >= 1 && p.dp * p.cp == 1)
+  // ZeRO shards over the DP x CP ranks; with one of them it changes nothing (Megatron accepts it),
+  // but the precision-aware optimizer needs it on.
+  if (p.zero >= 1 && p.dp * p.cp == 1 && !s.training.optimizer.use_precision_aware_optimizer)
     s.warnings.push_back(fmt::format("{}: {}: zero {} has no effect with dp*cp = 1 (nothing to shard over)", file,
                                      util::join_path(parallel_path, "zero"), p.zero));
 
