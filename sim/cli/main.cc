@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <initializer_list>
 #include <mutex>
 #include <optional>
@@ -25,6 +26,7 @@
 
 #include "calibrate/command.h"
 #include "cli/report_commands.h"
+#include "config/accuracy.h"
 #include "config/scenario.h"
 #include "engine/executor.h"
 #include "network/sweep.h"
@@ -43,7 +45,8 @@ int run_command(const std::string& scenario_file, const std::vector<std::string>
                 const trainsim::cli::RunOutputs& outputs) {
   using namespace trainsim;
   const nlohmann::json doc = cli::scenario_doc(scenario_file, sets);
-  const auto scenario = config::parse_scenario(util::JsonNode(doc, scenario_file), config::default_data_dir());
+  auto scenario = config::parse_scenario(util::JsonNode(doc, scenario_file), config::default_data_dir());
+  scenario.accuracy = config::published_accuracy(scenario, config::default_data_dir());
   for (const auto& w : scenario.warnings) spdlog::warn("warning: {}", w);
   spdlog::info("simulating {} ranks", scenario.gpus);
   parallel::BuildOptions options;
@@ -59,7 +62,7 @@ int run_command(const std::string& scenario_file, const std::vector<std::string>
 
 int validate_command(const std::string& dir_arg, bool json, bool markdown, const std::string& gate,
                      const std::string& network_name, double host_cost_scale, int threads_arg,
-                     const std::vector<std::string>& sets) {
+                     const std::vector<std::string>& sets, const std::string& accuracy_file) {
   using namespace trainsim;
   const auto data_dir = config::default_data_dir();
   const std::filesystem::path dir =
@@ -107,6 +110,11 @@ int validate_command(const std::string& dir_arg, bool json, bool markdown, const
   for (const auto& e : errors)
     if (e) std::rethrow_exception(e);
   const auto summary = validate::summarize(outcomes);
+  if (!accuracy_file.empty()) {
+    std::ofstream out(accuracy_file);
+    out << config::accuracy_json(summary.step_time_by_kind).dump(2) << '\n';
+    if (!out) throw util::InputError("--accuracy", "", fmt::format("cannot write {}", accuracy_file));
+  }
   if (json)
     fmt::print("{}\n", validate::to_json(outcomes, summary).dump(2));
   else if (markdown)
@@ -361,6 +369,10 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   validate->add_option("--gate", gate_file,
                        "Accuracy gate file (e.g. validation/gate.json): exit 1 when a MAPE or worst error exceeds it");
+  std::string accuracy_file;
+  validate->add_option("--accuracy", accuracy_file,
+                       "Also write the step-time error by kind of run to this file (validation/accuracy.json, which "
+                       "`run` quotes)");
 
   std::string coll_cluster, coll_algo = "auto", coll_network = "analytical";
   trainsim::network::SweepRequest coll;
@@ -446,7 +458,7 @@ int main(int argc, char** argv) {
     if (calibrate->parsed()) return trainsim::calibrate::run_command(calibrate_options);
     if (validate->parsed())
       return validate_command(validate_dir, validate_json, validate_markdown, gate_file, validate_network,
-                              validate_host_scale, validate_threads, validate_sets);
+                              validate_host_scale, validate_threads, validate_sets, accuracy_file);
     if (collective->parsed()) {
       const auto algo = trainsim::network::algorithm_from_string(coll_algo);
       if (!algo)

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -182,6 +183,14 @@ struct TrainingSpec {
 // graph's links max-min fairly (every rank simulated, since ranks no longer time alike).
 enum class NetworkModel : std::uint8_t { analytical, flow };
 
+// One kind of run's step-time error over the published runs (config/accuracy.h).
+struct PublishedAccuracy {
+  std::string group;  // e.g. "moe/blackwell"
+  int runs = 0;
+  double mape = 0;        // mean |predicted - measured| / measured
+  double mean_error = 0;  // mean signed error: < 0, the runs were predicted fast on average
+};
+
 struct Scenario {
   std::string file;
   NetworkModel network = NetworkModel::analytical;
@@ -194,6 +203,9 @@ struct Scenario {
   TrainingSpec training;
   // Legal but pointless settings, each "FILE: JSON path: what" (printed as warnings, never fatal).
   std::vector<std::string> warnings;
+  // The step-time error of published runs of this kind, when the caller looked it up
+  // (config::published_accuracy; `run` does): the summary quotes it.
+  std::optional<PublishedAccuracy> accuracy;
 };
 
 // Where named models and topologies live: <data_dir>/models/NAME.json, <data_dir>/topologies/NAME.json.

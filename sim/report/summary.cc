@@ -116,6 +116,30 @@ std::string si_count(double v) {
   return fmt::format("{:.3g}", v);
 }
 
+std::string accuracy_line(const config::Scenario& sc) {
+  if (!sc.accuracy) return {};
+  const config::PublishedAccuracy& a = *sc.accuracy;
+  // "moe/blackwell/nvfp4" -> "mixture-of-experts Blackwell NVFP4"
+  std::string words;
+  std::size_t at = 0;
+  while (at <= a.group.size()) {
+    const std::size_t slash = std::min(a.group.find('/', at), a.group.size());
+    const std::string part = a.group.substr(at, slash - at);
+    const std::string word = part == "moe"         ? "mixture-of-experts"
+                             : part == "ampere"    ? "Ampere"
+                             : part == "hopper"    ? "Hopper"
+                             : part == "blackwell" ? "Blackwell"
+                             : part == "nvfp4"     ? "NVFP4"
+                                                   : part;
+    words += (words.empty() ? "" : " ") + word;
+    at = slash + 1;
+  }
+  return fmt::format(
+      "published {} runs: step time off by {:.1f}% on average (mean error {:+.1f}%, {} runs; "
+      "validation/README.md)",
+      words, 100 * a.mape, 100 * a.mean_error, a.runs);
+}
+
 std::string optimizer_line(const config::Scenario& sc) {
   const config::OptimizerSpec& o = sc.training.optimizer;
   if (!o.non_default()) return {};
@@ -356,6 +380,11 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
     out["scenario"]["lora_rank"] = sc.training.lora_rank;
     out["scenario"]["lora_targets"] = config::lora_target_names(sc.training);
   }
+  if (sc.accuracy)
+    out["accuracy"] = {{"group", sc.accuracy->group},
+                       {"runs", sc.accuracy->runs},
+                       {"mape", sc.accuracy->mape},
+                       {"mean_error", sc.accuracy->mean_error}};
   if (const config::OptimizerSpec& o = sc.training.optimizer; o.non_default()) {
     nlohmann::json opt = {{"use_precision_aware_optimizer", o.use_precision_aware_optimizer}};
     if (o.use_precision_aware_optimizer) {
@@ -439,6 +468,7 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
     out += fmt::format("LoRA          rank {} on {}; the base model frozen\n", sc.training.lora_rank,
                        fmt::join(config::lora_target_names(sc.training), ", "));
   out += fmt::format("step time     {:.3f} s\n", m.step_time_s);
+  if (const std::string acc = accuracy_line(sc); !acc.empty()) out += fmt::format("accuracy      {}\n", acc);
   out += fmt::format("throughput    {} tokens/s · {:.1f} tokens/s/GPU\n", thousands(m.tokens_per_s),
                      m.tokens_per_s_per_gpu);
   out += fmt::format("model FLOPs   {:.1f} TFLOP/s/GPU · MFU {:.1f}% of {:.0f} TFLOP/s dense {} (NeMo count)\n",

@@ -180,6 +180,7 @@ Outcome evaluate(const Record& r, const fs::path& data_dir, const Overrides& ove
   out.nvfp4 = sc.training.precision == config::Precision::nvfp4;
   out.hybrid = sc.model.hybrid();
   out.token_drop = sc.parallel.moe_capacity_factor > 0;
+  out.kind_groups = config::accuracy_groups(sc);
   if (r.kind == "layer") {
     evaluate_layer(r, sc, out);
   } else if (r.kind == "memory") {
@@ -209,6 +210,7 @@ Outcome evaluate(const Record& r, const fs::path& data_dir, const Overrides& ove
 Summary summarize(const std::vector<Outcome>& outcomes) {
   Summary s;
   std::map<std::string, QuantitySummary> by, by_source;
+  std::map<std::string, config::PublishedAccuracy> by_kind;
   auto add = [](QuantitySummary& q, const std::string& name, double error, const std::string& id) {
     q.quantity = name;
     ++q.covered;
@@ -236,6 +238,13 @@ Summary summarize(const std::vector<Outcome>& outcomes) {
         const std::string source = id.substr(0, id.find('_')) + family + (o.token_drop ? "-tokendrop" : "") +
                                    (o.nvfp4 ? "-nvfp4" : "") + (finetune ? "-finetune" : "");
         add(by_source[source], source, c.error(), o.record->id);
+        for (const std::string& g : o.kind_groups) {
+          config::PublishedAccuracy& k = by_kind[g];
+          k.group = g;
+          ++k.runs;
+          k.mape += std::fabs(c.error());
+          k.mean_error += c.error();
+        }
       }
     }
   }
@@ -246,6 +255,11 @@ Summary summarize(const std::vector<Outcome>& outcomes) {
   for (auto& [name, q] : by_source) {
     q.mape /= q.covered;
     s.step_time_by_source.push_back(q);
+  }
+  for (auto& [name, k] : by_kind) {
+    k.mape /= k.runs;
+    k.mean_error /= k.runs;
+    s.step_time_by_kind.push_back(k);
   }
   return s;
 }
@@ -269,6 +283,9 @@ std::string to_text(const std::vector<Outcome>& outcomes, const Summary& summary
   out += "step time by source:";
   for (const auto& q : summary.step_time_by_source)
     out += fmt::format(" {} {:.1f}% ({})", q.quantity, 100 * q.mape, q.covered);
+  out += "\nstep time by kind:";
+  for (const auto& k : summary.step_time_by_kind)
+    out += fmt::format(" {} {:.1f}% ({}, mean {:+.1f}%)", k.group, 100 * k.mape, k.runs, 100 * k.mean_error);
   out += "\n";
   return out;
 }
@@ -294,6 +311,9 @@ std::string to_markdown(const std::vector<Outcome>& outcomes, const Summary& sum
   for (const auto& q : summary.step_time_by_source)
     out += fmt::format("| {} | {} | {:.1f}% | {} | {:.1f}% |\n", q.quantity, q.covered, 100 * q.mape, q.worst_id,
                        100 * q.worst);
+  out += "\n| step time, by kind | runs | MAPE | mean error |\n|---|---|---|---|\n";
+  for (const auto& k : summary.step_time_by_kind)
+    out += fmt::format("| {} | {} | {:.1f}% | {:+.1f}% |\n", k.group, k.runs, 100 * k.mape, 100 * k.mean_error);
   return out;
 }
 
@@ -324,7 +344,8 @@ nlohmann::json to_json(const std::vector<Outcome>& outcomes, const Summary& summ
            {{"records", summary.records},
             {"skipped", summary.skipped},
             {"quantities", to_obj(summary.quantities)},
-            {"step_time_by_source", to_obj(summary.step_time_by_source)}}}};
+            {"step_time_by_source", to_obj(summary.step_time_by_source)},
+            {"step_time_by_kind", config::accuracy_json(summary.step_time_by_kind)["step_time_by_kind"]}}}};
 }
 
 std::vector<std::string> check_gate(const Summary& summary, const fs::path& gate_file) {

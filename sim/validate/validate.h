@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/accuracy.h"
 #include "config/scenario.h"
 
 namespace trainsim::validate {
@@ -41,13 +42,14 @@ struct Comparison {
 
 struct Outcome {
   const Record* record = nullptr;
-  std::vector<Comparison> comparisons;  // empty when skipped
-  std::string skipped;                  // the reason, when skipped
-  std::string detail;                   // e.g. the memory split
-  bool moe = false;                     // the model is a mixture of experts (its own source group)
-  bool nvfp4 = false;                   // the run's GEMMs are NVFP4 (its own source group too)
-  bool hybrid = false;                  // a hybrid (Mamba) model: its own group, not the MoE one
-  bool token_drop = false;              // MoE with a capacity factor (token dropping): its own group too
+  std::vector<Comparison> comparisons;     // empty when skipped
+  std::string skipped;                     // the reason, when skipped
+  std::string detail;                      // e.g. the memory split
+  bool moe = false;                        // the model is a mixture of experts (its own source group)
+  bool nvfp4 = false;                      // the run's GEMMs are NVFP4 (its own source group too)
+  bool hybrid = false;                     // a hybrid (Mamba) model: its own group, not the MoE one
+  bool token_drop = false;                 // MoE with a capacity factor (token dropping): its own group too
+  std::vector<std::string> kind_groups{};  // config::accuracy_groups of its scenario
 };
 
 struct QuantitySummary {
@@ -64,6 +66,9 @@ struct Summary {
   std::vector<QuantitySummary> quantities;
   // Step time by source (the record id up to its first '_': narayanan2021, mcore, mpt, ...).
   std::vector<QuantitySummary> step_time_by_source;
+  // Step time by kind of run (config::accuracy_groups: "dense", "moe/blackwell", ...), sorted by name:
+  // what validation/accuracy.json holds and `run` quotes.
+  std::vector<config::PublishedAccuracy> step_time_by_kind;
   const QuantitySummary* find(const std::string& quantity) const;
 };
 

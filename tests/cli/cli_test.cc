@@ -112,6 +112,37 @@ TEST_CASE("the human summary names the prediction") {
   CHECK(r.out.find("fits          yes") != std::string::npos);
 }
 
+TEST_CASE("run quotes the published runs' error for its kind of run from validation/accuracy.json") {
+  // good_scenario: a dense model on H100, the "dense/hopper" group; Qwen3 30B on H100 a mixture of
+  // experts ("moe/hopper"). The numbers are the file's, which the accuracy gate test keeps current.
+  const auto accuracy = nlohmann::json::parse(slurp(fs::path(TRAINSIM_SOURCE_DIR) / "validation" / "accuracy.json"));
+  const auto& dense = accuracy["step_time_by_kind"]["dense/hopper"];
+  const fs::path p = write("accuracy.json", good_scenario().dump());
+  Result text = run(fmt::format("run '{}'", p.string()));
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find(fmt::format("accuracy      published dense Hopper runs: step time off by {:.1f}% on average "
+                                  "(mean error {:+.1f}%, {} runs; validation/README.md)\n",
+                                  100 * dense["mape"].get<double>(), 100 * dense["mean_error"].get<double>(),
+                                  dense["runs"].get<int>())) != std::string::npos);
+  Result js = run("run configs/qwen3-30b-a3b-h100-16.json --json");
+  REQUIRE(js.code == 0);
+  const auto out = nlohmann::json::parse(js.out);
+  CHECK(out["accuracy"]["group"] == "moe/hopper");
+  CHECK(out["accuracy"]["runs"] == accuracy["step_time_by_kind"]["moe/hopper"]["runs"]);
+  CHECK(out["accuracy"]["mape"] == accuracy["step_time_by_kind"]["moe/hopper"]["mape"]);
+  // NVFP4 runs form their own group within their architecture.
+  Result fp4 = run("run configs/llama3-70b-gb200-nvfp4.json --json");
+  REQUIRE(fp4.code == 0);
+  CHECK(nlohmann::json::parse(fp4.out)["accuracy"]["group"] == "dense/blackwell/nvfp4");
+  // A framework without published runs quotes none.
+  const auto eager_doc = nlohmann::json::parse(R"({
+    "model": "llama2-7b", "cluster": "dgx-h100", "gpus": 1,
+    "training": {"framework": "pytorch-eager", "global_batch": 1, "seq_len": 1024}})");
+  Result eager = run(fmt::format("run '{}' --json", write("eager-accuracy.json", eager_doc.dump()).string()));
+  REQUIRE(eager.code == 0);
+  CHECK_FALSE(nlohmann::json::parse(eager.out).contains("accuracy"));
+}
+
 // NVFP4 on a Blackwell cluster: MFU against the FP4 peak (GB200's 10000 TFLOP/s), faster than FP8.
 TEST_CASE("an nvfp4 run reports MFU against the FP4 peak and beats fp8") {
   nlohmann::json sc = good_scenario();
@@ -519,9 +550,13 @@ TEST_CASE("validate --set: a malformed one stops before any record runs, exit 2"
 TEST_CASE("accuracy gate: the published runs stay as close as validation/gate.json records") {
   // validation/gate.json holds the MAPE and worst error the models have reached on the published,
   // measured runs in validation/records (validation/README.md); a change that makes them worse fails.
-  Result r = run("validate --gate validation/gate.json --json");
+  const fs::path accuracy = temp_dir() / "accuracy.json";
+  Result r = run(fmt::format("validate --gate validation/gate.json --json --accuracy '{}'", accuracy.string()));
   INFO(r.err);
   CHECK(r.code == 0);
+  // validation/accuracy.json, which `run` quotes, is what this validation writes: regenerate it with
+  // `trainsim validate --accuracy validation/accuracy.json` when the models change.
+  CHECK(slurp(accuracy) == slurp(fs::path(TRAINSIM_SOURCE_DIR) / "validation" / "accuracy.json"));
   auto j = nlohmann::json::parse(r.out);
   CHECK(j["summary"]["quantities"]["step_time_s"]["covered"].get<int>() >= 239);
   // Records the simulator cannot run yet are listed as skipped, never dropped.

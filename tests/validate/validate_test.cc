@@ -188,6 +188,19 @@ TEST_CASE("MAPE is the mean of absolute relative errors, the worst run the large
   CHECK(s.find("step_time_s")->mape == Approx(0.2));
   CHECK(s.find("step_time_s")->worst == Approx(0.3));
   CHECK(s.find("step_time_s")->worst_id == "b");
+  // By kind of run: each outcome counts in every group it names (its kind, then narrower ones).
+  validate::Outcome ka = oa, kb = ob;
+  ka.kind_groups = {"dense/hopper", "dense"};
+  kb.kind_groups = {"dense/ampere", "dense"};
+  const auto k = validate::summarize({ka, kb});
+  REQUIRE(k.step_time_by_kind.size() == 3);  // sorted by name: dense, dense/ampere, dense/hopper
+  CHECK(k.step_time_by_kind[0].group == "dense");
+  CHECK(k.step_time_by_kind[0].runs == 2);
+  CHECK(k.step_time_by_kind[0].mape == Approx(0.2));
+  CHECK(k.step_time_by_kind[0].mean_error == Approx(-0.1));
+  CHECK(k.step_time_by_kind[1].group == "dense/ampere");
+  CHECK(k.step_time_by_kind[1].mean_error == Approx(-0.3));
+  CHECK(k.step_time_by_kind[2].mape == Approx(0.1));
 
   const fs::path dir = fresh_dir("gate");
   write(dir / "ok.json", {{"step_time_s", {{"max_mape_pct", 21}, {"max_worst_pct", 31}}}});

@@ -1,0 +1,58 @@
+#include "config/accuracy.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "util/error.h"
+#include "util/json_node.h"
+
+namespace trainsim::config {
+
+std::vector<std::string> accuracy_groups(const Scenario& sc) {
+  if (sc.training.framework != Framework::megatron) return {};
+  const std::string kind = sc.model.hybrid() ? "hybrid" : sc.model.moe() ? "moe" : "dense";
+  const char* arch = sc.cluster.gpu.arch == hardware::Arch::ampere   ? "ampere"
+                     : sc.cluster.gpu.arch == hardware::Arch::hopper ? "hopper"
+                                                                     : "blackwell";
+  // NVFP4 runs form their own group within their architecture, apart from the others.
+  const bool nvfp4 = sc.training.precision == Precision::nvfp4;
+  return {fmt::format("{}/{}{}", kind, arch, nvfp4 ? "/nvfp4" : ""), kind};
+}
+
+std::optional<PublishedAccuracy> published_accuracy(const Scenario& sc, const std::filesystem::path& data_dir) {
+  const std::filesystem::path file = data_dir / "validation" / "accuracy.json";
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec)) return std::nullopt;
+  const nlohmann::json doc = util::read_json_file(file.string());
+  const util::JsonNode root(doc, file.string());
+  root.reject_unknown({"note", "step_time_by_kind"});
+  const util::JsonNode groups = root.at("step_time_by_kind");
+  for (const std::string& g : accuracy_groups(sc)) {
+    const auto node = groups.find(g);
+    if (!node) continue;
+    node->reject_unknown({"runs", "mape", "mean_error"});
+    PublishedAccuracy a;
+    a.group = g;
+    a.runs = static_cast<int>(node->at("runs").as_positive_int());
+    a.mape = node->at("mape").as_nonnegative_number();
+    a.mean_error = node->at("mean_error").as_number();
+    if (a.runs >= kMinAccuracyRuns) return a;
+  }
+  return std::nullopt;
+}
+
+nlohmann::json accuracy_json(const std::vector<PublishedAccuracy>& groups) {
+  // To 0.01% (1e-4): the file holds what a summary line quotes, not the last bits of a build's
+  // floating point, so the Release and the sanitized Debug builds write the same file.
+  auto rounded = [](double x) { return std::round(x * 1e4) / 1e4; };
+  nlohmann::json by = nlohmann::json::object();
+  for (const PublishedAccuracy& a : groups)
+    by[a.group] = {{"runs", a.runs}, {"mape", rounded(a.mape)}, {"mean_error", rounded(a.mean_error)}};
+  return {{"note",
+           "Step-time error of trainsim's predictions of the published runs in validation/records, by kind "
+           "of run; written by `trainsim validate --accuracy validation/accuracy.json`"},
+          {"step_time_by_kind", by}};
+}
+
+}  // namespace trainsim::config

@@ -1,0 +1,35 @@
+#pragma once
+// How far the predictions of published, measured runs of a scenario's kind fell from the
+// measurements: the step-time error `trainsim validate` finds on validation/records, grouped by
+// model kind (dense, mixture of experts, hybrid Mamba), GPU architecture and NVFP4, kept in
+// validation/accuracy.json (written by `validate --accuracy`, checked to be current by the tests).
+// `run` prints the group of its scenario, so a prediction comes with the error of its kind.
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "config/scenario.h"
+
+namespace trainsim::config {
+
+// The groups a scenario belongs to, most specific first: its kind and architecture ("moe/blackwell";
+// NVFP4 runs apart, "moe/blackwell/nvfp4"), then its kind ("moe"). Empty for a framework with no
+// published runs (pytorch-eager).
+std::vector<std::string> accuracy_groups(const Scenario& scenario);
+
+// Groups with fewer runs than this are too small to quote; the broader group is used.
+inline constexpr int kMinAccuracyRuns = 5;
+
+// The most specific group of `scenario` with at least kMinAccuracyRuns runs in
+// <data_dir>/validation/accuracy.json; nothing when the file or such a group is missing. A malformed
+// file is an InputError naming it.
+std::optional<PublishedAccuracy> published_accuracy(const Scenario& scenario, const std::filesystem::path& data_dir);
+
+// The file's JSON for a set of groups ({"step_time_by_kind": {group: {runs, mape, mean_error}}}).
+nlohmann::json accuracy_json(const std::vector<PublishedAccuracy>& groups);
+
+}  // namespace trainsim::config
