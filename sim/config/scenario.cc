@@ -216,6 +216,8 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
                        "moe_token_dispatcher",
                        "moe_expert_capacity_factor",
                        "moe_pad_expert_input_to_capacity",
+                       "moe_expert_rank_capacity_factor",
+                       "moe_paged_stash",
                        "first_stage_layers",
                        "last_stage_layers",
                        "account_for_embedding_in_pipeline_split",
@@ -300,6 +302,20 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
     p.moe_pad_to_capacity = v->as_bool();
     // Megatron-Core: padding to the capacity needs a capacity.
     if (p.moe_pad_to_capacity && p.moe_capacity_factor == 0) v->fail("requires moe_expert_capacity_factor");
+  }
+  if (auto v = node.find("moe_expert_rank_capacity_factor")) {
+    p.moe_rank_capacity_factor = v->as_positive_number();
+    // Below 1 every balanced step would exceed the buffers (and rerun without them, Megatron-Core's
+    // PagedStashRunner).
+    if (p.moe_rank_capacity_factor < 1)
+      v->fail(fmt::format("{:g} is below 1: a rank receives the mean of the token copies even with balanced routing",
+                          p.moe_rank_capacity_factor));
+    if (p.moe_capacity_factor > 0)
+      v->fail("cannot be combined with moe_expert_capacity_factor (token dropping sizes the experts' inputs itself)");
+  }
+  if (auto v = node.find("moe_paged_stash")) {
+    p.moe_paged_stash = v->as_bool();
+    if (p.moe_paged_stash && p.moe_rank_capacity_factor == 0) v->fail("requires moe_expert_rank_capacity_factor");
   }
   if (auto v = node.find("tp_comm_overlap")) {
     p.tp_comm_overlap = v->as_bool();
@@ -876,10 +892,11 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
   // CUDA graph scopes the model has no part for.
   if (const std::uint8_t g = s.training.cuda_graph_scope; g != 0 || s.training.cuda_graph_full_iteration) {
     const std::string path = util::join_path(training_path, "cuda_graph_scope");
-    if (s.training.cuda_graph_full_iteration && m.moe())
+    if (s.training.cuda_graph_full_iteration && m.moe() && !p.moe_pad_to_capacity && p.moe_rank_capacity_factor == 0)
       throw util::InputError(file, path,
-                             "\"full_iteration\" with a dropless mixture of experts is not supported (Megatron-Core "
-                             "captures its token-count dependent shapes only with token dropping)");
+                             "\"full_iteration\" with a dropless mixture of experts needs static buffers: "
+                             "parallel.moe_expert_rank_capacity_factor (sync-free experts) or token dropping with "
+                             "moe_pad_expert_input_to_capacity");
     if ((g & (workload::kGraphMoeRouter | workload::kGraphMoePreprocess)) && !m.moe())
       throw util::InputError(file, path, "\"moe_router\" and \"moe_preprocess\" need a mixture-of-experts model");
     if ((g & workload::kGraphMlp) && !m.has_dense_mlp())
@@ -947,6 +964,24 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
           fmt::format("{:g} exceeds {:g}: with {} experts, {} per token and {} on each of ep {} "
                       "ranks, a rank receives at most that many times the mean",
                       s.training.moe_load_imbalance, most, m.experts, m.experts_per_token, local, p.ep));
+  }
+  // Sync-free experts, with Megatron-Core's checks (docs: "MoE Paged Stash").
+  if (p.moe_rank_capacity_factor > 0) {
+    const std::string path = util::join_path(parallel_path, "moe_expert_rank_capacity_factor");
+    if (!m.moe()) throw util::InputError(file, path, "needs a mixture-of-experts model");
+    if (!p.moe_flex_dispatch)
+      throw util::InputError(file, path,
+                             "needs the flex token dispatcher (moe_token_dispatcher \"flex\": Megatron-Core sizes "
+                             "HybridEP's buffers with it)");
+    if (s.training.moe_load_imbalance > p.moe_rank_capacity_factor)
+      throw util::InputError(
+          file, path,
+          fmt::format("{:g} is below training.moe_load_imbalance {:g}: the busiest rank would exceed its buffers "
+                      "every step, which Megatron-Core then reruns without them",
+                      p.moe_rank_capacity_factor, s.training.moe_load_imbalance));
+    if (p.moe_paged_stash && s.training.cpu_offload_layers > 0)
+      throw util::InputError(file, util::join_path(parallel_path, "moe_paged_stash"),
+                             "cannot be combined with cpu_offload_layers (Megatron-Core)");
   }
   // Expert-parallel all-to-all overlap, with Megatron-Core's TransformerConfig checks.
   if (p.moe_a2a_overlap) {

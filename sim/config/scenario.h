@@ -110,6 +110,13 @@ struct ParallelSpec {
   // dropless), and with padding exactly that many, so every shape is static.
   double moe_capacity_factor = 0;
   bool moe_pad_to_capacity = false;
+  // Sync-free dropless experts (Megatron-Core's --moe-expert-rank-capacity-factor, with HybridEP and
+  // Transformer Engine's fused grouped experts): the dispatch and expert buffers are sized ahead for
+  // this many times a rank's mean of received token copies, so no token count goes to the CPU and a
+  // whole step can be one CUDA graph (0: off). --moe-paged-stash then packs the experts' saved
+  // activations into paged buffers at their real size instead of keeping the capacity-sized ones.
+  double moe_rank_capacity_factor = 0;
+  bool moe_paged_stash = false;
   // ZeRO-3 / FSDP: each unit's parameter all-gather is issued one unit ahead of the compute in both
   // passes (Megatron FSDP; PyTorch FSDP with forward_prefetch and BACKWARD_PRE), or, when false, when
   // the unit is reached, so the unit's compute waits for it (PyTorch FSDP with forward_prefetch off

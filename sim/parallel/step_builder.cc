@@ -1510,6 +1510,8 @@ StepWorkload step_workload(const config::Scenario& sc, const hardware::ComputeMo
   lc.moe_flex_dispatch = par.moe_flex_dispatch;
   lc.moe_capacity_factor = par.moe_capacity_factor;
   lc.moe_pad_to_capacity = par.moe_pad_to_capacity;
+  lc.moe_rank_capacity_factor = par.moe_rank_capacity_factor;
+  lc.moe_paged_stash = par.moe_paged_stash;
   lc.moe_load_imbalance = sc.training.moe_load_imbalance;
   lc.ep_nodes = std::max<std::int64_t>(1, (par.ep * par.etp + sc.cluster.gpus_per_node - 1) / sc.cluster.gpus_per_node);
   lc.fp8 = sc.training.precision == config::Precision::fp8 || sc.training.precision == config::Precision::nvfp4;

@@ -362,6 +362,10 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
     out["scenario"]["moe_expert_capacity_factor"] = p.moe_capacity_factor;
     out["scenario"]["moe_pad_expert_input_to_capacity"] = p.moe_pad_to_capacity;
   }
+  if (p.moe_rank_capacity_factor > 0) {
+    out["scenario"]["moe_expert_rank_capacity_factor"] = p.moe_rank_capacity_factor;
+    out["scenario"]["moe_paged_stash"] = p.moe_paged_stash;
+  }
   if (sc.model.hybrid()) out["scenario"]["hybrid_pattern"] = sc.model.hybrid_pattern;
   if (parallel::host_stream(sc)) out["host_busy_fraction"] = r.host_busy_fraction;
   if (sc.training.framework == config::Framework::megatron) {
@@ -428,6 +432,9 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
     ep_part += fmt::format(" · capacity {:g}{}", p.moe_capacity_factor, p.moe_pad_to_capacity ? " padded" : "");
   if (sc.training.moe_load_imbalance != 1)
     ep_part += fmt::format(" · load imbalance {:g}", sc.training.moe_load_imbalance);
+  if (p.moe_rank_capacity_factor > 0)
+    ep_part +=
+        fmt::format(" · sync-free experts {:g}{}", p.moe_rank_capacity_factor, p.moe_paged_stash ? " paged" : "");
   out +=
       fmt::format("layout        tp {} · pp {} · dp {} · cp {}{} · sequence parallel {} · zero {} · {}\n", p.tp, p.pp,
                   p.dp, p.cp, ep_part, p.sequence_parallel && p.tp > 1 ? "on" : "off", p.zero, schedule_name(p));

@@ -112,11 +112,15 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
     p["moe_a2a_overlap"] = true;
   else
     p.erase("moe_a2a_overlap");
-  // The token dispatcher as the layout says (enumerate sets flex only where it applies: ep > 1, etp 1).
-  if (l.moe_flex_dispatch)
+  // The token dispatcher as the layout says (enumerate sets flex only where it applies: ep > 1, etp 1),
+  // and the sync-free experts, which need it, with it.
+  if (l.moe_flex_dispatch) {
     p["moe_token_dispatcher"] = "flex";
-  else
+  } else {
     p.erase("moe_token_dispatcher");
+    p.erase("moe_expert_rank_capacity_factor");
+    p.erase("moe_paged_stash");
+  }
   c.parallel = std::move(p);
   c.training = std::move(t);
 }

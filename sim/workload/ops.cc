@@ -46,7 +46,12 @@ struct Dims {
   double a2a_rows = 0;
   double routed = 0;          // token copies this rank routes (k per token, or as the capacity allows)
   bool drop_and_pad = false;  // a capacity factor with padding: static shapes, no token counts to wait for
-  bool flex = false;          // the flex dispatcher (DeepEP / HybridEP)
+  // Sync-free experts (LayerConfig::moe_rank_capacity_factor): the rows the capacity-sized buffers hold
+  // (0: off), and the rows of the activations the experts keep for the backward (their buffers', or
+  // the real ones with paged stashing).
+  double cap_rows = 0, kept_rows = 0;
+  bool paged_stash = false;
+  bool flex = false;  // the flex dispatcher (DeepEP / HybridEP)
   // The width tokens enter and leave the routed experts at: the hidden state, or a latent MoE's
   // latent (then `latent` > 0).
   double he = 0, latent = 0;
@@ -150,6 +155,12 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
     received = std::max(received, x.routed);
     x.drop_and_pad = c.moe_capacity_factor > 0 && c.moe_pad_to_capacity;
     x.moe_rows = received * x.etp;
+    x.kept_rows = x.moe_rows;
+    if (c.moe_rank_capacity_factor > 0) {
+      x.cap_rows = std::max(c.moe_rank_capacity_factor * x.routed * x.etp, x.moe_rows);
+      x.paged_stash = c.moe_paged_stash;
+      if (!x.paged_stash) x.kept_rows = x.cap_rows;
+    }
     x.expert_rows = x.moe_rows / x.local_experts;
     x.a2a_rows = (c.moe_flex_dispatch ? x.region * flex_copies_per_token(m, c) : x.routed) * (received / x.routed);
     x.flex = c.moe_flex_dispatch;
@@ -385,6 +396,15 @@ TpMlp shared_expert(const Dims& x) {
 // all-to-all) to be summed per token (unpermute). A shared expert runs as a tensor-parallel MLP
 // beside it. Kept for backward: the router input and fp32 probabilities, the experts' GEMM and
 // activation inputs (as the dense MLP keeps them) with each row's fp32 weight.
+// The bytes of the activations the routed experts keep for the backward at their real rows: the
+// first GEMM's input, the activation's input with each row's fp32 routing weight, the second GEMM's
+// input.
+double paged_stash_bytes(const Dims& x, double gemm_in_d) {
+  const double fc1_width = x.swiglu ? 2 * x.fe : x.fe;
+  return act(x.moe_rows, x.he, gemm_in_d) + act(x.moe_rows, fc1_width, x.d) + x.moe_rows * 4 +
+         act(x.moe_rows, x.fe, gemm_in_d);
+}
+
 void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   const double d = x.d;
   const double routed = x.routed;  // token copies this rank sends (and receives)
@@ -414,24 +434,34 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   // dispatch; fused_a2a.py), which the model takes at the same point. The backward reuses the counts.
   // Dropping and padding to the capacity makes every count known in advance: no wait (the
   // dispatcher's "no_sync" point).
-  ops[x.ep > 1 ? preprocess : preprocess - 1].host_sync = !x.drop_and_pad;
+  // Sync-free experts size every buffer ahead: no wait either.
+  ops[x.ep > 1 ? preprocess : preprocess - 1].host_sync = !x.drop_and_pad && x.cap_rows == 0;
   if (x.ep > 1)
     ops.push_back(comm("moe_dispatch_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.he, d), CommGroup::ep));
   if (x.etp > 1)
     ops.push_back(comm("moe_dispatch_all_gather", Comm::all_gather, act(x.moe_rows, x.he, d), CommGroup::etp));
   const double fc1_width = x.swiglu ? 2 * x.fe : x.fe;
-  ops.push_back(grouped(
-      gemm("experts_fc1", x.expert_rows, fc1_width, x.he, d, act(x.moe_rows, x.he, gemm_in_d), x.local_experts)));
+  const double kept = x.kept_rows;
+  ops.push_back(
+      grouped(gemm("experts_fc1", x.expert_rows, fc1_width, x.he, d, act(kept, x.he, gemm_in_d), x.local_experts)));
   if (x.swiglu)
-    ops.push_back(memory("experts_swiglu", 3 * act(x.moe_rows, x.fe, d) + x.moe_rows * 4,
-                         act(x.moe_rows, 2 * x.fe, d) + x.moe_rows * 4));
+    ops.push_back(
+        memory("experts_swiglu", 3 * act(x.moe_rows, x.fe, d) + x.moe_rows * 4, act(kept, 2 * x.fe, d) + kept * 4));
   else
     ops.push_back(memory("experts_" + x.activation, 2 * act(x.moe_rows, x.fe, d) + x.moe_rows * 4,
-                         act(x.moe_rows, x.fe, d) + x.moe_rows * 4));
+                         act(kept, x.fe, d) + kept * 4));
   ops.back().rerun |= kRecomputeMoeAct;  // moe_act: the activation runs again, fc2 keeps no input
   ops.push_back(
-      grouped(gemm("experts_fc2", x.expert_rows, x.he, x.fe, d, act(x.moe_rows, x.fe, gemm_in_d), x.local_experts)));
+      grouped(gemm("experts_fc2", x.expert_rows, x.he, x.fe, d, act(kept, x.fe, gemm_in_d), x.local_experts)));
   ops.back().discards |= kRecomputeMoeAct;
+  if (x.paged_stash) {
+    // Paged stashing (Megatron-Core's moe_paged_stash): one copy kernel per kept tensor moves it out
+    // of the capacity-sized buffers into pages (read and written at its real size); the buffers, a
+    // layer's worth at the capacity, are held while it runs.
+    const double stash = paged_stash_bytes(x, gemm_in_d);
+    ops.push_back(memory("moe_paged_stash", 2 * stash, 0, 3));
+    ops.back().workspace_bytes = to_bytes(stash * x.cap_rows / x.moe_rows);
+  }
   if (x.etp > 1)
     ops.push_back(comm("moe_combine_reduce_scatter", Comm::reduce_scatter, act(x.moe_rows, x.he, d), CommGroup::etp));
   if (x.ep > 1)
@@ -472,6 +502,10 @@ void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   if (x.etp > 1)
     ops.push_back(comm("moe_combine_grad_all_gather", Comm::all_gather, act(x.moe_rows, x.he, d), CommGroup::etp));
   const double fc1_width = x.swiglu ? 2 * x.fe : x.fe;
+  if (x.paged_stash) {
+    // Paged stashing: the kept tensors copied back from their pages before the experts' backward.
+    ops.push_back(memory("moe_paged_stash_restore", 2 * paged_stash_bytes(x, gemm_in_d), 0, 3));
+  }
   ops.push_back(grouped(gemm("experts_fc2_dgrad", x.expert_rows, x.fe, x.he, d, 0, x.local_experts)));
   ops.push_back(grouped(
       wgrad("experts_fc2_wgrad", x.fe, x.he, x.expert_rows, d, act(x.moe_rows, x.fe, gemm_in_d), x.local_experts)));

@@ -152,6 +152,12 @@ struct LayerConfig {
   // receives this many times the mean of the token copies (capped by a capacity), and every rank is
   // modelled as that one, whose pace the all-to-alls impose on its group.
   double moe_load_imbalance = 1;
+  // Sync-free experts (config::ParallelSpec::moe_rank_capacity_factor, 0: off): no token count goes
+  // to the CPU; the experts' buffers hold this many times the mean of a rank's received copies, and
+  // so do the activations they keep for the backward unless moe_paged_stash packs those at their
+  // real size (copied out after the forward and back before the backward).
+  double moe_rank_capacity_factor = 0;
+  bool moe_paged_stash = false;
   bool sequence_parallel = false;
   bool causal = true;
   AttentionImpl attention = AttentionImpl::flash;

@@ -1901,3 +1901,89 @@ TEST_CASE("training.optimizer is refused where Megatron refuses it") {
   j["model"]["mlp"] = "swiglu";
   CHECK(refusal(j).rfind("test.json: training.optimizer: applies to \"framework\": \"megatron\" only", 0) == 0);
 }
+
+TEST_CASE("sync-free experts: no token-count wait, capacity-sized kept activations, paged stashing, whole-step graph") {
+  // The MoE test model on 8 GPUs, ep 8, flex dispatcher, 4 micro-batches of 2048 tokens: each rank
+  // routes 2048 x 4 copies and receives as many (balanced). Sync-free with factor 1.5: the experts
+  // keep their three saved tensors (fc1 input, activation input with the fp32 routing weight, fc2
+  // input) for 1.5 x 8192 rows; paged stashing keeps them at 8192 rows and copies them out and back
+  // (2 x their bytes each way per layer and micro-batch).
+  auto j = moe_scenario(8, 1, 1, 8, 1);
+  j["parallel"]["moe_token_dispatcher"] = "flex";
+  j["training"]["host_overhead"] = true;
+  auto waits = [](const engine::Program& p) {
+    std::set<std::uint32_t> waited;
+    for (const auto& t : p.stream(parallel::kHost))
+      for (const auto& d : p.deps(t))
+        if (d.stream == parallel::kCompute) waited.insert(d.position);
+    return waited.size();
+  };
+  const auto plain = scenario(j);
+  j["parallel"]["moe_expert_rank_capacity_factor"] = 1.5;
+  const auto sync_free = scenario(j);
+  hardware::ComputeModel cm(plain.cluster.gpu);
+  CHECK(waits(parallel::build_step(plain, cm).programs[0]) == 8 * 4);
+  CHECK(waits(parallel::build_step(sync_free, cm).programs[0]) == 0);
+
+  // Kept bytes of one layer's experts: rows x (1024 + 2 x 512 + 512) x 2 B + rows x 4 B.
+  workload::LayerConfig lc;
+  lc.seq_len = 2048;
+  lc.ep = 8;
+  lc.moe_flex_dispatch = true;
+  const double rows = 2048.0 * 4;
+  const double kept = rows * (1024 + 2 * 512 + 512) * 2 + rows * 4;
+  auto saved_of = [&](const workload::LayerConfig& c) { return saved(workload::layer_forward(plain.model, c)); };
+  const std::int64_t base_saved = saved_of(lc);
+  lc.moe_rank_capacity_factor = 1.5;
+  CHECK(saved_of(lc) - base_saved == static_cast<std::int64_t>(0.5 * kept));
+  lc.moe_paged_stash = true;
+  const auto stashed = workload::layer_forward(plain.model, lc);
+  CHECK(saved(stashed) == base_saved);
+  double stash_bytes = 0;
+  for (const auto& op : stashed)
+    if (op.name == "moe_paged_stash") stash_bytes = op.bytes;
+  CHECK(stash_bytes == Approx(2 * kept));
+  double restore_bytes = 0;
+  for (const auto& op : workload::layer_backward(plain.model, lc))
+    if (op.name == "moe_paged_stash_restore") restore_bytes = op.bytes;
+  CHECK(restore_bytes == Approx(2 * kept));
+
+  // A whole-step CUDA graph needs the static buffers; with them, no host stream.
+  j["training"]["cuda_graph_scope"] = {"full_iteration"};
+  CHECK_FALSE(parallel::host_stream(scenario(j)));
+  j["parallel"].erase("moe_expert_rank_capacity_factor");
+  CHECK(refusal(j) ==
+        "test.json: training.cuda_graph_scope: \"full_iteration\" with a dropless mixture of experts needs static "
+        "buffers: parallel.moe_expert_rank_capacity_factor (sync-free experts) or token dropping with "
+        "moe_pad_expert_input_to_capacity");
+  // Token dropping padded to the capacity is static too.
+  j["parallel"]["moe_token_dispatcher"] = "alltoall";
+  j["parallel"]["moe_expert_capacity_factor"] = 1.0;
+  j["parallel"]["moe_pad_expert_input_to_capacity"] = true;
+  CHECK_FALSE(parallel::host_stream(scenario(j)));
+}
+
+TEST_CASE("sync-free experts are refused where Megatron-Core refuses them") {
+  auto j = moe_scenario(8, 1, 1, 8, 1);
+  j["parallel"]["moe_expert_rank_capacity_factor"] = 1.5;
+  CHECK(refusal(j) ==
+        "test.json: parallel.moe_expert_rank_capacity_factor: needs the flex token dispatcher (moe_token_dispatcher "
+        "\"flex\": Megatron-Core sizes HybridEP's buffers with it)");
+  j["parallel"]["moe_token_dispatcher"] = "flex";
+  j["training"]["moe_load_imbalance"] = 2;
+  CHECK(refusal(j) ==
+        "test.json: parallel.moe_expert_rank_capacity_factor: 1.5 is below training.moe_load_imbalance 2: the "
+        "busiest rank would exceed its buffers every step, which Megatron-Core then reruns without them");
+  j["training"].erase("moe_load_imbalance");
+  j["parallel"]["moe_expert_rank_capacity_factor"] = 0.8;
+  CHECK(refusal(j) ==
+        "test.json: parallel.moe_expert_rank_capacity_factor: 0.8 is below 1: a rank receives the mean of the token "
+        "copies even with balanced routing");
+  j["parallel"].erase("moe_expert_rank_capacity_factor");
+  j["parallel"]["moe_paged_stash"] = true;
+  CHECK(refusal(j) == "test.json: parallel.moe_paged_stash: requires moe_expert_rank_capacity_factor");
+  auto dense = base(8, 1, 1, 8);
+  dense["parallel"]["moe_expert_rank_capacity_factor"] = 1.5;
+  dense["parallel"]["moe_token_dispatcher"] = "flex";
+  CHECK(refusal(dense).find("needs a mixture-of-experts model") != std::string::npos);
+}
