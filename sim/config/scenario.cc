@@ -213,6 +213,7 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
                        "dp_bucket_mb",
                        "tp_comm_overlap",
                        "moe_a2a_overlap",
+                       "delay_wgrad_compute",
                        "moe_token_dispatcher",
                        "moe_expert_capacity_factor",
                        "moe_pad_expert_input_to_capacity",
@@ -295,6 +296,11 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
       v->fail("cannot be combined with first_stage_layers / last_stage_layers / account_for_*_in_pipeline_split");
   }
   if (auto v = node.find("moe_a2a_overlap")) p.moe_a2a_overlap = v->as_bool();
+  if (auto v = node.find("delay_wgrad_compute")) {
+    p.delay_wgrad_compute = v->as_bool();
+    if (p.delay_wgrad_compute && !p.moe_a2a_overlap)
+      v->fail("needs moe_a2a_overlap (Megatron-Core delays the experts' weight gradients within combined 1F1B)");
+  }
   if (auto v = node.find("moe_token_dispatcher"))
     p.moe_flex_dispatch = parse_choice(*v, Choices{{"alltoall", "flex"}, {"allgather"}}) == 1;
   if (auto v = node.find("moe_expert_capacity_factor")) p.moe_capacity_factor = v->as_positive_number();

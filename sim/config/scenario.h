@@ -101,6 +101,9 @@ struct ParallelSpec {
   // layer, each one's token all-to-alls beside the other's compute (combined 1F1B); one more
   // warm-up forward makes room for it.
   bool moe_a2a_overlap = false;
+  // With moe_a2a_overlap: Megatron-Core's --delay-wgrad-compute, the backward experts' weight
+  // gradients after the backward dispatch all-to-all is launched.
+  bool delay_wgrad_compute = false;
   // Megatron-Core's --moe-token-dispatcher-type: alltoall (NCCL all-to-all of one copy per routed
   // expert) or flex (DeepEP / HybridEP: one copy per destination rank inside a node, per
   // destination node across nodes).

@@ -632,6 +632,9 @@ SplitBackward split_backward(const std::vector<Op>& backward) {
 struct A2aParts {
   std::vector<std::vector<Op>> parts{{}};
   std::vector<Op> a2a;
+  // delay_wgrad_compute: the backward experts' weight-gradient GEMMs, taken out of parts[1] to run
+  // after the dispatch's backward all-to-all is launched.
+  std::vector<Op> delayed;
 };
 
 A2aParts cut_at_all_to_alls(const std::vector<Op>& ops) {
@@ -1244,10 +1247,20 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   // it in the order previous forward combine, backward combine, forward dispatch, backward
   // dispatch, each waited for only by the part that needs its tokens. The layers one chunk has more
   // than the other run alone after the pairs (backward first), as do the embedding and output layer.
+  // With delay_wgrad_compute (Megatron-Core's --delay-wgrad-compute: "exposes weight-gradient GEMMs
+  // as additional work with which to hide communication") the backward experts' weight-gradient
+  // GEMMs run after the backward dispatch all-to-all is launched, before the forward dispatch is
+  // waited for, so both all-to-alls have them to hide behind.
   std::array<A2aParts, kLayerKinds> kind_fwd_parts, kind_bwd_parts;
   for (std::size_t k = 0; k < kLayerKinds; ++k) {
     kind_fwd_parts[k] = cut_at_all_to_alls(ops.fwd[k]);
     kind_bwd_parts[k] = cut_at_all_to_alls(ops.bwd[k]);
+    A2aParts& b = kind_bwd_parts[k];
+    if (par.delay_wgrad_compute && b.parts.size() == 3) {
+      std::vector<Op> experts;
+      for (const Op& op : b.parts[1]) (op.weight_grad ? b.delayed : experts).push_back(op);
+      b.parts[1] = std::move(experts);
+    }
   }
   auto fwd_parts = [&](std::int64_t c, std::int64_t l) -> const A2aParts& { return kind_fwd_parts[kind_of(c, l)]; };
   auto bwd_parts = [&](std::int64_t c, std::int64_t l) -> const A2aParts& { return kind_bwd_parts[kind_of(c, l)]; };
@@ -1310,6 +1323,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
         w.after(*b_combine);
         emit(bp.parts[1], "backward", Saves::none);
         b_dispatch = w.comm_side(bp.a2a[1], "backward");
+        if (!bp.delayed.empty()) emit(bp.delayed, "backward", Saves::none);
       }
       if (f_dispatch) {
         w.after(*f_dispatch);

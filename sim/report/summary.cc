@@ -356,6 +356,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
   if (!modules_part(sc).empty())
     out["scenario"]["recompute_modules"] = config::recompute_module_names(sc.training.recompute_modules);
   if (p.moe_a2a_overlap) out["scenario"]["moe_a2a_overlap"] = true;
+  if (p.delay_wgrad_compute) out["scenario"]["delay_wgrad_compute"] = true;
   if (p.moe_flex_dispatch) out["scenario"]["moe_token_dispatcher"] = "flex";
   if (sc.training.moe_load_imbalance != 1) out["scenario"]["moe_load_imbalance"] = sc.training.moe_load_imbalance;
   if (p.moe_capacity_factor > 0) {
@@ -427,7 +428,8 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   std::string ep_part;
   if (sc.model.moe()) ep_part = fmt::format(" · ep {} · etp {}", p.ep, p.etp);
   if (p.moe_flex_dispatch) ep_part += " · flex dispatch";
-  if (p.moe_a2a_overlap) ep_part += " · all-to-all overlap";
+  if (p.moe_a2a_overlap)
+    ep_part += p.delay_wgrad_compute ? " · all-to-all overlap, delayed wgrad" : " · all-to-all overlap";
   if (p.moe_capacity_factor > 0)
     ep_part += fmt::format(" · capacity {:g}{}", p.moe_capacity_factor, p.moe_pad_to_capacity ? " padded" : "");
   if (sc.training.moe_load_imbalance != 1)

@@ -108,10 +108,12 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
   // The expert all-to-all overlap as the layout says (enumerate keeps it on only where it applies:
   // ep > 1, pp 1 or interleaved, no full recompute), and not with FSDP.
   if (fsdp) c.layout.moe_a2a_overlap = false;
-  if (c.layout.moe_a2a_overlap)
+  if (c.layout.moe_a2a_overlap) {
     p["moe_a2a_overlap"] = true;
-  else
+  } else {
     p.erase("moe_a2a_overlap");
+    p.erase("delay_wgrad_compute");  // it goes with the overlap
+  }
   // The token dispatcher as the layout says (enumerate sets flex only where it applies: ep > 1, etp 1),
   // and the sync-free experts, which need it, with it.
   if (l.moe_flex_dispatch) {

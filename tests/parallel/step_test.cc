@@ -1987,3 +1987,39 @@ TEST_CASE("sync-free experts are refused where Megatron-Core refuses them") {
   dense["parallel"]["moe_token_dispatcher"] = "flex";
   CHECK(refusal(dense).find("needs a mixture-of-experts model") != std::string::npos);
 }
+
+TEST_CASE("delay_wgrad_compute: the backward experts' weight gradients run after the dispatch is launched") {
+  // Combined 1F1B on the MoE test model (2 layers, ep 8, 2 micro-batches): in each merged pair the
+  // compute stream runs the backward experts' data gradients, then (the backward dispatch all-to-all
+  // launched beside it) their weight gradients as a task of their own, then the forward experts.
+  auto j = moe_scenario(8, 1, 1, 8, 1);
+  j["model"]["layers"] = 2;
+  j["training"]["global_batch"] = 16;
+  j["parallel"]["moe_a2a_overlap"] = true;
+  const auto plain = scenario(j);
+  j["parallel"]["delay_wgrad_compute"] = true;
+  const auto delayed = scenario(j);
+  hardware::ComputeModel cm(plain.cluster.gpu);
+  const auto compute_labels = [&](const config::Scenario& sc) {
+    return labels(parallel::build_step(sc, cm).programs[0], parallel::kCompute);
+  };
+  const auto with = compute_labels(delayed);
+  const auto without = compute_labels(plain);
+  auto count = [](const std::vector<std::string>& l, const std::string& what) {
+    return std::count(l.begin(), l.end(), what);
+  };
+  CHECK(count(without, "backward experts_fc2_dgrad..experts_fc1_wgrad") > 0);
+  CHECK(count(with, "backward experts_fc2_dgrad..experts_fc1_wgrad") ==
+        count(without, "backward experts_fc2_dgrad..experts_fc1_wgrad") -
+            count(with, "backward experts_fc2_wgrad..experts_fc1_wgrad"));
+  CHECK(count(with, "backward experts_fc2_wgrad..experts_fc1_wgrad") > 0);
+  // The backward dispatch starts no later, so the step is no longer; the kernels are the same.
+  const auto a = parallel::simulate_step(plain), b = parallel::simulate_step(delayed);
+  CHECK(b.step_time_s <= a.step_time_s);
+  CHECK(b.stage_kernel_s[0][parallel::kGemmKernels] == Approx(a.stage_kernel_s[0][parallel::kGemmKernels]));
+  // Megatron-Core delays them within combined 1F1B only.
+  j["parallel"]["moe_a2a_overlap"] = false;
+  CHECK(refusal(j) ==
+        "test.json: parallel.delay_wgrad_compute: needs moe_a2a_overlap (Megatron-Core delays the experts' weight "
+        "gradients within combined 1F1B)");
+}
