@@ -128,6 +128,45 @@ double cpu_adam_s(const config::Scenario& sc, std::int64_t params) {
   return sc.training.optimizer.overlap_cpu_optimizer_d2h_h2d ? std::max({to_host, cpu, back}) : to_host + cpu + back;
 }
 
+// What a rank of `stage` holds from the start of the step: its weights (FSDP: their shard), its
+// gradient buffer and its optimizer states (those the CPU offload keeps on the GPU), bytes; and the
+// pinned host memory the optimizer's CPU offload takes. ZeRO-2 shards the gradients, ZeRO-3 the
+// weights too (Megatron's theoretical-memory accounting); FSDP's SHARD_GRAD_OP (zero 2 per_unit)
+// keeps its weights sharded between steps as well. (A mixture-of-experts model runs zero 0 or 1:
+// its experts are sharded over expert dp.)
+struct StaticMemory {
+  std::int64_t weights = 0, gradients = 0, optimizer = 0;
+  std::int64_t opt_params = 0, cpu_params = 0;  // the optimizer's shard, and the part the CPU steps
+  std::int64_t host_bytes = 0;
+  std::int64_t device_bytes() const { return weights + gradients + optimizer; }
+};
+
+StaticMemory static_memory(const config::Scenario& sc, const StagePlan& stage) {
+  const auto& par = sc.parallel;
+  const bool eager = sc.training.framework == config::Framework::pytorch_eager;
+  const std::int64_t grad_bytes = eager ? workload::kEagerGradBytes : sc.training.grad_reduce_in_fp32 ? 4 : 2;
+  const std::int64_t params = stage.params_per_rank;
+  const std::int64_t expert_params = stage.expert_params_per_rank;
+  const std::int64_t dp = par.dp * par.cp;
+  const std::int64_t edp = sc.model.moe() ? par.expert_dp() : 1;
+  auto shard = [](std::int64_t n, std::int64_t ways) { return (n + ways - 1) / ways; };
+  StaticMemory m;
+  m.opt_params = par.zero >= 1 ? shard(params, dp) + shard(expert_params, edp) : params + expert_params;
+  const config::OptimizerSpec& opt = sc.training.optimizer;
+  m.cpu_params =
+      opt.optimizer_cpu_offload
+          ? static_cast<std::int64_t>(std::llround(opt.optimizer_offload_fraction * static_cast<double>(m.opt_params)))
+          : 0;
+  const std::int64_t weight_bytes = eager ? workload::kEagerWeightBytes : kWeightBytes;
+  const std::int64_t optimizer_bytes = eager ? workload::kEagerOptimizerBytes : adam_states(sc).state_bytes();
+  m.weights =
+      ((par.fsdp_units() ? shard(params, dp) : params + expert_params) + stage.frozen_params_per_rank) * weight_bytes;
+  m.gradients = (par.zero >= 2 ? shard(params, dp) : params + expert_params) * grad_bytes;
+  m.optimizer = (m.opt_params - m.cpu_params) * optimizer_bytes;
+  m.host_bytes = m.cpu_params * kCpuAdamHostBytes;
+  return m;
+}
+
 enum class Saves : std::uint8_t {
   all,        // allocate every op's saved bytes
   none,       // allocate nothing (full recompute keeps only the layer input)
@@ -1393,19 +1432,12 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
                         "embedding_grad_all_reduce"),
           true);
   }
-  auto shard = [](std::int64_t n, std::int64_t ways) { return (n + ways - 1) / ways; };
-  const std::int64_t opt_params =
-      par.zero >= 1 ? shard(params, dp) + shard(expert_params, edp) : params + expert_params;
-  const workload::AdamStates states = adam_states(sc);
-  const config::OptimizerSpec& opt = sc.training.optimizer;
+  const StaticMemory held = static_memory(sc, stage);
+  const std::int64_t opt_params = held.opt_params, cpu_params = held.cpu_params;
   // optimizer_cpu_offload: the Adam step of the offloaded parameters runs on the CPU, beside the
   // GPU's step of the others (which starts at once: Megatron-Core's HybridDeviceOptimizer issues the
   // GPU step before it waits for the first gradient copy).
-  const std::int64_t cpu_params =
-      opt.optimizer_cpu_offload
-          ? static_cast<std::int64_t>(std::llround(opt.optimizer_offload_fraction * static_cast<double>(opt_params)))
-          : 0;
-  Op step = workload::optimizer_step(opt_params - cpu_params, states, opt_params);
+  Op step = workload::optimizer_step(opt_params - cpu_params, adam_states(sc), opt_params);
   std::optional<Dep> cpu_step;
   if (cpu_params > 0) {
     Task t;
@@ -1433,16 +1465,10 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   w.finish();
   stage.kernel_s = w.kernel_s();
 
-  // ZeRO-2 shards the gradients, ZeRO-3 the weights too (Megatron's theoretical-memory accounting);
-  // FSDP's SHARD_GRAD_OP (zero 2 per_unit) keeps its weights sharded between steps as well. (A
-  // mixture-of-experts model runs zero 0 or 1: its experts are sharded over expert dp.)
-  const std::int64_t weight_bytes = eager ? workload::kEagerWeightBytes : kWeightBytes;
-  const std::int64_t optimizer_bytes = eager ? workload::kEagerOptimizerBytes : states.state_bytes();
-  p.initial_mem_bytes[kWeights] =
-      ((par.fsdp_units() ? shard(params, dp) : params + expert_params) + stage.frozen_params_per_rank) * weight_bytes;
-  p.initial_mem_bytes[kGradients] = (par.zero >= 2 ? shard(params, dp) : params + expert_params) * grad_bytes;
-  p.initial_mem_bytes[kOptimizer] = (opt_params - cpu_params) * optimizer_bytes;
-  stage.host_offload_bytes += cpu_params * kCpuAdamHostBytes;
+  p.initial_mem_bytes[kWeights] = held.weights;
+  p.initial_mem_bytes[kGradients] = held.gradients;
+  p.initial_mem_bytes[kOptimizer] = held.optimizer;
+  stage.host_offload_bytes += held.host_bytes;
 }
 
 }  // namespace
@@ -1730,58 +1756,75 @@ double compute_floor_s(const config::Scenario& sc, const hardware::ComputeModel&
   return floor;
 }
 
+// Pipeline stage `s`: its layers and chunks, and the parameters one of its ranks holds.
+StagePlan plan_stage(const config::Scenario& sc, std::int64_t s, const StepWorkload& wl) {
+  const auto& par = sc.parallel;
+  const workload::LayerConfig& lc = wl.lc;
+  const LayerOps& ops = wl.ops;
+  StagePlan st;
+  st.layers = config::stage_layers(sc, s);
+  st.chunks = config::chunks_per_stage(par);
+  st.has_embedding = s == 0;
+  st.has_head = s == par.pp - 1;
+  // Per kind of layer: a MoE model's dense first layers have their dense MLP and no experts; a
+  // hybrid model's blocks their own parameters, its 'E' blocks the experts.
+  std::array<std::int64_t, kLayerKinds> count{};
+  std::int64_t expert_layers = 0;
+  for (std::int64_t c = 0; c < st.chunks; ++c)
+    for (LayerKind k : chunk_kinds(sc, s, c)) {
+      ++count[k];
+      if (kind_has_experts(sc, k)) ++expert_layers;
+    }
+  st.params_per_rank = 0;
+  for (std::size_t k = 0; k < kLayerKinds; ++k)
+    if (count[k] > 0) st.params_per_rank += count[k] * kind_layer_params(sc, static_cast<LayerKind>(k));
+  if (st.has_embedding) st.params_per_rank += workload::embedding_params_per_rank(sc.model, par.tp);
+  if (st.has_head) st.params_per_rank += workload::head_params_per_rank(sc.model, par.tp);
+  st.expert_params_per_rank = expert_layers * workload::layer_expert_params_per_rank(sc.model, par.ep, par.etp);
+  if (st.has_head && sc.model.mtp_layers > 0) {
+    st.params_per_rank += sc.model.mtp_layers * (workload::mtp_params_per_rank(sc.model, par.tp) +
+                                                 workload::layer_params_per_rank(sc.model, par.tp));
+    st.expert_params_per_rank +=
+        sc.model.mtp_layers * workload::layer_expert_params_per_rank(sc.model, par.ep, par.etp);
+  }
+  // Tied embeddings or multi-token prediction: with pp > 1 the last stage keeps its own copy of the
+  // embedding (the output layer's weight, or the modules' token embedding), kept in sync by the
+  // embedding-group all-reduce (Megatron's shared embedding).
+  if (st.has_head && !st.has_embedding && shares_embedding(sc))
+    st.params_per_rank += workload::embedding_params_per_rank(sc.model, par.tp);
+  // LoRA trains the adapters of every layer; the rest is frozen.
+  if (sc.training.lora) {
+    st.frozen_params_per_rank = st.params_per_rank + st.expert_params_per_rank;
+    st.params_per_rank = st.layers * workload::lora_params_per_rank(sc.model, lc);
+    st.expert_params_per_rank = 0;
+  }
+  // Activation offloading (pp 1, one micro-batch in flight): the first N layers' saved bytes.
+  const std::vector<LayerKind> first_chunk = chunk_kinds(sc, s, 0);
+  for (std::int64_t l = 0; l < sc.training.cpu_offload_layers; ++l)
+    st.host_offload_bytes += sum_saved(ops.fwd[first_chunk[static_cast<std::size_t>(l)]]);
+  return st;
+}
+
+std::int64_t memory_floor_bytes(const config::Scenario& sc, const hardware::ComputeModel& compute) {
+  const StepWorkload wl = step_workload(sc, compute);
+  std::int64_t floor = 0;
+  for (std::int64_t s = 0; s < sc.parallel.pp; ++s)
+    floor = std::max(floor, static_memory(sc, plan_stage(sc, s, wl)).device_bytes());
+  return floor;
+}
+
 StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& compute, const BuildOptions& options) {
   const auto& par = sc.parallel;
   TRAINSIM_ASSERT(par.tp * par.pp * par.cp * par.dp == sc.gpus);
   StepPlan plan;
   StepWorkload wl = step_workload(sc, compute);
-  const workload::LayerConfig& lc = wl.lc;
   const LayerOps& ops = wl.ops;
 
   plan.stages.resize(static_cast<std::size_t>(par.pp));
   plan.programs.resize(static_cast<std::size_t>(par.pp));
   for (std::int64_t s = 0; s < par.pp; ++s) {
     StagePlan& st = plan.stages[static_cast<std::size_t>(s)];
-    st.layers = config::stage_layers(sc, s);
-    st.chunks = config::chunks_per_stage(par);
-    st.has_embedding = s == 0;
-    st.has_head = s == par.pp - 1;
-    // Per kind of layer: a MoE model's dense first layers have their dense MLP and no experts; a
-    // hybrid model's blocks their own parameters, its 'E' blocks the experts.
-    std::array<std::int64_t, kLayerKinds> count{};
-    std::int64_t expert_layers = 0;
-    for (std::int64_t c = 0; c < st.chunks; ++c)
-      for (LayerKind k : chunk_kinds(sc, s, c)) {
-        ++count[k];
-        if (kind_has_experts(sc, k)) ++expert_layers;
-      }
-    st.params_per_rank = 0;
-    for (std::size_t k = 0; k < kLayerKinds; ++k)
-      if (count[k] > 0) st.params_per_rank += count[k] * kind_layer_params(sc, static_cast<LayerKind>(k));
-    if (st.has_embedding) st.params_per_rank += workload::embedding_params_per_rank(sc.model, par.tp);
-    if (st.has_head) st.params_per_rank += workload::head_params_per_rank(sc.model, par.tp);
-    st.expert_params_per_rank = expert_layers * workload::layer_expert_params_per_rank(sc.model, par.ep, par.etp);
-    if (st.has_head && sc.model.mtp_layers > 0) {
-      st.params_per_rank += sc.model.mtp_layers * (workload::mtp_params_per_rank(sc.model, par.tp) +
-                                                   workload::layer_params_per_rank(sc.model, par.tp));
-      st.expert_params_per_rank +=
-          sc.model.mtp_layers * workload::layer_expert_params_per_rank(sc.model, par.ep, par.etp);
-    }
-    // Tied embeddings or multi-token prediction: with pp > 1 the last stage keeps its own copy of the
-    // embedding (the output layer's weight, or the modules' token embedding), kept in sync by the
-    // embedding-group all-reduce (Megatron's shared embedding).
-    if (st.has_head && !st.has_embedding && shares_embedding(sc))
-      st.params_per_rank += workload::embedding_params_per_rank(sc.model, par.tp);
-    // LoRA trains the adapters of every layer; the rest is frozen.
-    if (sc.training.lora) {
-      st.frozen_params_per_rank = st.params_per_rank + st.expert_params_per_rank;
-      st.params_per_rank = st.layers * workload::lora_params_per_rank(sc.model, lc);
-      st.expert_params_per_rank = 0;
-    }
-    // Activation offloading (pp 1, one micro-batch in flight): the first N layers' saved bytes.
-    const std::vector<LayerKind> first_chunk = chunk_kinds(sc, s, 0);
-    for (std::int64_t l = 0; l < sc.training.cpu_offload_layers; ++l)
-      st.host_offload_bytes += sum_saved(ops.fwd[first_chunk[static_cast<std::size_t>(l)]]);
+    st = plan_stage(sc, s, wl);
     build_stage_program(sc, st, s, ops, compute, plan.programs[static_cast<std::size_t>(s)]);
   }
 

@@ -131,5 +131,9 @@ StepPlan build_step(const config::Scenario& scenario, const hardware::ComputeMod
 // Other communication, waiting and the optimizer only add to that (with context parallelism the
 // attention kernels, split over the ring, are left out).
 double compute_floor_s(const config::Scenario& scenario, const hardware::ComputeModel& compute);
+// A floor under the simulated memory peak: the most any rank holds from the step's start, its
+// weights, gradient buffer and optimizer states (the same bytes the simulation starts from), from
+// the parameter counts alone.
+std::int64_t memory_floor_bytes(const config::Scenario& scenario, const hardware::ComputeModel& compute);
 
 }  // namespace trainsim::parallel

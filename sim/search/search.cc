@@ -237,6 +237,9 @@ std::string counts(const Result& r) {
   if (r.skipped > 0)
     out += fmt::format("{} not simulated (their kernels and the collectives they wait for outlast the top {}), ",
                        r.skipped, r.top);
+  if (r.too_big > 0)
+    out += fmt::format("{} not simulated (their weights, gradients and optimizer states alone overflow the GPU), ",
+                       r.too_big);
   return out + fmt::format("{} do not fit in memory{}, {} fit", static_cast<std::int64_t>(r.ranked.size()) - r.fitting,
                            r.headroom > 0 ? fmt::format(" with {:g}% of it free", 100 * r.headroom) : std::string(),
                            r.fitting);
@@ -429,14 +432,22 @@ Result run_search(const config::Scenario& base, const nlohmann::json& doc, const
   // rank checks every layout (cheap next to a simulation; nothing to exchange). The valid layouts'
   // scenarios are kept for their simulation.
   std::vector<std::optional<config::Scenario>> scenarios(all.size());
+  // A layout whose weights, gradients and optimizer states alone overflow the GPU cannot fit, so it
+  // cannot be among the top: it is not simulated either.
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   parallel_for(all.size(), threads, [&](std::size_t i) {
     scenarios[i] = check(all[i], scenario_file, doc, data_dir);
     const auto& s = scenarios[i];
-    if (s && top > 0) all[i].floor_s = parallel::compute_floor_s(*s, hardware::ComputeModel(s->cluster.gpu));
+    if (!s || top == 0) return;
+    const hardware::ComputeModel compute(s->cluster.gpu);
+    all[i].floor_s = parallel::compute_floor_s(*s, compute);
+    const auto held = static_cast<double>(parallel::memory_floor_bytes(*s, compute));
+    all[i].memory_floor_gib = held / kGiB;
+    all[i].too_big = held > s->cluster.gpu.hbm_bytes * (1 - headroom);
   });
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < all.size(); ++i)
-    if (all[i].valid) order.push_back(i);
+    if (all[i].valid && !all[i].too_big) order.push_back(i);
   if (top > 0)
     std::stable_sort(order.begin(), order.end(),
                      [&](std::size_t a, std::size_t b) { return all[a].floor_s < all[b].floor_s; });
@@ -486,10 +497,19 @@ Result run_search(const config::Scenario& base, const nlohmann::json& doc, const
   r.top = top;
   r.precision_axis = axes.precision.size() > 1;
   r.enumerated = static_cast<std::int64_t>(all.size());
+  // The layout whose held memory is least, of those too big to simulate (the closest, if nothing fits).
+  std::optional<std::size_t> least_held;
+  for (std::size_t i = 0; i < all.size(); ++i)
+    if (all[i].valid && all[i].too_big && (!least_held || all[i].memory_floor_gib < all[*least_held].memory_floor_gib))
+      least_held = i;
   for (auto& c : all) {
     if (!c.valid) {
       ++r.rejected;
       spdlog::info("rejected {}: {}", layout_name(c.layout, base.model.moe()), c.rejected);
+      continue;
+    }
+    if (c.too_big) {
+      ++r.too_big;
       continue;
     }
     if (c.skipped) {
@@ -504,6 +524,24 @@ Result run_search(const config::Scenario& base, const nlohmann::json& doc, const
     if (x.metrics.fits != y.metrics.fits) return x.metrics.fits;
     return x.metrics.step_time_s < y.metrics.step_time_s;
   });
+  // Nothing fits and nothing was simulated: the layouts that hold the least (those with the same
+  // parameters per rank, their micro-batch and recompute apart) are simulated; the one with the
+  // smallest peak becomes the closest.
+  if (r.fitting == 0 && r.ranked.empty() && least_held) {
+    const double least = all[*least_held].memory_floor_gib;
+    std::vector<std::size_t> lightest;
+    for (std::size_t i = 0; i < all.size(); ++i)
+      if (all[i].valid && all[i].too_big && all[i].memory_floor_gib <= least * (1 + 1e-9)) lightest.push_back(i);
+    parallel_for(lightest.size(), threads,
+                 [&](std::size_t k) { simulate(all[lightest[k]], *scenarios[lightest[k]], headroom); });
+    for (const std::size_t i : lightest) {
+      --r.too_big;
+      r.ranked.push_back(std::move(all[i]));
+    }
+    std::stable_sort(r.ranked.begin(), r.ranked.end(), [](const Candidate& x, const Candidate& y) {
+      return x.metrics.step_time_s < y.metrics.step_time_s;
+    });
+  }
   if (r.fitting == 0 && !r.ranked.empty()) try_memory_levers(r, base, doc, data_dir, headroom);
   return r;
 }
@@ -715,6 +753,7 @@ nlohmann::json to_json(const Result& r, const config::Scenario& base, std::size_
            {"enumerated", r.enumerated},
            {"rejected", r.rejected},
            {"not_simulated", r.skipped},
+           {"too_big", r.too_big},
            {"not_fitting", static_cast<std::int64_t>(r.ranked.size()) - r.fitting},
            {"fitting", r.fitting}}},
          {"layouts", layouts}};

@@ -67,6 +67,10 @@ struct Candidate {
   double exposed_comm_fraction = 0;
   double floor_s = 0;    // parallel::compute_floor_s (searches for the top few only)
   bool skipped = false;  // not simulated: its floor exceeds the top-th fastest step that fits
+  // Searches for the top few: parallel::memory_floor_bytes, and whether it alone exceeds the GPU's
+  // memory (less the headroom), so the layout cannot fit and is not simulated.
+  double memory_floor_gib = 0;
+  bool too_big = false;
 };
 
 // Layouts simulated between two updates of the skipping bound (see above).
@@ -108,6 +112,7 @@ struct Result {
   std::vector<Candidate> ranked;  // simulated candidates: those that fit by step time, then the rest by step time
   std::int64_t enumerated = 0, rejected = 0, fitting = 0;
   std::int64_t skipped = 0;     // valid but not simulated: they cannot be among the `top` fastest
+  std::int64_t too_big = 0;     // valid but not simulated: their weights, gradients and states alone overflow
   std::size_t top = 0;          // the fastest asked for (0: all, every valid layout simulated)
   bool precision_axis = false;  // more than one precision tried: the tables show it
   // No layout fits: the index in `ranked` of the one with the smallest memory peak, and the memory

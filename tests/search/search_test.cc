@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "hardware/compute_model.h"
+#include "parallel/step_builder.h"
 #include "parallel/step_runner.h"
 #include "search/search.h"
 #include "util/json_node.h"
@@ -291,7 +293,7 @@ TEST_CASE("search for the top few skips layouts that cannot be among them, with 
     CHECK(few.skipped > 0);
     CHECK(few.enumerated == every.enumerated);
     CHECK(few.rejected == every.rejected);
-    CHECK(few.rejected + few.skipped + static_cast<std::int64_t>(few.ranked.size()) == few.enumerated);
+    CHECK(few.rejected + few.skipped + few.too_big + static_cast<std::int64_t>(few.ranked.size()) == few.enumerated);
     REQUIRE(few.fitting >= static_cast<std::int64_t>(top));
     for (std::size_t i = 0; i < top; ++i) {
       CHECK(few.ranked[i].layout.tp == every.ranked[i].layout.tp);
@@ -367,4 +369,53 @@ TEST_CASE("search: when nothing fits, the memory savers the scenario lacks are t
     CHECK_FALSE(r2.closest.has_value());
   }
   CHECK(r.levers[1].metrics.fits);
+}
+
+TEST_CASE("search for the top few does not simulate layouts whose held memory alone overflows the GPU") {
+  // Llama 3.1 70B on two DGX H100 (16 GPUs): with tp 1 or 2 and a short pipeline its weights, gradient
+  // buffer and optimizer shard alone exceed 80 GB. Those layouts are counted apart and never
+  // simulated; the top layouts are the exhaustive search's, and every layout the floor sets aside
+  // also fails to fit there, with a peak above its floor.
+  nlohmann::json doc = util::read_json_file((kData / "configs/llama3.1-70b-h100-1024.json").string());
+  doc["gpus"] = 16;
+  doc["parallel"]["pp"] = 2;
+  doc["training"]["global_batch"] = 64;
+  const auto base = parse(doc);
+  search::Axes a;
+  a.tp = {1, 2, 8};
+  a.pp = {1, 2, 4};
+  a.cp = {1};
+  a.virtual_stages = {1};
+  a.micro_batch = {1};
+  a.recompute = {config::Recompute::selective, config::Recompute::full};
+  a.zero = {1};
+  const auto every = search::run_search(base, doc, a, 2, kData);
+  const auto few = search::run_search(base, doc, a, 2, kData, 0, 1);
+  CHECK(every.too_big == 0);
+  REQUIRE(few.too_big > 0);
+  CHECK(few.rejected + few.skipped + few.too_big + static_cast<std::int64_t>(few.ranked.size()) == few.enumerated);
+  REQUIRE(few.fitting >= 1);
+  CHECK(few.ranked[0].layout.tp == every.ranked[0].layout.tp);
+  CHECK(few.ranked[0].layout.pp == every.ranked[0].layout.pp);
+  CHECK(few.ranked[0].layout.recompute == every.ranked[0].layout.recompute);
+  CHECK(few.ranked[0].metrics.step_time_s == every.ranked[0].metrics.step_time_s);
+  // The exhaustive search's layouts, with their memory floors: those above the GPU do not fit.
+  int over = 0;
+  for (const auto& c : every.ranked) {
+    nlohmann::json d = doc;
+    d["parallel"] = c.parallel;
+    d["training"] = c.training;
+    const auto sc = parse(d);
+    const double held = static_cast<double>(parallel::memory_floor_bytes(sc, hardware::ComputeModel(sc.cluster.gpu)));
+    CHECK(held <= c.metrics.peak_gib * 1024.0 * 1024.0 * 1024.0);
+    if (held > sc.cluster.gpu.hbm_bytes) {
+      ++over;
+      CHECK_FALSE(c.metrics.fits);
+    }
+  }
+  CHECK(over == few.too_big);
+  CHECK(search::to_text(few, base, 1)
+            .find("not simulated (their weights, gradients and optimizer states alone "
+                  "overflow the GPU)") != std::string::npos);
+  CHECK(search::to_json(few, base, 1)["search"]["too_big"] == few.too_big);
 }
