@@ -394,6 +394,12 @@ std::vector<std::string> graph_scope_names(const TrainingSpec& training) {
   return out;
 }
 
+bool keeps_param_remainders(const TrainingSpec& t) {
+  const OptimizerSpec& o = t.optimizer;
+  return o.use_precision_aware_optimizer && o.main_params_dtype == StateDtype::fp32 && o.store_param_remainders &&
+         t.precision != Precision::fp16;
+}
+
 std::string_view state_dtype_name(StateDtype d) {
   constexpr std::array<std::string_view, 4> kNames = {"fp32", "bf16", "fp16", "fp8"};
   return kNames[static_cast<std::size_t>(d)];

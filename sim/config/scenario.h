@@ -52,8 +52,9 @@ struct OptimizerSpec {
   bool optimizer_cpu_offload = false;
   double optimizer_offload_fraction = 1;
   bool overlap_cpu_optimizer_d2h_h2d = false;
-  // The settings differ from Megatron's defaults (plain fp32 Adam on the GPU).
-  bool non_default() const { return use_precision_aware_optimizer || optimizer_cpu_offload; }
+  // The settings differ from Megatron's defaults (plain fp32 Adam on the GPU); every other setting
+  // needs the precision-aware optimizer.
+  bool non_default() const { return use_precision_aware_optimizer; }
 };
 
 struct ParallelSpec {
@@ -241,6 +242,9 @@ std::int64_t chunk_first_layer(const Scenario& scenario, std::int64_t stage, std
 // The CUDA graph scopes of a training spec, as Megatron-Core's --cuda-graph-scope spells them (empty:
 // none).
 std::vector<std::string> graph_scope_names(const TrainingSpec& training);
+// The precision-aware optimizer keeps fp32 master weights as the 16 bits their bf16 weights lack
+// (store_param_remainders, fp32 masters, weights not in fp16).
+bool keeps_param_remainders(const TrainingSpec& training);
 // An Adam state type as training.optimizer spells it ("fp32", "bf16", "fp16", "fp8").
 std::string_view state_dtype_name(StateDtype d);
 // The linears LoRA adapters wrap, as Megatron-Bridge's target_modules names them.

@@ -87,8 +87,7 @@ workload::AdamStates adam_states(const config::Scenario& sc) {
   s.exp_avg = state_dtype_bytes(o.exp_avg_dtype);
   s.exp_avg_sq = state_dtype_bytes(o.exp_avg_sq_dtype);
   s.grad = sc.training.grad_reduce_in_fp32 ? 4 : 2;
-  s.remainders = o.main_params_dtype == config::StateDtype::fp32 && o.store_param_remainders &&
-                 sc.training.precision != config::Precision::fp16;
+  s.remainders = config::keeps_param_remainders(sc.training);
   s.master = s.remainders ? 2 : state_dtype_bytes(o.main_params_dtype);
   return s;
 }
@@ -122,10 +121,9 @@ double cpu_adam_s(const config::Scenario& sc, std::int64_t params) {
   const double host_memory_Bps =
       sc.cluster.host_memory_Bps * kStreamEfficiency / static_cast<double>(sc.cluster.gpus_per_node);
   const double cpu_params_per_s = std::min(kCpuAdamParamsPerS, host_memory_Bps / kCpuAdamBytes);
-  const double to_host = kLinkBytes * n / sc.cluster.host_link_Bps;
+  const double copy = kLinkBytes * n / sc.cluster.host_link_Bps;  // each way
   const double cpu = n / cpu_params_per_s;
-  const double back = kLinkBytes * n / sc.cluster.host_link_Bps;
-  return sc.training.optimizer.overlap_cpu_optimizer_d2h_h2d ? std::max({to_host, cpu, back}) : to_host + cpu + back;
+  return sc.training.optimizer.overlap_cpu_optimizer_d2h_h2d ? std::max(copy, cpu) : copy + cpu + copy;
 }
 
 // What a rank of `stage` holds from the start of the step: its weights (FSDP: their shard), its
@@ -1631,10 +1629,8 @@ StepWorkload step_workload(const config::Scenario& sc, const hardware::ComputeMo
   return out;
 }
 
-}  // namespace
-
-double compute_floor_s(const config::Scenario& sc, const hardware::ComputeModel& compute) {
-  const StepWorkload wl = step_workload(sc, compute);
+// compute_floor_s on a step's op lists.
+double time_floor_s(const config::Scenario& sc, const StepWorkload& wl) {
   const auto& par = sc.parallel;
   // Kernel time of the ops `keep` selects (not collectives; with context parallelism not the
   // attention, which runs split over the ring).
@@ -1756,6 +1752,12 @@ double compute_floor_s(const config::Scenario& sc, const hardware::ComputeModel&
   return floor;
 }
 
+}  // namespace
+
+double compute_floor_s(const config::Scenario& sc, const hardware::ComputeModel& compute) {
+  return time_floor_s(sc, step_workload(sc, compute));
+}
+
 // Pipeline stage `s`: its layers and chunks, and the parameters one of its ranks holds.
 StagePlan plan_stage(const config::Scenario& sc, std::int64_t s, const StepWorkload& wl) {
   const auto& par = sc.parallel;
@@ -1805,12 +1807,25 @@ StagePlan plan_stage(const config::Scenario& sc, std::int64_t s, const StepWorkl
   return st;
 }
 
-std::int64_t memory_floor_bytes(const config::Scenario& sc, const hardware::ComputeModel& compute) {
-  const StepWorkload wl = step_workload(sc, compute);
+namespace {
+
+// memory_floor_bytes on a step's op lists.
+std::int64_t memory_floor(const config::Scenario& sc, const StepWorkload& wl) {
   std::int64_t floor = 0;
   for (std::int64_t s = 0; s < sc.parallel.pp; ++s)
     floor = std::max(floor, static_memory(sc, plan_stage(sc, s, wl)).device_bytes());
   return floor;
+}
+
+}  // namespace
+
+std::int64_t memory_floor_bytes(const config::Scenario& sc, const hardware::ComputeModel& compute) {
+  return memory_floor(sc, step_workload(sc, compute));
+}
+
+Floors search_floors(const config::Scenario& sc, const hardware::ComputeModel& compute) {
+  const StepWorkload wl = step_workload(sc, compute);
+  return {time_floor_s(sc, wl), memory_floor(sc, wl)};
 }
 
 StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& compute, const BuildOptions& options) {

@@ -135,5 +135,11 @@ double compute_floor_s(const config::Scenario& scenario, const hardware::Compute
 // weights, gradient buffer and optimizer states (the same bytes the simulation starts from), from
 // the parameter counts alone.
 std::int64_t memory_floor_bytes(const config::Scenario& scenario, const hardware::ComputeModel& compute);
+// Both floors from one build of the op lists (the search takes them for every layout).
+struct Floors {
+  double step_s = 0;
+  std::int64_t memory_bytes = 0;
+};
+Floors search_floors(const config::Scenario& scenario, const hardware::ComputeModel& compute);
 
 }  // namespace trainsim::parallel

@@ -145,8 +145,7 @@ std::string optimizer_line(const config::Scenario& sc) {
   if (!o.non_default()) return {};
   std::string out = "precision-aware Adam";
   if (o.use_precision_aware_optimizer) {
-    const bool remainders = o.main_params_dtype == config::StateDtype::fp32 && o.store_param_remainders &&
-                            sc.training.precision != config::Precision::fp16;
+    const bool remainders = config::keeps_param_remainders(sc.training);
     out += fmt::format(": master weights {}{} · moments {} and {}", config::state_dtype_name(o.main_params_dtype),
                        remainders ? " (16-bit remainders)" : "", config::state_dtype_name(o.exp_avg_dtype),
                        config::state_dtype_name(o.exp_avg_sq_dtype));

@@ -439,9 +439,9 @@ Result run_search(const config::Scenario& base, const nlohmann::json& doc, const
     scenarios[i] = check(all[i], scenario_file, doc, data_dir);
     const auto& s = scenarios[i];
     if (!s || top == 0) return;
-    const hardware::ComputeModel compute(s->cluster.gpu);
-    all[i].floor_s = parallel::compute_floor_s(*s, compute);
-    const auto held = static_cast<double>(parallel::memory_floor_bytes(*s, compute));
+    const parallel::Floors floors = parallel::search_floors(*s, hardware::ComputeModel(s->cluster.gpu));
+    all[i].floor_s = floors.step_s;
+    const auto held = static_cast<double>(floors.memory_bytes);
     all[i].memory_floor_gib = held / kGiB;
     all[i].too_big = held > s->cluster.gpu.hbm_bytes * (1 - headroom);
   });
