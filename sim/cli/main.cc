@@ -25,6 +25,7 @@
 #include <CLI/CLI.hpp>
 
 #include "calibrate/command.h"
+#include "cli/import_command.h"
 #include "cli/report_commands.h"
 #include "config/accuracy.h"
 #include "config/scenario.h"
@@ -441,6 +442,9 @@ int main(int argc, char** argv) {
   trainsim::cli::ReportCommands report_commands;
   trainsim::cli::add_report_commands(app, report_commands);
 
+  trainsim::cli::ImportArgs import_args;
+  CLI::App* import = trainsim::cli::add_import_command(app, import_args);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -456,6 +460,7 @@ int main(int argc, char** argv) {
     if (auto code = trainsim::cli::run_report_commands(report_commands)) return *code;
     if (search->parsed()) return search_command(search_args, &argc, &argv);
     if (calibrate->parsed()) return trainsim::calibrate::run_command(calibrate_options);
+    if (import->parsed()) return trainsim::cli::import_command(import_args);
     if (validate->parsed())
       return validate_command(validate_dir, validate_json, validate_markdown, gate_file, validate_network,
                               validate_host_scale, validate_threads, validate_sets, accuracy_file);

@@ -818,3 +818,64 @@ TEST_CASE("search under mpirun: the ranks share the layouts and rank 0 prints th
   CHECK(bad.err.find("--tp:", bad.err.find("--tp:") + 1) == std::string::npos);
 }
 #endif
+
+TEST_CASE("import megatron writes the scenario a Megatron launch script runs, and run reads it") {
+  const fs::path script = write("train_llama.sh", R"(#!/bin/bash
+# A Llama 3 8B run on 2 nodes.
+TP=2
+ARGS=(
+  --num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32
+  --group-query-attention --num-query-groups 8 --swiglu --normalization RMSNorm --disable-bias-linear
+  --position-embedding-type rope --untie-embeddings-and-output-weights --vocab-size 128256
+  --attention-dropout 0.0 --hidden-dropout 0.0
+)
+torchrun --nproc_per_node 8 --nnodes 2 pretrain_gpt.py ${ARGS[@]} \
+  --tensor-model-parallel-size $TP --sequence-parallel --use-distributed-optimizer \
+  --micro-batch-size 1 --global-batch-size 64 --seq-length 8192 --bf16 --lr 3e-4 --save /ckpt 2>&1 | tee log
+)");
+  const fs::path out = temp_dir() / "imported.json";
+  Result r = run(fmt::format("import megatron '{}' --cluster dgx-h100 -o '{}'", script.string(), out.string()));
+  INFO("stderr: " << r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.err.find("no effect on a step (2): --lr --save") != std::string::npos);
+  const auto doc = nlohmann::json::parse(slurp(out));
+  CHECK(doc["gpus"] == 16);
+  CHECK(doc["parallel"]["tp"] == 2);
+  Result sim = run(fmt::format("run '{}' --json", out.string()));
+  REQUIRE(sim.code == 0);
+  CHECK(nlohmann::json::parse(sim.out)["scenario"]["gpus"] == 16);
+
+  // The same as words after --, the scenario on stdout.
+  Result words =
+      run("import megatron --cluster dgx-h100 --gpus 16 -- --num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 "
+          "--num-attention-heads 32 --group-query-attention --num-query-groups 8 --swiglu --normalization RMSNorm "
+          "--disable-bias-linear --position-embedding-type rope --untie-embeddings-and-output-weights --vocab-size "
+          "128256 --attention-dropout 0.0 --hidden-dropout 0.0 --tensor-model-parallel-size 2 --sequence-parallel "
+          "--use-distributed-optimizer --micro-batch-size 1 --global-batch-size 64 --seq-length 8192 --bf16");
+  REQUIRE(words.code == 0);
+  auto from_words = nlohmann::json::parse(words.out);
+  auto from_script = doc;
+  from_words["model"].erase("name");
+  from_script["model"].erase("name");
+  CHECK(from_words == from_script);
+}
+
+TEST_CASE("import megatron: a layout the model cannot take is blamed on its flag and line, in one line") {
+  const fs::path script = write("bad_tp.sh",
+                                "python pretrain_gpt.py --num-layers 2 --hidden-size 256 --num-attention-heads 4 \\\n"
+                                "  --vocab-size 1000 --seq-length 128 --bf16 --tensor-model-parallel-size 3\n");
+  Result r = run(fmt::format("import megatron '{}' --cluster dgx-h100 --gpus 3", script.string()));
+  INFO("stderr: " << r.err);
+  CHECK(r.code == 2);
+  CHECK(r.out.empty());
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK(r.err.find(script.string() + ": line 2: --tensor-model-parallel-size 3: ") == 0);
+  CHECK(r.err.find("(scenario key parallel.tp)") != std::string::npos);
+
+  Result none = run("import megatron --cluster dgx-h100");
+  CHECK(none.code == 2);
+  CHECK(none.err == "import megatron: give a launch script, or Megatron arguments after --\n");
+  Result missing = run("import megatron /nonexistent/train.sh --cluster dgx-h100");
+  CHECK(missing.code == 2);
+  CHECK(missing.err == "/nonexistent/train.sh: cannot read the file\n");
+}

@@ -1,0 +1,115 @@
+#include "cli/import_command.h"
+
+#include <fstream>
+#include <iostream>
+#include <iterator>
+
+#include <fmt/format.h>
+
+#include "config/megatron_args.h"
+#include "config/scenario.h"
+#include "util/error.h"
+#include "util/json_node.h"
+#include "util/shell_words.h"
+
+namespace trainsim::cli {
+
+CLI::App* add_import_command(CLI::App& app, ImportArgs& args) {
+  CLI::App* import = app.add_subcommand("import", "Write a trainsim scenario from another tool's training command");
+  import->require_subcommand(1);
+  CLI::App* megatron = import->add_subcommand(
+      "megatron",
+      "Read a Megatron-LM training command (a launch script, or the arguments after --) and write the scenario it "
+      "runs");
+  megatron->add_option("input", args.words,
+                       "A launch script (or - for stdin), then Megatron arguments after --, e.g. `train.sh` or `-- "
+                       "--num-layers 32 --hidden-size 4096 ...`");
+  megatron->add_option("--cluster", args.cluster, "Topology name (topologies/NAME.json) or file")->required();
+  megatron->add_option("--gpus", args.gpus,
+                       "Total GPUs (default: torchrun's --nproc-per-node times --nnodes in the command)")
+      ->check(CLI::PositiveNumber);
+  megatron->add_option("--model", args.model,
+                       "A model name (models/NAME.json) or file to use instead of the command's architecture flags");
+  megatron->add_option("--vocab", args.vocab, "The vocabulary size, when the command only names a tokenizer")
+      ->check(CLI::PositiveNumber);
+  megatron->add_option("-o,--out", args.out, "Write the scenario to this file (default: stdout)");
+  return import;
+}
+
+namespace {
+
+std::string read_all(std::istream& in) {
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void print_list(const char* what, const std::vector<std::string>& flags) {
+  if (flags.empty()) return;
+  std::string line;
+  for (const auto& f : flags) line += (line.empty() ? "" : " ") + f;
+  fmt::print(stderr, "{} ({}): {}\n", what, flags.size(), line);
+}
+
+}  // namespace
+
+int import_command(const ImportArgs& args) {
+  config::MegatronImportOptions options;
+  options.cluster = args.cluster;
+  options.gpus = args.gpus;
+  options.model = args.model;
+  options.vocab = args.vocab;
+  std::vector<util::ShellCommand> commands;
+  std::size_t first_arg = 0;
+  if (!args.words.empty() && (args.words[0] == "-" || !args.words[0].starts_with("-"))) {
+    std::string text;
+    if (args.words[0] == "-") {
+      options.source = "<stdin>";
+      text = read_all(std::cin);
+    } else {
+      options.source = args.words[0];
+      std::ifstream in(args.words[0], std::ios::binary);
+      if (!in) throw util::InputError(args.words[0], "", "cannot read the file");
+      text = read_all(in);
+    }
+    commands = util::split_shell_commands(text, options.source);
+    first_arg = 1;
+  }
+  // Arguments given after the script (or instead of it) come last, so they override the script's.
+  if (first_arg < args.words.size())
+    commands.push_back({std::vector<std::string>(args.words.begin() + static_cast<std::ptrdiff_t>(first_arg),
+                                                 args.words.end()),
+                        std::vector<int>(args.words.size() - first_arg, 0)});
+  if (commands.empty())
+    throw util::InputError("import megatron", "", "give a launch script, or Megatron arguments after --");
+
+  const config::MegatronImport imported = config::import_megatron(commands, options);
+  const std::string text = imported.scenario.dump(2) + "\n";
+
+  // The scenario is checked as `run` will read it; an impossible one is blamed on the flag behind the
+  // key that fails.
+  const std::string checked_as = args.out.empty() ? options.source : args.out;
+  try {
+    config::parse_scenario(util::JsonNode(nlohmann::json::parse(text), checked_as), config::default_data_dir());
+  } catch (const util::InputError& e) {
+    const auto it = imported.origin.find(e.path());
+    if (it != imported.origin.end())
+      throw util::InputError(options.source, it->second, fmt::format("{} (scenario key {})", e.problem(), e.path()));
+    throw util::InputError(options.source, e.path().empty() ? "" : "scenario key " + e.path(), e.problem());
+  }
+
+  for (const auto& n : imported.notes) fmt::print(stderr, "note: {}\n", n);
+  print_list("not modelled", imported.not_modelled);
+  print_list("not a Megatron-LM flag trainsim knows, skipped", imported.unknown);
+  print_list("no effect on a step", imported.no_effect);
+  if (args.out.empty()) {
+    fmt::print("{}", text);
+  } else {
+    std::ofstream out(args.out, std::ios::binary);
+    if (!out) throw util::InputError(args.out, "", "cannot write the file");
+    out << text;
+    if (!out) throw util::InputError(args.out, "", "cannot write the file");
+    fmt::print(stderr, "wrote {}\n", args.out);
+  }
+  return 0;
+}
+
+}  // namespace trainsim::cli

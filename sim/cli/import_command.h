@@ -1,0 +1,27 @@
+#pragma once
+// `trainsim import megatron`: a Megatron-LM training command (a launch script, or the arguments after
+// `--`) written out as a trainsim scenario (config/megatron_args.h). main.cc registers it and maps
+// exceptions to exit codes.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace trainsim::cli {
+
+struct ImportArgs {
+  std::vector<std::string> words;  // a script file (or "-" for stdin) first, then Megatron arguments
+  std::string cluster;
+  std::int64_t gpus = 0;
+  std::string model;
+  std::int64_t vocab = 0;
+  std::string out;  // -o: the scenario file (default: stdout)
+};
+
+CLI::App* add_import_command(CLI::App& app, ImportArgs& args);
+// Exit code 0; an InputError (exit 2) when the command cannot be read or makes an impossible scenario.
+int import_command(const ImportArgs& args);
+
+}  // namespace trainsim::cli

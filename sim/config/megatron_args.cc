@@ -1,0 +1,760 @@
+#include "config/megatron_args.h"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <set>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "config/megatron_flags.h"
+#include "util/error.h"
+
+namespace trainsim::config {
+
+namespace {
+
+// The flags that describe the model, which --model replaces (--num-layers still places the layers
+// of an interleaved pipeline).
+constexpr std::array<std::string_view, 41> kArchitectureFlags{
+    "hidden-size", "ffn-hidden-size", "num-attention-heads", "group-query-attention", "num-query-groups",
+    "kv-channels", "swiglu", "squared-relu", "normalization", "disable-bias-linear", "add-bias-linear",
+    "add-qkv-bias", "position-embedding-type", "use-rotary-position-embeddings", "no-position-embedding",
+    "untie-embeddings-and-output-weights", "vocab-size", "hidden-dropout", "attention-dropout", "qk-layernorm",
+    "window-size", "window-attn-skip-freq", "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
+    "moe-shared-expert-intermediate-size", "moe-latent-size", "moe-layer-freq", "multi-latent-attention",
+    "kv-lora-rank", "q-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim", "mtp-num-layers",
+    "hybrid-override-pattern", "mamba-num-heads", "mamba-head-dim", "mamba-state-dim", "mamba-num-groups",
+    "moe-grouped-gemm"};
+
+const MegatronFlag* known_flag(std::string_view name) {
+  const auto it = std::lower_bound(kMegatronFlags.begin(), kMegatronFlags.end(), name,
+                                   [](const MegatronFlag& f, std::string_view n) { return f.name < n; });
+  return it != kMegatronFlags.end() && it->name == name ? &*it : nullptr;
+}
+
+// A flag missing from the table takes the words up to the next flag.
+bool is_switch(std::string_view name) {
+  const MegatronFlag* f = known_flag(name);
+  return f != nullptr && f->is_switch;
+}
+
+struct Flag {
+  std::string name;  // without the dashes, '_' read as '-'
+  std::vector<std::string> values;
+  int line = 0;
+  bool read = false;
+};
+
+// The flags of the commands, the last occurrence of each kept (argparse's rule).
+class Flags {
+ public:
+  Flags(const std::vector<util::ShellCommand>& commands, std::string source) : source_(std::move(source)) {
+    for (const auto& command : commands) {
+      const auto& w = command.words;
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        if (!w[i].starts_with("--") || w[i].size() == 2) continue;
+        std::string name = w[i].substr(2);
+        std::optional<std::string> inline_value;
+        if (const auto eq = name.find('='); eq != std::string::npos) {
+          inline_value = name.substr(eq + 1);
+          name.resize(eq);
+        }
+        std::replace(name.begin(), name.end(), '_', '-');
+        Flag f{name, {}, i < command.lines.size() ? command.lines[i] : 0, false};
+        if (inline_value) {
+          f.values.push_back(*inline_value);
+        } else if (!is_switch(name)) {
+          while (i + 1 < w.size() && !w[i + 1].starts_with("--")) f.values.push_back(w[++i]);
+        }
+        auto it = std::find_if(flags_.begin(), flags_.end(), [&](const Flag& g) { return g.name == name; });
+        if (it != flags_.end()) flags_.erase(it);
+        flags_.push_back(std::move(f));
+      }
+    }
+  }
+
+  const std::string& source() const { return source_; }
+
+  // The flag, marked read; nullptr when absent.
+  const Flag* get(std::string_view name) {
+    for (Flag& f : flags_)
+      if (f.name == name) {
+        f.read = true;
+        return &f;
+      }
+    return nullptr;
+  }
+  bool on(std::string_view name) { return get(name) != nullptr; }
+
+  // "line 12: --tensor-model-parallel-size 3" (without a line for words given on the command line).
+  std::string where(const Flag& f) const {
+    std::string s = f.line > 0 ? fmt::format("line {}: --{}", f.line, f.name) : fmt::format("--{}", f.name);
+    for (const auto& v : f.values) s += " " + v;
+    return s;
+  }
+
+  [[noreturn]] void fail(const Flag& f, const std::string& problem) const {
+    throw util::InputError(source_, f.line > 0 ? fmt::format("line {}: --{}", f.line, f.name) : "--" + f.name,
+                           problem);
+  }
+  [[noreturn]] void fail(const std::string& problem) const { throw util::InputError(source_, "", problem); }
+
+  // The flag's first value; an error when it has none or when the shell could not give it.
+  std::optional<std::string> value(std::string_view name) {
+    const Flag* f = get(name);
+    if (f == nullptr) return std::nullopt;
+    if (f->values.empty()) fail(*f, "needs a value");
+    check_expanded(*f, f->values[0]);
+    return f->values[0];
+  }
+
+  std::vector<std::string> list(std::string_view name) {
+    const Flag* f = get(name);
+    if (f == nullptr) return {};
+    if (f->values.empty()) fail(*f, "needs a value");
+    for (const auto& v : f->values) check_expanded(*f, v);
+    return f->values;
+  }
+
+  std::optional<std::int64_t> integer(std::string_view name) {
+    const auto v = value(name);
+    if (!v) return std::nullopt;
+    std::int64_t out = 0;
+    const auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
+    if (ec != std::errc() || p != v->data() + v->size()) fail(*get(name), fmt::format("\"{}\" is not an integer", *v));
+    return out;
+  }
+
+  std::optional<double> number(std::string_view name) {
+    const auto v = value(name);
+    if (!v) return std::nullopt;
+    char* end = nullptr;
+    const double out = std::strtod(v->c_str(), &end);
+    if (v->empty() || end != v->c_str() + v->size() || !std::isfinite(out))
+      fail(*get(name), fmt::format("\"{}\" is not a number", *v));
+    return out;
+  }
+
+  std::vector<const Flag*> unread() const {
+    std::vector<const Flag*> out;
+    for (const Flag& f : flags_)
+      if (!f.read) out.push_back(&f);
+    return out;
+  }
+
+ private:
+  void check_expanded(const Flag& f, const std::string& v) const {
+    if (v.find('$') != std::string::npos || v.find('`') != std::string::npos)
+      fail(f, fmt::format("\"{}\" is a shell variable or command the script does not set; give the value itself", v));
+  }
+
+  std::string source_;
+  std::vector<Flag> flags_;
+};
+
+// Megatron-Core's --moe-layer-freq as a Python list expression, "([0]*3+[1]*58)" or "[0,1,1,1]":
+// one entry per layer, 1 for a mixture-of-experts layer. nullopt when it is not such an expression.
+std::optional<std::vector<int>> layer_pattern(std::string_view text) {
+  std::string s;
+  for (char c : text)
+    if (c != ' ') s += c;
+  if (s.size() >= 2 && s.front() == '(' && s.back() == ')') s = s.substr(1, s.size() - 2);
+  std::vector<int> out;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    if (s[i] != '[') return std::nullopt;
+    const std::size_t close = s.find(']', i);
+    if (close == std::string::npos) return std::nullopt;
+    std::vector<int> items;
+    std::string_view body(s.data() + i + 1, close - i - 1);
+    while (!body.empty()) {
+      const std::size_t comma = body.find(',');
+      const std::string_view item = body.substr(0, comma);
+      if (item != "0" && item != "1") return std::nullopt;
+      items.push_back(item == "1" ? 1 : 0);
+      if (comma == std::string_view::npos) break;
+      body.remove_prefix(comma + 1);
+    }
+    i = close + 1;
+    int repeat = 1;
+    if (i < s.size() && s[i] == '*') {
+      std::size_t j = ++i;
+      while (j < s.size() && s[j] >= '0' && s[j] <= '9') ++j;
+      const auto [p, ec] = std::from_chars(s.data() + i, s.data() + j, repeat);
+      if (ec != std::errc() || p != s.data() + j || repeat < 0 || repeat > 100000) return std::nullopt;
+      i = j;
+    }
+    for (int r = 0; r < repeat; ++r) out.insert(out.end(), items.begin(), items.end());
+    if (i < s.size()) {
+      if (s[i] != '+') return std::nullopt;
+      ++i;
+    }
+  }
+  if (out.empty()) return std::nullopt;
+  return out;
+}
+
+std::string join(const std::vector<std::string>& items, std::string_view sep = ", ") {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) out += (i > 0 ? std::string(sep) : "") + items[i];
+  return out;
+}
+
+class Importer {
+ public:
+  Importer(const std::vector<util::ShellCommand>& commands, const MegatronImportOptions& options)
+      : f_(commands, options.source), o_(options) {}
+
+  MegatronImport run() {
+    // What the layout needs from the model, read before the model so --model runs need them too.
+    layers_ = require_int("num-layers", "the model's layer count");
+    parallel();
+    if (o_.model.empty()) {
+      model();
+    } else {
+      out_.scenario["model"] = o_.model;
+      std::vector<std::string> unused;
+      for (std::string_view name : kArchitectureFlags)
+        if (f_.get(name) != nullptr) unused.push_back(fmt::format("--{}", name));
+      if (!unused.empty())
+        note(fmt::format("the model is {} (--model); the command's architecture flags are not used: {}", o_.model,
+                         join(unused, " ")));
+    }
+    if (o_.cluster.empty()) f_.fail("the cluster is not in a Megatron command: give it with --cluster NAME (topologies/)");
+    out_.scenario["cluster"] = o_.cluster;
+    gpus();
+    training();
+    // The scenario's key order: model, cluster, gpus, parallel, training.
+    nlohmann::ordered_json doc;
+    for (const char* key : {"model", "cluster", "gpus"}) doc[key] = out_.scenario[key];
+    doc["parallel"] = parallel_;
+    doc["training"] = training_;
+    out_.scenario = std::move(doc);
+    leftovers();
+    return std::move(out_);
+  }
+
+ private:
+  std::int64_t require_int(std::string_view name, std::string_view what) {
+    const auto v = f_.integer(name);
+    if (!v) f_.fail(fmt::format("--{} ({}) is not given", name, what));
+    return *v;
+  }
+
+  void note(std::string line) { out_.notes.push_back(std::move(line)); }
+
+  // Sets `obj[key]` from `flag` and remembers where it came from.
+  template <typename T>
+  void put(nlohmann::ordered_json& obj, std::string_view section, const std::string& key, const T& v,
+           std::string_view flag) {
+    obj[key] = v;
+    const Flag* f = f_.get(flag);
+    if (f != nullptr) out_.origin[section.empty() ? key : fmt::format("{}.{}", section, key)] = f_.where(*f);
+  }
+
+  void parallel() {
+    auto& p = parallel_;
+    tp_ = f_.integer("tensor-model-parallel-size").value_or(1);
+    pp_ = f_.integer("pipeline-model-parallel-size").value_or(1);
+    cp_ = f_.integer("context-parallel-size").value_or(1);
+    put(p, "parallel", "tp", tp_, "tensor-model-parallel-size");
+    put(p, "parallel", "pp", pp_, "pipeline-model-parallel-size");
+    if (cp_ != 1) put(p, "parallel", "cp", cp_, "context-parallel-size");
+    if (auto ep = f_.integer("expert-model-parallel-size")) put(p, "parallel", "ep", *ep, "expert-model-parallel-size");
+    if (auto etp = f_.integer("expert-tensor-parallel-size"))
+      put(p, "parallel", "etp", *etp, "expert-tensor-parallel-size");
+    if (f_.on("sequence-parallel")) put(p, "parallel", "sequence_parallel", true, "sequence-parallel");
+
+    // Interleaving: --num-layers-per-virtual-pipeline-stage N gives (layers / pp) / N model chunks.
+    std::int64_t vp = 1;
+    std::string_view vp_flag;
+    if (auto per = f_.integer("num-layers-per-virtual-pipeline-stage")) {
+      vp_flag = "num-layers-per-virtual-pipeline-stage";
+      if (*per < 1 || layers_ % (pp_ * *per) != 0)
+        f_.fail(*f_.get(vp_flag), fmt::format("{} layers do not split into {} pipeline stages of chunks of {} layers",
+                                              layers_, pp_, *per));
+      vp = layers_ / (pp_ * *per);
+    }
+    if (auto v = f_.integer("num-virtual-stages-per-pipeline-rank")) {
+      vp_flag = "num-virtual-stages-per-pipeline-rank";
+      vp = *v;
+    }
+    if (vp > 1) {
+      put(p, "parallel", "schedule", "interleaved", vp_flag);
+      put(p, "parallel", "virtual_stages", vp, vp_flag);
+    }
+    if (auto v = f_.integer("decoder-first-pipeline-num-layers"))
+      put(p, "parallel", "first_stage_layers", *v, "decoder-first-pipeline-num-layers");
+    if (auto v = f_.integer("decoder-last-pipeline-num-layers"))
+      put(p, "parallel", "last_stage_layers", *v, "decoder-last-pipeline-num-layers");
+    if (f_.on("account-for-embedding-in-pipeline-split"))
+      put(p, "parallel", "account_for_embedding_in_pipeline_split", true, "account-for-embedding-in-pipeline-split");
+    if (f_.on("account-for-loss-in-pipeline-split"))
+      put(p, "parallel", "account_for_loss_in_pipeline_split", true, "account-for-loss-in-pipeline-split");
+    if (auto v = f_.value("pipeline-model-parallel-layout"))
+      put(p, "parallel", "pipeline_layout", *v, "pipeline-model-parallel-layout");
+
+    // Data-parallel sharding: the distributed optimizer is ZeRO-1; Megatron FSDP's strategies are
+    // ZeRO 0-3 (ecosystem.md §2.1, its default optim_grads_params); PyTorch FSDP2 shards everything.
+    if (f_.on("use-distributed-optimizer")) put(p, "parallel", "zero", 1, "use-distributed-optimizer");
+    const bool megatron_fsdp = f_.on("use-megatron-fsdp") || f_.on("use-custom-fsdp");
+    if (megatron_fsdp) {
+      const std::string strategy = f_.value("data-parallel-sharding-strategy").value_or("optim_grads_params");
+      static constexpr std::array<std::string_view, 4> kStrategies{"no_shard", "optim", "optim_grads",
+                                                                   "optim_grads_params"};
+      const auto it = std::find(kStrategies.begin(), kStrategies.end(), strategy);
+      if (it == kStrategies.end())
+        f_.fail(*f_.get("data-parallel-sharding-strategy"),
+                fmt::format("unknown strategy \"{}\" (expected no_shard, optim, optim_grads or optim_grads_params)",
+                            strategy));
+      const auto zero = static_cast<std::int64_t>(it - kStrategies.begin());
+      put(p, "parallel", "zero", zero,
+          f_.get("data-parallel-sharding-strategy") != nullptr ? "data-parallel-sharding-strategy"
+          : f_.get("use-megatron-fsdp") != nullptr             ? "use-megatron-fsdp"
+                                                               : "use-custom-fsdp");
+      if (f_.get("data-parallel-sharding-strategy") == nullptr)
+        note("Megatron FSDP without --data-parallel-sharding-strategy: its default optim_grads_params (zero 3)");
+    } else if (f_.on("use-torch-fsdp2")) {
+      put(p, "parallel", "zero", 3, "use-torch-fsdp2");
+    }
+    if (f_.on("overlap-grad-reduce")) put(p, "parallel", "overlap_grad_reduce", true, "overlap-grad-reduce");
+    if (f_.on("overlap-param-gather")) put(p, "parallel", "overlap_param_gather", true, "overlap-param-gather");
+    if (f_.on("tp-comm-overlap")) put(p, "parallel", "tp_comm_overlap", true, "tp-comm-overlap");
+    if (f_.on("overlap-moe-expert-parallel-comm"))
+      put(p, "parallel", "moe_a2a_overlap", true, "overlap-moe-expert-parallel-comm");
+    if (f_.on("delay-wgrad-compute")) put(p, "parallel", "delay_wgrad_compute", true, "delay-wgrad-compute");
+  }
+
+  // Megatron's default MLP width when --ffn-hidden-size is not given: 4h, or with SwiGLU two thirds
+  // of it rounded down to a multiple of 64 (arguments.py).
+  std::int64_t default_ffn(std::int64_t hidden, bool swiglu) const {
+    return swiglu ? (4 * hidden * 2 / 3) / 64 * 64 : 4 * hidden;
+  }
+
+  void model() {
+    auto& m = model_;
+    // Named after the script it came from.
+    const std::string stem = std::filesystem::path(o_.source).stem().string();
+    m["name"] = o_.source == "arguments" || o_.source == "<stdin>" || stem.empty() ? std::string("megatron-arguments")
+                                                                                   : stem;
+    put(m, "model", "layers", layers_, "num-layers");
+    hidden_ = require_int("hidden-size", "the model's hidden size");
+    put(m, "model", "hidden", hidden_, "hidden-size");
+    const std::int64_t heads = require_int("num-attention-heads", "the model's attention heads");
+    put(m, "model", "heads", heads, "num-attention-heads");
+    std::int64_t kv_heads = heads;
+    if (f_.on("group-query-attention")) {
+      kv_heads = f_.integer("num-query-groups").value_or(1);
+      put(m, "model", "kv_heads", kv_heads, "num-query-groups");
+    } else {
+      m["kv_heads"] = heads;
+    }
+    if (auto kv = f_.integer("kv-channels")) put(m, "model", "head_dim", *kv, "kv-channels");
+
+    // The MLP kind, and how the command's norm, biases and positions differ from trainsim's kind.
+    const bool swiglu = f_.on("swiglu");
+    const bool squared_relu = f_.on("squared-relu");
+    if (swiglu && squared_relu) f_.fail(*f_.get("squared-relu"), "--swiglu and --squared-relu both given");
+    const char* kind = swiglu ? "swiglu" : squared_relu ? "squared_relu" : "gelu";
+    put(m, "model", "mlp", kind, swiglu ? "swiglu" : squared_relu ? "squared-relu" : "");
+    const bool gelu = !swiglu && !squared_relu;
+    const std::string norm = f_.value("normalization").value_or("LayerNorm");
+    if (norm != "LayerNorm" && norm != "RMSNorm")
+      f_.fail(*f_.get("normalization"), fmt::format("unknown normalization \"{}\" (LayerNorm or RMSNorm)", norm));
+    const bool biases = !f_.on("disable-bias-linear");
+    f_.on("add-bias-linear");
+    const std::string positions = f_.on("use-rotary-position-embeddings") ? std::string("rope")
+                                  : f_.on("no-position-embedding")
+                                      ? std::string("none")
+                                      : f_.value("position-embedding-type").value_or("learned_absolute");
+    const bool hybrid = f_.get("hybrid-override-pattern") != nullptr;
+    std::vector<std::string> differ;
+    if ((norm == "RMSNorm") == gelu) differ.push_back(norm);
+    if (biases != gelu) differ.push_back(biases ? "linear biases" : "no linear biases");
+    const bool rotary = positions == "rope" || positions == "yarn";
+    if (!hybrid && rotary == gelu) differ.push_back(fmt::format("{} positions", positions));
+    if (f_.on("add-qkv-bias")) differ.push_back("QKV biases");
+    if (!differ.empty())
+      note(fmt::format("the {} MLP is modelled as trainsim's {} kind ({}); this command's {} differ from it by a few "
+                       "memory-bound kernels and parameters",
+                       gelu ? "GELU" : kind, kind,
+                       gelu ? "LayerNorm, linear biases, learned positions" : "RMSNorm, no biases, rotary positions",
+                       join(differ)));
+
+    const auto ffn_flag = f_.integer("ffn-hidden-size");
+    const std::int64_t ffn = ffn_flag.value_or(default_ffn(hidden_, swiglu));
+    vocab(m);
+    if (f_.on("untie-embeddings-and-output-weights"))
+      put(m, "model", "tied_embeddings", false, "untie-embeddings-and-output-weights");
+    else
+      m["tied_embeddings"] = true;
+
+    // Megatron's dropout defaults to 0.1 for both; trainsim has one probability for both.
+    const auto hd = f_.number("hidden-dropout");
+    const auto ad = f_.number("attention-dropout");
+    const double dropout = hd.value_or(0.1);
+    put(m, "model", "dropout", dropout, hd ? "hidden-dropout" : "");
+    if (!hd || !ad) note("dropout: Megatron's default 0.1 where --hidden-dropout / --attention-dropout is not given");
+    if (ad.value_or(0.1) != dropout)
+      note(fmt::format("attention dropout {} is modelled as the hidden dropout {} (trainsim has one probability)",
+                       ad.value_or(0.1), dropout));
+    // Under multi-head latent attention the norms are the latents' own, which trainsim's MLA has.
+    if (f_.on("qk-layernorm") && !f_.on("multi-latent-attention")) put(m, "model", "qk_norm", true, "qk-layernorm");
+
+    // Sliding-window attention: --window-size W (keys back; Megatron's "W,0"), every
+    // --window-attn-skip-freq-th layer full attention.
+    if (auto w = f_.value("window-size")) {
+      const std::string left = w->substr(0, w->find(','));
+      const std::string stripped = left.substr(left.find_first_not_of("([ ") == std::string::npos
+                                                   ? 0
+                                                   : left.find_first_not_of("([ "));
+      std::int64_t window = 0;
+      const auto [p, ec] = std::from_chars(stripped.data(), stripped.data() + stripped.size(), window);
+      if (ec != std::errc() || window < 1) f_.fail(*f_.get("window-size"), fmt::format("\"{}\" is not a window", *w));
+      put(m, "model", "sliding_window", window, "window-size");
+      if (auto skip = f_.integer("window-attn-skip-freq"))
+        put(m, "model", "sliding_window_pattern", *skip, "window-attn-skip-freq");
+    }
+
+    experts(m, ffn, ffn_flag.has_value(), swiglu);
+    latent_attention(m);
+    if (auto mtp = f_.integer("mtp-num-layers")) put(m, "model", "mtp_layers", *mtp, "mtp-num-layers");
+    mamba(m);
+    out_.scenario["model"] = model_;
+  }
+
+  void vocab(nlohmann::ordered_json& m) {
+    if (auto v = f_.integer("vocab-size")) {
+      put(m, "model", "vocab", *v, "vocab-size");
+      return;
+    }
+    if (o_.vocab > 0) {
+      m["vocab"] = o_.vocab;
+      return;
+    }
+    // GPT-2's BPE vocabulary is fixed; any other tokenizer's size lives in its files.
+    // A vocabulary file with a merge file is GPT-2's BPE (the GPT examples' --vocab-file and --merge-file).
+    const auto tokenizer = f_.value("tokenizer-type");
+    const bool bpe_files = f_.get("vocab-file") != nullptr && f_.get("merge-file") != nullptr;
+    if (tokenizer == "GPT2BPETokenizer" || (!tokenizer && bpe_files)) {
+      m["vocab"] = 50257;
+      note(fmt::format("vocab: GPT-2's BPE vocabulary, 50257 tokens ({})",
+                       tokenizer ? "--tokenizer-type GPT2BPETokenizer" : "--vocab-file with --merge-file"));
+      return;
+    }
+    f_.fail(fmt::format("the vocabulary size is not in the command ({}): give it with --vocab N",
+                        tokenizer ? "--tokenizer-type " + *tokenizer : "no --vocab-size"));
+  }
+
+  void experts(nlohmann::ordered_json& m, std::int64_t ffn, bool ffn_given, bool swiglu) {
+    const auto experts = f_.integer("num-experts");
+    const bool hybrid_moe = f_.get("hybrid-override-pattern") != nullptr;
+    if (!experts) {
+      if (!hybrid_moe) put(m, "model", "ffn_hidden", ffn, ffn_given ? "ffn-hidden-size" : "");
+      if (!ffn_given && !hybrid_moe)
+        note(fmt::format("ffn_hidden: Megatron's default {} ({})", ffn, swiglu ? "8h/3 rounded down to 64" : "4h"));
+      return;
+    }
+    put(m, "model", "experts", *experts, "num-experts");
+    const auto topk = f_.integer("moe-router-topk");
+    put(m, "model", "experts_per_token", topk.value_or(2), "moe-router-topk");
+    if (!topk) note("experts_per_token: Megatron's default --moe-router-topk 2");
+    const auto moe_ffn = f_.integer("moe-ffn-hidden-size");
+    put(m, "model", "moe_ffn_hidden", moe_ffn.value_or(ffn), "moe-ffn-hidden-size");
+    if (auto shared = f_.integer("moe-shared-expert-intermediate-size"))
+      put(m, "model", "shared_expert_ffn_hidden", *shared, "moe-shared-expert-intermediate-size");
+    if (auto latent = f_.integer("moe-latent-size")) put(m, "model", "moe_latent", *latent, "moe-latent-size");
+    // --moe-layer-freq: 1 (every layer), or a pattern; trainsim's MoE models have dense layers first only.
+    std::int64_t dense = 0;
+    if (auto freq = f_.value("moe-layer-freq")) {
+      const Flag& flag = *f_.get("moe-layer-freq");
+      if (*freq != "1") {
+        const auto pattern = layer_pattern(*freq);
+        if (!pattern) f_.fail(flag, fmt::format("\"{}\" is not 1 or a list pattern like ([0]*3+[1]*58)", *freq));
+        if (static_cast<std::int64_t>(pattern->size()) != layers_)
+          f_.fail(flag, fmt::format("the pattern has {} layers, the model {}", pattern->size(), layers_));
+        while (dense < layers_ && (*pattern)[static_cast<std::size_t>(dense)] == 0) ++dense;
+        if (std::find(pattern->begin() + dense, pattern->end(), 0) != pattern->end() || dense == layers_)
+          f_.fail(flag, "trainsim models dense layers only before the mixture-of-experts ones (DeepSeek's "
+                        "first_k_dense_replace)");
+      }
+    }
+    if (dense > 0) {
+      put(m, "model", "first_dense_layers", dense, "moe-layer-freq");
+      put(m, "model", "ffn_hidden", ffn, ffn_given ? "ffn-hidden-size" : "");
+    }
+    if (!f_.on("moe-grouped-gemm"))
+      note("without --moe-grouped-gemm Megatron runs the experts one GEMM at a time (SequentialMLP); modelled as the "
+           "grouped GEMM");
+  }
+
+  void latent_attention(nlohmann::ordered_json& m) {
+    if (!f_.on("multi-latent-attention")) return;
+    // Megatron-Core's MLATransformerConfig defaults: kv_lora_rank 32, qk_head_dim 128,
+    // qk_pos_emb_head_dim 64, v_head_dim 128, no query latent.
+    put(m, "model", "kv_lora_rank", f_.integer("kv-lora-rank").value_or(32), "kv-lora-rank");
+    if (auto q = f_.integer("q-lora-rank")) put(m, "model", "q_lora_rank", *q, "q-lora-rank");
+    put(m, "model", "head_dim", f_.integer("qk-head-dim").value_or(128), "qk-head-dim");
+    put(m, "model", "qk_rope_head_dim", f_.integer("qk-pos-emb-head-dim").value_or(64), "qk-pos-emb-head-dim");
+    put(m, "model", "v_head_dim", f_.integer("v-head-dim").value_or(128), "v-head-dim");
+  }
+
+  // A hybrid model (pretrain_mamba.py): the pattern and the Mamba-2 mixer's sizes, Megatron-Core's
+  // MambaMixer defaults (state 128, head dim 64, 8 groups, heads = 2·hidden / head dim).
+  void mamba(nlohmann::ordered_json& m) {
+    const auto pattern = f_.value("hybrid-override-pattern");
+    if (!pattern) return;
+    put(m, "model", "hybrid_pattern", *pattern, "hybrid-override-pattern");
+    if (pattern->find('M') == std::string::npos) return;
+    const std::int64_t head_dim = f_.integer("mamba-head-dim").value_or(64);
+    put(m, "model", "mamba_heads", f_.integer("mamba-num-heads").value_or(2 * hidden_ / head_dim), "mamba-num-heads");
+    put(m, "model", "mamba_head_dim", head_dim, "mamba-head-dim");
+    put(m, "model", "mamba_state", f_.integer("mamba-state-dim").value_or(128), "mamba-state-dim");
+    put(m, "model", "mamba_groups", f_.integer("mamba-num-groups").value_or(8), "mamba-num-groups");
+  }
+
+  void gpus() {
+    if (o_.gpus > 0) {
+      out_.scenario["gpus"] = o_.gpus;
+      return;
+    }
+    const auto per_node = f_.value("nproc-per-node");
+    if (!per_node)
+      f_.fail("the GPU count is not in the command: give it with --gpus N (or launch with torchrun's --nproc-per-node "
+              "and --nnodes)");
+    const Flag& pn = *f_.get("nproc-per-node");
+    const auto gpus_per_node = f_.integer("nproc-per-node");
+    const auto nodes_text = f_.value("nnodes").value_or("1");
+    std::int64_t nodes = 0;
+    const auto [p, ec] = std::from_chars(nodes_text.data(), nodes_text.data() + nodes_text.size(), nodes);
+    if (ec != std::errc() || p != nodes_text.data() + nodes_text.size() || nodes < 1)
+      f_.fail(*f_.get("nnodes"), fmt::format("\"{}\" is not a node count (give the GPUs with --gpus N)", nodes_text));
+    out_.scenario["gpus"] = *gpus_per_node * nodes;
+    out_.origin["gpus"] = f_.where(pn);
+  }
+
+  void training() {
+    auto& t = training_;
+    const std::int64_t mbs = f_.integer("micro-batch-size").value_or(1);
+    put(t, "training", "micro_batch", mbs, "micro-batch-size");
+    if (f_.get("micro-batch-size") == nullptr) note("micro_batch: 1 (no --micro-batch-size)");
+    const std::int64_t gpus = out_.scenario["gpus"].get<std::int64_t>();
+    const std::int64_t replicas = std::max<std::int64_t>(1, gpus / std::max<std::int64_t>(1, tp_ * pp_ * cp_));
+    const auto gbs = f_.integer("global-batch-size");
+    put(t, "training", "global_batch", gbs.value_or(mbs * replicas), "global-batch-size");
+    if (!gbs) note(fmt::format("global_batch: Megatron's default, one micro-batch per replica ({})", mbs * replicas));
+    const std::int64_t seq = require_int("seq-length", "the training sequence length");
+    put(t, "training", "seq_len", seq, "seq-length");
+    if (f_.on("rampup-batch-size"))
+      note("--rampup-batch-size: the simulated step runs at the full global batch, after the ramp-up");
+    if (auto samples = f_.integer("train-samples"))
+      put(t, "training", "train_tokens", static_cast<double>(*samples) * static_cast<double>(seq), "train-samples");
+    else if (auto iters = f_.integer("train-iters"))
+      put(t, "training", "train_tokens",
+          static_cast<double>(*iters) * static_cast<double>(t["global_batch"].get<std::int64_t>()) *
+              static_cast<double>(seq),
+          "train-iters");
+
+    precision();
+    recompute();
+    attention();
+    if (f_.on("cross-entropy-loss-fusion")) put(t, "training", "cross_entropy", "fused", "cross-entropy-loss-fusion");
+    f_.on("cross-entropy-fusion-impl");
+    if (f_.on("grad-reduce-in-bf16")) put(t, "training", "grad_reduce_in_fp32", false, "grad-reduce-in-bf16");
+    f_.on("accumulate-allreduce-grads-in-fp32");
+    if (f_.on("cpu-offloading")) {
+      const auto n = f_.integer("cpu-offloading-num-layers");
+      put(t, "training", "cpu_offload_layers", n.value_or(0), "cpu-offloading-num-layers");
+      if (!n) note("--cpu-offloading without --cpu-offloading-num-layers: Megatron's default 0 layers, nothing offloaded");
+    }
+    cuda_graphs();
+    moe_dispatch();
+    optimizer();
+  }
+
+  void precision() {
+    auto& t = training_;
+    const bool bf16 = f_.on("bf16");
+    const bool fp16 = f_.on("fp16");
+    if (!bf16 && !fp16) f_.fail("neither --bf16 nor --fp16: fp32 training is not modelled");
+    std::string precision = fp16 ? "fp16" : "bf16";
+    std::string_view flag = fp16 ? "fp16" : "bf16";
+    if (auto fp8 = f_.value("fp8-format")) {
+      precision = "fp8";
+      flag = "fp8-format";
+      if (auto recipe = f_.value("fp8-recipe"); recipe && *recipe != "delayed" && *recipe != "tensorwise")
+        note(fmt::format("--fp8-recipe {}: modelled as trainsim's fp8 (Transformer Engine's per-tensor scaled GEMMs "
+                         "and casts)",
+                         *recipe));
+    }
+    if (auto fp4 = f_.value("fp4-format")) {
+      const auto recipe = f_.value("fp4-recipe").value_or("nvfp4");
+      if (recipe != "nvfp4") f_.fail(*f_.get("fp4-recipe"), fmt::format("the {} recipe is not modelled (nvfp4 is)", recipe));
+      precision = "nvfp4";
+      flag = "fp4-format";
+    }
+    put(t, "training", "precision", precision, flag);
+  }
+
+  void recompute() {
+    auto& t = training_;
+    auto granularity = f_.value("recompute-granularity");
+    // The older switches: --recompute-activations is selective, --checkpoint-activations full.
+    if (!granularity && f_.on("recompute-activations")) {
+      put(t, "training", "recompute", "selective", "recompute-activations");
+      return;
+    }
+    if (!granularity && f_.on("checkpoint-activations")) {
+      put(t, "training", "recompute", "full", "checkpoint-activations");
+      return;
+    }
+    if (!granularity) return;
+    const Flag& g = *f_.get("recompute-granularity");
+    if (*granularity == "selective") {
+      put(t, "training", "recompute", "selective", "recompute-granularity");
+      const auto modules = f_.list("recompute-modules");
+      if (!modules.empty()) put(t, "training", "recompute_modules", modules, "recompute-modules");
+      return;
+    }
+    if (*granularity != "full") f_.fail(g, fmt::format("unknown granularity \"{}\" (full or selective)", *granularity));
+    put(t, "training", "recompute", "full", "recompute-granularity");
+    const auto method = f_.value("recompute-method");
+    const auto n = f_.integer("recompute-num-layers");
+    if (method == "block") {
+      if (n) put(t, "training", "recompute_layers", *n, "recompute-num-layers");
+    } else if (method == "uniform" || !method) {
+      if (n.value_or(1) != 1)
+        note(fmt::format("--recompute-method uniform --recompute-num-layers {}: modelled layer by layer (each "
+                         "layer's input kept instead of each {}-layer chunk's)",
+                         *n, *n));
+    } else {
+      f_.fail(*f_.get("recompute-method"), fmt::format("unknown method \"{}\" (uniform or block)", *method));
+    }
+  }
+
+  // Transformer Engine's fused attention unless the command asks for the unfused kernels.
+  void attention() {
+    const auto backend = f_.value("attention-backend");
+    const bool local_impl = f_.value("transformer-impl") == "local";
+    const bool flash_flag = f_.on("use-flash-attn");
+    if ((backend == "unfused" || backend == "local") || (local_impl && !flash_flag))
+      put(training_, "training", "attention", "softmax", backend ? "attention-backend" : "transformer-impl");
+  }
+
+  void cuda_graphs() {
+    std::string impl = f_.value("cuda-graph-impl").value_or("none");
+    if (f_.on("enable-cuda-graph")) impl = "local";
+    if (f_.on("external-cuda-graph")) impl = "transformer_engine";
+    const auto scopes = f_.list("cuda-graph-scope");
+    if (impl == "none") return;
+    const bool full_iteration = std::find(scopes.begin(), scopes.end(), "full_iteration") != scopes.end();
+    if (impl == "local" && full_iteration) {
+      put(training_, "training", "cuda_graph_scope", std::vector<std::string>{"full_iteration"}, "cuda-graph-scope");
+      return;
+    }
+    if (impl != "transformer_engine") {
+      out_.not_modelled.push_back(fmt::format("--cuda-graph-impl {} (per-layer graphs)", impl));
+      return;
+    }
+    static constexpr std::array<std::string_view, 5> kScopes{"attn", "mlp", "moe_router", "moe_preprocess", "mamba"};
+    std::vector<std::string> kept, dropped;
+    for (const auto& s : scopes)
+      (std::find(kScopes.begin(), kScopes.end(), s) != kScopes.end() ? kept : dropped).push_back(s);
+    if (scopes.empty()) dropped.push_back("the whole layer (no --cuda-graph-scope)");
+    if (!kept.empty()) put(training_, "training", "cuda_graph_scope", kept, "cuda-graph-scope");
+    if (!dropped.empty())
+      out_.not_modelled.push_back(fmt::format("--cuda-graph-scope {} (the graphs trainsim knows are attn, mlp, "
+                                              "moe_router, moe_preprocess, mamba and full_iteration)",
+                                              join(dropped, " ")));
+  }
+
+  void moe_dispatch() {
+    auto& p = parallel_;
+    std::string dispatcher = f_.value("moe-token-dispatcher-type").value_or("allgather");
+    if (f_.on("moe-enable-deepep")) dispatcher = "flex";
+    f_.on("moe-flex-dispatcher-backend");
+    if (f_.get("num-experts") != nullptr) {
+      if (dispatcher == "allgather") {
+        if (f_.get("moe-token-dispatcher-type") == nullptr)
+          note("no --moe-token-dispatcher-type: Megatron's default allgather dispatcher is not modelled; simulated "
+               "with alltoall");
+        else
+          out_.not_modelled.push_back("--moe-token-dispatcher-type allgather (simulated with alltoall)");
+      } else if (dispatcher == "alltoall" || dispatcher == "flex") {
+        if (dispatcher == "flex") put(p, "parallel", "moe_token_dispatcher", "flex", "moe-token-dispatcher-type");
+      } else {
+        f_.fail(*f_.get("moe-token-dispatcher-type"),
+                fmt::format("unknown dispatcher \"{}\" (alltoall, flex or allgather)", dispatcher));
+      }
+    }
+    if (auto c = f_.number("moe-expert-capacity-factor"))
+      put(p, "parallel", "moe_expert_capacity_factor", *c, "moe-expert-capacity-factor");
+    if (f_.on("moe-pad-expert-input-to-capacity"))
+      put(p, "parallel", "moe_pad_expert_input_to_capacity", true, "moe-pad-expert-input-to-capacity");
+    if (auto c = f_.number("moe-expert-rank-capacity-factor"))
+      put(p, "parallel", "moe_expert_rank_capacity_factor", *c, "moe-expert-rank-capacity-factor");
+    if (f_.on("moe-paged-stash")) put(p, "parallel", "moe_paged_stash", true, "moe-paged-stash");
+    // The published benchmarks force balanced routing; trainsim assumes it unless told otherwise.
+    f_.on("moe-router-force-load-balancing");
+    if (auto bucket = f_.integer("ddp-bucket-size")) {
+      // Megatron counts the bucket in parameters; trainsim in MB of gradients.
+      const bool fp32_grads = !training_.contains("grad_reduce_in_fp32");
+      put(p, "parallel", "dp_bucket_mb", static_cast<double>(*bucket) * (fp32_grads ? 4.0 : 2.0) / 1e6,
+          "ddp-bucket-size");
+    }
+  }
+
+  void optimizer() {
+    const std::string which = f_.value("optimizer").value_or("adam");
+    if (which != "adam") f_.fail(*f_.get("optimizer"), fmt::format("the {} optimizer is not modelled (adam is)", which));
+    nlohmann::ordered_json o = nlohmann::ordered_json::object();
+    if (f_.on("use-precision-aware-optimizer"))
+      put(o, "training.optimizer", "use_precision_aware_optimizer", true, "use-precision-aware-optimizer");
+    for (const char* key : {"main-params-dtype", "exp-avg-dtype", "exp-avg-sq-dtype"}) {
+      if (auto v = f_.value(key)) {
+        std::string k = key;
+        std::replace(k.begin(), k.end(), '-', '_');
+        put(o, "training.optimizer", k, *v, key);
+      }
+    }
+    if (f_.on("no-store-param-remainders"))
+      put(o, "training.optimizer", "store_param_remainders", false, "no-store-param-remainders");
+    if (f_.on("optimizer-cpu-offload")) put(o, "training.optimizer", "optimizer_cpu_offload", true, "optimizer-cpu-offload");
+    if (auto v = f_.number("optimizer-offload-fraction"))
+      put(o, "training.optimizer", "optimizer_offload_fraction", *v, "optimizer-offload-fraction");
+    if (f_.on("overlap-cpu-optimizer-d2h-h2d"))
+      put(o, "training.optimizer", "overlap_cpu_optimizer_d2h_h2d", true, "overlap-cpu-optimizer-d2h-h2d");
+    if (!o.empty()) training_["optimizer"] = o;
+  }
+
+  // Every flag not read: without effect on a step, or not modelled.
+  void leftovers() {
+    for (const Flag* f : f_.unread()) {
+      const std::string shown = "--" + f->name;
+      const MegatronFlag* known = known_flag(f->name);
+      (known == nullptr ? out_.unknown : known->no_effect ? out_.no_effect : out_.not_modelled).push_back(shown);
+    }
+  }
+
+  Flags f_;
+  const MegatronImportOptions& o_;
+  MegatronImport out_;
+  nlohmann::ordered_json model_ = nlohmann::ordered_json::object();
+  nlohmann::ordered_json parallel_ = nlohmann::ordered_json::object();
+  nlohmann::ordered_json training_ = nlohmann::ordered_json::object();
+  std::int64_t layers_ = 0, hidden_ = 0, tp_ = 1, pp_ = 1, cp_ = 1;
+};
+
+}  // namespace
+
+MegatronImport import_megatron(const std::vector<util::ShellCommand>& commands, const MegatronImportOptions& options) {
+  return Importer(commands, options).run();
+}
+
+}  // namespace trainsim::config

@@ -1,0 +1,49 @@
+#pragma once
+// `trainsim import megatron`: a Megatron-LM training command (pretrain_gpt.py's or pretrain_mamba.py's
+// arguments, from a launch script or pasted words) read into a trainsim scenario. The model comes
+// from the architecture flags (--num-layers, --hidden-size, --swiglu, --num-experts, ...) unless a
+// model is named, the layout and the training settings from the flags of the same meaning
+// (ecosystem.md §1.3 and §2.1; configs/README.md names each key's flag); Megatron's own defaults fill
+// what the command leaves out (dropout 0.1, tied embeddings, the 4h or SwiGLU MLP width, the global
+// batch of one micro-batch per replica), each said in a note. The cluster is not in a Megatron
+// command: it is given, and so is the GPU count unless torchrun's --nproc-per-node and --nnodes say
+// it. Every flag read is either mapped to a key, known to leave the step unchanged (learning rate,
+// data and checkpoint paths, logging), or listed as not modelled.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "util/shell_words.h"
+
+namespace trainsim::config {
+
+struct MegatronImportOptions {
+  std::string source = "arguments";  // names the input in messages (a file name, or "arguments")
+  std::string cluster;               // a topology name or file: required
+  std::int64_t gpus = 0;             // 0: torchrun's --nproc-per-node x --nnodes
+  std::string model;                 // a model name or file instead of the architecture flags
+  std::int64_t vocab = 0;            // the vocabulary, when the command only names a tokenizer
+};
+
+struct MegatronImport {
+  nlohmann::ordered_json scenario;  // model, cluster, gpus, parallel, training
+  std::vector<std::string> notes;   // Megatron defaults taken and approximations, one line each
+  std::vector<std::string> no_effect;     // flags that leave a step unchanged (--lr, --save, ...)
+  std::vector<std::string> not_modelled;  // flags the prediction does not take into account
+  std::vector<std::string> unknown;       // flags of neither Megatron-LM version known (megatron_flags.h)
+  // For each scenario key set from a flag ("parallel.tp"), the flag as written with its line
+  // ("line 12: --tensor-model-parallel-size 3"), so an impossible layout can be blamed on its flag.
+  std::map<std::string, std::string> origin;
+};
+
+// Reads the flags of `commands` in order, a later occurrence overriding an earlier one as argparse
+// does. A value the command cannot give (a shell variable the script never sets), a malformed
+// number, a missing required flag or a setting trainsim cannot represent is an InputError naming
+// the source, the line and the flag.
+MegatronImport import_megatron(const std::vector<util::ShellCommand>& commands, const MegatronImportOptions& options);
+
+}  // namespace trainsim::config

@@ -1,0 +1,28 @@
+#pragma once
+// Splits a launch script, or a pasted command line, into commands and words the way bash would, for
+// `trainsim import megatron`: comments, single and double quotes, backslash escapes and line
+// continuations; the script's own variables in order (NAME=value, export NAME=value, arrays
+// NAME=(a b c)) and their expansions ($NAME, ${NAME}, ${NAME:-default}, ${NAME[@]}, and integer
+// arithmetic $((...))); commands end at newlines, ';', '&', '&&', '|' and '||'; redirections
+// (> file, 2>&1) are dropped. Nothing else bash does is done (command substitution, control flow,
+// globbing): a word that needs it keeps its text, and so does a variable the script never sets, so a
+// caller that reads such a word can say what it is.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace trainsim::util {
+
+struct ShellCommand {
+  std::vector<std::string> words;
+  // The 1-based line each word was written on: a word from a variable, the line that set the
+  // variable; 0 for words that come from no file.
+  std::vector<int> lines;
+};
+
+// The commands that are not only variable assignments, in order. An unterminated quote, ${ or array
+// is an InputError naming `source` and the line it opens on.
+std::vector<ShellCommand> split_shell_commands(std::string_view text, const std::string& source);
+
+}  // namespace trainsim::util

@@ -1,0 +1,206 @@
+// A Megatron-LM training command read into a trainsim scenario: each flag lands on the key of the
+// same meaning, Megatron's defaults fill what the command leaves out, and what cannot be represented
+// is an error naming the flag and its line.
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "config/megatron_args.h"
+#include "config/scenario.h"
+#include "util/error.h"
+#include "util/json_node.h"
+#include "util/shell_words.h"
+
+using trainsim::config::import_megatron;
+using trainsim::config::MegatronImport;
+using trainsim::config::MegatronImportOptions;
+using trainsim::util::InputError;
+using trainsim::util::split_shell_commands;
+
+namespace {
+
+MegatronImport import(const std::string& script, const std::string& cluster = "dgx-h100", std::int64_t gpus = 0,
+                      const std::string& model = "") {
+  MegatronImportOptions o;
+  o.source = "train.sh";
+  o.cluster = cluster;
+  o.gpus = gpus;
+  o.model = model;
+  return import_megatron(split_shell_commands(script, o.source), o);
+}
+
+std::string error_of(const std::string& script, std::int64_t gpus = 64) {
+  try {
+    import(script, "dgx-h100", gpus);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+trainsim::config::Scenario parse(const MegatronImport& m) {
+  const auto doc = nlohmann::json::parse(m.scenario.dump());
+  return trainsim::config::parse_scenario(trainsim::util::JsonNode(doc, "imported.json"),
+                                          trainsim::config::default_data_dir());
+}
+
+// Megatron-LM's GPT-3 175B example: 128 nodes of 8 GPUs through torchrun.
+const char* kGpt3 = R"(
+GPUS_PER_NODE=8
+NUM_NODES=128
+DISTRIBUTED_ARGS=(--nproc_per_node $GPUS_PER_NODE --nnodes $NUM_NODES --master_addr localhost)
+torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py \
+  --num-layers 96 --hidden-size 12288 --num-attention-heads 96 --seq-length 2048 \
+  --micro-batch-size 1 --global-batch-size 1536 --train-iters 500000 --lr 6.0e-5 --bf16 \
+  --tensor-model-parallel-size 8 --pipeline-model-parallel-size 16 \
+  --vocab-file $VOCAB --merge-file $MERGES --manual-gc --bogus-flag 3
+)";
+
+}  // namespace
+
+TEST_CASE("Megatron's GPT-3 example becomes its scenario, with Megatron's defaults for what it leaves out") {
+  const MegatronImport m = import(kGpt3, "dgx-a100");
+  const auto& s = m.scenario;
+  CHECK(s["gpus"] == 8 * 128);  // --nproc_per_node x --nnodes
+  CHECK(s["model"]["layers"] == 96);
+  CHECK(s["model"]["mlp"] == "gelu");
+  CHECK(s["model"]["ffn_hidden"] == 4 * 12288);  // Megatron's default 4h
+  CHECK(s["model"]["kv_heads"] == 96);
+  CHECK(s["model"]["vocab"] == 50257);  // GPT-2's BPE files
+  CHECK(s["model"]["tied_embeddings"] == true);
+  CHECK(s["model"]["dropout"] == 0.1);
+  CHECK(s["parallel"]["tp"] == 8);
+  CHECK(s["parallel"]["pp"] == 16);
+  CHECK(s["training"]["global_batch"] == 1536);
+  CHECK(s["training"]["precision"] == "bf16");
+  CHECK(s["training"]["train_tokens"] == 500000.0 * 1536 * 2048);
+  CHECK(contains(m.no_effect, "--lr"));
+  CHECK(contains(m.no_effect, "--master-addr"));
+  CHECK(contains(m.not_modelled, "--manual-gc"));
+  CHECK(contains(m.unknown, "--bogus-flag"));
+  CHECK(m.origin.at("parallel.tp") == "line 8: --tensor-model-parallel-size 8");
+  const auto sc = parse(m);
+  CHECK(sc.parallel.dp == 8);
+  // The same input gives the same scenario, byte for byte.
+  CHECK(import(kGpt3, "dgx-a100").scenario.dump() == s.dump());
+}
+
+TEST_CASE("a Llama 3.1 70B command reads as the shipped model and scenario") {
+  // configs/llama3.1-70b-h100-1024.json written as Megatron arguments.
+  const MegatronImport m = import(R"(
+    --num-layers 80 --hidden-size 8192 --ffn-hidden-size 28672 --num-attention-heads 64
+    --group-query-attention --num-query-groups 8 --swiglu --normalization RMSNorm --disable-bias-linear
+    --position-embedding-type rope --untie-embeddings-and-output-weights --vocab-size 128256
+    --hidden-dropout 0 --attention-dropout 0
+    --tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 --sequence-parallel --use-distributed-optimizer
+    --micro-batch-size 1 --global-batch-size 1024 --seq-length 8192 --recompute-activations --bf16)",
+                                  "dgx-h100", 1024);
+  CHECK(m.notes.empty());
+  const auto imported = parse(m);
+  const auto shipped = trainsim::config::load_scenario(
+      (trainsim::config::default_data_dir() / "configs/llama3.1-70b-h100-1024.json").string(),
+      trainsim::config::default_data_dir());
+  const auto& a = imported.model;
+  const auto& b = shipped.model;
+  CHECK(a.total_params() == b.total_params());
+  CHECK((a.layers == b.layers && a.hidden == b.hidden && a.heads == b.heads && a.kv_heads == b.kv_heads &&
+         a.head_dim == b.head_dim && a.ffn_hidden == b.ffn_hidden && a.vocab == b.vocab && a.mlp == b.mlp &&
+         a.tied_embeddings == b.tied_embeddings && a.dropout == b.dropout));
+  CHECK(imported.parallel.tp == 8);
+  CHECK(imported.parallel.pp == 4);
+  CHECK(imported.parallel.dp == shipped.parallel.dp);
+  CHECK(imported.parallel.sequence_parallel);
+  CHECK(imported.parallel.zero == 1);
+  CHECK(imported.training.recompute == shipped.training.recompute);
+  CHECK(imported.training.global_batch == shipped.training.global_batch);
+  CHECK(imported.training.seq_len == shipped.training.seq_len);
+}
+
+TEST_CASE("Megatron's defaults: the SwiGLU width, dropout, top-k, and one micro-batch per replica") {
+  const MegatronImport m = import(R"(
+    --num-layers 4 --hidden-size 4096 --num-attention-heads 32 --swiglu --normalization RMSNorm
+    --disable-bias-linear --position-embedding-type rope --vocab-size 32000 --num-experts 8 --moe-grouped-gemm
+    --moe-token-dispatcher-type alltoall --expert-model-parallel-size 8 --seq-length 4096 --bf16)",
+                                  "dgx-h100", 16);
+  // arguments.py: int(4h * 2/3 / 64) * 64 = int(10922.67 / 64) * 64 = 170 * 64.
+  CHECK(m.scenario["model"]["moe_ffn_hidden"] == 10880);
+  CHECK(m.scenario["model"]["experts_per_token"] == 2);
+  CHECK(m.scenario["model"]["dropout"] == 0.1);
+  CHECK(m.scenario["training"]["micro_batch"] == 1);
+  CHECK(m.scenario["training"]["global_batch"] == 16);  // 1 x dp 16
+  CHECK(!m.scenario["model"].contains("ffn_hidden"));    // every layer a MoE layer
+  CHECK(m.notes.size() >= 4);
+}
+
+TEST_CASE("layouts: interleaving, FSDP strategies, buckets, dense layers before the experts") {
+  const auto layout = [](const std::string& extra, std::int64_t gpus = 64) {
+    return import("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --vocab-size 32000 "
+                  "--seq-length 4096 --micro-batch-size 1 --global-batch-size 256 --bf16 " +
+                      extra,
+                  "dgx-h100", gpus)
+        .scenario;
+  };
+  // 32 layers over pp 4 in chunks of 2: (32 / 4) / 2 = 4 virtual stages.
+  const auto vp = layout("--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2");
+  CHECK(vp["parallel"]["schedule"] == "interleaved");
+  CHECK(vp["parallel"]["virtual_stages"] == 4);
+  CHECK(layout("--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads")["parallel"]["zero"] == 2);
+  CHECK(layout("--use-megatron-fsdp")["parallel"]["zero"] == 3);  // its default optim_grads_params
+  CHECK(layout("--use-torch-fsdp2")["parallel"]["zero"] == 3);
+  // 40M parameters of fp32 gradients = 160 MB; with bf16 gradients 80 MB.
+  CHECK(layout("--use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 40000000")["parallel"]
+              ["dp_bucket_mb"] == 160.0);
+  CHECK(layout("--grad-reduce-in-bf16 --ddp-bucket-size 40000000")["parallel"]["dp_bucket_mb"] == 80.0);
+  const auto moe = layout("--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 1024 --ffn-hidden-size 8192 "
+                          "--moe-layer-freq ([0]*2+[1]*30) --expert-model-parallel-size 8 --moe-grouped-gemm "
+                          "--moe-token-dispatcher-type flex");
+  CHECK(moe["model"]["first_dense_layers"] == 2);
+  CHECK(moe["model"]["ffn_hidden"] == 8192);
+  CHECK(moe["parallel"]["moe_token_dispatcher"] == "flex");
+  const auto fp8 = layout("--fp8-format hybrid --recompute-granularity full --recompute-method block "
+                          "--recompute-num-layers 3 --cuda-graph-impl transformer_engine --cuda-graph-scope attn");
+  CHECK(fp8["training"]["precision"] == "fp8");
+  CHECK(fp8["training"]["recompute"] == "full");
+  CHECK(fp8["training"]["recompute_layers"] == 3);
+  CHECK(fp8["training"]["cuda_graph_scope"] == nlohmann::ordered_json::array({"attn"}));
+}
+
+TEST_CASE("what cannot be read is one error naming the flag and its line") {
+  CHECK(error_of("TP=2\n--num-layers 2 --hidden-size 64 --num-attention-heads 4 --vocab-size 100 --seq-length 8 "
+                 "--bf16\n--tensor-model-parallel-size $PP") ==
+        "train.sh: line 3: --tensor-model-parallel-size: \"$PP\" is a shell variable or command the script does not "
+        "set; give the value itself");
+  CHECK(error_of("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --vocab-size 100 --seq-length 8") ==
+        "train.sh: neither --bf16 nor --fp16: fp32 training is not modelled");
+  CHECK(error_of("--num-layers x") == "train.sh: line 1: --num-layers: \"x\" is not an integer");
+  CHECK(error_of("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 8 --bf16 --tokenizer-type "
+                 "HuggingFaceTokenizer") ==
+        "train.sh: the vocabulary size is not in the command (--tokenizer-type HuggingFaceTokenizer): give it with "
+        "--vocab N");
+  CHECK(error_of("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 100 --seq-length 8 --bf16 "
+                 "--num-experts 4 --moe-layer-freq [0,1]*2") ==
+        "train.sh: line 1: --moe-layer-freq: trainsim models dense layers only before the mixture-of-experts ones "
+        "(DeepSeek's first_k_dense_replace)");
+  CHECK(error_of("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 100 --seq-length 8 --bf16",
+                 0) == "train.sh: the GPU count is not in the command: give it with --gpus N (or launch with "
+                       "torchrun's --nproc-per-node and --nnodes)");
+}
+
+TEST_CASE("--model replaces the architecture flags") {
+  const MegatronImport m = import("--num-layers 80 --hidden-size 8192 --tensor-model-parallel-size 8 "
+                                  "--pipeline-model-parallel-size 4 --seq-length 8192 --bf16 --global-batch-size 64 --micro-batch-size 1",
+                                  "dgx-h100", 64, "llama3.1-70b");
+  CHECK(m.scenario["model"] == "llama3.1-70b");
+  REQUIRE(m.notes.size() == 1);
+  CHECK(m.notes[0].find("--hidden-size") != std::string::npos);
+  CHECK(parse(m).model.layers == 80);
+}

@@ -1,0 +1,70 @@
+// A launch script read as bash reads it: the words of each command after quoting, comments,
+// continuations and the script's own variables, with the line each word was written on.
+
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "util/error.h"
+#include "util/shell_words.h"
+
+using trainsim::util::InputError;
+using trainsim::util::split_shell_commands;
+using Words = std::vector<std::string>;
+
+TEST_CASE("quotes, escapes, comments and continuations give bash's words") {
+  const auto c = split_shell_commands(
+      "python train.py --a 'x y' --b \"p q\" \\\n  --c x\\ y # a comment\n"
+      "# a whole-line comment\n"
+      "echo done; echo again && echo last\n",
+      "s.sh");
+  REQUIRE(c.size() == 4);
+  CHECK(c[0].words == Words{"python", "train.py", "--a", "x y", "--b", "p q", "--c", "x y"});
+  CHECK(c[0].lines == std::vector<int>{1, 1, 1, 1, 1, 1, 2, 2});
+  CHECK(c[1].words == Words{"echo", "done"});
+  CHECK(c[2].words == Words{"echo", "again"});
+  CHECK(c[3].words == Words{"echo", "last"});
+}
+
+TEST_CASE("the script's variables expand in order, arrays word by word, unset ones as written") {
+  const auto c = split_shell_commands(
+      "N=8\n"
+      "export NODES=2\n"
+      "ARGS=(\n  --x $N   # inline comment\n  --y \"a b\"\n)\n"
+      "FLAT=\"--p 1 --q 2\"\n"
+      "torchrun ${ARGS[@]} $FLAT \"$FLAT\" ${MISSING:-7} ${N:-9} $UNSET $((N * NODES + 1)) $(hostname)\n",
+      "s.sh");
+  REQUIRE(c.size() == 1);
+  // Unquoted, ${ARGS[@]} splits its elements at white space too ("a b" is two words), as bash does.
+  CHECK(c[0].words == Words{"torchrun", "--x", "8", "--y", "a", "b", "--p", "1", "--q", "2", "--p 1 --q 2", "7", "8",
+                            "$UNSET", "17", "$(hostname)"});
+  // --x was written on line 4 (the array's line), its value 8 comes from line 1.
+  CHECK(c[0].lines[1] == 4);
+  CHECK(c[0].lines[2] == 1);
+  CHECK(c[0].lines[6] == 7);  // --p: FLAT's line
+}
+
+TEST_CASE("an assignment before a command is that command's environment, not a script variable") {
+  const auto c = split_shell_commands("X=1 run --a $X\n", "s.sh");
+  REQUIRE(c.size() == 1);
+  CHECK(c[0].words == Words{"run", "--a", "$X"});
+}
+
+TEST_CASE("redirections and their targets are dropped") {
+  const auto c = split_shell_commands("run --a 1 2>&1 > log.txt | tee out.txt\n", "s.sh");
+  REQUIRE(c.size() == 2);
+  CHECK(c[0].words == Words{"run", "--a", "1"});
+  CHECK(c[1].words == Words{"tee", "out.txt"});
+}
+
+TEST_CASE("an unterminated quote or array names the line it opens on") {
+  try {
+    split_shell_commands("a\nb \"never closed\nc\n", "s.sh");
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()) == "s.sh: line 2: a \" quote is never closed");
+  }
+  CHECK_THROWS_AS(split_shell_commands("A=(\n--x 1\n", "s.sh"), InputError);
+  CHECK_THROWS_AS(split_shell_commands("x 'open", "s.sh"), InputError);
+}
