@@ -25,8 +25,9 @@ CLI::App* add_import_command(CLI::App& app, ImportArgs& args) {
                        "A launch script (or - for stdin), then Megatron arguments after --, e.g. `train.sh` or `-- "
                        "--num-layers 32 --hidden-size 4096 ...`");
   megatron->add_option("--cluster", args.cluster, "Topology name (topologies/NAME.json) or file")->required();
-  megatron->add_option("--gpus", args.gpus,
-                       "Total GPUs (default: torchrun's --nproc-per-node times --nnodes in the command)")
+  megatron
+      ->add_option("--gpus", args.gpus,
+                   "Total GPUs (default: torchrun's --nproc-per-node times --nnodes in the command)")
       ->check(CLI::PositiveNumber);
   megatron->add_option("--model", args.model,
                        "A model name (models/NAME.json) or file to use instead of the command's architecture flags");
@@ -75,9 +76,9 @@ int import_command(const ImportArgs& args) {
   }
   // Arguments given after the script (or instead of it) come last, so they override the script's.
   if (first_arg < args.words.size())
-    commands.push_back({std::vector<std::string>(args.words.begin() + static_cast<std::ptrdiff_t>(first_arg),
-                                                 args.words.end()),
-                        std::vector<int>(args.words.size() - first_arg, 0)});
+    commands.push_back(
+        {std::vector<std::string>(args.words.begin() + static_cast<std::ptrdiff_t>(first_arg), args.words.end()),
+         std::vector<int>(args.words.size() - first_arg, 0)});
   if (commands.empty())
     throw util::InputError("import megatron", "", "give a launch script, or Megatron arguments after --");
 

@@ -21,16 +21,47 @@ namespace {
 
 // The flags that describe the model, which --model replaces (--num-layers still places the layers
 // of an interleaved pipeline).
-constexpr std::array<std::string_view, 41> kArchitectureFlags{
-    "hidden-size", "ffn-hidden-size", "num-attention-heads", "group-query-attention", "num-query-groups",
-    "kv-channels", "swiglu", "squared-relu", "normalization", "disable-bias-linear", "add-bias-linear",
-    "add-qkv-bias", "position-embedding-type", "use-rotary-position-embeddings", "no-position-embedding",
-    "untie-embeddings-and-output-weights", "vocab-size", "hidden-dropout", "attention-dropout", "qk-layernorm",
-    "window-size", "window-attn-skip-freq", "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
-    "moe-shared-expert-intermediate-size", "moe-latent-size", "moe-layer-freq", "multi-latent-attention",
-    "kv-lora-rank", "q-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim", "mtp-num-layers",
-    "hybrid-override-pattern", "mamba-num-heads", "mamba-head-dim", "mamba-state-dim", "mamba-num-groups",
-    "moe-grouped-gemm"};
+constexpr std::array<std::string_view, 41> kArchitectureFlags{"hidden-size",
+                                                              "ffn-hidden-size",
+                                                              "num-attention-heads",
+                                                              "group-query-attention",
+                                                              "num-query-groups",
+                                                              "kv-channels",
+                                                              "swiglu",
+                                                              "squared-relu",
+                                                              "normalization",
+                                                              "disable-bias-linear",
+                                                              "add-bias-linear",
+                                                              "add-qkv-bias",
+                                                              "position-embedding-type",
+                                                              "use-rotary-position-embeddings",
+                                                              "no-position-embedding",
+                                                              "untie-embeddings-and-output-weights",
+                                                              "vocab-size",
+                                                              "hidden-dropout",
+                                                              "attention-dropout",
+                                                              "qk-layernorm",
+                                                              "window-size",
+                                                              "window-attn-skip-freq",
+                                                              "num-experts",
+                                                              "moe-router-topk",
+                                                              "moe-ffn-hidden-size",
+                                                              "moe-shared-expert-intermediate-size",
+                                                              "moe-latent-size",
+                                                              "moe-layer-freq",
+                                                              "multi-latent-attention",
+                                                              "kv-lora-rank",
+                                                              "q-lora-rank",
+                                                              "qk-head-dim",
+                                                              "qk-pos-emb-head-dim",
+                                                              "v-head-dim",
+                                                              "mtp-num-layers",
+                                                              "hybrid-override-pattern",
+                                                              "mamba-num-heads",
+                                                              "mamba-head-dim",
+                                                              "mamba-state-dim",
+                                                              "mamba-num-groups",
+                                                              "moe-grouped-gemm"};
 
 const MegatronFlag* known_flag(std::string_view name) {
   const auto it = std::lower_bound(kMegatronFlags.begin(), kMegatronFlags.end(), name,
@@ -100,8 +131,7 @@ class Flags {
   }
 
   [[noreturn]] void fail(const Flag& f, const std::string& problem) const {
-    throw util::InputError(source_, f.line > 0 ? fmt::format("line {}: --{}", f.line, f.name) : "--" + f.name,
-                           problem);
+    throw util::InputError(source_, f.line > 0 ? fmt::format("line {}: --{}", f.line, f.name) : "--" + f.name, problem);
   }
   [[noreturn]] void fail(const std::string& problem) const { throw util::InputError(source_, "", problem); }
 
@@ -226,7 +256,8 @@ class Importer {
         note(fmt::format("the model is {} (--model); the command's architecture flags are not used: {}", o_.model,
                          join(unused, " ")));
     }
-    if (o_.cluster.empty()) f_.fail("the cluster is not in a Megatron command: give it with --cluster NAME (topologies/)");
+    if (o_.cluster.empty())
+      f_.fail("the cluster is not in a Megatron command: give it with --cluster NAME (topologies/)");
     out_.scenario["cluster"] = o_.cluster;
     gpus();
     training();
@@ -341,8 +372,8 @@ class Importer {
     auto& m = model_;
     // Named after the script it came from.
     const std::string stem = std::filesystem::path(o_.source).stem().string();
-    m["name"] = o_.source == "arguments" || o_.source == "<stdin>" || stem.empty() ? std::string("megatron-arguments")
-                                                                                   : stem;
+    m["name"] =
+        o_.source == "arguments" || o_.source == "<stdin>" || stem.empty() ? std::string("megatron-arguments") : stem;
     put(m, "model", "layers", layers_, "num-layers");
     hidden_ = require_int("hidden-size", "the model's hidden size");
     put(m, "model", "hidden", hidden_, "hidden-size");
@@ -381,11 +412,11 @@ class Importer {
     if (!hybrid && rotary == gelu) differ.push_back(fmt::format("{} positions", positions));
     if (f_.on("add-qkv-bias")) differ.push_back("QKV biases");
     if (!differ.empty())
-      note(fmt::format("the {} MLP is modelled as trainsim's {} kind ({}); this command's {} differ from it by a few "
-                       "memory-bound kernels and parameters",
-                       gelu ? "GELU" : kind, kind,
-                       gelu ? "LayerNorm, linear biases, learned positions" : "RMSNorm, no biases, rotary positions",
-                       join(differ)));
+      note(fmt::format(
+          "the {} MLP is modelled as trainsim's {} kind ({}); this command's {} differ from it by a few "
+          "memory-bound kernels and parameters",
+          gelu ? "GELU" : kind, kind,
+          gelu ? "LayerNorm, linear biases, learned positions" : "RMSNorm, no biases, rotary positions", join(differ)));
 
     const auto ffn_flag = f_.integer("ffn-hidden-size");
     const std::int64_t ffn = ffn_flag.value_or(default_ffn(hidden_, swiglu));
@@ -411,9 +442,8 @@ class Importer {
     // --window-attn-skip-freq-th layer full attention.
     if (auto w = f_.value("window-size")) {
       const std::string left = w->substr(0, w->find(','));
-      const std::string stripped = left.substr(left.find_first_not_of("([ ") == std::string::npos
-                                                   ? 0
-                                                   : left.find_first_not_of("([ "));
+      const std::string stripped =
+          left.substr(left.find_first_not_of("([ ") == std::string::npos ? 0 : left.find_first_not_of("([ "));
       std::int64_t window = 0;
       const auto [p, ec] = std::from_chars(stripped.data(), stripped.data() + stripped.size(), window);
       if (ec != std::errc() || window < 1) f_.fail(*f_.get("window-size"), fmt::format("\"{}\" is not a window", *w));
@@ -481,8 +511,9 @@ class Importer {
           f_.fail(flag, fmt::format("the pattern has {} layers, the model {}", pattern->size(), layers_));
         while (dense < layers_ && (*pattern)[static_cast<std::size_t>(dense)] == 0) ++dense;
         if (std::find(pattern->begin() + dense, pattern->end(), 0) != pattern->end() || dense == layers_)
-          f_.fail(flag, "trainsim models dense layers only before the mixture-of-experts ones (DeepSeek's "
-                        "first_k_dense_replace)");
+          f_.fail(flag,
+                  "trainsim models dense layers only before the mixture-of-experts ones (DeepSeek's "
+                  "first_k_dense_replace)");
       }
     }
     if (dense > 0) {
@@ -490,8 +521,9 @@ class Importer {
       put(m, "model", "ffn_hidden", ffn, ffn_given ? "ffn-hidden-size" : "");
     }
     if (!f_.on("moe-grouped-gemm"))
-      note("without --moe-grouped-gemm Megatron runs the experts one GEMM at a time (SequentialMLP); modelled as the "
-           "grouped GEMM");
+      note(
+          "without --moe-grouped-gemm Megatron runs the experts one GEMM at a time (SequentialMLP); modelled as the "
+          "grouped GEMM");
   }
 
   void latent_attention(nlohmann::ordered_json& m) {
@@ -526,8 +558,9 @@ class Importer {
     }
     const auto per_node = f_.value("nproc-per-node");
     if (!per_node)
-      f_.fail("the GPU count is not in the command: give it with --gpus N (or launch with torchrun's --nproc-per-node "
-              "and --nnodes)");
+      f_.fail(
+          "the GPU count is not in the command: give it with --gpus N (or launch with torchrun's --nproc-per-node "
+          "and --nnodes)");
     const Flag& pn = *f_.get("nproc-per-node");
     const auto gpus_per_node = f_.integer("nproc-per-node");
     const auto nodes_text = f_.value("nnodes").value_or("1");
@@ -571,7 +604,8 @@ class Importer {
     if (f_.on("cpu-offloading")) {
       const auto n = f_.integer("cpu-offloading-num-layers");
       put(t, "training", "cpu_offload_layers", n.value_or(0), "cpu-offloading-num-layers");
-      if (!n) note("--cpu-offloading without --cpu-offloading-num-layers: Megatron's default 0 layers, nothing offloaded");
+      if (!n)
+        note("--cpu-offloading without --cpu-offloading-num-layers: Megatron's default 0 layers, nothing offloaded");
     }
     cuda_graphs();
     moe_dispatch();
@@ -589,13 +623,15 @@ class Importer {
       precision = "fp8";
       flag = "fp8-format";
       if (auto recipe = f_.value("fp8-recipe"); recipe && *recipe != "delayed" && *recipe != "tensorwise")
-        note(fmt::format("--fp8-recipe {}: modelled as trainsim's fp8 (Transformer Engine's per-tensor scaled GEMMs "
-                         "and casts)",
-                         *recipe));
+        note(
+            fmt::format("--fp8-recipe {}: modelled as trainsim's fp8 (Transformer Engine's per-tensor scaled GEMMs "
+                        "and casts)",
+                        *recipe));
     }
     if (auto fp4 = f_.value("fp4-format")) {
       const auto recipe = f_.value("fp4-recipe").value_or("nvfp4");
-      if (recipe != "nvfp4") f_.fail(*f_.get("fp4-recipe"), fmt::format("the {} recipe is not modelled (nvfp4 is)", recipe));
+      if (recipe != "nvfp4")
+        f_.fail(*f_.get("fp4-recipe"), fmt::format("the {} recipe is not modelled (nvfp4 is)", recipe));
       precision = "nvfp4";
       flag = "fp4-format";
     }
@@ -630,9 +666,10 @@ class Importer {
       if (n) put(t, "training", "recompute_layers", *n, "recompute-num-layers");
     } else if (method == "uniform" || !method) {
       if (n.value_or(1) != 1)
-        note(fmt::format("--recompute-method uniform --recompute-num-layers {}: modelled layer by layer (each "
-                         "layer's input kept instead of each {}-layer chunk's)",
-                         *n, *n));
+        note(
+            fmt::format("--recompute-method uniform --recompute-num-layers {}: modelled layer by layer (each "
+                        "layer's input kept instead of each {}-layer chunk's)",
+                        *n, *n));
     } else {
       f_.fail(*f_.get("recompute-method"), fmt::format("unknown method \"{}\" (uniform or block)", *method));
     }
@@ -669,9 +706,10 @@ class Importer {
     if (scopes.empty()) dropped.push_back("the whole layer (no --cuda-graph-scope)");
     if (!kept.empty()) put(training_, "training", "cuda_graph_scope", kept, "cuda-graph-scope");
     if (!dropped.empty())
-      out_.not_modelled.push_back(fmt::format("--cuda-graph-scope {} (the graphs trainsim knows are attn, mlp, "
-                                              "moe_router, moe_preprocess, mamba and full_iteration)",
-                                              join(dropped, " ")));
+      out_.not_modelled.push_back(
+          fmt::format("--cuda-graph-scope {} (the graphs trainsim knows are attn, mlp, "
+                      "moe_router, moe_preprocess, mamba and full_iteration)",
+                      join(dropped, " ")));
   }
 
   void moe_dispatch() {
@@ -682,8 +720,9 @@ class Importer {
     if (f_.get("num-experts") != nullptr) {
       if (dispatcher == "allgather") {
         if (f_.get("moe-token-dispatcher-type") == nullptr)
-          note("no --moe-token-dispatcher-type: Megatron's default allgather dispatcher is not modelled; simulated "
-               "with alltoall");
+          note(
+              "no --moe-token-dispatcher-type: Megatron's default allgather dispatcher is not modelled; simulated "
+              "with alltoall");
         else
           out_.not_modelled.push_back("--moe-token-dispatcher-type allgather (simulated with alltoall)");
       } else if (dispatcher == "alltoall" || dispatcher == "flex") {
@@ -712,7 +751,8 @@ class Importer {
 
   void optimizer() {
     const std::string which = f_.value("optimizer").value_or("adam");
-    if (which != "adam") f_.fail(*f_.get("optimizer"), fmt::format("the {} optimizer is not modelled (adam is)", which));
+    if (which != "adam")
+      f_.fail(*f_.get("optimizer"), fmt::format("the {} optimizer is not modelled (adam is)", which));
     nlohmann::ordered_json o = nlohmann::ordered_json::object();
     if (f_.on("use-precision-aware-optimizer"))
       put(o, "training.optimizer", "use_precision_aware_optimizer", true, "use-precision-aware-optimizer");
@@ -725,7 +765,8 @@ class Importer {
     }
     if (f_.on("no-store-param-remainders"))
       put(o, "training.optimizer", "store_param_remainders", false, "no-store-param-remainders");
-    if (f_.on("optimizer-cpu-offload")) put(o, "training.optimizer", "optimizer_cpu_offload", true, "optimizer-cpu-offload");
+    if (f_.on("optimizer-cpu-offload"))
+      put(o, "training.optimizer", "optimizer_cpu_offload", true, "optimizer-cpu-offload");
     if (auto v = f_.number("optimizer-offload-fraction"))
       put(o, "training.optimizer", "optimizer_offload_fraction", *v, "optimizer-offload-fraction");
     if (f_.on("overlap-cpu-optimizer-d2h-h2d"))

@@ -30,8 +30,8 @@ struct MegatronImportOptions {
 };
 
 struct MegatronImport {
-  nlohmann::ordered_json scenario;  // model, cluster, gpus, parallel, training
-  std::vector<std::string> notes;   // Megatron defaults taken and approximations, one line each
+  nlohmann::ordered_json scenario;        // model, cluster, gpus, parallel, training
+  std::vector<std::string> notes;         // Megatron defaults taken and approximations, one line each
   std::vector<std::string> no_effect;     // flags that leave a step unchanged (--lr, --save, ...)
   std::vector<std::string> not_modelled;  // flags the prediction does not take into account
   std::vector<std::string> unknown;       // flags of neither Megatron-LM version known (megatron_flags.h)

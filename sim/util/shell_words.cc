@@ -308,7 +308,8 @@ class Splitter {
       return insert(lookup(raw.substr(1)), raw, quoted, false);
     }
     // $1, $@, $# ... and a lone '$': kept as written.
-    const std::size_t len = next != '\0' && std::string_view("0123456789@*#?$!-").find(next) != std::string_view::npos ? 2 : 1;
+    const std::size_t len =
+        next != '\0' && std::string_view("0123456789@*#?$!-").find(next) != std::string_view::npos ? 2 : 1;
     plain_ = len == 1 && plain_;
     add_text(s_.substr(at, len));
     i_ = at + len;

@@ -137,16 +137,17 @@ TEST_CASE("Megatron's defaults: the SwiGLU width, dropout, top-k, and one micro-
   CHECK(m.scenario["model"]["dropout"] == 0.1);
   CHECK(m.scenario["training"]["micro_batch"] == 1);
   CHECK(m.scenario["training"]["global_batch"] == 16);  // 1 x dp 16
-  CHECK(!m.scenario["model"].contains("ffn_hidden"));    // every layer a MoE layer
+  CHECK(!m.scenario["model"].contains("ffn_hidden"));   // every layer a MoE layer
   CHECK(m.notes.size() >= 4);
 }
 
 TEST_CASE("layouts: interleaving, FSDP strategies, buckets, dense layers before the experts") {
   const auto layout = [](const std::string& extra, std::int64_t gpus = 64) {
-    return import("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --vocab-size 32000 "
-                  "--seq-length 4096 --micro-batch-size 1 --global-batch-size 256 --bf16 " +
-                      extra,
-                  "dgx-h100", gpus)
+    return import(
+               "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --vocab-size 32000 "
+               "--seq-length 4096 --micro-batch-size 1 --global-batch-size 256 --bf16 " +
+                   extra,
+               "dgx-h100", gpus)
         .scenario;
   };
   // 32 layers over pp 4 in chunks of 2: (32 / 4) / 2 = 4 virtual stages.
@@ -157,17 +158,21 @@ TEST_CASE("layouts: interleaving, FSDP strategies, buckets, dense layers before 
   CHECK(layout("--use-megatron-fsdp")["parallel"]["zero"] == 3);  // its default optim_grads_params
   CHECK(layout("--use-torch-fsdp2")["parallel"]["zero"] == 3);
   // 40M parameters of fp32 gradients = 160 MB; with bf16 gradients 80 MB.
-  CHECK(layout("--use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 40000000")["parallel"]
-              ["dp_bucket_mb"] == 160.0);
+  CHECK(
+      layout(
+          "--use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 40000000")["parallel"]["dp_bucket_mb"] ==
+      160.0);
   CHECK(layout("--grad-reduce-in-bf16 --ddp-bucket-size 40000000")["parallel"]["dp_bucket_mb"] == 80.0);
-  const auto moe = layout("--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 1024 --ffn-hidden-size 8192 "
-                          "--moe-layer-freq ([0]*2+[1]*30) --expert-model-parallel-size 8 --moe-grouped-gemm "
-                          "--moe-token-dispatcher-type flex");
+  const auto moe = layout(
+      "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 1024 --ffn-hidden-size 8192 "
+      "--moe-layer-freq ([0]*2+[1]*30) --expert-model-parallel-size 8 --moe-grouped-gemm "
+      "--moe-token-dispatcher-type flex");
   CHECK(moe["model"]["first_dense_layers"] == 2);
   CHECK(moe["model"]["ffn_hidden"] == 8192);
   CHECK(moe["parallel"]["moe_token_dispatcher"] == "flex");
-  const auto fp8 = layout("--fp8-format hybrid --recompute-granularity full --recompute-method block "
-                          "--recompute-num-layers 3 --cuda-graph-impl transformer_engine --cuda-graph-scope attn");
+  const auto fp8 = layout(
+      "--fp8-format hybrid --recompute-granularity full --recompute-method block "
+      "--recompute-num-layers 3 --cuda-graph-impl transformer_engine --cuda-graph-scope attn");
   CHECK(fp8["training"]["precision"] == "fp8");
   CHECK(fp8["training"]["recompute"] == "full");
   CHECK(fp8["training"]["recompute_layers"] == 3);
@@ -190,15 +195,16 @@ TEST_CASE("what cannot be read is one error naming the flag and its line") {
                  "--num-experts 4 --moe-layer-freq [0,1]*2") ==
         "train.sh: line 1: --moe-layer-freq: trainsim models dense layers only before the mixture-of-experts ones "
         "(DeepSeek's first_k_dense_replace)");
-  CHECK(error_of("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 100 --seq-length 8 --bf16",
-                 0) == "train.sh: the GPU count is not in the command: give it with --gpus N (or launch with "
-                       "torchrun's --nproc-per-node and --nnodes)");
+  CHECK(error_of("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 100 --seq-length 8 --bf16", 0) ==
+        "train.sh: the GPU count is not in the command: give it with --gpus N (or launch with "
+        "torchrun's --nproc-per-node and --nnodes)");
 }
 
 TEST_CASE("--model replaces the architecture flags") {
-  const MegatronImport m = import("--num-layers 80 --hidden-size 8192 --tensor-model-parallel-size 8 "
-                                  "--pipeline-model-parallel-size 4 --seq-length 8192 --bf16 --global-batch-size 64 --micro-batch-size 1",
-                                  "dgx-h100", 64, "llama3.1-70b");
+  const MegatronImport m = import(
+      "--num-layers 80 --hidden-size 8192 --tensor-model-parallel-size 8 "
+      "--pipeline-model-parallel-size 4 --seq-length 8192 --bf16 --global-batch-size 64 --micro-batch-size 1",
+      "dgx-h100", 64, "llama3.1-70b");
   CHECK(m.scenario["model"] == "llama3.1-70b");
   REQUIRE(m.notes.size() == 1);
   CHECK(m.notes[0].find("--hidden-size") != std::string::npos);
