@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "config/bridge_config.h"
 #include "config/megatron_args.h"
 #include "config/scenario.h"
 #include "util/error.h"
@@ -34,6 +35,22 @@ CLI::App* add_import_command(CLI::App& app, ImportArgs& args) {
   megatron->add_option("--vocab", args.vocab, "The vocabulary size, when the command only names a tokenizer")
       ->check(CLI::PositiveNumber);
   megatron->add_option("-o,--out", args.out, "Write the scenario to this file (default: stdout)");
+
+  CLI::App* bridge = import->add_subcommand(
+      "bridge",
+      "Read a Megatron-Bridge (NeMo) run's configuration YAML (the ConfigContainer a run prints, or to_yaml()) and "
+      "write the scenario it runs");
+  bridge->add_option("config", args.bridge_file, "The configuration YAML (or - for stdin)")->required();
+  bridge->add_option("--cluster", args.cluster, "Topology name (topologies/NAME.json) or file")->required();
+  bridge->add_option("--gpus", args.gpus, "Total GPUs (a Megatron-Bridge configuration does not say)")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  bridge->add_option("--model", args.model,
+                     "A model name (models/NAME.json) or file to use instead of the configuration's model keys");
+  bridge->add_option("--vocab", args.vocab, "The vocabulary size, when the configuration leaves it to the tokenizer")
+      ->check(CLI::PositiveNumber);
+  bridge->add_option("-o,--out", args.out, "Write the scenario to this file (default: stdout)");
+  args.bridge_app = bridge;
   return import;
 }
 
@@ -52,7 +69,38 @@ void print_list(const char* what, const std::vector<std::string>& flags) {
 
 }  // namespace
 
+namespace {
+
+// The scenario of `imported`, checked as `run` will read it (an impossible one blamed on the flag or
+// key behind the scenario key that fails), its notes and flag lists on stderr, written out.
+int finish(const config::MegatronImport& imported, const config::MegatronImportOptions& options,
+           const std::string& out_file, const std::vector<std::string>& extra_notes, int keys_not_read);
+
+}  // namespace
+
 int import_command(const ImportArgs& args) {
+  if (args.bridge_app != nullptr && args.bridge_app->parsed()) {
+    config::MegatronImportOptions options;
+    options.cluster = args.cluster;
+    options.gpus = args.gpus;
+    options.model = args.model;
+    options.vocab = args.vocab;
+    std::string text;
+    if (args.bridge_file == "-") {
+      options.source = "<stdin>";
+      text = read_all(std::cin);
+    } else {
+      options.source = args.bridge_file;
+      std::ifstream in(args.bridge_file, std::ios::binary);
+      if (!in) throw util::InputError(args.bridge_file, "", "cannot read the file");
+      text = read_all(in);
+    }
+    config::BridgeFlags flags = config::read_bridge_config(text, options.source);
+    options.labels = flags.labels;
+    const config::MegatronImport imported = config::import_megatron({flags.command}, options);
+    return finish(imported, options, args.out, flags.notes, flags.keys_not_read);
+  }
+
   config::MegatronImportOptions options;
   options.cluster = args.cluster;
   options.gpus = args.gpus;
@@ -83,11 +131,18 @@ int import_command(const ImportArgs& args) {
     throw util::InputError("import megatron", "", "give a launch script, or Megatron arguments after --");
 
   const config::MegatronImport imported = config::import_megatron(commands, options);
+  return finish(imported, options, args.out, {}, 0);
+}
+
+namespace {
+
+int finish(const config::MegatronImport& imported, const config::MegatronImportOptions& options,
+           const std::string& out_file, const std::vector<std::string>& extra_notes, int keys_not_read) {
   const std::string text = imported.scenario.dump(2) + "\n";
 
   // The scenario is checked as `run` will read it; an impossible one is blamed on the flag behind the
   // key that fails.
-  const std::string checked_as = args.out.empty() ? options.source : args.out;
+  const std::string checked_as = out_file.empty() ? options.source : out_file;
   try {
     config::parse_scenario(util::JsonNode(nlohmann::json::parse(text), checked_as), config::default_data_dir());
   } catch (const util::InputError& e) {
@@ -97,20 +152,26 @@ int import_command(const ImportArgs& args) {
     throw util::InputError(options.source, e.path().empty() ? "" : "scenario key " + e.path(), e.problem());
   }
 
+  for (const auto& n : extra_notes) fmt::print(stderr, "note: {}\n", n);
   for (const auto& n : imported.notes) fmt::print(stderr, "note: {}\n", n);
   print_list("not modelled", imported.not_modelled);
   print_list("not a Megatron-LM flag trainsim knows, skipped", imported.unknown);
   print_list("no effect on a step", imported.no_effect);
-  if (args.out.empty()) {
+  if (keys_not_read > 0)
+    fmt::print(stderr, "{} other keys not read (docs/import-megatron.md lists the keys trainsim reads)\n",
+               keys_not_read);
+  if (out_file.empty()) {
     fmt::print("{}", text);
   } else {
-    std::ofstream out(args.out, std::ios::binary);
-    if (!out) throw util::InputError(args.out, "", "cannot write the file");
+    std::ofstream out(out_file, std::ios::binary);
+    if (!out) throw util::InputError(out_file, "", "cannot write the file");
     out << text;
-    if (!out) throw util::InputError(args.out, "", "cannot write the file");
-    fmt::print(stderr, "wrote {}\n", args.out);
+    if (!out) throw util::InputError(out_file, "", "cannot write the file");
+    fmt::print(stderr, "wrote {}\n", out_file);
   }
   return 0;
 }
+
+}  // namespace
 
 }  // namespace trainsim::cli

@@ -1,7 +1,8 @@
 #pragma once
 // `trainsim import megatron`: a Megatron-LM training command (a launch script, or the arguments after
-// `--`) written out as a trainsim scenario (config/megatron_args.h). main.cc registers it and maps
-// exceptions to exit codes.
+// `--`) written out as a trainsim scenario (config/megatron_args.h); `trainsim import bridge`: the
+// same from a Megatron-Bridge configuration YAML (config/bridge_config.h). main.cc registers them and
+// maps exceptions to exit codes.
 
 #include <cstdint>
 #include <string>
@@ -17,7 +18,9 @@ struct ImportArgs {
   std::int64_t gpus = 0;
   std::string model;
   std::int64_t vocab = 0;
-  std::string out;  // -o: the scenario file (default: stdout)
+  std::string out;                 // -o: the scenario file (default: stdout)
+  std::string bridge_file;         // import bridge: the configuration YAML
+  CLI::App* bridge_app = nullptr;  // set by add_import_command
 };
 
 CLI::App* add_import_command(CLI::App& app, ImportArgs& args);

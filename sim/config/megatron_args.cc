@@ -85,7 +85,9 @@ struct Flag {
 // The flags of the commands, the last occurrence of each kept (argparse's rule).
 class Flags {
  public:
-  Flags(const std::vector<util::ShellCommand>& commands, std::string source) : source_(std::move(source)) {
+  Flags(const std::vector<util::ShellCommand>& commands, std::string source,
+        const std::map<std::string, std::string>& labels)
+      : source_(std::move(source)), labels_(labels) {
     for (const auto& command : commands) {
       const auto& w = command.words;
       for (std::size_t i = 0; i < w.size(); ++i) {
@@ -123,15 +125,22 @@ class Flags {
   }
   bool on(std::string_view name) { return get(name) != nullptr; }
 
+  // The flag as the input spells it: "--num-layers", or its label ("model.num_layers").
+  std::string label(std::string_view name) const {
+    const auto it = labels_.find(std::string(name));
+    return it != labels_.end() ? it->second : fmt::format("--{}", name);
+  }
+
   // "line 12: --tensor-model-parallel-size 3" (without a line for words given on the command line).
   std::string where(const Flag& f) const {
-    std::string s = f.line > 0 ? fmt::format("line {}: --{}", f.line, f.name) : fmt::format("--{}", f.name);
+    std::string s = f.line > 0 ? fmt::format("line {}: {}", f.line, label(f.name)) : label(f.name);
     for (const auto& v : f.values) s += " " + v;
     return s;
   }
 
   [[noreturn]] void fail(const Flag& f, const std::string& problem) const {
-    throw util::InputError(source_, f.line > 0 ? fmt::format("line {}: --{}", f.line, f.name) : "--" + f.name, problem);
+    throw util::InputError(source_, f.line > 0 ? fmt::format("line {}: {}", f.line, label(f.name)) : label(f.name),
+                           problem);
   }
   [[noreturn]] void fail(const std::string& problem) const { throw util::InputError(source_, "", problem); }
 
@@ -185,6 +194,7 @@ class Flags {
   }
 
   std::string source_;
+  const std::map<std::string, std::string>& labels_;
   std::vector<Flag> flags_;
 };
 
@@ -239,7 +249,7 @@ std::string join(const std::vector<std::string>& items, std::string_view sep = "
 class Importer {
  public:
   Importer(const std::vector<util::ShellCommand>& commands, const MegatronImportOptions& options)
-      : f_(commands, options.source), o_(options) {}
+      : f_(commands, options.source, options.labels), o_(options) {}
 
   MegatronImport run() {
     // What the layout needs from the model, read before the model so --model runs need them too.
@@ -274,7 +284,7 @@ class Importer {
  private:
   std::int64_t require_int(std::string_view name, std::string_view what) {
     const auto v = f_.integer(name);
-    if (!v) f_.fail(fmt::format("--{} ({}) is not given", name, what));
+    if (!v) f_.fail(fmt::format("{} ({}) is not given", f_.label(name), what));
     return *v;
   }
 
@@ -777,7 +787,7 @@ class Importer {
   // Every flag not read: without effect on a step, or not modelled.
   void leftovers() {
     for (const Flag* f : f_.unread()) {
-      const std::string shown = "--" + f->name;
+      const std::string shown = f_.label(f->name);
       const MegatronFlag* known = known_flag(f->name);
       (known == nullptr ? out_.unknown : known->no_effect ? out_.no_effect : out_.not_modelled).push_back(shown);
     }

@@ -27,6 +27,9 @@ struct MegatronImportOptions {
   std::int64_t gpus = 0;             // 0: torchrun's --nproc-per-node x --nnodes
   std::string model;                 // a model name or file instead of the architecture flags
   std::int64_t vocab = 0;            // the vocabulary, when the command only names a tokenizer
+  // How the input spells a flag, when it is not a command line ("num-layers" -> "model.num_layers"
+  // for a Megatron-Bridge config): messages then name the input's own key.
+  std::map<std::string, std::string> labels;
 };
 
 struct MegatronImport {

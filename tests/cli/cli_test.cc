@@ -879,3 +879,53 @@ TEST_CASE("import megatron: a layout the model cannot take is blamed on its flag
   CHECK(missing.code == 2);
   CHECK(missing.err == "/nonexistent/train.sh: cannot read the file\n");
 }
+
+TEST_CASE("import bridge writes the scenario of a Megatron-Bridge configuration; a bad layout names its key") {
+  const std::string yaml = R"(model:
+  num_layers: 32
+  hidden_size: 4096
+  ffn_hidden_size: 14336
+  num_attention_heads: 32
+  num_query_groups: 8
+  gated_linear_unit: true
+  activation_func: {_call_: false, _target_: torch.nn.functional.silu}
+  normalization: RMSNorm
+  add_bias_linear: false
+  position_embedding_type: rope
+  share_embeddings_and_output_weights: false
+  vocab_size: 128256
+  hidden_dropout: 0.0
+  attention_dropout: 0.0
+  seq_length: 8192
+  tensor_model_parallel_size: 2
+  sequence_parallel: true
+mixed_precision:
+  bf16: true
+  fp8: null
+ddp:
+  use_distributed_optimizer: true
+train:
+  micro_batch_size: 1
+  global_batch_size: 64
+  lr_warmup_iters: 10
+)";
+  const fs::path good = write("bridge_llama.yaml", yaml);
+  Result r = run(fmt::format("import bridge '{}' --cluster dgx-h100 --gpus 16", good.string()));
+  INFO("stderr: " << r.err);
+  REQUIRE(r.code == 0);
+  const auto doc = nlohmann::json::parse(r.out);
+  CHECK(doc["model"]["kv_heads"] == 8);
+  CHECK(doc["model"]["mlp"] == "swiglu");
+  CHECK(doc["parallel"]["tp"] == 2);
+  CHECK(r.err.find("1 other keys not read") != std::string::npos);
+
+  std::string bad_yaml = yaml;
+  bad_yaml.replace(bad_yaml.find("tensor_model_parallel_size: 2"), 29, "tensor_model_parallel_size: 3");
+  const fs::path bad = write("bridge_bad.yaml", bad_yaml);
+  Result b = run(fmt::format("import bridge '{}' --cluster dgx-h100 --gpus 3", bad.string()));
+  INFO("stderr: " << b.err);
+  CHECK(b.code == 2);
+  CHECK(b.out.empty());
+  CHECK(std::count(b.err.begin(), b.err.end(), '\n') == 1);
+  CHECK(b.err.find(bad.string() + ": line 17: model.tensor_model_parallel_size 3: ") == 0);
+}

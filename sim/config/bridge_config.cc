@@ -1,0 +1,389 @@
+#include "config/bridge_config.h"
+
+#include <algorithm>
+#include <array>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "util/error.h"
+
+namespace trainsim::config {
+
+namespace {
+
+// How a key becomes a flag: its value; a switch when true; a switch when false (add_bias_linear
+// false is --disable-bias-linear); its list of values; a torch dtype as Megatron's name for it.
+enum class Kind { value, on, off, list, dtype };
+
+struct Key {
+  std::string_view path;  // "section.key"
+  std::string_view flag;
+  Kind kind;
+};
+
+// Read in this order; a later key of the same flag overrides an earlier one (comm_overlap's, when
+// set, override the model's and ddp's, as Megatron-Bridge applies them at set-up).
+constexpr auto kKeys = std::to_array<Key>({
+    {"model.num_layers", "num-layers", Kind::value},
+    {"model.hidden_size", "hidden-size", Kind::value},
+    {"model.ffn_hidden_size", "ffn-hidden-size", Kind::value},
+    {"model.num_attention_heads", "num-attention-heads", Kind::value},
+    {"model.kv_channels", "kv-channels", Kind::value},
+    {"model.normalization", "normalization", Kind::value},
+    {"model.add_bias_linear", "disable-bias-linear", Kind::off},
+    {"model.add_qkv_bias", "add-qkv-bias", Kind::on},
+    {"model.position_embedding_type", "position-embedding-type", Kind::value},
+    {"model.share_embeddings_and_output_weights", "untie-embeddings-and-output-weights", Kind::off},
+    {"tokenizer.vocab_size", "vocab-size", Kind::value},
+    {"model.vocab_size", "vocab-size", Kind::value},
+    {"model.hidden_dropout", "hidden-dropout", Kind::value},
+    {"model.attention_dropout", "attention-dropout", Kind::value},
+    {"model.qk_layernorm", "qk-layernorm", Kind::on},
+    {"model.window_attn_skip_freq", "window-attn-skip-freq", Kind::value},
+    {"model.num_moe_experts", "num-experts", Kind::value},
+    {"model.moe_router_topk", "moe-router-topk", Kind::value},
+    {"model.moe_ffn_hidden_size", "moe-ffn-hidden-size", Kind::value},
+    {"model.moe_shared_expert_intermediate_size", "moe-shared-expert-intermediate-size", Kind::value},
+    {"model.moe_latent_size", "moe-latent-size", Kind::value},
+    {"model.moe_grouped_gemm", "moe-grouped-gemm", Kind::on},
+    {"model.multi_latent_attention", "multi-latent-attention", Kind::on},
+    {"model.q_lora_rank", "q-lora-rank", Kind::value},
+    {"model.kv_lora_rank", "kv-lora-rank", Kind::value},
+    {"model.qk_head_dim", "qk-head-dim", Kind::value},
+    {"model.qk_pos_emb_head_dim", "qk-pos-emb-head-dim", Kind::value},
+    {"model.v_head_dim", "v-head-dim", Kind::value},
+    {"model.mtp_num_layers", "mtp-num-layers", Kind::value},
+    {"model.hybrid_override_pattern", "hybrid-override-pattern", Kind::value},
+    {"model.mamba_num_heads", "mamba-num-heads", Kind::value},
+    {"model.mamba_head_dim", "mamba-head-dim", Kind::value},
+    {"model.mamba_state_dim", "mamba-state-dim", Kind::value},
+    {"model.mamba_num_groups", "mamba-num-groups", Kind::value},
+    {"model.tensor_model_parallel_size", "tensor-model-parallel-size", Kind::value},
+    {"model.pipeline_model_parallel_size", "pipeline-model-parallel-size", Kind::value},
+    {"model.context_parallel_size", "context-parallel-size", Kind::value},
+    {"model.expert_model_parallel_size", "expert-model-parallel-size", Kind::value},
+    {"model.expert_tensor_parallel_size", "expert-tensor-parallel-size", Kind::value},
+    {"model.sequence_parallel", "sequence-parallel", Kind::on},
+    {"model.virtual_pipeline_model_parallel_size", "num-virtual-stages-per-pipeline-rank", Kind::value},
+    {"model.num_layers_in_first_pipeline_stage", "decoder-first-pipeline-num-layers", Kind::value},
+    {"model.num_layers_in_last_pipeline_stage", "decoder-last-pipeline-num-layers", Kind::value},
+    {"model.account_for_embedding_in_pipeline_split", "account-for-embedding-in-pipeline-split", Kind::on},
+    {"model.account_for_loss_in_pipeline_split", "account-for-loss-in-pipeline-split", Kind::on},
+    {"model.recompute_granularity", "recompute-granularity", Kind::value},
+    {"model.recompute_method", "recompute-method", Kind::value},
+    {"model.recompute_num_layers", "recompute-num-layers", Kind::value},
+    {"model.recompute_modules", "recompute-modules", Kind::list},
+    {"model.moe_token_dispatcher_type", "moe-token-dispatcher-type", Kind::value},
+    {"model.moe_flex_dispatcher_backend", "moe-flex-dispatcher-backend", Kind::value},
+    {"model.moe_expert_capacity_factor", "moe-expert-capacity-factor", Kind::value},
+    {"model.moe_pad_expert_input_to_capacity", "moe-pad-expert-input-to-capacity", Kind::on},
+    {"model.moe_expert_rank_capacity_factor", "moe-expert-rank-capacity-factor", Kind::value},
+    {"model.moe_paged_stash", "moe-paged-stash", Kind::on},
+    {"model.overlap_moe_expert_parallel_comm", "overlap-moe-expert-parallel-comm", Kind::on},
+    {"model.delay_wgrad_compute", "delay-wgrad-compute", Kind::on},
+    {"model.tp_comm_overlap", "tp-comm-overlap", Kind::on},
+    {"model.cuda_graph_impl", "cuda-graph-impl", Kind::value},
+    {"model.cuda_graph_scope", "cuda-graph-scope", Kind::list},
+    {"model.cross_entropy_loss_fusion", "cross-entropy-loss-fusion", Kind::on},
+    {"model.cpu_offloading", "cpu-offloading", Kind::on},
+    {"model.cpu_offloading_num_layers", "cpu-offloading-num-layers", Kind::value},
+    {"model.transformer_impl", "transformer-impl", Kind::value},
+    {"model.seq_length", "seq-length", Kind::value},
+    {"dataset.sequence_length", "seq-length", Kind::value},
+    {"ddp.use_distributed_optimizer", "use-distributed-optimizer", Kind::on},
+    {"optimizer.use_distributed_optimizer", "use-distributed-optimizer", Kind::on},
+    {"ddp.overlap_grad_reduce", "overlap-grad-reduce", Kind::on},
+    {"ddp.overlap_param_gather", "overlap-param-gather", Kind::on},
+    {"ddp.grad_reduce_in_fp32", "grad-reduce-in-bf16", Kind::off},
+    {"ddp.bucket_size", "ddp-bucket-size", Kind::value},
+    {"ddp.use_megatron_fsdp", "use-megatron-fsdp", Kind::on},
+    {"ddp.use_custom_fsdp", "use-custom-fsdp", Kind::on},
+    {"ddp.data_parallel_sharding_strategy", "data-parallel-sharding-strategy", Kind::value},
+    {"comm_overlap.tp_comm_overlap", "tp-comm-overlap", Kind::on},
+    {"comm_overlap.overlap_grad_reduce", "overlap-grad-reduce", Kind::on},
+    {"comm_overlap.overlap_param_gather", "overlap-param-gather", Kind::on},
+    {"comm_overlap.overlap_moe_expert_parallel_comm", "overlap-moe-expert-parallel-comm", Kind::on},
+    {"comm_overlap.delay_wgrad_compute", "delay-wgrad-compute", Kind::on},
+    {"optimizer.optimizer", "optimizer", Kind::value},
+    {"optimizer.use_precision_aware_optimizer", "use-precision-aware-optimizer", Kind::on},
+    {"optimizer.main_params_dtype", "main-params-dtype", Kind::dtype},
+    {"optimizer.exp_avg_dtype", "exp-avg-dtype", Kind::dtype},
+    {"optimizer.exp_avg_sq_dtype", "exp-avg-sq-dtype", Kind::dtype},
+    {"optimizer.store_param_remainders", "no-store-param-remainders", Kind::off},
+    {"optimizer.optimizer_cpu_offload", "optimizer-cpu-offload", Kind::on},
+    {"optimizer.optimizer_offload_fraction", "optimizer-offload-fraction", Kind::value},
+});
+
+// The flags of the training loop and the precision (their own sections).
+constexpr auto kTrainKeys = std::to_array<Key>({
+    {"optimizer.overlap_cpu_optimizer_d2h_h2d", "overlap-cpu-optimizer-d2h-h2d", Kind::on},
+    {"train.micro_batch_size", "micro-batch-size", Kind::value},
+    {"train.global_batch_size", "global-batch-size", Kind::value},
+    {"train.train_iters", "train-iters", Kind::value},
+    {"train.train_samples", "train-samples", Kind::value},
+    {"model.bf16", "bf16", Kind::on},
+    {"model.fp16", "fp16", Kind::on},
+    {"model.fp8", "fp8-format", Kind::value},
+    {"model.fp8_recipe", "fp8-recipe", Kind::value},
+    {"model.fp4", "fp4-format", Kind::value},
+    {"mixed_precision.bf16", "bf16", Kind::on},
+    {"mixed_precision.fp16", "fp16", Kind::on},
+    {"mixed_precision.fp8", "fp8-format", Kind::value},
+    {"mixed_precision.fp8_recipe", "fp8-recipe", Kind::value},
+    {"mixed_precision.fp4", "fp4-format", Kind::value},
+});
+
+struct Setting {
+  std::vector<std::string> values;
+  int line = 0;
+  std::string label;
+  bool present = true;
+};
+
+class Reader {
+ public:
+  Reader(const std::string& text, const std::string& source) : source_(source) {
+    try {
+      root_ = YAML::Load(text);
+    } catch (const YAML::Exception& e) {
+      throw util::InputError(source, fmt::format("line {}", e.mark.line + 1), e.msg);
+    }
+    if (!is_map(root_)) throw util::InputError(source, "", "not a Megatron-Bridge configuration (a YAML mapping)");
+    if (!is_map(root_["model"]))
+      throw util::InputError(source, "", "no model section: not a Megatron-Bridge ConfigContainer");
+  }
+
+  BridgeFlags run() {
+    for (const Key& k : kKeys) read(k);
+    for (const Key& k : kTrainKeys) read(k);
+    // An FP8 recipe without an FP8 format is Megatron-Bridge's default and means nothing.
+    if (settings_.count("fp8-format") == 0) settings_.erase("fp8-recipe");
+    model_specials();
+    BridgeFlags out;
+    for (const auto& [flag, s] : settings_) {
+      out.labels[flag] = s.label;
+      if (!s.present) continue;
+      out.command.words.push_back("--" + flag);
+      out.command.lines.push_back(s.line);
+      for (const auto& v : s.values) {
+        out.command.words.push_back(v);
+        out.command.lines.push_back(s.line);
+      }
+    }
+    out.notes = std::move(notes_);
+    out.keys_not_read = std::max(0, count_leaves(root_) - read_);
+    return out;
+  }
+
+ private:
+  // yaml-cpp throws when asked the type or position of a key that is not there: ask first.
+  static bool is_map(const YAML::Node& n) { return n.IsDefined() && n.IsMap(); }
+  static bool is_sequence(const YAML::Node& n) { return n.IsDefined() && n.IsSequence(); }
+  static int line_of(const YAML::Node& n) { return n.IsDefined() ? n.Mark().line + 1 : 0; }
+
+  [[noreturn]] void fail(const YAML::Node& n, std::string_view path, const std::string& problem) const {
+    const int line = line_of(n);
+    throw util::InputError(source_, line > 0 ? fmt::format("line {}: {}", line, path) : std::string(path), problem);
+  }
+
+  YAML::Node lookup(std::string_view path) const {
+    const auto dot = path.find('.');
+    const YAML::Node section = root_[std::string(path.substr(0, dot))];
+    if (!is_map(section)) return YAML::Node(YAML::NodeType::Undefined);
+    return section[std::string(path.substr(dot + 1))];
+  }
+
+  std::string scalar(const YAML::Node& n, std::string_view path) const {
+    if (!n.IsDefined() || !n.IsScalar()) fail(n, path, "expected a single value");
+    return n.Scalar();
+  }
+
+  static bool truthy(const std::string& v) {
+    std::string l = v;
+    std::transform(l.begin(), l.end(), l.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return l == "true" || l == "yes" || l == "on" || l == "1";
+  }
+
+  // A torch dtype as `{_target_: torch.bfloat16}`, "torch.bfloat16" or "bf16": Megatron's name.
+  std::string dtype(const YAML::Node& n, std::string_view path) const {
+    std::string t = is_map(n) ? scalar(n["_target_"], path) : scalar(n, path);
+    if (t.starts_with("torch.")) t = t.substr(6);
+    if (t == "float32" || t == "fp32") return "fp32";
+    if (t == "bfloat16" || t == "bf16") return "bf16";
+    if (t == "float16" || t == "fp16" || t == "half") return "fp16";
+    if (t == "uint8" || t == "fp8") return "fp8";  // Megatron keeps fp8 Adam states as torch.uint8
+    fail(n, path, fmt::format("unknown dtype \"{}\"", t));
+  }
+
+  // The value of a repr like "AttnBackend.auto" or "CudaGraphScope.attn": the part after the dot.
+  static std::string enum_value(const std::string& v) {
+    const auto dot = v.rfind('.');
+    return dot == std::string::npos ? v : v.substr(dot + 1);
+  }
+
+  void set(std::string_view flag, std::vector<std::string> values, const YAML::Node& n, std::string_view path,
+           bool present = true) {
+    settings_[std::string(flag)] = {std::move(values), line_of(n), std::string(path), present};
+  }
+
+  void read(const Key& k) {
+    const YAML::Node n = lookup(k.path);
+    // The mixed_precision section, when there is one, is what Megatron-Bridge applies to the model
+    // at set-up: the model's own precision keys are then its copies, and its nulls mean off.
+    const bool precision = k.path.starts_with("mixed_precision.") || k.path == "model.bf16" ||
+                           k.path == "model.fp16" || k.path.starts_with("model.fp8") || k.path == "model.fp4";
+    if (precision && k.path.starts_with("model.") && is_map(root_["mixed_precision"])) return;
+    if (precision && n.IsDefined() && n.IsNull()) return set(k.flag, {}, n, k.path, false);
+    if (!n.IsDefined() || n.IsNull()) return;
+    ++read_;
+    switch (k.kind) {
+      case Kind::value:
+        return set(k.flag, {scalar(n, k.path)}, n, k.path);
+      case Kind::on:
+        return set(k.flag, {}, n, k.path, truthy(scalar(n, k.path)));
+      case Kind::off:
+        return set(k.flag, {}, n, k.path, !truthy(scalar(n, k.path)));
+      case Kind::dtype:
+        return set(k.flag, {dtype(n, k.path)}, n, k.path);
+      case Kind::list: {
+        std::vector<std::string> values;
+        if (is_sequence(n)) {
+          for (const auto& item : n) values.push_back(enum_value(scalar(item, k.path)));
+        } else {
+          values.push_back(enum_value(scalar(n, k.path)));
+        }
+        if (values.empty()) return;
+        return set(k.flag, std::move(values), n, k.path);
+      }
+    }
+  }
+
+  void model_specials() {
+    // Grouped-query attention: num_query_groups below the heads.
+    const YAML::Node groups = lookup("model.num_query_groups");
+    const YAML::Node heads = lookup("model.num_attention_heads");
+    if (groups.IsDefined() && !groups.IsNull()) {
+      ++read_;
+      const std::string g = scalar(groups, "model.num_query_groups");
+      if (!heads.IsDefined() || heads.IsNull() || scalar(heads, "model.num_attention_heads") != g) {
+        set("group-query-attention", {}, groups, "model.num_query_groups");
+        set("num-query-groups", {g}, groups, "model.num_query_groups");
+      }
+    }
+    activation();
+    // moe_layer_freq: 1, or one 0/1 per layer.
+    const YAML::Node freq = lookup("model.moe_layer_freq");
+    if (freq.IsDefined() && !freq.IsNull()) {
+      ++read_;
+      std::string v;
+      if (is_sequence(freq)) {
+        for (const auto& item : freq) {
+          v += v.empty() ? '[' : ',';
+          v += scalar(item, "model.moe_layer_freq");
+        }
+        v += ']';
+      } else {
+        v = scalar(freq, "model.moe_layer_freq");
+      }
+      set("moe-layer-freq", {v}, freq, "model.moe_layer_freq");
+    }
+    // window_size: [left, right] keys around each query, or null.
+    const YAML::Node window = lookup("model.window_size");
+    if (window.IsDefined() && !window.IsNull()) {
+      ++read_;
+      const std::string left = is_sequence(window) && window.size() > 0 ? scalar(window[0], "model.window_size")
+                                                                          : scalar(window, "model.window_size");
+      set("window-size", {left}, window, "model.window_size");
+    }
+    const YAML::Node backend = lookup("model.attention_backend");
+    if (backend.IsDefined() && !backend.IsNull()) {
+      ++read_;
+      const std::string b = is_map(backend) && is_sequence(backend["_args_"]) && backend["_args_"].size() > 0
+                                ? scalar(backend["_args_"][0], "model.attention_backend")
+                                : enum_value(scalar(backend, "model.attention_backend"));
+      set("attention-backend", {b}, backend, "model.attention_backend");
+    }
+    pipeline_layout();
+  }
+
+  // gated_linear_unit with activation_func: SiLU is SwiGLU, squared ReLU Nemotron's; the other gated
+  // activations (GeGLU, GPT-OSS's clamped quick-GELU) run the same GEMMs and are taken as SwiGLU.
+  void activation() {
+    const YAML::Node glu = lookup("model.gated_linear_unit");
+    const YAML::Node func = lookup("model.activation_func");
+    const bool gated = glu.IsDefined() && !glu.IsNull() && truthy(scalar(glu, "model.gated_linear_unit"));
+    std::string name;
+    if (func.IsDefined() && !func.IsNull())
+      name = is_map(func) ? scalar(func["_target_"], "model.activation_func") : scalar(func, "model.activation_func");
+    if (glu.IsDefined()) ++read_;
+    if (func.IsDefined()) ++read_;
+    const std::string leaf = enum_value(name);
+    const YAML::Node& at = func.IsDefined() ? func : glu;
+    if (leaf == "squared_relu") {
+      set("squared-relu", {}, at, "model.activation_func");
+    } else if (gated) {
+      set("swiglu", {}, at, "model.gated_linear_unit");
+      if (leaf != "silu" && !leaf.empty())
+        notes_.push_back(fmt::format("model.activation_func {} with gated_linear_unit: modelled as SwiGLU (the same "
+                                     "GEMMs; its element-wise kernel differs)",
+                                     leaf));
+    } else if (!leaf.empty() && leaf != "gelu") {
+      notes_.push_back(fmt::format("model.activation_func {}: modelled as GELU", leaf));
+    }
+  }
+
+  // A layout as a list of virtual stages, each a list of "embedding", "decoder", "mtp", "loss".
+  void pipeline_layout() {
+    const YAML::Node layout = lookup("model.pipeline_model_parallel_layout");
+    if (!layout.IsDefined() || layout.IsNull()) return;
+    ++read_;
+    if (layout.IsScalar()) return set("pipeline-model-parallel-layout", {layout.Scalar()}, layout,
+                                      "model.pipeline_model_parallel_layout");
+    if (!is_sequence(layout)) fail(layout, "model.pipeline_model_parallel_layout", "expected a string or a list");
+    std::string text;
+    for (std::size_t i = 0; i < layout.size(); ++i) {
+      if (i > 0) text += '|';
+      const YAML::Node stage = layout[i];
+      if (!is_sequence(stage)) fail(stage, "model.pipeline_model_parallel_layout", "each stage must be a list");
+      for (const auto& item : stage) {
+        const std::string v = scalar(item, "model.pipeline_model_parallel_layout");
+        if (v == "embedding") text += 'E';
+        else if (v == "decoder") text += 't';
+        else if (v == "mtp") text += 'm';
+        else if (v == "loss") text += 'L';
+        else fail(item, "model.pipeline_model_parallel_layout",
+                  fmt::format("unknown layer \"{}\" (embedding, decoder, mtp or loss)", v));
+      }
+    }
+    set("pipeline-model-parallel-layout", {text}, layout, "model.pipeline_model_parallel_layout");
+  }
+
+  static int count_leaves(const YAML::Node& n) {
+    if (!n.IsDefined()) return 0;
+    if (n.IsMap()) {
+      if (n["_target_"].IsDefined() && n.size() <= 3) return 1;  // an object reference counts as one value
+      int c = 0;
+      for (const auto& kv : n) c += count_leaves(kv.second);
+      return c;
+    }
+    if (n.IsSequence()) return 1;
+    return n.IsNull() ? 0 : 1;
+  }
+
+  const std::string& source_;
+  YAML::Node root_;
+  std::map<std::string, Setting> settings_;
+  std::vector<std::string> notes_;
+  int read_ = 0;
+};
+
+}  // namespace
+
+BridgeFlags read_bridge_config(const std::string& text, const std::string& source) {
+  return Reader(text, source).run();
+}
+
+}  // namespace trainsim::config

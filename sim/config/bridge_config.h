@@ -1,0 +1,27 @@
+#pragma once
+// `trainsim import bridge`: a Megatron-Bridge (NeMo) run's configuration, the ConfigContainer YAML
+// that a run prints at start-up and that `ConfigContainer.to_yaml()` writes (sections model, ddp,
+// optimizer, train, mixed_precision, comm_overlap, dataset), read into the Megatron-LM flags of the
+// same meaning, so that config::import_megatron maps them as it maps a launch script. The model's
+// keys are Megatron-Core's TransformerConfig fields, whose flags are their names with dashes; the
+// others have their own names (megatron_args.h's table in docs/import-megatron.md). Keys trainsim
+// does not read are counted, not listed: a whole dump holds several hundred.
+
+#include <map>
+#include <string>
+
+#include "util/shell_words.h"
+
+namespace trainsim::config {
+
+struct BridgeFlags {
+  util::ShellCommand command;                 // "--num-layers", "36", ... with each key's line
+  std::map<std::string, std::string> labels;  // "num-layers" -> "model.num_layers"
+  std::vector<std::string> notes;             // how a key was read, where it needed interpreting
+  int keys_not_read = 0;                      // scalar keys of the file that map to no flag
+};
+
+// An InputError naming `source` (and the line) for malformed YAML or a value of the wrong kind.
+BridgeFlags read_bridge_config(const std::string& text, const std::string& source);
+
+}  // namespace trainsim::config

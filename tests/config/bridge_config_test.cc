@@ -1,0 +1,194 @@
+// A Megatron-Bridge configuration (its ConfigContainer YAML) read as the Megatron-LM flags of the
+// same meaning: model keys by their TransformerConfig names, the training loop, precision, data
+// parallelism and optimizer from their own sections, each message naming the YAML key and line.
+
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "config/bridge_config.h"
+#include "config/megatron_args.h"
+#include "util/error.h"
+
+using trainsim::config::import_megatron;
+using trainsim::config::MegatronImport;
+using trainsim::config::MegatronImportOptions;
+using trainsim::config::read_bridge_config;
+using trainsim::util::InputError;
+
+namespace {
+
+MegatronImport import(const std::string& yaml, std::int64_t gpus = 64) {
+  const auto flags = read_bridge_config(yaml, "run.yaml");
+  MegatronImportOptions o;
+  o.source = "run.yaml";
+  o.cluster = "gb200-nvl72";
+  o.gpus = gpus;
+  o.labels = flags.labels;
+  return import_megatron({flags.command}, o);
+}
+
+// A mixture-of-experts model with grouped-query attention, gated quick-GELU experts and alternating
+// sliding windows, written as Megatron-Bridge dumps it.
+const char* kMoe = R"(_target_: megatron.bridge.training.config.ConfigContainer
+comm_overlap:
+  overlap_grad_reduce: null
+  overlap_moe_expert_parallel_comm: true
+ddp:
+  grad_reduce_in_fp32: false
+  overlap_grad_reduce: true
+  overlap_param_gather: true
+  use_distributed_optimizer: true
+  use_megatron_fsdp: false
+mixed_precision:
+  bf16: true
+  fp16: false
+  fp8: hybrid
+  fp8_recipe: mxfp8
+  fp4: null
+model:
+  _target_: megatron.bridge.models.gpt_provider.GPTModelProvider
+  activation_func:
+    _call_: false
+    _target_: megatron.core.fusions.fused_bias_geglu.quick_gelu
+  add_bias_linear: true
+  attention_backend: null
+  attention_dropout: 0.0
+  bf16: true
+  context_parallel_size: 1
+  cuda_graph_impl: transformer_engine
+  cuda_graph_scope:
+  - attn
+  - moe_router
+  - moe_preprocess
+  expert_model_parallel_size: 64
+  expert_tensor_parallel_size: 1
+  ffn_hidden_size: 2880
+  fp8: null
+  gated_linear_unit: true
+  hidden_dropout: 0.0
+  hidden_size: 2880
+  kv_channels: 64
+  moe_ffn_hidden_size: 2880
+  moe_grouped_gemm: true
+  moe_layer_freq: 1
+  moe_router_topk: 4
+  moe_token_dispatcher_type: alltoall
+  normalization: RMSNorm
+  num_attention_heads: 64
+  num_layers: 36
+  num_moe_experts: 128
+  num_query_groups: 8
+  pipeline_model_parallel_size: 1
+  position_embedding_type: yarn
+  recompute_granularity: selective
+  recompute_modules:
+  - layernorm
+  - moe_act
+  seq_length: 4096
+  sequence_parallel: false
+  share_embeddings_and_output_weights: false
+  tensor_model_parallel_size: 1
+  vocab_size: 201088
+  window_attn_skip_freq: 2
+  window_size:
+  - 128
+  - 0
+optimizer:
+  exp_avg_dtype:
+    _call_: false
+    _target_: torch.float32
+  lr: 0.0003
+  optimizer: adam
+train:
+  global_batch_size: 512
+  micro_batch_size: 4
+  train_iters: 100
+)";
+
+}  // namespace
+
+TEST_CASE("a Megatron-Bridge MoE configuration reads as its scenario") {
+  const MegatronImport m = import(kMoe);
+  const auto& s = m.scenario;
+  CHECK(s["model"]["layers"] == 36);
+  CHECK(s["model"]["kv_heads"] == 8);  // num_query_groups 8 of 64 heads
+  CHECK(s["model"]["head_dim"] == 64);
+  CHECK(s["model"]["mlp"] == "swiglu");  // gated quick-GELU taken as SwiGLU (a note)
+  CHECK(s["model"]["experts"] == 128);
+  CHECK(s["model"]["experts_per_token"] == 4);
+  CHECK(s["model"]["sliding_window"] == 128);
+  CHECK(s["model"]["sliding_window_pattern"] == 2);
+  CHECK(s["model"]["tied_embeddings"] == false);
+  CHECK(s["model"]["vocab"] == 201088);
+  CHECK(s["parallel"]["ep"] == 64);
+  CHECK(s["parallel"]["zero"] == 1);
+  CHECK(s["parallel"]["moe_a2a_overlap"] == true);  // comm_overlap's, set
+  CHECK(s["parallel"]["overlap_grad_reduce"] == true);  // ddp's: comm_overlap's is null
+  CHECK(s["training"]["micro_batch"] == 4);
+  CHECK(s["training"]["global_batch"] == 512);
+  CHECK(s["training"]["seq_len"] == 4096);
+  CHECK(s["training"]["precision"] == "fp8");  // mixed_precision's, not the model's null copy
+  CHECK(s["training"]["grad_reduce_in_fp32"] == false);
+  CHECK(s["training"]["recompute_modules"] == nlohmann::ordered_json::array({"layernorm", "moe_act"}));
+  CHECK(s["training"]["cuda_graph_scope"] == nlohmann::ordered_json::array({"attn", "moe_router", "moe_preprocess"}));
+  CHECK(s["training"]["train_tokens"] == 100.0 * 512 * 4096);
+  CHECK(m.origin.at("parallel.ep") == "line 32: model.expert_model_parallel_size 64");
+}
+
+TEST_CASE("Megatron-Bridge keys: layouts as lists, dtypes as torch objects, errors naming the key and line") {
+  const std::string base = R"(model:
+  num_layers: 4
+  hidden_size: 256
+  num_attention_heads: 4
+  vocab_size: 1000
+  seq_length: 128
+  pipeline_model_parallel_size: 2
+  virtual_pipeline_model_parallel_size: 2
+  pipeline_model_parallel_layout:
+  - [embedding, decoder]
+  - [decoder]
+  - [decoder]
+  - [decoder, loss]
+mixed_precision:
+  bf16: true
+optimizer:
+  use_precision_aware_optimizer: true
+  exp_avg_dtype: {_target_: torch.bfloat16}
+ddp:
+  use_distributed_optimizer: true
+train:
+  global_batch_size: 8
+  micro_batch_size: 1
+)";
+  const MegatronImport m = import(base, 8);
+  CHECK(m.scenario["parallel"]["pipeline_layout"] == "Et|t|t|tL");
+  CHECK(m.scenario["parallel"]["virtual_stages"] == 2);
+  CHECK(m.scenario["training"]["optimizer"]["exp_avg_dtype"] == "bf16");
+
+  // A flag the importer itself refuses names the YAML key and its line.
+  std::string with_sgd = base;
+  with_sgd.replace(with_sgd.find("  use_precision_aware_optimizer"), 0, "  optimizer: sgd\n");
+  try {
+    import(with_sgd, 8);
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()) == "run.yaml: line 17: optimizer.optimizer: the sgd optimizer is not modelled (adam is)");
+  }
+  try {
+    read_bridge_config("model:\n  num_layers: [1\n", "run.yaml");
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("run.yaml: line ") == 0);
+  }
+  CHECK_THROWS_AS(read_bridge_config("just a string\n", "run.yaml"), InputError);
+  CHECK_THROWS_AS(read_bridge_config("train:\n  global_batch_size: 8\n", "run.yaml"), InputError);
+  try {
+    import("model:\n  num_layers: x\n");
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()) == "run.yaml: line 2: model.num_layers: \"x\" is not an integer");
+  }
+}
