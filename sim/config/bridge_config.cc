@@ -233,8 +233,8 @@ class Reader {
     const YAML::Node n = lookup(k.path);
     // The mixed_precision section, when there is one, is what Megatron-Bridge applies to the model
     // at set-up: the model's own precision keys are then its copies, and its nulls mean off.
-    const bool precision = k.path.starts_with("mixed_precision.") || k.path == "model.bf16" ||
-                           k.path == "model.fp16" || k.path.starts_with("model.fp8") || k.path == "model.fp4";
+    const bool precision = k.path.starts_with("mixed_precision.") || k.path == "model.bf16" || k.path == "model.fp16" ||
+                           k.path.starts_with("model.fp8") || k.path == "model.fp4";
     if (precision && k.path.starts_with("model.") && is_map(root_["mixed_precision"])) return;
     if (precision && n.IsDefined() && n.IsNull()) return set(k.flag, {}, n, k.path, false);
     if (!n.IsDefined() || n.IsNull()) return;
@@ -295,7 +295,7 @@ class Reader {
     if (window.IsDefined() && !window.IsNull()) {
       ++read_;
       const std::string left = is_sequence(window) && window.size() > 0 ? scalar(window[0], "model.window_size")
-                                                                          : scalar(window, "model.window_size");
+                                                                        : scalar(window, "model.window_size");
       set("window-size", {left}, window, "model.window_size");
     }
     const YAML::Node backend = lookup("model.attention_backend");
@@ -327,9 +327,10 @@ class Reader {
     } else if (gated) {
       set("swiglu", {}, at, "model.gated_linear_unit");
       if (leaf != "silu" && !leaf.empty())
-        notes_.push_back(fmt::format("model.activation_func {} with gated_linear_unit: modelled as SwiGLU (the same "
-                                     "GEMMs; its element-wise kernel differs)",
-                                     leaf));
+        notes_.push_back(
+            fmt::format("model.activation_func {} with gated_linear_unit: modelled as SwiGLU (the same "
+                        "GEMMs; its element-wise kernel differs)",
+                        leaf));
     } else if (!leaf.empty() && leaf != "gelu") {
       notes_.push_back(fmt::format("model.activation_func {}: modelled as GELU", leaf));
     }
@@ -340,8 +341,8 @@ class Reader {
     const YAML::Node layout = lookup("model.pipeline_model_parallel_layout");
     if (!layout.IsDefined() || layout.IsNull()) return;
     ++read_;
-    if (layout.IsScalar()) return set("pipeline-model-parallel-layout", {layout.Scalar()}, layout,
-                                      "model.pipeline_model_parallel_layout");
+    if (layout.IsScalar())
+      return set("pipeline-model-parallel-layout", {layout.Scalar()}, layout, "model.pipeline_model_parallel_layout");
     if (!is_sequence(layout)) fail(layout, "model.pipeline_model_parallel_layout", "expected a string or a list");
     std::string text;
     for (std::size_t i = 0; i < layout.size(); ++i) {
@@ -350,12 +351,17 @@ class Reader {
       if (!is_sequence(stage)) fail(stage, "model.pipeline_model_parallel_layout", "each stage must be a list");
       for (const auto& item : stage) {
         const std::string v = scalar(item, "model.pipeline_model_parallel_layout");
-        if (v == "embedding") text += 'E';
-        else if (v == "decoder") text += 't';
-        else if (v == "mtp") text += 'm';
-        else if (v == "loss") text += 'L';
-        else fail(item, "model.pipeline_model_parallel_layout",
-                  fmt::format("unknown layer \"{}\" (embedding, decoder, mtp or loss)", v));
+        if (v == "embedding")
+          text += 'E';
+        else if (v == "decoder")
+          text += 't';
+        else if (v == "mtp")
+          text += 'm';
+        else if (v == "loss")
+          text += 'L';
+        else
+          fail(item, "model.pipeline_model_parallel_layout",
+               fmt::format("unknown layer \"{}\" (embedding, decoder, mtp or loss)", v));
       }
     }
     set("pipeline-model-parallel-layout", {text}, layout, "model.pipeline_model_parallel_layout");

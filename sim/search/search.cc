@@ -649,7 +649,8 @@ std::string to_text(const Result& r, const config::Scenario& base, std::size_t t
   const std::size_t shown = shown_fitting(r, top);
   if (shown == 0) return out + "no layout fits in memory\n" + closest_text(r, base);
   const Columns cols = columns(r, base);
-  out += "\n" + text_row(heads(cols), cols);
+  out += '\n';  // appended apart: GCC 12's -Wrestrict misfires on "\n" + std::string here (-DTRAINSIM_MPI=OFF)
+  out += text_row(heads(cols), cols);
   bool overlap = false, flex = false;
   for (std::size_t i = 0; i < shown; ++i) {
     out += text_row(cells(r.ranked[i], i + 1, cols), cols);

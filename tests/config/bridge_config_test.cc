@@ -125,7 +125,7 @@ TEST_CASE("a Megatron-Bridge MoE configuration reads as its scenario") {
   CHECK(s["model"]["vocab"] == 201088);
   CHECK(s["parallel"]["ep"] == 64);
   CHECK(s["parallel"]["zero"] == 1);
-  CHECK(s["parallel"]["moe_a2a_overlap"] == true);  // comm_overlap's, set
+  CHECK(s["parallel"]["moe_a2a_overlap"] == true);      // comm_overlap's, set
   CHECK(s["parallel"]["overlap_grad_reduce"] == true);  // ddp's: comm_overlap's is null
   CHECK(s["training"]["micro_batch"] == 4);
   CHECK(s["training"]["global_batch"] == 512);
@@ -175,7 +175,8 @@ train:
     import(with_sgd, 8);
     FAIL("no error");
   } catch (const InputError& e) {
-    CHECK(std::string(e.what()) == "run.yaml: line 17: optimizer.optimizer: the sgd optimizer is not modelled (adam is)");
+    CHECK(std::string(e.what()) ==
+          "run.yaml: line 17: optimizer.optimizer: the sgd optimizer is not modelled (adam is)");
   }
   try {
     read_bridge_config("model:\n  num_layers: [1\n", "run.yaml");
