@@ -22,9 +22,11 @@ CLI::App* add_import_command(CLI::App& app, ImportArgs& args) {
       "megatron",
       "Read a Megatron-LM training command (a launch script, or the arguments after --) and write the scenario it "
       "runs");
-  megatron->add_option("input", args.words,
-                       "A launch script (or - for stdin), then Megatron arguments after --, e.g. `train.sh` or `-- "
-                       "--num-layers 32 --hidden-size 4096 ...`");
+  megatron->add_option(
+      "script", args.script,
+      "A launch script (or - for stdin); Megatron arguments may follow --, after it or instead of "
+      "it: `train.sh`, `train.sh --cluster X -- --micro-batch-size 2`, `--cluster X -- --num-layers 32 "
+      "...`");
   megatron->add_option("--cluster", args.cluster, "Topology name (topologies/NAME.json) or file")->required();
   megatron
       ->add_option("--gpus", args.gpus,
@@ -95,7 +97,7 @@ int import_command(const ImportArgs& args) {
       if (!in) throw util::InputError(args.bridge_file, "", "cannot read the file");
       text = read_all(in);
     }
-    config::BridgeFlags flags = config::read_bridge_config(text, options.source);
+    config::BridgeFlags flags = config::read_bridge_config(text, options.source, options.gpus);
     options.labels = flags.labels;
     const config::MegatronImport imported = config::import_megatron({flags.command}, options);
     return finish(imported, options, args.out, flags.notes, flags.keys_not_read);
@@ -106,32 +108,36 @@ int import_command(const ImportArgs& args) {
   options.gpus = args.gpus;
   options.model = args.model;
   options.vocab = args.vocab;
+  // The script positional takes the first word after -- when no script came before it.
+  std::vector<std::string> words;
+  if (!args.script.empty()) words.push_back(args.script);
+  words.insert(words.end(), args.megatron_args.begin(), args.megatron_args.end());
   std::vector<util::ShellCommand> commands;
+  std::vector<std::string> shell_notes;
   std::size_t first_arg = 0;
-  if (!args.words.empty() && (args.words[0] == "-" || !args.words[0].starts_with("-"))) {
+  if (!words.empty() && (words[0] == "-" || !words[0].starts_with("-"))) {
     std::string text;
-    if (args.words[0] == "-") {
+    if (words[0] == "-") {
       options.source = "<stdin>";
       text = read_all(std::cin);
     } else {
-      options.source = args.words[0];
-      std::ifstream in(args.words[0], std::ios::binary);
-      if (!in) throw util::InputError(args.words[0], "", "cannot read the file");
+      options.source = words[0];
+      std::ifstream in(words[0], std::ios::binary);
+      if (!in) throw util::InputError(words[0], "", "cannot read the file");
       text = read_all(in);
     }
-    commands = util::split_shell_commands(text, options.source);
+    commands = util::split_shell_commands(text, options.source, &shell_notes);
     first_arg = 1;
   }
   // Arguments given after the script (or instead of it) come last, so they override the script's.
-  if (first_arg < args.words.size())
-    commands.push_back(
-        {std::vector<std::string>(args.words.begin() + static_cast<std::ptrdiff_t>(first_arg), args.words.end()),
-         std::vector<int>(args.words.size() - first_arg, 0)});
+  if (first_arg < words.size())
+    commands.push_back({std::vector<std::string>(words.begin() + static_cast<std::ptrdiff_t>(first_arg), words.end()),
+                        std::vector<int>(words.size() - first_arg, 0)});
   if (commands.empty())
     throw util::InputError("import megatron", "", "give a launch script, or Megatron arguments after --");
 
   const config::MegatronImport imported = config::import_megatron(commands, options);
-  return finish(imported, options, args.out, {}, 0);
+  return finish(imported, options, args.out, shell_notes, 0);
 }
 
 namespace {
@@ -173,5 +179,19 @@ int finish(const config::MegatronImport& imported, const config::MegatronImportO
 }
 
 }  // namespace
+
+}  // namespace trainsim::cli
+
+namespace trainsim::cli {
+
+int split_megatron_args(int argc, char** argv, ImportArgs& args) {
+  if (argc < 3 || std::string_view(argv[1]) != "import" || std::string_view(argv[2]) != "megatron") return argc;
+  for (int i = 3; i < argc; ++i) {
+    if (std::string_view(argv[i]) != "--") continue;
+    args.megatron_args.assign(argv + i + 1, argv + argc);
+    return i;
+  }
+  return argc;
+}
 
 }  // namespace trainsim::cli

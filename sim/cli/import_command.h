@@ -13,17 +13,21 @@
 namespace trainsim::cli {
 
 struct ImportArgs {
-  std::vector<std::string> words;  // a script file (or "-" for stdin) first, then Megatron arguments
+  std::string script;  // a launch script (or "-" for stdin), or the first Megatron argument after --
   std::string cluster;
   std::int64_t gpus = 0;
   std::string model;
   std::int64_t vocab = 0;
-  std::string out;                 // -o: the scenario file (default: stdout)
-  std::string bridge_file;         // import bridge: the configuration YAML
-  CLI::App* bridge_app = nullptr;  // set by add_import_command
+  std::string out;                         // -o: the scenario file (default: stdout)
+  std::string bridge_file;                 // import bridge: the configuration YAML
+  CLI::App* bridge_app = nullptr;          // set by add_import_command
+  std::vector<std::string> megatron_args;  // the words after `--` (split_megatron_args)
 };
 
 CLI::App* add_import_command(CLI::App& app, ImportArgs& args);
+// For `import megatron`: moves the words after `--` into args.megatron_args before CLI11 parses the
+// rest (Megatron's flags are not trainsim's options); returns the argc to parse.
+int split_megatron_args(int argc, char** argv, ImportArgs& args);
 // Exit code 0; an InputError (exit 2) when the command cannot be read or makes an impossible scenario.
 int import_command(const ImportArgs& args);
 

@@ -445,8 +445,9 @@ int main(int argc, char** argv) {
   trainsim::cli::ImportArgs import_args;
   CLI::App* import = trainsim::cli::add_import_command(app, import_args);
 
+  const int parsed_argc = trainsim::cli::split_megatron_args(argc, argv, import_args);
   try {
-    app.parse(argc, argv);
+    app.parse(parsed_argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }

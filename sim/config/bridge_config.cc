@@ -22,6 +22,10 @@ struct Key {
   std::string_view path;  // "section.key"
   std::string_view flag;
   Kind kind;
+  // Read only when this key is set (not null, false, 0 or "none"): the MoE keys with experts, the
+  // MLA keys with multi_latent_attention, the Mamba keys with a hybrid pattern, ... (a dump carries
+  // every key at its default).
+  std::string_view needs = {};
 };
 
 // Read in this order; a later key of the same flag overrides an earlier one (comm_overlap's, when
@@ -42,30 +46,31 @@ constexpr auto kKeys = std::to_array<Key>({
     {"model.hidden_dropout", "hidden-dropout", Kind::value},
     {"model.attention_dropout", "attention-dropout", Kind::value},
     {"model.qk_layernorm", "qk-layernorm", Kind::on},
-    {"model.window_attn_skip_freq", "window-attn-skip-freq", Kind::value},
+    {"model.window_attn_skip_freq", "window-attn-skip-freq", Kind::value, "model.window_size"},
     {"model.num_moe_experts", "num-experts", Kind::value},
-    {"model.moe_router_topk", "moe-router-topk", Kind::value},
-    {"model.moe_ffn_hidden_size", "moe-ffn-hidden-size", Kind::value},
-    {"model.moe_shared_expert_intermediate_size", "moe-shared-expert-intermediate-size", Kind::value},
-    {"model.moe_latent_size", "moe-latent-size", Kind::value},
-    {"model.moe_grouped_gemm", "moe-grouped-gemm", Kind::on},
+    {"model.moe_router_topk", "moe-router-topk", Kind::value, "model.num_moe_experts"},
+    {"model.moe_ffn_hidden_size", "moe-ffn-hidden-size", Kind::value, "model.num_moe_experts"},
+    {"model.moe_shared_expert_intermediate_size", "moe-shared-expert-intermediate-size", Kind::value,
+     "model.num_moe_experts"},
+    {"model.moe_latent_size", "moe-latent-size", Kind::value, "model.num_moe_experts"},
+    {"model.moe_grouped_gemm", "moe-grouped-gemm", Kind::on, "model.num_moe_experts"},
     {"model.multi_latent_attention", "multi-latent-attention", Kind::on},
-    {"model.q_lora_rank", "q-lora-rank", Kind::value},
-    {"model.kv_lora_rank", "kv-lora-rank", Kind::value},
-    {"model.qk_head_dim", "qk-head-dim", Kind::value},
-    {"model.qk_pos_emb_head_dim", "qk-pos-emb-head-dim", Kind::value},
-    {"model.v_head_dim", "v-head-dim", Kind::value},
+    {"model.q_lora_rank", "q-lora-rank", Kind::value, "model.multi_latent_attention"},
+    {"model.kv_lora_rank", "kv-lora-rank", Kind::value, "model.multi_latent_attention"},
+    {"model.qk_head_dim", "qk-head-dim", Kind::value, "model.multi_latent_attention"},
+    {"model.qk_pos_emb_head_dim", "qk-pos-emb-head-dim", Kind::value, "model.multi_latent_attention"},
+    {"model.v_head_dim", "v-head-dim", Kind::value, "model.multi_latent_attention"},
     {"model.mtp_num_layers", "mtp-num-layers", Kind::value},
     {"model.hybrid_override_pattern", "hybrid-override-pattern", Kind::value},
-    {"model.mamba_num_heads", "mamba-num-heads", Kind::value},
-    {"model.mamba_head_dim", "mamba-head-dim", Kind::value},
-    {"model.mamba_state_dim", "mamba-state-dim", Kind::value},
-    {"model.mamba_num_groups", "mamba-num-groups", Kind::value},
+    {"model.mamba_num_heads", "mamba-num-heads", Kind::value, "model.hybrid_override_pattern"},
+    {"model.mamba_head_dim", "mamba-head-dim", Kind::value, "model.hybrid_override_pattern"},
+    {"model.mamba_state_dim", "mamba-state-dim", Kind::value, "model.hybrid_override_pattern"},
+    {"model.mamba_num_groups", "mamba-num-groups", Kind::value, "model.hybrid_override_pattern"},
     {"model.tensor_model_parallel_size", "tensor-model-parallel-size", Kind::value},
     {"model.pipeline_model_parallel_size", "pipeline-model-parallel-size", Kind::value},
     {"model.context_parallel_size", "context-parallel-size", Kind::value},
-    {"model.expert_model_parallel_size", "expert-model-parallel-size", Kind::value},
-    {"model.expert_tensor_parallel_size", "expert-tensor-parallel-size", Kind::value},
+    {"model.expert_model_parallel_size", "expert-model-parallel-size", Kind::value, "model.num_moe_experts"},
+    {"model.expert_tensor_parallel_size", "expert-tensor-parallel-size", Kind::value, "model.num_moe_experts"},
     {"model.sequence_parallel", "sequence-parallel", Kind::on},
     {"model.virtual_pipeline_model_parallel_size", "num-virtual-stages-per-pipeline-rank", Kind::value},
     {"model.num_layers_in_first_pipeline_stage", "decoder-first-pipeline-num-layers", Kind::value},
@@ -73,40 +78,45 @@ constexpr auto kKeys = std::to_array<Key>({
     {"model.account_for_embedding_in_pipeline_split", "account-for-embedding-in-pipeline-split", Kind::on},
     {"model.account_for_loss_in_pipeline_split", "account-for-loss-in-pipeline-split", Kind::on},
     {"model.recompute_granularity", "recompute-granularity", Kind::value},
-    {"model.recompute_method", "recompute-method", Kind::value},
-    {"model.recompute_num_layers", "recompute-num-layers", Kind::value},
-    {"model.recompute_modules", "recompute-modules", Kind::list},
-    {"model.moe_token_dispatcher_type", "moe-token-dispatcher-type", Kind::value},
-    {"model.moe_flex_dispatcher_backend", "moe-flex-dispatcher-backend", Kind::value},
-    {"model.moe_expert_capacity_factor", "moe-expert-capacity-factor", Kind::value},
-    {"model.moe_pad_expert_input_to_capacity", "moe-pad-expert-input-to-capacity", Kind::on},
-    {"model.moe_expert_rank_capacity_factor", "moe-expert-rank-capacity-factor", Kind::value},
-    {"model.moe_paged_stash", "moe-paged-stash", Kind::on},
-    {"model.overlap_moe_expert_parallel_comm", "overlap-moe-expert-parallel-comm", Kind::on},
-    {"model.delay_wgrad_compute", "delay-wgrad-compute", Kind::on},
+    {"model.recompute_method", "recompute-method", Kind::value, "model.recompute_granularity"},
+    {"model.recompute_num_layers", "recompute-num-layers", Kind::value, "model.recompute_granularity"},
+    {"model.recompute_modules", "recompute-modules", Kind::list, "model.recompute_granularity"},
+    {"model.moe_token_dispatcher_type", "moe-token-dispatcher-type", Kind::value, "model.num_moe_experts"},
+    {"model.moe_flex_dispatcher_backend", "moe-flex-dispatcher-backend", Kind::value, "model.num_moe_experts"},
+    {"model.moe_expert_capacity_factor", "moe-expert-capacity-factor", Kind::value, "model.num_moe_experts"},
+    {"model.moe_pad_expert_input_to_capacity", "moe-pad-expert-input-to-capacity", Kind::on, "model.num_moe_experts"},
+    {"model.moe_expert_rank_capacity_factor", "moe-expert-rank-capacity-factor", Kind::value, "model.num_moe_experts"},
+    {"model.moe_paged_stash", "moe-paged-stash", Kind::on, "model.num_moe_experts"},
+    {"model.overlap_moe_expert_parallel_comm", "overlap-moe-expert-parallel-comm", Kind::on, "model.num_moe_experts"},
+    {"model.delay_wgrad_compute", "delay-wgrad-compute", Kind::on, "model.num_moe_experts"},
     {"model.tp_comm_overlap", "tp-comm-overlap", Kind::on},
     {"model.cuda_graph_impl", "cuda-graph-impl", Kind::value},
-    {"model.cuda_graph_scope", "cuda-graph-scope", Kind::list},
+    {"model.cuda_graph_scope", "cuda-graph-scope", Kind::list, "model.cuda_graph_impl"},
     {"model.cross_entropy_loss_fusion", "cross-entropy-loss-fusion", Kind::on},
     {"model.cpu_offloading", "cpu-offloading", Kind::on},
-    {"model.cpu_offloading_num_layers", "cpu-offloading-num-layers", Kind::value},
+    {"model.cpu_offloading_num_layers", "cpu-offloading-num-layers", Kind::value, "model.cpu_offloading"},
     {"model.transformer_impl", "transformer-impl", Kind::value},
     {"model.seq_length", "seq-length", Kind::value},
     {"dataset.sequence_length", "seq-length", Kind::value},
+    {"dataset.seq_length", "seq-length", Kind::value},  // the fine-tuning datasets' name
+    {"dataset.packed_sequence_specs.packed_sequence_size", "seq-length", Kind::value},
     {"ddp.use_distributed_optimizer", "use-distributed-optimizer", Kind::on},
     {"optimizer.use_distributed_optimizer", "use-distributed-optimizer", Kind::on},
     {"ddp.overlap_grad_reduce", "overlap-grad-reduce", Kind::on},
     {"ddp.overlap_param_gather", "overlap-param-gather", Kind::on},
     {"ddp.grad_reduce_in_fp32", "grad-reduce-in-bf16", Kind::off},
+    // Megatron-Bridge's mixed-precision set-up writes its own value over ddp's.
+    {"mixed_precision.grad_reduce_in_fp32", "grad-reduce-in-bf16", Kind::off},
     {"ddp.bucket_size", "ddp-bucket-size", Kind::value},
     {"ddp.use_megatron_fsdp", "use-megatron-fsdp", Kind::on},
     {"ddp.use_custom_fsdp", "use-custom-fsdp", Kind::on},
-    {"ddp.data_parallel_sharding_strategy", "data-parallel-sharding-strategy", Kind::value},
+    {"ddp.data_parallel_sharding_strategy", "data-parallel-sharding-strategy", Kind::value, "ddp.use_megatron_fsdp"},
     {"comm_overlap.tp_comm_overlap", "tp-comm-overlap", Kind::on},
     {"comm_overlap.overlap_grad_reduce", "overlap-grad-reduce", Kind::on},
     {"comm_overlap.overlap_param_gather", "overlap-param-gather", Kind::on},
-    {"comm_overlap.overlap_moe_expert_parallel_comm", "overlap-moe-expert-parallel-comm", Kind::on},
-    {"comm_overlap.delay_wgrad_compute", "delay-wgrad-compute", Kind::on},
+    {"comm_overlap.overlap_moe_expert_parallel_comm", "overlap-moe-expert-parallel-comm", Kind::on,
+     "model.num_moe_experts"},
+    {"comm_overlap.delay_wgrad_compute", "delay-wgrad-compute", Kind::on, "model.num_moe_experts"},
     {"optimizer.optimizer", "optimizer", Kind::value},
     {"optimizer.use_precision_aware_optimizer", "use-precision-aware-optimizer", Kind::on},
     {"optimizer.main_params_dtype", "main-params-dtype", Kind::dtype},
@@ -114,7 +124,8 @@ constexpr auto kKeys = std::to_array<Key>({
     {"optimizer.exp_avg_sq_dtype", "exp-avg-sq-dtype", Kind::dtype},
     {"optimizer.store_param_remainders", "no-store-param-remainders", Kind::off},
     {"optimizer.optimizer_cpu_offload", "optimizer-cpu-offload", Kind::on},
-    {"optimizer.optimizer_offload_fraction", "optimizer-offload-fraction", Kind::value},
+    {"optimizer.optimizer_offload_fraction", "optimizer-offload-fraction", Kind::value,
+     "optimizer.optimizer_cpu_offload"},
 });
 
 // The flags of the training loop and the precision (their own sections).
@@ -145,7 +156,7 @@ struct Setting {
 
 class Reader {
  public:
-  Reader(const std::string& text, const std::string& source) : source_(source) {
+  Reader(const std::string& text, const std::string& source, std::int64_t gpus) : source_(source), gpus_(gpus) {
     try {
       root_ = YAML::Load(text);
     } catch (const YAML::Exception& e) {
@@ -160,8 +171,10 @@ class Reader {
     for (const Key& k : kKeys) read(k);
     for (const Key& k : kTrainKeys) read(k);
     // An FP8 recipe without an FP8 format is Megatron-Bridge's default and means nothing.
-    if (settings_.count("fp8-format") == 0) settings_.erase("fp8-recipe");
+    if (!on("fp8-format")) settings_.erase("fp8-recipe");
     model_specials();
+    comm_overlap_defaults();
+    unmodelled();
     BridgeFlags out;
     for (const auto& [flag, s] : settings_) {
       out.labels[flag] = s.label;
@@ -189,11 +202,26 @@ class Reader {
     throw util::InputError(source_, line > 0 ? fmt::format("line {}: {}", line, path) : std::string(path), problem);
   }
 
+  // The node at "a.b.c"; undefined when a step is missing.
   YAML::Node lookup(std::string_view path) const {
-    const auto dot = path.find('.');
-    const YAML::Node section = root_[std::string(path.substr(0, dot))];
-    if (!is_map(section)) return YAML::Node(YAML::NodeType::Undefined);
-    return section[std::string(path.substr(dot + 1))];
+    YAML::Node n = root_;
+    while (true) {
+      const auto dot = path.find('.');
+      if (!is_map(n)) return YAML::Node(YAML::NodeType::Undefined);
+      const YAML::Node next = n[std::string(path.substr(0, dot))];
+      if (dot == std::string_view::npos) return next;
+      n.reset(next);
+      path.remove_prefix(dot + 1);
+    }
+  }
+
+  // Whether a key is set: present and not null, false, 0, empty or "none".
+  bool set_in_file(std::string_view path) const {
+    const YAML::Node n = lookup(path);
+    if (!n.IsDefined() || n.IsNull()) return false;
+    if (!n.IsScalar()) return true;
+    const std::string v = n.Scalar();
+    return !(v.empty() || v == "0" || v == "none" || v == "None" || v == "false" || v == "False");
   }
 
   std::string scalar(const YAML::Node& n, std::string_view path) const {
@@ -230,6 +258,7 @@ class Reader {
   }
 
   void read(const Key& k) {
+    if (!k.needs.empty() && !set_in_file(k.needs)) return;
     const YAML::Node n = lookup(k.path);
     // The mixed_precision section, when there is one, is what Megatron-Bridge applies to the model
     // at set-up: the model's own precision keys are then its copies, and its nulls mean off.
@@ -259,6 +288,66 @@ class Reader {
         return set(k.flag, std::move(values), n, k.path);
       }
     }
+  }
+
+  bool on(const std::string& flag) const {
+    const auto it = settings_.find(flag);
+    return it != settings_.end() && it->second.present;
+  }
+  std::int64_t size(const std::string& flag) const {
+    const auto it = settings_.find(flag);
+    if (it == settings_.end() || it->second.values.empty()) return 1;
+    try {
+      return std::max<std::int64_t>(1, std::stoll(it->second.values[0]));
+    } catch (const std::exception&) {
+      return 1;
+    }
+  }
+
+  // With a comm_overlap section, Megatron-Bridge sets the data-parallel overlaps itself when the
+  // distributed optimizer runs over more than one replica: both overlaps on and buckets of 128 Mi
+  // parameters (CommOverlapConfig._get_optimizer_overlap_cfgs), unless comm_overlap sets them.
+  void comm_overlap_defaults() {
+    if (!is_map(root_["comm_overlap"]) || !on("use-distributed-optimizer")) return;
+    const std::int64_t replicas = gpus_ / (size("tensor-model-parallel-size") * size("pipeline-model-parallel-size") *
+                                           size("context-parallel-size"));
+    if (replicas <= 1) return;
+    const YAML::Node section = root_["comm_overlap"];
+    for (const char* key : {"overlap_grad_reduce", "overlap_param_gather"}) {
+      const YAML::Node n = lookup(fmt::format("comm_overlap.{}", key));
+      if (n.IsDefined() && !n.IsNull()) continue;
+      std::string flag = key;
+      std::replace(flag.begin(), flag.end(), '_', '-');
+      set(flag, {}, section, fmt::format("comm_overlap.{} (Megatron-Bridge's default with data parallelism)", key));
+    }
+    const YAML::Node bucket = lookup("comm_overlap.bucket_size");
+    if (!bucket.IsDefined() || bucket.IsNull())
+      set("ddp-bucket-size", {"134217728"}, section,
+          "comm_overlap.bucket_size (Megatron-Bridge's default with data parallelism)");
+    else
+      set("ddp-bucket-size", {scalar(bucket, "comm_overlap.bucket_size")}, bucket, "comm_overlap.bucket_size");
+  }
+
+  // Settings that change a step but that trainsim does not model, when the file turns them on.
+  void unmodelled() {
+    const YAML::Node softmax = lookup("model.softmax_type");
+    if (softmax.IsDefined() && softmax.IsScalar() && softmax.Scalar() != "vanilla")
+      notes_.push_back(
+          fmt::format("model.softmax_type {}: attention sinks are not modelled (the fused attention's "
+                      "time is a plain softmax's)",
+                      softmax.Scalar()));
+    for (const char* path : {"mixed_precision.fp8_param_gather", "ddp.fp8_param_gather",
+                             "model.defer_embedding_wgrad_compute", "model.fine_grained_activation_offloading",
+                             "model.cutedsl_fused_grouped_mlp", "model.fp8_dot_product_attention"}) {
+      const YAML::Node n = lookup(path);
+      if (n.IsDefined() && n.IsScalar() && truthy(n.Scalar()))
+        notes_.push_back(fmt::format("{} is on: not modelled", path));
+    }
+    if (is_map(root_["dataset"]) && is_map(root_["dataset"]["packed_sequence_specs"]) &&
+        set_in_file("dataset.packed_sequence_specs.packed_sequence_size"))
+      notes_.push_back(
+          "dataset.packed_sequence_specs: packed sequences, whose documents' lengths the file does not give; the "
+          "attention runs over whole sequences unless training.document_tokens is set (--set)");
   }
 
   void model_specials() {
@@ -380,6 +469,7 @@ class Reader {
   }
 
   const std::string& source_;
+  std::int64_t gpus_;
   YAML::Node root_;
   std::map<std::string, Setting> settings_;
   std::vector<std::string> notes_;
@@ -388,8 +478,8 @@ class Reader {
 
 }  // namespace
 
-BridgeFlags read_bridge_config(const std::string& text, const std::string& source) {
-  return Reader(text, source).run();
+BridgeFlags read_bridge_config(const std::string& text, const std::string& source, std::int64_t gpus) {
+  return Reader(text, source, gpus).run();
 }
 
 }  // namespace trainsim::config

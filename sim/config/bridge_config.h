@@ -7,8 +7,10 @@
 // others have their own names (megatron_args.h's table in docs/import-megatron.md). Keys trainsim
 // does not read are counted, not listed: a whole dump holds several hundred.
 
+#include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "util/shell_words.h"
 
@@ -22,6 +24,7 @@ struct BridgeFlags {
 };
 
 // An InputError naming `source` (and the line) for malformed YAML or a value of the wrong kind.
-BridgeFlags read_bridge_config(const std::string& text, const std::string& source);
+// `gpus` decides Megatron-Bridge's data-parallel overlap defaults (more than one replica).
+BridgeFlags read_bridge_config(const std::string& text, const std::string& source, std::int64_t gpus);
 
 }  // namespace trainsim::config

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -21,7 +22,7 @@ namespace {
 
 // The flags that describe the model, which --model replaces (--num-layers still places the layers
 // of an interleaved pipeline).
-constexpr std::array<std::string_view, 41> kArchitectureFlags{"hidden-size",
+constexpr std::array<std::string_view, 42> kArchitectureFlags{"hidden-size",
                                                               "ffn-hidden-size",
                                                               "num-attention-heads",
                                                               "group-query-attention",
@@ -61,7 +62,8 @@ constexpr std::array<std::string_view, 41> kArchitectureFlags{"hidden-size",
                                                               "mamba-head-dim",
                                                               "mamba-state-dim",
                                                               "mamba-num-groups",
-                                                              "moe-grouped-gemm"};
+                                                              "moe-grouped-gemm",
+                                                              "hybrid-layer-pattern"};
 
 const MegatronFlag* known_flag(std::string_view name) {
   const auto it = std::lower_bound(kMegatronFlags.begin(), kMegatronFlags.end(), name,
@@ -91,6 +93,7 @@ class Flags {
     for (const auto& command : commands) {
       const auto& w = command.words;
       for (std::size_t i = 0; i < w.size(); ++i) {
+        if (w[i].ends_with(".py")) programs_.push_back(std::filesystem::path(w[i]).filename().string());
         if (!w[i].starts_with("--") || w[i].size() == 2) continue;
         std::string name = w[i].substr(2);
         std::optional<std::string> inline_value;
@@ -180,6 +183,11 @@ class Flags {
     return out;
   }
 
+  // Whether the command runs this Python script (pretrain_mamba.py).
+  bool runs(std::string_view program) const {
+    return std::find(programs_.begin(), programs_.end(), program) != programs_.end();
+  }
+
   std::vector<const Flag*> unread() const {
     std::vector<const Flag*> out;
     for (const Flag& f : flags_)
@@ -189,13 +197,17 @@ class Flags {
 
  private:
   void check_expanded(const Flag& f, const std::string& v) const {
-    if (v.find('$') != std::string::npos || v.find('`') != std::string::npos)
-      fail(f, fmt::format("\"{}\" is a shell variable or command the script does not set; give the value itself", v));
+    if (v.find("$(") != std::string::npos || v.find('`') != std::string::npos)
+      fail(f, fmt::format("\"{}\" is a command's output, which trainsim does not run; give the value itself{}", v,
+                          f.name == "nproc-per-node" || f.name == "nnodes" ? " (or the GPUs with --gpus N)" : ""));
+    if (v.find('$') != std::string::npos)
+      fail(f, fmt::format("\"{}\" is a shell variable the script does not set; give the value itself", v));
   }
 
   std::string source_;
   const std::map<std::string, std::string>& labels_;
   std::vector<Flag> flags_;
+  std::vector<std::string> programs_;
 };
 
 // Megatron-Core's --moe-layer-freq as a Python list expression, "([0]*3+[1]*58)" or "[0,1,1,1]":
@@ -253,7 +265,7 @@ class Importer {
 
   MegatronImport run() {
     // What the layout needs from the model, read before the model so --model runs need them too.
-    layers_ = require_int("num-layers", "the model's layer count");
+    hybrid_pattern();
     parallel();
     if (o_.model.empty()) {
       model();
@@ -282,13 +294,60 @@ class Importer {
   }
 
  private:
+  // The layer count, and a hybrid model's pattern: pretrain_mamba.py's --hybrid-override-pattern or
+  // pretrain_hybrid.py's --hybrid-layer-pattern (whose length is then the layer count); without one,
+  // pretrain_mamba.py builds Mamba layers only (Megatron-Core's allocate_layers with no ratios).
+  void hybrid_pattern() {
+    const auto layers = f_.integer("num-layers");
+    for (std::string_view flag : {"hybrid-override-pattern", "hybrid-layer-pattern"}) {
+      if (auto p = f_.value(flag)) {
+        pattern_flag_ = flag;
+        for (char c : *p)
+          if (c != '|') pattern_ += c;
+        if (pattern_.size() != p->size())
+          note(
+              fmt::format("--{}: the '|' pipeline stage splits are not kept (trainsim splits the layers evenly, or "
+                          "as the layout flags say)",
+                          flag));
+      }
+    }
+    for (std::string_view ratio : {"hybrid-attention-ratio", "hybrid-mlp-ratio"})
+      if (pattern_.empty() && f_.number(ratio).value_or(0) > 0)
+        f_.fail(*f_.get(ratio),
+                "trainsim does not derive the layer pattern from the ratios: give the pattern with "
+                "--hybrid-override-pattern");
+    if (pattern_.empty() && layers && (f_.runs("pretrain_mamba.py") || f_.on("is-hybrid-model"))) {
+      pattern_ = std::string(static_cast<std::size_t>(std::max<std::int64_t>(*layers, 0)), 'M');
+      note("a hybrid model without a pattern: Mamba layers only (Megatron-Core's default)");
+    }
+    if (!layers && pattern_.empty())
+      f_.fail(fmt::format("{} (the model's layer count) is not given", f_.label("num-layers")));
+    layers_ = layers ? *layers : static_cast<std::int64_t>(pattern_.size());
+  }
+
   std::int64_t require_int(std::string_view name, std::string_view what) {
     const auto v = f_.integer(name);
     if (!v) f_.fail(fmt::format("{} ({}) is not given", f_.label(name), what));
     return *v;
   }
 
-  void note(std::string line) { out_.notes.push_back(std::move(line)); }
+  // A note, its flags named as the input names them (model.num_layers in a Megatron-Bridge config).
+  void note(std::string line) {
+    for (const auto& [flag, label] : o_.labels) {
+      const std::string spelled = "--" + flag;
+      std::size_t at = line.find(spelled);
+      while (at != std::string::npos) {
+        const std::size_t end = at + spelled.size();
+        if (end < line.size() && (std::isalnum(static_cast<unsigned char>(line[end])) != 0 || line[end] == '-')) {
+          at = line.find(spelled, end);
+          continue;
+        }
+        line.replace(at, spelled.size(), label);
+        at = line.find(spelled, at + label.size());
+      }
+    }
+    out_.notes.push_back(std::move(line));
+  }
 
   // Sets `obj[key]` from `flag` and remembers where it came from.
   template <typename T>
@@ -364,9 +423,26 @@ class Importer {
     } else if (f_.on("use-torch-fsdp2")) {
       put(p, "parallel", "zero", 3, "use-torch-fsdp2");
     }
-    if (f_.on("overlap-grad-reduce")) put(p, "parallel", "overlap_grad_reduce", true, "overlap-grad-reduce");
-    if (f_.on("overlap-param-gather")) put(p, "parallel", "overlap_param_gather", true, "overlap-param-gather");
-    if (f_.on("tp-comm-overlap")) put(p, "parallel", "tp_comm_overlap", true, "tp-comm-overlap");
+    const bool grad_overlap = f_.on("overlap-grad-reduce");
+    if (grad_overlap) put(p, "parallel", "overlap_grad_reduce", true, "overlap-grad-reduce");
+    // The parameter gather overlaps only beside the gradient reduction's (Megatron-LM asserts it;
+    // Megatron-Bridge configurations may carry it alone, where it does nothing).
+    if (f_.on("overlap-param-gather")) {
+      if (grad_overlap)
+        put(p, "parallel", "overlap_param_gather", true, "overlap-param-gather");
+      else
+        note(
+            "--overlap-param-gather without --overlap-grad-reduce: not modelled (trainsim overlaps the gather "
+            "beside the reduction's buckets)");
+    }
+    // Tensor-parallel overlap needs tp > 1 with sequence parallelism; otherwise Megatron-Bridge turns
+    // it off with a warning.
+    if (f_.on("tp-comm-overlap")) {
+      if (tp_ > 1 && p.contains("sequence_parallel"))
+        put(p, "parallel", "tp_comm_overlap", true, "tp-comm-overlap");
+      else
+        note("--tp-comm-overlap is off: it needs tensor parallelism with --sequence-parallel");
+    }
     if (f_.on("overlap-moe-expert-parallel-comm"))
       put(p, "parallel", "moe_a2a_overlap", true, "overlap-moe-expert-parallel-comm");
     if (f_.on("delay-wgrad-compute")) put(p, "parallel", "delay_wgrad_compute", true, "delay-wgrad-compute");
@@ -410,11 +486,12 @@ class Importer {
       f_.fail(*f_.get("normalization"), fmt::format("unknown normalization \"{}\" (LayerNorm or RMSNorm)", norm));
     const bool biases = !f_.on("disable-bias-linear");
     f_.on("add-bias-linear");
-    const std::string positions = f_.on("use-rotary-position-embeddings") ? std::string("rope")
-                                  : f_.on("no-position-embedding")
-                                      ? std::string("none")
-                                      : f_.value("position-embedding-type").value_or("learned_absolute");
-    const bool hybrid = f_.get("hybrid-override-pattern") != nullptr;
+    std::string positions = f_.on("use-rotary-position-embeddings")
+                                ? std::string("rope")
+                                : f_.value("position-embedding-type").value_or("learned_absolute");
+    // --no-position-embedding drops only the learned absolute positions (Megatron's add_position_embedding).
+    if (f_.on("no-position-embedding") && positions == "learned_absolute") positions = "none";
+    const bool hybrid = !pattern_.empty();
     std::vector<std::string> differ;
     if ((norm == "RMSNorm") == gelu) differ.push_back(norm);
     if (biases != gelu) differ.push_back(biases ? "linear biases" : "no linear biases");
@@ -423,7 +500,7 @@ class Importer {
     if (f_.on("add-qkv-bias")) differ.push_back("QKV biases");
     if (!differ.empty())
       note(fmt::format(
-          "the {} MLP is modelled as trainsim's {} kind ({}); this command's {} differ from it by a few "
+          "the {} MLP is modelled as trainsim's {} kind ({}); the input's {} differ from it by a few "
           "memory-bound kernels and parameters",
           gelu ? "GELU" : kind, kind,
           gelu ? "LayerNorm, linear biases, learned positions" : "RMSNorm, no biases, rotary positions", join(differ)));
@@ -457,7 +534,8 @@ class Importer {
       std::int64_t window = 0;
       const auto [p, ec] = std::from_chars(stripped.data(), stripped.data() + stripped.size(), window);
       if (ec != std::errc() || window < 1) f_.fail(*f_.get("window-size"), fmt::format("\"{}\" is not a window", *w));
-      put(m, "model", "sliding_window", window, "window-size");
+      // Transformer Engine's window (left, 0) sees `left` keys back and the query's own: left + 1.
+      put(m, "model", "sliding_window", window + 1, "window-size");
       if (auto skip = f_.integer("window-attn-skip-freq"))
         put(m, "model", "sliding_window_pattern", *skip, "window-attn-skip-freq");
     }
@@ -494,12 +572,13 @@ class Importer {
 
   void experts(nlohmann::ordered_json& m, std::int64_t ffn, bool ffn_given, bool swiglu) {
     const auto experts = f_.integer("num-experts");
-    const bool hybrid_moe = f_.get("hybrid-override-pattern") != nullptr;
-    if (!experts) {
-      if (!hybrid_moe) put(m, "model", "ffn_hidden", ffn, ffn_given ? "ffn-hidden-size" : "");
-      if (!ffn_given && !hybrid_moe)
+    // A hybrid model has dense MLPs only in its '-' layers.
+    const bool dense_mlp = pattern_.empty() ? !experts : pattern_.find('-') != std::string::npos;
+    if (!experts || !pattern_.empty()) {
+      if (dense_mlp) put(m, "model", "ffn_hidden", ffn, ffn_given ? "ffn-hidden-size" : "");
+      if (dense_mlp && !ffn_given)
         note(fmt::format("ffn_hidden: Megatron's default {} ({})", ffn, swiglu ? "8h/3 rounded down to 64" : "4h"));
-      return;
+      if (!experts) return;
     }
     put(m, "model", "experts", *experts, "num-experts");
     const auto topk = f_.integer("moe-router-topk");
@@ -530,6 +609,8 @@ class Importer {
       put(m, "model", "first_dense_layers", dense, "moe-layer-freq");
       put(m, "model", "ffn_hidden", ffn, ffn_given ? "ffn-hidden-size" : "");
     }
+    if (!pattern_.empty() && !m.contains("ffn_hidden") && pattern_.find('-') != std::string::npos)
+      put(m, "model", "ffn_hidden", ffn, ffn_given ? "ffn-hidden-size" : "");
     if (!f_.on("moe-grouped-gemm"))
       note(
           "without --moe-grouped-gemm Megatron runs the experts one GEMM at a time (SequentialMLP); modelled as the "
@@ -550,10 +631,9 @@ class Importer {
   // A hybrid model (pretrain_mamba.py): the pattern and the Mamba-2 mixer's sizes, Megatron-Core's
   // MambaMixer defaults (state 128, head dim 64, 8 groups, heads = 2·hidden / head dim).
   void mamba(nlohmann::ordered_json& m) {
-    const auto pattern = f_.value("hybrid-override-pattern");
-    if (!pattern) return;
-    put(m, "model", "hybrid_pattern", *pattern, "hybrid-override-pattern");
-    if (pattern->find('M') == std::string::npos) return;
+    if (pattern_.empty()) return;
+    put(m, "model", "hybrid_pattern", pattern_, pattern_flag_);
+    if (pattern_.find('M') == std::string::npos) return;
     const std::int64_t head_dim = f_.integer("mamba-head-dim").value_or(64);
     put(m, "model", "mamba_heads", f_.integer("mamba-num-heads").value_or(2 * hidden_ / head_dim), "mamba-num-heads");
     put(m, "model", "mamba_head_dim", head_dim, "mamba-head-dim");
@@ -596,9 +676,9 @@ class Importer {
     put(t, "training", "seq_len", seq, "seq-length");
     if (f_.on("rampup-batch-size"))
       note("--rampup-batch-size: the simulated step runs at the full global batch, after the ramp-up");
-    if (auto samples = f_.integer("train-samples"))
+    if (auto samples = budget("train-samples"))
       put(t, "training", "train_tokens", static_cast<double>(*samples) * static_cast<double>(seq), "train-samples");
-    else if (auto iters = f_.integer("train-iters"))
+    else if (auto iters = budget("train-iters"))
       put(t, "training", "train_tokens",
           static_cast<double>(*iters) * static_cast<double>(t["global_batch"].get<std::int64_t>()) *
               static_cast<double>(seq),
@@ -620,6 +700,17 @@ class Importer {
     cuda_graphs();
     moe_dispatch();
     optimizer();
+  }
+
+  // --train-samples / --train-iters, which only give the token budget: one the script leaves to a
+  // variable it does not set is a note, not an error.
+  std::optional<std::int64_t> budget(std::string_view name) {
+    const Flag* f = f_.get(name);
+    if (f != nullptr && !f->values.empty() && f->values[0].find('$') != std::string::npos) {
+      note(fmt::format("--{} {}: not set in the script, so no token budget", name, f->values[0]));
+      return std::nullopt;
+    }
+    return f_.integer(name);
   }
 
   void precision() {
@@ -651,8 +742,9 @@ class Importer {
   void recompute() {
     auto& t = training_;
     auto granularity = f_.value("recompute-granularity");
-    // The older switches: --recompute-activations is selective, --checkpoint-activations full.
-    if (!granularity && f_.on("recompute-activations")) {
+    // The older switches: --recompute-activations is selective (arguments.py sets it over any
+    // --recompute-granularity), --checkpoint-activations full.
+    if (f_.on("recompute-activations")) {
       put(t, "training", "recompute", "selective", "recompute-activations");
       return;
     }
@@ -777,8 +869,10 @@ class Importer {
       put(o, "training.optimizer", "store_param_remainders", false, "no-store-param-remainders");
     if (f_.on("optimizer-cpu-offload"))
       put(o, "training.optimizer", "optimizer_cpu_offload", true, "optimizer-cpu-offload");
-    if (auto v = f_.number("optimizer-offload-fraction"))
-      put(o, "training.optimizer", "optimizer_offload_fraction", *v, "optimizer-offload-fraction");
+    // The fraction means something only with the offload on (Megatron-Bridge dumps carry 0.0 without).
+    if (o.contains("optimizer_cpu_offload"))
+      if (auto v = f_.number("optimizer-offload-fraction"))
+        put(o, "training.optimizer", "optimizer_offload_fraction", *v, "optimizer-offload-fraction");
     if (f_.on("overlap-cpu-optimizer-d2h-h2d"))
       put(o, "training.optimizer", "overlap_cpu_optimizer_d2h_h2d", true, "overlap-cpu-optimizer-d2h-h2d");
     if (!o.empty()) training_["optimizer"] = o;
@@ -800,6 +894,8 @@ class Importer {
   nlohmann::ordered_json parallel_ = nlohmann::ordered_json::object();
   nlohmann::ordered_json training_ = nlohmann::ordered_json::object();
   std::int64_t layers_ = 0, hidden_ = 0, tp_ = 1, pp_ = 1, cp_ = 1;
+  std::string pattern_;  // a hybrid model's layer pattern, '|' removed
+  std::string_view pattern_flag_;
 };
 
 }  // namespace

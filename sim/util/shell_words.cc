@@ -1,5 +1,7 @@
 #include "util/shell_words.h"
 
+#include <algorithm>
+#include <array>
 #include <cctype>
 #include <cstdint>
 #include <map>
@@ -21,12 +23,18 @@ bool name_char(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
 }
 
-// The length of "NAME=" when `w` opens with an assignment, else 0.
+// The length of "NAME=" or "NAME+=" when `w` opens with an assignment, else 0.
 std::size_t assignment_prefix(std::string_view w) {
   if (w.empty() || !name_start(w[0])) return 0;
   std::size_t i = 1;
   while (i < w.size() && name_char(w[i])) ++i;
-  return i < w.size() && w[i] == '=' ? i + 1 : 0;
+  if (i < w.size() && w[i] == '=') return i + 1;
+  return i + 1 < w.size() && w[i] == '+' && w[i + 1] == '=' ? i + 2 : 0;
+}
+
+// The variable an assignment of prefix length `p` sets, and whether it appends (+=).
+std::string assigned_name(std::string_view w, std::size_t p) {
+  return std::string(w.substr(0, w[p - 2] == '+' ? p - 2 : p - 1));
 }
 
 // A variable's words, each with the line it was written on.
@@ -109,8 +117,9 @@ class Arithmetic {
     skip_space();
     const std::size_t from = i_;
     while (i_ < s_.size() && name_char(s_[i_])) ++i_;
-    if (from == i_ || (braced && !eat('}'))) return std::nullopt;
-    const auto it = vars_.find(s_.substr(from, i_ - from));
+    const std::string_view name = s_.substr(from, i_ - from);
+    if (name.empty() || (braced && !eat('}'))) return std::nullopt;
+    const auto it = vars_.find(name);
     if (it == vars_.end() || it->second.words.size() != 1) return std::nullopt;
     return integer(it->second.words[0]);
   }
@@ -138,10 +147,11 @@ class Splitter {
  public:
   Splitter(std::string_view text, const std::string& source) : s_(text), source_(source) {}
 
-  std::vector<ShellCommand> run() {
+  std::vector<ShellCommand> run(std::vector<std::string>* notes) {
     while (i_ < s_.size()) step();
     if (!array_name_.empty()) fail(array_line_, fmt::format("the array {}=( is never closed", array_name_));
     end_command();
+    if (notes != nullptr) *notes = std::move(notes_);
     return std::move(out_);
   }
 
@@ -169,6 +179,12 @@ class Splitter {
   }
   void end_command() {
     end_word();
+    control();
+    if (words_.empty() || !active() || words_[0] == "echo" || words_[0] == "printf") {
+      words_.clear();
+      lines_.clear();
+      return;
+    }
     // Leading declaration words, then the assignments: a command of assignments alone sets the
     // script's variables; before a command they are its environment only.
     std::size_t k = 0;
@@ -182,7 +198,13 @@ class Splitter {
     if (a == words_.size()) {
       for (std::size_t j = k; j < a; ++j) {
         const std::size_t p = assignment_prefix(words_[j]);
-        vars_[words_[j].substr(0, p - 1)] = {{words_[j].substr(p)}, {lines_[j]}};
+        const std::string name = assigned_name(words_[j], p);
+        Value& v = vars_[name];
+        if (words_[j][p - 2] == '+' && v.words.size() == 1) {
+          v.words[0] += words_[j].substr(p);  // NAME+=text appends to a string
+        } else {
+          v = {{words_[j].substr(p)}, {lines_[j]}};
+        }
       }
     } else {
       const auto from = static_cast<std::ptrdiff_t>(a);
@@ -191,6 +213,166 @@ class Splitter {
     }
     words_.clear();
     lines_.clear();
+  }
+
+  // An open `if` or `case` block: whether the block is read at all, whether its current branch is,
+  // whether some branch was taken, and whether a condition could not be decided (then every branch
+  // is read in order, as before control flow was understood, and a note says so).
+  struct Branch {
+    bool parent_active = true;
+    bool active = true;
+    bool taken = false;
+    bool unknown = false;
+    bool is_case = false;
+    std::string subject;
+  };
+
+  bool active() const { return branches_.empty() || branches_.back().active; }
+  // Inside `case ... in`, before the current clause's ')' (its patterns are being read).
+  bool in_case_pattern() const {
+    return !branches_.empty() && branches_.back().is_case &&
+           std::find(words_.begin(), words_.end(), ")") == words_.end();
+  }
+
+  static bool unexpanded(const std::string& w) {
+    return w.find('$') != std::string::npos || w.find('`') != std::string::npos;
+  }
+
+  // bash's glob match of `text` against `pattern` (* and ?; no brackets).
+  static bool glob(std::string_view text, std::string_view pattern) {
+    if (pattern.empty()) return text.empty();
+    if (pattern[0] == '*') return glob(text, pattern.substr(1)) || (!text.empty() && glob(text.substr(1), pattern));
+    if (text.empty()) return false;
+    return (pattern[0] == '?' || pattern[0] == text[0]) && glob(text.substr(1), pattern.substr(1));
+  }
+
+  // The value of a test command ([ ... ], [[ ... ]], test ..., true, false); nullopt when it
+  // cannot be told (an operand the script does not set, a file test, another command).
+  static std::optional<bool> condition(std::vector<std::string> w) {
+    bool negate = false;
+    if (!w.empty() && w[0] == "!") {
+      negate = true;
+      w.erase(w.begin());
+    }
+    if (w.size() == 1 && (w[0] == "true" || w[0] == "false")) return (w[0] == "true") != negate;
+    if (w.empty()) return std::nullopt;
+    if (w[0] == "[" && w.back() == "]") {
+      w = std::vector<std::string>(w.begin() + 1, w.end() - 1);
+    } else if (w[0] == "[[" && w.back() == "]]") {
+      w = std::vector<std::string>(w.begin() + 1, w.end() - 1);
+    } else if (w[0] == "test") {
+      w.erase(w.begin());
+    } else {
+      return std::nullopt;
+    }
+    if (!w.empty() && w[0] == "!") {
+      negate = !negate;
+      w.erase(w.begin());
+    }
+    for (const auto& x : w)
+      if (unexpanded(x)) return std::nullopt;
+    std::optional<bool> r;
+    if (w.size() == 1) r = !w[0].empty();
+    if (w.size() == 2 && w[0] == "-z") r = w[1].empty();
+    if (w.size() == 2 && w[0] == "-n") r = !w[1].empty();
+    if (w.size() == 3) {
+      const std::string& op = w[1];
+      if (op == "=" || op == "==") r = glob(w[0], w[2]);
+      if (op == "!=") r = !glob(w[0], w[2]);
+      static constexpr std::array<std::string_view, 6> kNumeric{"-eq", "-ne", "-gt", "-ge", "-lt", "-le"};
+      if (std::find(kNumeric.begin(), kNumeric.end(), op) != kNumeric.end()) {
+        const auto a = Arithmetic(w[0], {}).evaluate();
+        const auto b = Arithmetic(w[2], {}).evaluate();
+        if (!a || !b) return std::nullopt;
+        r = op == "-eq"   ? *a == *b
+            : op == "-ne" ? *a != *b
+            : op == "-gt" ? *a > *b
+            : op == "-ge" ? *a >= *b
+            : op == "-lt" ? *a < *b
+                          : *a <= *b;
+      }
+    }
+    if (!r) return std::nullopt;
+    return *r != negate;
+  }
+
+  void undecided(int line, const std::string& what) {
+    notes_.push_back(
+        fmt::format("line {}: cannot tell whether {} holds (a variable the script does not set, or "
+                    "not a plain test): every branch is read in order, the last setting wins",
+                    line, what));
+  }
+
+  static std::string joined(const std::vector<std::string>& w, std::size_t from) {
+    std::string out;
+    for (std::size_t i = from; i < w.size(); ++i) {
+      if (i > from) out += ' ';
+      out += w[i];
+    }
+    return out;
+  }
+
+  // Consumes the control-flow words that open the current command (if, elif, else, fi, then, do,
+  // done, case, esac, a case clause's patterns, loop heads), leaving the command after them.
+  void control() {
+    while (!words_.empty()) {
+      const std::string w = words_[0];
+      const int line = lines_[0];
+      auto drop = [this](std::size_t n) {
+        words_.erase(words_.begin(), words_.begin() + static_cast<std::ptrdiff_t>(n));
+        lines_.erase(lines_.begin(), lines_.begin() + static_cast<std::ptrdiff_t>(n));
+      };
+      if (w == "if" || w == "elif") {
+        const std::vector<std::string> test(words_.begin() + 1, words_.end());
+        if (w == "if") branches_.push_back({active(), false, false, false, false, {}});
+        if (branches_.empty()) return drop(words_.size());
+        Branch& b = branches_.back();
+        const auto r = condition(test);
+        if (!r && !b.taken && !b.unknown && b.parent_active) undecided(line, fmt::format("`{}`", joined(words_, 1)));
+        b.unknown = b.unknown || !r;
+        b.active = b.parent_active && (b.unknown || (!b.taken && *r));
+        b.taken = b.taken || (r && *r);
+        return drop(words_.size());
+      }
+      if (w == "else") {
+        if (!branches_.empty()) {
+          Branch& b = branches_.back();
+          b.active = b.parent_active && (b.unknown || !b.taken);
+        }
+        drop(1);
+        continue;
+      }
+      if (w == "fi" || w == "esac") {
+        if (!branches_.empty()) branches_.pop_back();
+        drop(1);
+        continue;
+      }
+      if (w == "then" || w == "do" || w == "done" || w == "{" || w == "}") {
+        drop(1);
+        continue;
+      }
+      if (w == "for" || w == "while" || w == "until" || w == "select") return drop(words_.size());
+      if (w == "case" && words_.size() >= 3 && words_[2] == "in") {
+        branches_.push_back({active(), false, false, false, true, words_[1]});
+        return drop(words_.size());
+      }
+      // A clause of the innermost case: its patterns, then ')'.
+      const auto close = std::find(words_.begin(), words_.end(), ")");
+      if (!branches_.empty() && branches_.back().is_case && close != words_.end()) {
+        Branch& b = branches_.back();
+        bool match = false;
+        for (auto it = words_.begin(); it != close; ++it)
+          if (*it != "|" && *it != "(") match = match || glob(b.subject, *it);
+        if (unexpanded(b.subject) && !b.unknown && b.parent_active)
+          undecided(line, fmt::format("the case of `{}`", b.subject));
+        b.unknown = b.unknown || unexpanded(b.subject);
+        b.active = b.parent_active && (b.unknown || (!b.taken && match));
+        b.taken = b.taken || match;
+        drop(static_cast<std::size_t>(close - words_.begin()) + 1);
+        continue;
+      }
+      return;
+    }
   }
 
   // A variable's value into the word being built: unquoted, split into words at white space;
@@ -290,6 +472,10 @@ class Splitter {
         const bool set = value != nullptr && (rest[0] == '-' || !(value->words.size() == 1 && value->words[0].empty()));
         if (set) return insert(value, raw, quoted, false);
         std::string_view fallback = rest.substr(rest[0] == ':' ? 2 : 1);
+        // A quoted default: its quotes go, as bash removes them.
+        if (fallback.size() >= 2 && (fallback.front() == '"' || fallback.front() == '\'') &&
+            fallback.back() == fallback.front())
+          fallback = fallback.substr(1, fallback.size() - 2);
         if (fallback.starts_with('$')) {
           const std::string_view inner = fallback.substr(1);
           if (const auto* v = lookup(inner)) return insert(v, raw, quoted, false);
@@ -416,13 +602,21 @@ class Splitter {
       case ';':
       case '&':
       case '|':
+        if (c == '|' && !in_array && in_case_pattern() && (i_ + 1 >= s_.size() || s_[i_ + 1] != '|')) {
+          end_word();
+          words_.push_back("|");
+          lines_.push_back(line_);
+          ++i_;
+          return;
+        }
         while (i_ < s_.size() && (s_[i_] == ';' || s_[i_] == '&' || s_[i_] == '|')) ++i_;
         in_array ? end_word() : end_command();
         return;
       case '(':
         ++i_;
         if (!in_array && in_word_ && plain_ && assignment_prefix(word_) == word_.size()) {
-          array_name_ = word_.substr(0, word_.size() - 1);
+          array_append_ = word_[word_.size() - 2] == '+';
+          array_name_ = assigned_name(word_, word_.size());
           array_line_ = line_;
           word_.clear();
           in_word_ = false;
@@ -437,8 +631,17 @@ class Splitter {
       case ')':
         ++i_;
         end_word();
+        if (!in_array && in_case_pattern()) {
+          words_.push_back(")");
+          lines_.push_back(line_);
+        }
+        if (in_array && active()) {
+          Value& v = vars_[array_name_];
+          if (!array_append_) v = {};
+          v.words.insert(v.words.end(), words_.begin(), words_.end());
+          v.lines.insert(v.lines.end(), lines_.begin(), lines_.end());
+        }
         if (in_array) {
-          vars_[array_name_] = {std::move(words_), std::move(lines_)};
           words_ = std::move(saved_words_);
           lines_ = std::move(saved_lines_);
           saved_words_.clear();
@@ -470,7 +673,10 @@ class Splitter {
   bool in_word_ = false;
   bool plain_ = true;  // the word so far has no quotes, escapes or expansions
   bool skip_word_ = false;
-  std::string array_name_;  // the array NAME=( being read
+  std::vector<Branch> branches_;  // the open if / case blocks, innermost last
+  std::vector<std::string> notes_;
+  std::string array_name_;     // the array NAME=( being read
+  bool array_append_ = false;  // NAME+=( appends
   int array_line_ = 0;
   std::vector<std::string> saved_words_;
   std::vector<int> saved_lines_;
@@ -478,8 +684,9 @@ class Splitter {
 
 }  // namespace
 
-std::vector<ShellCommand> split_shell_commands(std::string_view text, const std::string& source) {
-  return Splitter(text, source).run();
+std::vector<ShellCommand> split_shell_commands(std::string_view text, const std::string& source,
+                                               std::vector<std::string>* notes) {
+  return Splitter(text, source).run(notes);
 }
 
 }  // namespace trainsim::util

@@ -4,9 +4,9 @@
 // continuations; the script's own variables in order (NAME=value, export NAME=value, arrays
 // NAME=(a b c)) and their expansions ($NAME, ${NAME}, ${NAME:-default}, ${NAME[@]}, and integer
 // arithmetic $((...))); commands end at newlines, ';', '&', '&&', '|' and '||'; redirections
-// (> file, 2>&1) are dropped. Nothing else bash does is done (command substitution, control flow,
-// globbing): a word that needs it keeps its text, and so does a variable the script never sets, so a
-// caller that reads such a word can say what it is.
+// (> file, 2>&1) are dropped; if/elif/else/fi and case/esac choose the branches that run (below).
+// Nothing else bash does is done (command substitution, eval, globbing): a word that needs it keeps its text, and so
+// does a variable the script never sets, so a caller that reads such a word can say what it is.
 
 #include <string>
 #include <string_view>
@@ -21,8 +21,13 @@ struct ShellCommand {
   std::vector<int> lines;
 };
 
-// The commands that are not only variable assignments, in order. An unterminated quote, ${ or array
-// is an InputError naming `source` and the line it opens on.
-std::vector<ShellCommand> split_shell_commands(std::string_view text, const std::string& source);
+// The commands that are not only variable assignments, in order, within the branches of `if` /
+// `elif` / `else` and `case` that run: a test of the script's own values ([ ], [[ ]], test: = == !=
+// with globs, -eq and the other integer comparisons, -z, -n, !) and case patterns (globs, |) are
+// decided; a branch whose test cannot be decided is read with every other branch in order, and a
+// line in `notes` says so. Loops are read once; echo and printf commands are not commands to read.
+// An unterminated quote, ${ or array is an InputError naming `source` and the line it opens on.
+std::vector<ShellCommand> split_shell_commands(std::string_view text, const std::string& source,
+                                               std::vector<std::string>* notes = nullptr);
 
 }  // namespace trainsim::util

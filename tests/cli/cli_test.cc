@@ -845,6 +845,12 @@ torchrun --nproc_per_node 8 --nnodes 2 pretrain_gpt.py ${ARGS[@]} \
   REQUIRE(sim.code == 0);
   CHECK(nlohmann::json::parse(sim.out)["scenario"]["gpus"] == 16);
 
+  // The script with one flag changed after --.
+  Result changed =
+      run(fmt::format("import megatron '{}' --cluster dgx-h100 -- --global-batch-size 32", script.string()));
+  REQUIRE(changed.code == 0);
+  CHECK(nlohmann::json::parse(changed.out)["training"]["global_batch"] == 32);
+
   // The same as words after --, the scenario on stdout.
   Result words =
       run("import megatron --cluster dgx-h100 --gpus 16 -- --num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 "

@@ -21,7 +21,7 @@ using trainsim::util::InputError;
 namespace {
 
 MegatronImport import(const std::string& yaml, std::int64_t gpus = 64) {
-  const auto flags = read_bridge_config(yaml, "run.yaml");
+  const auto flags = read_bridge_config(yaml, "run.yaml", gpus);
   MegatronImportOptions o;
   o.source = "run.yaml";
   o.cluster = "gb200-nvl72";
@@ -94,7 +94,7 @@ model:
   vocab_size: 201088
   window_attn_skip_freq: 2
   window_size:
-  - 128
+  - 127
   - 0
 optimizer:
   exp_avg_dtype:
@@ -119,7 +119,7 @@ TEST_CASE("a Megatron-Bridge MoE configuration reads as its scenario") {
   CHECK(s["model"]["mlp"] == "swiglu");  // gated quick-GELU taken as SwiGLU (a note)
   CHECK(s["model"]["experts"] == 128);
   CHECK(s["model"]["experts_per_token"] == 4);
-  CHECK(s["model"]["sliding_window"] == 128);
+  CHECK(s["model"]["sliding_window"] == 128);  // Transformer Engine's (127, 0): 127 keys back and its own
   CHECK(s["model"]["sliding_window_pattern"] == 2);
   CHECK(s["model"]["tied_embeddings"] == false);
   CHECK(s["model"]["vocab"] == 201088);
@@ -179,13 +179,13 @@ train:
           "run.yaml: line 17: optimizer.optimizer: the sgd optimizer is not modelled (adam is)");
   }
   try {
-    read_bridge_config("model:\n  num_layers: [1\n", "run.yaml");
+    read_bridge_config("model:\n  num_layers: [1\n", "run.yaml", 8);
     FAIL("no error");
   } catch (const InputError& e) {
     CHECK(std::string(e.what()).find("run.yaml: line ") == 0);
   }
-  CHECK_THROWS_AS(read_bridge_config("just a string\n", "run.yaml"), InputError);
-  CHECK_THROWS_AS(read_bridge_config("train:\n  global_batch_size: 8\n", "run.yaml"), InputError);
+  CHECK_THROWS_AS(read_bridge_config("just a string\n", "run.yaml", 8), InputError);
+  CHECK_THROWS_AS(read_bridge_config("train:\n  global_batch_size: 8\n", "run.yaml", 8), InputError);
   try {
     import("model:\n  num_layers: x\n");
     FAIL("no error");

@@ -182,8 +182,8 @@ TEST_CASE("layouts: interleaving, FSDP strategies, buckets, dense layers before 
 TEST_CASE("what cannot be read is one error naming the flag and its line") {
   CHECK(error_of("TP=2\n--num-layers 2 --hidden-size 64 --num-attention-heads 4 --vocab-size 100 --seq-length 8 "
                  "--bf16\n--tensor-model-parallel-size $PP") ==
-        "train.sh: line 3: --tensor-model-parallel-size: \"$PP\" is a shell variable or command the script does not "
-        "set; give the value itself");
+        "train.sh: line 3: --tensor-model-parallel-size: \"$PP\" is a shell variable the script does not set; give "
+        "the value itself");
   CHECK(error_of("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --vocab-size 100 --seq-length 8") ==
         "train.sh: neither --bf16 nor --fp16: fp32 training is not modelled");
   CHECK(error_of("--num-layers x") == "train.sh: line 1: --num-layers: \"x\" is not an integer");

@@ -17,14 +17,14 @@ TEST_CASE("quotes, escapes, comments and continuations give bash's words") {
   const auto c = split_shell_commands(
       "python train.py --a 'x y' --b \"p q\" \\\n  --c x\\ y # a comment\n"
       "# a whole-line comment\n"
-      "echo done; echo again && echo last\n",
+      "run done; run again && run last\n",
       "s.sh");
   REQUIRE(c.size() == 4);
   CHECK(c[0].words == Words{"python", "train.py", "--a", "x y", "--b", "p q", "--c", "x y"});
   CHECK(c[0].lines == std::vector<int>{1, 1, 1, 1, 1, 1, 2, 2});
-  CHECK(c[1].words == Words{"echo", "done"});
-  CHECK(c[2].words == Words{"echo", "again"});
-  CHECK(c[3].words == Words{"echo", "last"});
+  CHECK(c[1].words == Words{"run", "done"});
+  CHECK(c[2].words == Words{"run", "again"});
+  CHECK(c[3].words == Words{"run", "last"});
 }
 
 TEST_CASE("the script's variables expand in order, arrays word by word, unset ones as written") {
@@ -67,4 +67,28 @@ TEST_CASE("an unterminated quote or array names the line it opens on") {
   }
   CHECK_THROWS_AS(split_shell_commands("A=(\n--x 1\n", "s.sh"), InputError);
   CHECK_THROWS_AS(split_shell_commands("x 'open", "s.sh"), InputError);
+}
+
+TEST_CASE("if and case choose the branches that run; an undecidable test reads them all, with a note") {
+  std::vector<std::string> notes;
+  const auto c = split_shell_commands(
+      "SCALE=800M\nNODES=2\n"
+      "case \"$SCALE\" in\n  8B|8b) L=56 ;;\n  800M) L=48 ;;\n  *) L=1 ;;\nesac\n"
+      "if [ \"$NODES\" -gt 1 ]; then D=multi; elif [ -z \"$NODES\" ]; then D=none; else D=single; fi\n"
+      "if [[ $SCALE == *M ]]; then\n  A=(--small)\nelse\n  A=(--big)\nfi\n"
+      "if [ -f /etc/x ]; then W=1; else W=2; fi\n"
+      "echo \"--not-a-flag\"\n"
+      "run --layers $L --mode $D ${A[@]} --w $W\n",
+      "s.sh", &notes);
+  REQUIRE(c.size() == 1);
+  CHECK(c[0].words == Words{"run", "--layers", "48", "--mode", "multi", "--small", "--w", "2"});
+  REQUIRE(notes.size() == 1);  // the file test: both branches read, the last (W=2) wins
+  CHECK(notes[0].find("line 14: cannot tell whether `[ -f /etc/x ]` holds") == 0);
+}
+
+TEST_CASE("+= appends to arrays and strings; a quoted default loses its quotes; ${X} works in arithmetic") {
+  const auto c = split_shell_commands(
+      "A=(--a 1)\nA+=( \"--b 2\" )\nS=x\nS+=y\nN=${UNSET:-\"3\"}\nM=$(( ${N} * 2 ))\nrun ${A[@]} $S $N $M\n", "s.sh");
+  REQUIRE(c.size() == 1);
+  CHECK(c[0].words == Words{"run", "--a", "1", "--b", "2", "xy", "3", "6"});
 }
