@@ -365,7 +365,7 @@ class Reader {
     activation();
     // moe_layer_freq: 1, or one 0/1 per layer.
     const YAML::Node freq = lookup("model.moe_layer_freq");
-    if (freq.IsDefined() && !freq.IsNull()) {
+    if (set_in_file("model.num_moe_experts") && freq.IsDefined() && !freq.IsNull()) {
       ++read_;
       std::string v;
       if (is_sequence(freq)) {

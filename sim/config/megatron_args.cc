@@ -500,8 +500,8 @@ class Importer {
     if (f_.on("add-qkv-bias")) differ.push_back("QKV biases");
     if (!differ.empty())
       note(fmt::format(
-          "the {} MLP is modelled as trainsim's {} kind ({}); the input's {} differ from it by a few "
-          "memory-bound kernels and parameters",
+          "the {} MLP is modelled as trainsim's {} kind ({}); the input's {} (a few memory-bound kernels and "
+          "parameters apart)",
           gelu ? "GELU" : kind, kind,
           gelu ? "LayerNorm, linear biases, learned positions" : "RMSNorm, no biases, rotary positions", join(differ)));
 

@@ -165,6 +165,14 @@ train:
 )";
   const MegatronImport m = import(base, 8);
   CHECK(m.scenario["parallel"]["pipeline_layout"] == "Et|t|t|tL");
+  // A dense model's dump carries the MoE and Mamba keys at their defaults: not read, not listed.
+  std::string with_defaults = base;
+  with_defaults.replace(
+      with_defaults.find("  vocab_size"), 0,
+      "  moe_layer_freq: 1\n  moe_router_topk: 2\n  mamba_state_dim: 128\n  cpu_offloading_num_layers: 0\n");
+  const MegatronImport d = import(with_defaults, 8);
+  CHECK(d.not_modelled.empty());
+  CHECK(d.scenario == m.scenario);
   CHECK(m.scenario["parallel"]["virtual_stages"] == 2);
   CHECK(m.scenario["training"]["optimizer"]["exp_avg_dtype"] == "bf16");
 
