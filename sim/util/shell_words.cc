@@ -238,12 +238,26 @@ class Splitter {
     return w.find('$') != std::string::npos || w.find('`') != std::string::npos;
   }
 
-  // bash's glob match of `text` against `pattern` (* and ?; no brackets).
+  // bash's glob match of `text` against `pattern` (* and ?; no brackets), in linear passes: on a
+  // mismatch the last * takes one more character.
   static bool glob(std::string_view text, std::string_view pattern) {
-    if (pattern.empty()) return text.empty();
-    if (pattern[0] == '*') return glob(text, pattern.substr(1)) || (!text.empty() && glob(text.substr(1), pattern));
-    if (text.empty()) return false;
-    return (pattern[0] == '?' || pattern[0] == text[0]) && glob(text.substr(1), pattern.substr(1));
+    std::size_t t = 0, p = 0, star = std::string_view::npos, resume = 0;
+    while (t < text.size()) {
+      if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+        ++t;
+        ++p;
+      } else if (p < pattern.size() && pattern[p] == '*') {
+        star = p++;
+        resume = t;
+      } else if (star != std::string_view::npos) {
+        p = star + 1;
+        t = ++resume;
+      } else {
+        return false;
+      }
+    }
+    while (p < pattern.size() && pattern[p] == '*') ++p;
+    return p == pattern.size();
   }
 
   // The value of a test command ([ ... ], [[ ... ]], test ..., true, false); nullopt when it
