@@ -15,50 +15,30 @@
 
 namespace trainsim::cli {
 
-CLI::App* add_import_command(CLI::App& app, ImportArgs& args) {
-  CLI::App* import = app.add_subcommand("import", "Write a trainsim scenario from another tool's training command");
-  import->require_subcommand(1);
-  CLI::App* megatron = import->add_subcommand(
-      "megatron",
-      "Read a Megatron-LM training command (a launch script, or the arguments after --) and write the scenario it "
-      "runs");
-  megatron->add_option(
-      "script", args.script,
-      "A launch script (or - for stdin); Megatron arguments may follow --, after it or instead of "
-      "it: `train.sh`, `train.sh --cluster X -- --micro-batch-size 2`, `--cluster X -- --num-layers 32 "
-      "...`");
-  megatron->add_option("--cluster", args.cluster, "Topology name (topologies/NAME.json) or file")->required();
-  megatron
-      ->add_option("--gpus", args.gpus,
-                   "Total GPUs (default: torchrun's --nproc-per-node times --nnodes in the command)")
-      ->check(CLI::PositiveNumber);
-  megatron->add_option("--model", args.model,
-                       "A model name (models/NAME.json) or file to use instead of the command's architecture flags");
-  megatron->add_option("--vocab", args.vocab, "The vocabulary size, when the command only names a tokenizer")
-      ->check(CLI::PositiveNumber);
-  megatron->add_option("-o,--out", args.out, "Write the scenario to this file (default: stdout)");
-
-  CLI::App* bridge = import->add_subcommand(
-      "bridge",
-      "Read a Megatron-Bridge (NeMo) run's configuration YAML (the ConfigContainer a run prints, or to_yaml()) and "
-      "write the scenario it runs");
-  bridge->add_option("config", args.bridge_file, "The configuration YAML (or - for stdin)")->required();
-  bridge->add_option("--cluster", args.cluster, "Topology name (topologies/NAME.json) or file")->required();
-  bridge->add_option("--gpus", args.gpus, "Total GPUs (a Megatron-Bridge configuration does not say)")
-      ->required()
-      ->check(CLI::PositiveNumber);
-  bridge->add_option("--model", args.model,
-                     "A model name (models/NAME.json) or file to use instead of the configuration's model keys");
-  bridge->add_option("--vocab", args.vocab, "The vocabulary size, when the configuration leaves it to the tokenizer")
-      ->check(CLI::PositiveNumber);
-  bridge->add_option("-o,--out", args.out, "Write the scenario to this file (default: stdout)");
-  args.bridge_app = bridge;
-  return import;
-}
-
 namespace {
 
-std::string read_all(std::istream& in) {
+// --cluster, --gpus (returned), --model, --vocab and -o of both importers.
+CLI::Option* add_common_options(CLI::App* app, ImportArgs& args, const std::string& gpus_help,
+                                const std::string& model_replaces, const std::string& vocab_when) {
+  app->add_option("--cluster", args.cluster, "Topology name (topologies/NAME.json) or file")->required();
+  CLI::Option* gpus = app->add_option("--gpus", args.gpus, gpus_help)->check(CLI::PositiveNumber);
+  app->add_option("--model", args.model,
+                  fmt::format("A model name (models/NAME.json) or file to use instead of {}", model_replaces));
+  app->add_option("--vocab", args.vocab, fmt::format("The vocabulary size, when {}", vocab_when))
+      ->check(CLI::PositiveNumber);
+  app->add_option("-o,--out", args.out, "Write the scenario to this file (default: stdout)");
+  return gpus;
+}
+
+// The text of `path`, or of stdin for "-"; `source` names it in messages.
+std::string read_input(const std::string& path, std::string& source) {
+  if (path == "-") {
+    source = "<stdin>";
+    return {std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
+  }
+  source = path;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw util::InputError(path, "", "cannot read the file");
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
@@ -69,79 +49,17 @@ void print_list(const char* what, const std::vector<std::string>& flags) {
   fmt::print(stderr, "{} ({}): {}\n", what, flags.size(), line);
 }
 
-}  // namespace
-
-namespace {
-
-// The scenario of `imported`, checked as `run` will read it (an impossible one blamed on the flag or
-// key behind the scenario key that fails), its notes and flag lists on stderr, written out.
-int finish(const config::MegatronImport& imported, const config::MegatronImportOptions& options,
-           const std::string& out_file, const std::vector<std::string>& extra_notes, int keys_not_read);
-
-}  // namespace
-
-int import_command(const ImportArgs& args) {
-  if (args.bridge_app != nullptr && args.bridge_app->parsed()) {
-    config::MegatronImportOptions options;
-    options.cluster = args.cluster;
-    options.gpus = args.gpus;
-    options.model = args.model;
-    options.vocab = args.vocab;
-    std::string text;
-    if (args.bridge_file == "-") {
-      options.source = "<stdin>";
-      text = read_all(std::cin);
-    } else {
-      options.source = args.bridge_file;
-      std::ifstream in(args.bridge_file, std::ios::binary);
-      if (!in) throw util::InputError(args.bridge_file, "", "cannot read the file");
-      text = read_all(in);
-    }
-    config::BridgeFlags flags = config::read_bridge_config(text, options.source, options.gpus);
-    options.labels = flags.labels;
-    const config::MegatronImport imported = config::import_megatron({flags.command}, options);
-    return finish(imported, options, args.out, flags.notes, flags.keys_not_read);
-  }
-
+config::MegatronImportOptions import_options(const ImportArgs& args) {
   config::MegatronImportOptions options;
   options.cluster = args.cluster;
   options.gpus = args.gpus;
   options.model = args.model;
   options.vocab = args.vocab;
-  // The script positional takes the first word after -- when no script came before it.
-  std::vector<std::string> words;
-  if (!args.script.empty()) words.push_back(args.script);
-  words.insert(words.end(), args.megatron_args.begin(), args.megatron_args.end());
-  std::vector<util::ShellCommand> commands;
-  std::vector<std::string> shell_notes;
-  std::size_t first_arg = 0;
-  if (!words.empty() && (words[0] == "-" || !words[0].starts_with("-"))) {
-    std::string text;
-    if (words[0] == "-") {
-      options.source = "<stdin>";
-      text = read_all(std::cin);
-    } else {
-      options.source = words[0];
-      std::ifstream in(words[0], std::ios::binary);
-      if (!in) throw util::InputError(words[0], "", "cannot read the file");
-      text = read_all(in);
-    }
-    commands = util::split_shell_commands(text, options.source, &shell_notes);
-    first_arg = 1;
-  }
-  // Arguments given after the script (or instead of it) come last, so they override the script's.
-  if (first_arg < words.size())
-    commands.push_back({std::vector<std::string>(words.begin() + static_cast<std::ptrdiff_t>(first_arg), words.end()),
-                        std::vector<int>(words.size() - first_arg, 0)});
-  if (commands.empty())
-    throw util::InputError("import megatron", "", "give a launch script, or Megatron arguments after --");
-
-  const config::MegatronImport imported = config::import_megatron(commands, options);
-  return finish(imported, options, args.out, shell_notes, 0);
+  return options;
 }
 
-namespace {
-
+// The scenario of `imported`, checked as `run` will read it (an impossible one blamed on the flag or
+// key behind the scenario key that fails), its notes and flag lists on stderr, written out.
 int finish(const config::MegatronImport& imported, const config::MegatronImportOptions& options,
            const std::string& out_file, const std::vector<std::string>& extra_notes, int keys_not_read) {
   const std::string text = imported.scenario.dump(2) + "\n";
@@ -180,9 +98,32 @@ int finish(const config::MegatronImport& imported, const config::MegatronImportO
 
 }  // namespace
 
-}  // namespace trainsim::cli
+CLI::App* add_import_command(CLI::App& app, ImportArgs& args) {
+  CLI::App* import = app.add_subcommand("import", "Write a trainsim scenario from another tool's training command");
+  import->require_subcommand(1);
+  CLI::App* megatron = import->add_subcommand(
+      "megatron",
+      "Read a Megatron-LM training command (a launch script, or the arguments after --) and write the scenario it "
+      "runs");
+  megatron->add_option(
+      "script", args.script,
+      "A launch script (or - for stdin); Megatron arguments may follow --, after it or instead of "
+      "it: `train.sh`, `train.sh --cluster X -- --micro-batch-size 2`, `--cluster X -- --num-layers 32 "
+      "...`");
+  add_common_options(megatron, args, "Total GPUs (default: torchrun's --nproc-per-node times --nnodes in the command)",
+                     "the command's architecture flags", "the command only names a tokenizer");
 
-namespace trainsim::cli {
+  CLI::App* bridge = import->add_subcommand(
+      "bridge",
+      "Read a Megatron-Bridge (NeMo) run's configuration YAML (the ConfigContainer a run prints, or to_yaml()) and "
+      "write the scenario it runs");
+  bridge->add_option("config", args.bridge_file, "The configuration YAML (or - for stdin)")->required();
+  add_common_options(bridge, args, "Total GPUs (a Megatron-Bridge configuration does not say)",
+                     "the configuration's model keys", "the configuration leaves it to the tokenizer")
+      ->required();
+  args.bridge_app = bridge;
+  return import;
+}
 
 int split_megatron_args(int argc, char** argv, ImportArgs& args) {
   if (argc < 3 || std::string_view(argv[1]) != "import" || std::string_view(argv[2]) != "megatron") return argc;
@@ -192,6 +133,40 @@ int split_megatron_args(int argc, char** argv, ImportArgs& args) {
     return i;
   }
   return argc;
+}
+
+int import_command(const ImportArgs& args) {
+  if (args.bridge_app != nullptr && args.bridge_app->parsed()) {
+    config::MegatronImportOptions options = import_options(args);
+    const std::string text = read_input(args.bridge_file, options.source);
+    config::BridgeFlags flags = config::read_bridge_config(text, options.source, options.gpus);
+    options.labels = flags.labels;
+    const config::MegatronImport imported = config::import_megatron({flags.command}, options);
+    return finish(imported, options, args.out, flags.notes, flags.keys_not_read);
+  }
+
+  config::MegatronImportOptions options = import_options(args);
+  // The script positional takes the first word after -- when no script came before it.
+  std::vector<std::string> words;
+  if (!args.script.empty()) words.push_back(args.script);
+  words.insert(words.end(), args.megatron_args.begin(), args.megatron_args.end());
+  std::vector<util::ShellCommand> commands;
+  std::vector<std::string> shell_notes;
+  std::size_t first_arg = 0;
+  if (!words.empty() && (words[0] == "-" || !words[0].starts_with("-"))) {
+    const std::string text = read_input(words[0], options.source);
+    commands = util::split_shell_commands(text, options.source, &shell_notes);
+    first_arg = 1;
+  }
+  // Arguments given after the script (or instead of it) come last, so they override the script's.
+  if (first_arg < words.size())
+    commands.push_back({std::vector<std::string>(words.begin() + static_cast<std::ptrdiff_t>(first_arg), words.end()),
+                        std::vector<int>(words.size() - first_arg, 0)});
+  if (commands.empty())
+    throw util::InputError("import megatron", "", "give a launch script, or Megatron arguments after --");
+
+  const config::MegatronImport imported = config::import_megatron(commands, options);
+  return finish(imported, options, args.out, shell_notes, 0);
 }
 
 }  // namespace trainsim::cli
