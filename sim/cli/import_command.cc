@@ -141,7 +141,9 @@ int import_command(const ImportArgs& args) {
     const std::string text = read_input(args.bridge_file, options.source);
     config::BridgeFlags flags = config::read_bridge_config(text, options.source, options.gpus);
     options.labels = flags.labels;
-    const config::MegatronImport imported = config::import_megatron({flags.command}, options);
+    config::MegatronImport imported = config::import_megatron({flags.command}, options);
+    for (const auto& [key, value] : flags.training.items()) imported.scenario["training"][key] = value;
+    imported.origin.insert(flags.training_origin.begin(), flags.training_origin.end());
     return finish(imported, options, args.out, flags.notes, flags.keys_not_read);
   }
 

@@ -186,6 +186,7 @@ class Reader {
         out.command.lines.push_back(s.line);
       }
     }
+    peft(out);
     out.notes = std::move(notes_);
     out.keys_not_read = std::max(0, count_leaves(root_) - read_);
     return out;
@@ -326,6 +327,58 @@ class Reader {
           "comm_overlap.bucket_size (Megatron-Bridge's default with data parallelism)");
     else
       set("ddp-bucket-size", {scalar(bucket, "comm_overlap.bucket_size")}, bucket, "comm_overlap.bucket_size");
+  }
+
+  // A LoRA fine-tuning run (peft: Megatron-Bridge's LoRA): trainsim's training.peft "lora" with the
+  // adapters' rank (dim) and target linears.
+  void peft(BridgeFlags& out) {
+    const YAML::Node p = root_["peft"];
+    if (!is_map(p)) return;
+    const std::string target = is_map(p) && p["_target_"].IsDefined() ? scalar(p["_target_"], "peft._target_") : "";
+    const std::string kind = enum_value(target);
+    if (kind != "LoRA") {
+      notes_.push_back(fmt::format("peft {}: not modelled (LoRA is); the run is simulated as full training",
+                                   kind.empty() ? "without a _target_" : kind));
+      return;
+    }
+    ++read_;
+    out.training["peft"] = "lora";
+    out.training_origin["training.peft"] = fmt::format("line {}: peft._target_ {}", line_of(p["_target_"]), target);
+    const YAML::Node dim = p["dim"];
+    if (dim.IsDefined() && !dim.IsNull()) {
+      ++read_;
+      try {
+        out.training["lora_rank"] = std::stoll(scalar(dim, "peft.dim"));
+      } catch (const std::exception&) {
+        fail(dim, "peft.dim", fmt::format("\"{}\" is not an integer", scalar(dim, "peft.dim")));
+      }
+      out.training_origin["training.lora_rank"] = fmt::format("line {}: peft.dim {}", line_of(dim), dim.Scalar());
+    }
+    const YAML::Node targets = p["target_modules"];
+    if (is_sequence(targets)) {
+      ++read_;
+      nlohmann::ordered_json list = nlohmann::ordered_json::array();
+      std::vector<std::string> other;
+      for (const auto& t : targets) {
+        const std::string name = scalar(t, "peft.target_modules");
+        if (name == "linear_qkv" || name == "linear_proj" || name == "linear_fc1" || name == "linear_fc2")
+          list.push_back(name);
+        else
+          other.push_back(name);
+      }
+      if (!other.empty()) {
+        std::string joined;
+        for (const auto& o : other) joined += (joined.empty() ? "" : ", ") + o;
+        notes_.push_back(
+            fmt::format("peft.target_modules {}: not modelled (linear_qkv, linear_proj, linear_fc1 and "
+                        "linear_fc2 are)",
+                        joined));
+      }
+      if (!list.empty()) {
+        out.training["lora_targets"] = list;
+        out.training_origin["training.lora_targets"] = fmt::format("line {}: peft.target_modules", line_of(targets));
+      }
+    }
   }
 
   // Settings that change a step but that trainsim does not model, when the file turns them on.

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "util/shell_words.h"
 
 namespace trainsim::config {
@@ -21,6 +23,10 @@ struct BridgeFlags {
   std::map<std::string, std::string> labels;  // "num-layers" -> "model.num_layers"
   std::vector<std::string> notes;             // how a key was read, where it needed interpreting
   int keys_not_read = 0;                      // scalar keys of the file that map to no flag
+  // Scenario training keys with no Megatron-LM flag (peft: LoRA), to merge into the scenario, and
+  // the YAML key behind each ("training.lora_rank" -> "line 12: peft.dim 32").
+  nlohmann::ordered_json training = nlohmann::ordered_json::object();
+  std::map<std::string, std::string> training_origin;
 };
 
 // An InputError naming `source` (and the line) for malformed YAML or a value of the wrong kind.

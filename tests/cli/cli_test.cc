@@ -925,6 +925,18 @@ train:
   CHECK(doc["parallel"]["tp"] == 2);
   CHECK(r.err.find("1 other keys not read") != std::string::npos);
 
+  // LoRA fine-tuning: the peft section.
+  const fs::path lora = write("bridge_lora.yaml", yaml +
+                                                      "peft:\n  _target_: megatron.bridge.peft.lora.LoRA\n  dim: 16\n"
+                                                      "  target_modules: [linear_qkv, linear_proj]\n");
+  Result l = run(fmt::format("import bridge '{}' --cluster dgx-h100 --gpus 16", lora.string()));
+  INFO("stderr: " << l.err);
+  REQUIRE(l.code == 0);
+  const auto lora_doc = nlohmann::json::parse(l.out);
+  CHECK(lora_doc["training"]["peft"] == "lora");
+  CHECK(lora_doc["training"]["lora_rank"] == 16);
+  CHECK(lora_doc["training"]["lora_targets"] == nlohmann::json::array({"linear_qkv", "linear_proj"}));
+
   std::string bad_yaml = yaml;
   bad_yaml.replace(bad_yaml.find("tensor_model_parallel_size: 2"), 29, "tensor_model_parallel_size: 3");
   const fs::path bad = write("bridge_bad.yaml", bad_yaml);
