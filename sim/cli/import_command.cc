@@ -164,6 +164,10 @@ int import_command(const ImportArgs& args) {
   if (first_arg < words.size())
     commands.push_back({std::vector<std::string>(words.begin() + static_cast<std::ptrdiff_t>(first_arg), words.end()),
                         std::vector<int>(words.size() - first_arg, 0)});
+  if (commands.empty() && first_arg > 0)
+    throw util::InputError(options.source, "",
+                           "runs no command (it only sets variables): give the script that launches the training, "
+                           "or the arguments after --");
   if (commands.empty())
     throw util::InputError("import megatron", "", "give a launch script, or Megatron arguments after --");
 

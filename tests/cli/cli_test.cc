@@ -881,6 +881,12 @@ TEST_CASE("import megatron: a layout the model cannot take is blamed on its flag
   Result none = run("import megatron --cluster dgx-h100");
   CHECK(none.code == 2);
   CHECK(none.err == "import megatron: give a launch script, or Megatron arguments after --\n");
+  const fs::path vars_only = write("vars_only.sh", "MODEL_ARGS=\"--num-layers 2\"\n");
+  Result no_command = run(fmt::format("import megatron '{}' --cluster dgx-h100", vars_only.string()));
+  CHECK(no_command.code == 2);
+  CHECK(no_command.err == vars_only.string() +
+                              ": runs no command (it only sets variables): give the script that launches the "
+                              "training, or the arguments after --\n");
   Result missing = run("import megatron /nonexistent/train.sh --cluster dgx-h100");
   CHECK(missing.code == 2);
   CHECK(missing.err == "/nonexistent/train.sh: cannot read the file\n");
