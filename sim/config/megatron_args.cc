@@ -672,8 +672,12 @@ class Importer {
     const auto gbs = f_.integer("global-batch-size");
     put(t, "training", "global_batch", gbs.value_or(mbs * replicas), "global-batch-size");
     if (!gbs) note(fmt::format("global_batch: Megatron's default, one micro-batch per replica ({})", mbs * replicas));
-    const std::int64_t seq = require_int("seq-length", "the training sequence length");
-    put(t, "training", "seq_len", seq, "seq-length");
+    // --encoder-seq-length is the older name (arguments.py takes it when --seq-length is absent).
+    const std::string_view seq_flag = f_.get("seq-length") == nullptr && f_.get("encoder-seq-length") != nullptr
+                                          ? "encoder-seq-length"
+                                          : "seq-length";
+    const std::int64_t seq = require_int(seq_flag, "the training sequence length");
+    put(t, "training", "seq_len", seq, seq_flag);
     if (f_.on("rampup-batch-size"))
       note("--rampup-batch-size: the simulated step runs at the full global batch, after the ramp-up");
     if (auto samples = budget("train-samples"))
