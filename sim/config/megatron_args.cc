@@ -252,6 +252,47 @@ std::optional<std::vector<int>> layer_pattern(std::string_view text) {
   return out;
 }
 
+}  // namespace
+
+// Megatron-Core's placement (mamba_hybrid_layer_allocation.py): round(L·attention) attention layers
+// spread evenly between L − A Mamba layers in A + 1 sections, a running budget starting at one
+// section's length placing one wherever it falls below half a layer; then round(L·mlp) MLP layers
+// the same way over the remaining Mamba layers. Python's round() ties to even, as nearbyint does.
+std::string allocate_hybrid_layers(std::int64_t layers, double attention_ratio, double mlp_ratio) {
+  const auto n = static_cast<std::size_t>(std::max<std::int64_t>(layers, 0));
+  std::string out(n, 'M');
+  const auto attention = static_cast<std::int64_t>(std::nearbyint(static_cast<double>(layers) * attention_ratio));
+  std::int64_t mamba = layers - attention;
+  const double section = static_cast<double>(mamba) / static_cast<double>(attention + 1);
+  double x = section;
+  for (char& c : out) {
+    if (x < 0.5) {
+      c = '*';
+      x += section;
+    } else {
+      x -= 1;
+    }
+  }
+  const auto mlp = static_cast<std::int64_t>(std::nearbyint(static_cast<double>(layers) * mlp_ratio));
+  if (mlp > 0) {
+    mamba -= mlp;
+    const double per_mlp = static_cast<double>(mamba) / static_cast<double>(mlp);
+    x = per_mlp;
+    for (char& c : out) {
+      if (c != 'M') continue;
+      if (x < 0.5) {
+        c = '-';
+        x += per_mlp;
+      } else {
+        x -= 1;
+      }
+    }
+  }
+  return out;
+}
+
+namespace {
+
 std::string join(const std::vector<std::string>& items, std::string_view sep = ", ") {
   std::string out;
   for (std::size_t i = 0; i < items.size(); ++i) out += (i > 0 ? std::string(sep) : "") + items[i];
@@ -311,11 +352,20 @@ class Importer {
                           flag));
       }
     }
-    for (std::string_view ratio : {"hybrid-attention-ratio", "hybrid-mlp-ratio"})
-      if (pattern_.empty() && f_.number(ratio).value_or(0) > 0)
-        f_.fail(*f_.get(ratio),
-                "trainsim does not derive the layer pattern from the ratios: give the pattern with "
-                "--hybrid-override-pattern");
+    const double attention = f_.number("hybrid-attention-ratio").value_or(0);
+    const double mlp = f_.number("hybrid-mlp-ratio").value_or(0);
+    if (pattern_.empty() && (attention > 0 || mlp > 0)) {
+      const std::string_view flag = attention > 0 ? "hybrid-attention-ratio" : "hybrid-mlp-ratio";
+      if (!layers) f_.fail(*f_.get(flag), "needs --num-layers to place the layers");
+      if (attention < 0 || mlp < 0 || attention + mlp > 1)
+        f_.fail(*f_.get(flag), "the attention and MLP ratios must be at least 0 and add up to at most 1");
+      pattern_ = allocate_hybrid_layers(*layers, attention, mlp);
+      pattern_flag_ = flag;
+      note(
+          fmt::format("the hybrid pattern {} from --hybrid-attention-ratio {} and --hybrid-mlp-ratio {} "
+                      "(Megatron-Core's allocate_layers)",
+                      pattern_, attention, mlp));
+    }
     if (pattern_.empty() && layers && (f_.runs("pretrain_mamba.py") || f_.on("is-hybrid-model"))) {
       pattern_ = std::string(static_cast<std::size_t>(std::max<std::int64_t>(*layers, 0)), 'M');
       note("a hybrid model without a pattern: Mamba layers only (Megatron-Core's default)");

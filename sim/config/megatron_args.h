@@ -49,4 +49,8 @@ struct MegatronImport {
 // the source, the line and the flag.
 MegatronImport import_megatron(const std::vector<util::ShellCommand>& commands, const MegatronImportOptions& options);
 
+// A hybrid model's layer pattern from Megatron's --hybrid-attention-ratio and --hybrid-mlp-ratio
+// (Megatron-Core's allocate_layers): 'M' Mamba, '*' attention, '-' MLP.
+std::string allocate_hybrid_layers(std::int64_t layers, double attention_ratio, double mlp_ratio);
+
 }  // namespace trainsim::config

@@ -210,3 +210,22 @@ TEST_CASE("--model replaces the architecture flags") {
   CHECK(m.notes[0].find("--hidden-size") != std::string::npos);
   CHECK(parse(m).model.layers == 80);
 }
+
+TEST_CASE("hybrid ratios place the layers as Megatron-Core's allocate_layers does") {
+  // 10 layers, attention 0.2: A = 2 attention layers between 8 Mamba layers in 3 sections of 8/3;
+  // the budget 2.67, 1.67, 0.67, -0.33 (< 0.5: attention at layer 3, +2.67), 1.33, 0.33 (attention
+  // at 6), then 2, 1, 0 -> MMM*MM*MMM.
+  CHECK(trainsim::config::allocate_hybrid_layers(10, 0.2, 0.0) == "MMM*MM*MMM");
+  // MLP 0.3: 3 MLP layers over the 5 Mamba layers left, 5/3 each: 1.67, 0.67, -0.33 (MLP at layer 2),
+  // 1.33 (layer 4), 0.33 (MLP at 5), 2 (layer 7), 1 (8), 0 (MLP at 9) -> MM-*M-*MM-.
+  CHECK(trainsim::config::allocate_hybrid_layers(10, 0.2, 0.3) == "MM-*M-*MM-");
+  CHECK(trainsim::config::allocate_hybrid_layers(4, 0, 0) == "MMMM");
+  const MegatronImport m = import(
+      "python pretrain_mamba.py --num-layers 10 --hidden-size 256 --num-attention-heads 4 --vocab-size 1000 "
+      "--seq-length 512 --bf16 --hybrid-attention-ratio 0.2 --hybrid-mlp-ratio 0.3 --ffn-hidden-size 1024 "
+      "--squared-relu --normalization RMSNorm --disable-bias-linear --position-embedding-type none",
+      "dgx-h100", 8);
+  CHECK(m.scenario["model"]["hybrid_pattern"] == "MM-*M-*MM-");
+  CHECK(m.scenario["model"]["ffn_hidden"] == 1024);
+  CHECK(parse(m).model.layers == 10);
+}
