@@ -3,6 +3,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -110,6 +111,11 @@ CLI::App* add_import_command(CLI::App& app, ImportArgs& args) {
       "A launch script (or - for stdin); Megatron arguments may follow --, after it or instead of "
       "it: `train.sh`, `train.sh --cluster X -- --micro-batch-size 2`, `--cluster X -- --num-layers 32 "
       "...`");
+  megatron
+      ->add_option("--env", args.env,
+                   "Set a variable of the script before it runs, as its environment would: NAME=VALUE (repeatable), "
+                   "e.g. --env TP=4 --env MODEL_SIZE=8B")
+      ->allow_extra_args(false);
   add_common_options(megatron, args, "Total GPUs (default: torchrun's --nproc-per-node times --nnodes in the command)",
                      "the command's architecture flags", "the command only names a tokenizer");
 
@@ -157,7 +163,14 @@ int import_command(const ImportArgs& args) {
   std::size_t first_arg = 0;
   if (!words.empty() && (words[0] == "-" || !words[0].starts_with("-"))) {
     const std::string text = read_input(words[0], options.source);
-    commands = util::split_shell_commands(text, options.source, &shell_notes);
+    std::map<std::string, std::string> environment;
+    for (const auto& e : args.env) {
+      const auto eq = e.find('=');
+      if (eq == std::string::npos || eq == 0)
+        throw util::InputError("--env", "", fmt::format("\"{}\" is not NAME=VALUE", e));
+      environment[e.substr(0, eq)] = e.substr(eq + 1);
+    }
+    commands = util::split_shell_commands(text, options.source, &shell_notes, environment);
     first_arg = 1;
   }
   // Arguments given after the script (or instead of it) come last, so they override the script's.

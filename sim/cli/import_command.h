@@ -22,6 +22,7 @@ struct ImportArgs {
   std::string bridge_file;                 // import bridge: the configuration YAML
   CLI::App* bridge_app = nullptr;          // set by add_import_command
   std::vector<std::string> megatron_args;  // the words after `--` (split_megatron_args)
+  std::vector<std::string> env;            // --env NAME=VALUE: the script's variables set beforehand
 };
 
 CLI::App* add_import_command(CLI::App& app, ImportArgs& args);

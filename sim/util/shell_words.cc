@@ -147,6 +147,9 @@ class Splitter {
  public:
   Splitter(std::string_view text, const std::string& source) : s_(text), source_(source) {}
 
+  // A variable set before the script runs (line 0: not written in the script).
+  void set(const std::string& name, const std::string& value) { vars_[name] = {{value}, {0}}; }
+
   std::vector<ShellCommand> run(std::vector<std::string>* notes) {
     while (i_ < s_.size()) step();
     if (!array_name_.empty()) fail(array_line_, fmt::format("the array {}=( is never closed", array_name_));
@@ -185,6 +188,7 @@ class Splitter {
       lines_.clear();
       return;
     }
+    if (words_[0] == "eval") return evaluate();
     // Leading declaration words, then the assignments: a command of assignments alone sets the
     // script's variables; before a command they are its environment only.
     std::size_t k = 0;
@@ -387,6 +391,33 @@ class Splitter {
       }
       return;
     }
+  }
+
+  // `eval WORDS`: the words joined by spaces are read again as script text, with the script's
+  // variables, as one more piece of the script at this line (its pipes and quotes now count).
+  void evaluate() {
+    std::string text;
+    for (std::size_t i = 1; i < words_.size(); ++i) {
+      if (i > 1) text += ' ';
+      text += words_[i];
+    }
+    const int line = lines_.empty() ? line_ : lines_[0];
+    words_.clear();
+    lines_.clear();
+    if (++eval_depth_ > 8) fail(line, "eval nested more than 8 deep");
+    Splitter inner(text, source_);
+    inner.vars_ = vars_;
+    inner.line_ = line;
+    inner.eval_depth_ = eval_depth_;
+    std::vector<std::string> notes;
+    auto commands = inner.run(&notes);
+    for (auto& c : commands) {
+      std::fill(c.lines.begin(), c.lines.end(), line);
+      out_.push_back(std::move(c));
+    }
+    for (auto& n : notes) notes_.push_back(std::move(n));
+    vars_ = std::move(inner.vars_);
+    --eval_depth_;
   }
 
   // A variable's value into the word being built: unquoted, split into words at white space;
@@ -688,6 +719,7 @@ class Splitter {
   bool plain_ = true;  // the word so far has no quotes, escapes or expansions
   bool skip_word_ = false;
   std::vector<Branch> branches_;  // the open if / case blocks, innermost last
+  int eval_depth_ = 0;
   std::vector<std::string> notes_;
   std::string array_name_;     // the array NAME=( being read
   bool array_append_ = false;  // NAME+=( appends
@@ -699,8 +731,11 @@ class Splitter {
 }  // namespace
 
 std::vector<ShellCommand> split_shell_commands(std::string_view text, const std::string& source,
-                                               std::vector<std::string>* notes) {
-  return Splitter(text, source).run(notes);
+                                               std::vector<std::string>* notes,
+                                               const std::map<std::string, std::string>& environment) {
+  Splitter splitter(text, source);
+  for (const auto& [name, value] : environment) splitter.set(name, value);
+  return splitter.run(notes);
 }
 
 }  // namespace trainsim::util

@@ -5,9 +5,11 @@
 // NAME=(a b c)) and their expansions ($NAME, ${NAME}, ${NAME:-default}, ${NAME[@]}, and integer
 // arithmetic $((...))); commands end at newlines, ';', '&', '&&', '|' and '||'; redirections
 // (> file, 2>&1) are dropped; if/elif/else/fi and case/esac choose the branches that run (below).
-// Nothing else bash does is done (command substitution, eval, globbing): a word that needs it keeps its text, and so
-// does a variable the script never sets, so a caller that reads such a word can say what it is.
+// `eval` reads its words again as script text. Nothing else bash does is done (command substitution,
+// globbing): a word that needs it keeps its text, and so does a variable neither the script nor the
+// caller's environment sets, so a caller that reads such a word can say what it is.
 
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,7 +29,11 @@ struct ShellCommand {
 // decided; a branch whose test cannot be decided is read with every other branch in order, and a
 // line in `notes` says so. Loops are read once; echo and printf commands are not commands to read.
 // An unterminated quote, ${ or array is an InputError naming `source` and the line it opens on.
+// `environment`: variables set before the script runs (NAME -> value), as the shell's environment
+// would set them; the process's own environment is never read, so the result depends on the input
+// alone.
 std::vector<ShellCommand> split_shell_commands(std::string_view text, const std::string& source,
-                                               std::vector<std::string>* notes = nullptr);
+                                               std::vector<std::string>* notes = nullptr,
+                                               const std::map<std::string, std::string>& environment = {});
 
 }  // namespace trainsim::util

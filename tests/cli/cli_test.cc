@@ -845,6 +845,14 @@ torchrun --nproc_per_node 8 --nnodes 2 pretrain_gpt.py ${ARGS[@]} \
   REQUIRE(sim.code == 0);
   CHECK(nlohmann::json::parse(sim.out)["scenario"]["gpus"] == 16);
 
+  // A variable the script leaves to its environment.
+  const fs::path env_script = write("train_env.sh", slurp(script).replace(slurp(script).find("TP=2\n"), 5, ""));
+  Result unset = run(fmt::format("import megatron '{}' --cluster dgx-h100", env_script.string()));
+  CHECK(unset.code == 2);
+  Result with_env = run(fmt::format("import megatron '{}' --cluster dgx-h100 --env TP=4", env_script.string()));
+  REQUIRE(with_env.code == 0);
+  CHECK(nlohmann::json::parse(with_env.out)["parallel"]["tp"] == 4);
+
   // The script with one flag changed after --.
   Result changed =
       run(fmt::format("import megatron '{}' --cluster dgx-h100 -- --global-batch-size 32", script.string()));

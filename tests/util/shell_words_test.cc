@@ -92,3 +92,12 @@ TEST_CASE("+= appends to arrays and strings; a quoted default loses its quotes; 
   REQUIRE(c.size() == 1);
   CHECK(c[0].words == Words{"run", "--a", "1", "--b", "2", "xy", "3", "6"});
 }
+
+TEST_CASE("eval reads its words again as script text; the environment given beforehand is the script's") {
+  const auto c = split_shell_commands("CMD=\"run --tp $TP --x 'a b'\"\nCMD=\"$CMD | tee log\"\neval $CMD\n", "s.sh",
+                                      nullptr, {{"TP", "4"}});
+  REQUIRE(c.size() == 2);
+  CHECK(c[0].words == Words{"run", "--tp", "4", "--x", "a b"});
+  CHECK(c[0].lines == std::vector<int>{3, 3, 3, 3, 3});
+  CHECK(c[1].words == Words{"tee", "log"});
+}
