@@ -163,15 +163,21 @@ int import_command(const ImportArgs& args) {
   std::size_t first_arg = 0;
   if (!words.empty() && (words[0] == "-" || !words[0].starts_with("-"))) {
     const std::string text = read_input(words[0], options.source);
-    std::map<std::string, std::string> environment;
-    for (const auto& e : args.env) {
-      const auto eq = e.find('=');
-      if (eq == std::string::npos || eq == 0)
-        throw util::InputError("--env", "", fmt::format("\"{}\" is not NAME=VALUE", e));
-      environment[e.substr(0, eq)] = e.substr(eq + 1);
-    }
-    commands = util::split_shell_commands(text, options.source, &shell_notes, environment);
     first_arg = 1;
+    if (words[0].ends_with(".yaml") || words[0].ends_with(".yml") || text.starts_with("MODEL_ARGS:") ||
+        text.find("\nMODEL_ARGS:") != std::string::npos) {
+      // Megatron-LM's YAML form (a functional test's model_config.yaml) instead of a script.
+      commands.push_back(config::read_megatron_yaml(text, options.source));
+    } else {
+      std::map<std::string, std::string> environment;
+      for (const auto& e : args.env) {
+        const auto eq = e.find('=');
+        if (eq == std::string::npos || eq == 0)
+          throw util::InputError("--env", "", fmt::format("\"{}\" is not NAME=VALUE", e));
+        environment[e.substr(0, eq)] = e.substr(eq + 1);
+      }
+      commands = util::split_shell_commands(text, options.source, &shell_notes, environment);
+    }
   }
   // Arguments given after the script (or instead of it) come last, so they override the script's.
   if (first_arg < words.size())

@@ -531,6 +531,48 @@ class Reader {
 
 }  // namespace
 
+util::ShellCommand read_megatron_yaml(const std::string& text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw util::InputError(source, fmt::format("line {}", e.mark.line + 1), e.msg);
+  }
+  const YAML::Node args = root.IsDefined() && root.IsMap() ? root["MODEL_ARGS"] : YAML::Node();
+  if (!args.IsDefined() || !args.IsMap())
+    throw util::InputError(source, "", "no MODEL_ARGS mapping: not a Megatron-LM model_config.yaml");
+  util::ShellCommand out;
+  for (const auto& kv : args) {
+    const std::string flag = kv.first.IsScalar() ? kv.first.Scalar() : "";
+    const int line = kv.first.Mark().line + 1;
+    if (!flag.starts_with("--"))
+      throw util::InputError(source, fmt::format("line {}", line),
+                             fmt::format("MODEL_ARGS key \"{}\" is not a --flag", flag));
+    const YAML::Node& v = kv.second;
+    if (!v.IsDefined() || v.IsNull()) continue;
+    auto add = [&](const std::string& word) {
+      out.words.push_back(word);
+      out.lines.push_back(line);
+    };
+    if (v.IsScalar()) {
+      const std::string value = v.Scalar();
+      if (value == "true" || value == "True") {
+        add(flag);
+      } else if (value != "false" && value != "False") {
+        add(flag);
+        add(value);
+      }
+    } else if (v.IsSequence()) {
+      add(flag);
+      for (const auto& item : v)
+        if (item.IsScalar()) add(item.Scalar());
+    } else {
+      throw util::InputError(source, fmt::format("line {}: {}", line, flag), "expected a value or a list");
+    }
+  }
+  return out;
+}
+
 BridgeFlags read_bridge_config(const std::string& text, const std::string& source, std::int64_t gpus) {
   return Reader(text, source, gpus).run();
 }

@@ -29,6 +29,12 @@ struct BridgeFlags {
   std::map<std::string, std::string> training_origin;
 };
 
+// Megatron-LM's own YAML form of a command (its functional tests' model_config.yaml): a MODEL_ARGS
+// mapping of "--flag": value, true for a switch, false or null for a flag not given, a list for
+// several values. The flags with each one's line, for config::import_megatron. An InputError names
+// `source` for malformed YAML or a file without MODEL_ARGS.
+util::ShellCommand read_megatron_yaml(const std::string& text, const std::string& source);
+
 // An InputError naming `source` (and the line) for malformed YAML or a value of the wrong kind.
 // `gpus` decides Megatron-Bridge's data-parallel overlap defaults (more than one replica).
 BridgeFlags read_bridge_config(const std::string& text, const std::string& source, std::int64_t gpus);

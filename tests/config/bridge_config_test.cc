@@ -16,6 +16,7 @@ using trainsim::config::import_megatron;
 using trainsim::config::MegatronImport;
 using trainsim::config::MegatronImportOptions;
 using trainsim::config::read_bridge_config;
+using trainsim::config::read_megatron_yaml;
 using trainsim::util::InputError;
 
 namespace {
@@ -200,4 +201,15 @@ train:
   } catch (const InputError& e) {
     CHECK(std::string(e.what()) == "run.yaml: line 2: model.num_layers: \"x\" is not an integer");
   }
+}
+
+TEST_CASE("Megatron-LM's model_config.yaml: MODEL_ARGS as flags, true a switch, false and null not given") {
+  const auto c = read_megatron_yaml(
+      "ENV_VARS:\n  X: 1\nMODEL_ARGS:\n  # comment\n  --num-layers: 32\n  --bf16: true\n  --fp16: false\n"
+      "  --save: null\n  --recompute-modules: [core_attn, mlp]\n",
+      "model_config.yaml");
+  CHECK(c.words == std::vector<std::string>{"--num-layers", "32", "--bf16", "--recompute-modules", "core_attn", "mlp"});
+  CHECK(c.lines == std::vector<int>{5, 5, 6, 9, 9, 9});
+  CHECK_THROWS_AS(read_megatron_yaml("TEST_TYPE: release\n", "model_config.yaml"), InputError);
+  CHECK_THROWS_AS(read_megatron_yaml("MODEL_ARGS:\n  num-layers: 2\n", "model_config.yaml"), InputError);
 }
