@@ -555,9 +555,23 @@ util::ShellCommand read_megatron_yaml(const std::string& text, const std::string
       out.lines.push_back(line);
     };
     if (v.IsScalar()) {
-      const std::string value = v.Scalar();
+      // The test harness hands each value through xargs and eval: its backslash escapes (two levels
+      // of them) go, and a "[a b c]" list becomes its words.
+      std::string value;
+      for (char c : v.Scalar())
+        if (c != '\\') value += c;
+      const bool word_list = value.size() >= 2 && value.front() == '[' && value.back() == ']' &&
+                             value.find_first_of(",*+()") == std::string::npos;
       if (value == "true" || value == "True") {
         add(flag);
+      } else if (word_list) {
+        add(flag);
+        std::size_t at = 1;
+        while (at < value.size() - 1) {
+          const std::size_t end = std::min(value.find(' ', at), value.size() - 1);
+          if (end > at) add(value.substr(at, end - at));
+          at = end + 1;
+        }
       } else if (value != "false" && value != "False") {
         add(flag);
         add(value);

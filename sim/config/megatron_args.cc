@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "config/megatron_flags.h"
+#include "config/scenario.h"
 #include "util/error.h"
 
 namespace trainsim::config {
@@ -343,13 +344,17 @@ class Importer {
     for (std::string_view flag : {"hybrid-override-pattern", "hybrid-layer-pattern"}) {
       if (auto p = f_.value(flag)) {
         pattern_flag_ = flag;
-        for (char c : *p)
-          if (c != '|') pattern_ += c;
-        if (pattern_.size() != p->size())
-          note(
-              fmt::format("--{}: the '|' pipeline stage splits are not kept (trainsim splits the layers evenly, or "
-                          "as the layout flags say)",
-                          flag));
+        std::size_t segment = 0;
+        for (char c : *p) {
+          if (c == '|') {
+            pattern_segments_.push_back(segment);
+            segment = 0;
+          } else {
+            pattern_ += c;
+            ++segment;
+          }
+        }
+        pattern_segments_.push_back(segment);
       }
     }
     const double attention = f_.number("hybrid-attention-ratio").value_or(0);
@@ -447,8 +452,32 @@ class Importer {
       put(p, "parallel", "account_for_embedding_in_pipeline_split", true, "account-for-embedding-in-pipeline-split");
     if (f_.on("account-for-loss-in-pipeline-split"))
       put(p, "parallel", "account_for_loss_in_pipeline_split", true, "account-for-loss-in-pipeline-split");
-    if (auto v = f_.value("pipeline-model-parallel-layout"))
+    if (auto v = f_.value("pipeline-model-parallel-layout")) {
       put(p, "parallel", "pipeline_layout", *v, "pipeline-model-parallel-layout");
+      // Without a virtual size, arguments.py takes it from the layout: its stages over pp.
+      const auto flat = expand_pipeline_layout(*v);
+      if (vp == 1 && flat) {
+        const auto stages = static_cast<std::int64_t>(std::count(flat->begin(), flat->end(), '|')) + 1;
+        if (stages > pp_ && stages % pp_ == 0) {
+          put(p, "parallel", "schedule", "interleaved", "pipeline-model-parallel-layout");
+          put(p, "parallel", "virtual_stages", stages / pp_, "pipeline-model-parallel-layout");
+        }
+      }
+    } else if (vp == 1 && !pattern_segments_.empty() && pattern_segments_.size() > 1) {
+      // A hybrid pattern's '|' splits are its pipeline stages (pp x virtual stages of them).
+      const auto segments = static_cast<std::int64_t>(pattern_segments_.size());
+      std::string layout = "E";
+      for (std::size_t i = 0; i < pattern_segments_.size(); ++i) {
+        if (i > 0) layout += '|';
+        layout += std::string(pattern_segments_[i], 't');
+      }
+      layout += 'L';
+      put(p, "parallel", "pipeline_layout", layout, pattern_flag_);
+      if (segments > pp_ && segments % pp_ == 0) {
+        put(p, "parallel", "schedule", "interleaved", pattern_flag_);
+        put(p, "parallel", "virtual_stages", segments / pp_, pattern_flag_);
+      }
+    }
 
     // Data-parallel sharding: the distributed optimizer is ZeRO-1; Megatron FSDP's strategies are
     // ZeRO 0-3 (ecosystem.md §2.1, its default optim_grads_params); PyTorch FSDP2 shards everything.
@@ -477,7 +506,12 @@ class Importer {
     if (grad_overlap) put(p, "parallel", "overlap_grad_reduce", true, "overlap-grad-reduce");
     // The parameter gather overlaps only beside the gradient reduction's (Megatron-LM asserts it;
     // Megatron-Bridge configurations may carry it alone, where it does nothing).
-    if (f_.on("overlap-param-gather")) {
+    const bool fsdp = p.contains("zero") && p["zero"].get<std::int64_t>() >= 2;
+    if (f_.on("overlap-param-gather") && fsdp) {
+      note(
+          "--overlap-param-gather with FSDP: its parameter gathers are prefetched (parallel.fsdp_prefetch, on by "
+          "default)");
+    } else if (f_.get("overlap-param-gather") != nullptr) {
       if (grad_overlap)
         put(p, "parallel", "overlap_param_gather", true, "overlap-param-gather");
       else
@@ -836,17 +870,26 @@ class Importer {
     const auto backend = f_.value("attention-backend");
     const bool local_impl = f_.value("transformer-impl") == "local";
     const bool flash_flag = f_.on("use-flash-attn");
-    if ((backend == "unfused" || backend == "local") || (local_impl && !flash_flag))
-      put(training_, "training", "attention", "softmax", backend ? "attention-backend" : "transformer-impl");
+    if ((backend == "unfused" || backend == "local") || (local_impl && !flash_flag)) {
+      // trainsim's multi-head latent attention runs fused only.
+      if (f_.on("multi-latent-attention"))
+        note("unfused attention under multi-head latent attention is not modelled: simulated with the fused kernels");
+      else
+        put(training_, "training", "attention", "softmax", backend ? "attention-backend" : "transformer-impl");
+    }
   }
 
   void cuda_graphs() {
     std::string impl = f_.value("cuda-graph-impl").value_or("none");
     if (f_.on("enable-cuda-graph")) impl = "local";
     if (f_.on("external-cuda-graph")) impl = "transformer_engine";
-    const auto scopes = f_.list("cuda-graph-scope");
+    // --cuda-graph-modules is the newer name of --cuda-graph-scope.
+    auto scopes = f_.list("cuda-graph-scope");
+    for (auto& m : f_.list("cuda-graph-modules")) scopes.push_back(m);
     if (impl == "none") return;
-    const bool full_iteration = std::find(scopes.begin(), scopes.end(), "full_iteration") != scopes.end();
+    const bool full_iteration =
+        impl == "full_iteration" || std::find(scopes.begin(), scopes.end(), "full_iteration") != scopes.end();
+    if (impl == "full_iteration") impl = "local";
     if (impl == "local" && full_iteration) {
       put(training_, "training", "cuda_graph_scope", std::vector<std::string>{"full_iteration"}, "cuda-graph-scope");
       return;
@@ -948,7 +991,8 @@ class Importer {
   nlohmann::ordered_json parallel_ = nlohmann::ordered_json::object();
   nlohmann::ordered_json training_ = nlohmann::ordered_json::object();
   std::int64_t layers_ = 0, hidden_ = 0, tp_ = 1, pp_ = 1, cp_ = 1;
-  std::string pattern_;  // a hybrid model's layer pattern, '|' removed
+  std::string pattern_;                        // a hybrid model's layer pattern, '|' removed
+  std::vector<std::size_t> pattern_segments_;  // its layers between '|' splits (pipeline stages)
   std::string_view pattern_flag_;
 };
 

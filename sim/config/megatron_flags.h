@@ -3,9 +3,12 @@
 // whether each takes a value and whether it leaves a training step unchanged. Read from
 // NVIDIA/Megatron-LM megatron/training/arguments.py at 9ff6508 (with its dataclass-generated groups,
 // megatron/training/training_config.py) and at 000c4ac (the union of the two), torch's
-// torch/distributed/run.py, plus the newer Megatron-Core flags trainsim reads (add-bias-linear,
-// cpu-offloading, moe-expert-rank-capacity-factor, moe-paged-stash, no-store-param-remainders,
-// use-custom-fsdp). Names without the leading dashes, '_' written '-'.
+// torch/distributed/run.py, plus newer Megatron-Core flags seen in its launch scripts and functional
+// tests (add-bias-linear, cpu-offloading, cuda-graph-modules, moe-expert-rank-capacity-factor,
+// moe-paged-stash, no-store-param-remainders, use-custom-fsdp, the dsa-indexer-* and
+// experimental-attention-variant flags, fine-grained-activation-offloading, offload-modules,
+// optimizer-cuda-graph, export-kd-teacher-load, megatron-fsdp-version, outer-dp-sharding-strategy,
+// no-moe-router-aux-loss-fusion, tokenizer-library). Names without the leading dashes, '_' written '-'.
 // `no_effect`: learning-rate schedule, optimiser hyperparameters, data, tokenizer and checkpoint
 // paths, logging, profiling, evaluation, initialisation, fault tolerance and launcher settings, and
 // the rotary and router options that change numbers, not work (trainsim's judgement, per flag group
@@ -22,6 +25,6 @@ struct MegatronFlag {
   bool no_effect;
 };
 
-extern const std::array<MegatronFlag, 664> kMegatronFlags;
+extern const std::array<MegatronFlag, 679> kMegatronFlags;
 
 }  // namespace trainsim::config

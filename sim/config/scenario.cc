@@ -77,6 +77,21 @@ struct LayoutExpander {
   }
 };
 
+}  // namespace
+
+std::optional<std::string> expand_pipeline_layout(std::string_view layout) {
+  try {
+    LayoutExpander e{layout};
+    std::string flat = e.sequence();
+    if (e.pos < e.text.size()) return std::nullopt;
+    return flat;
+  } catch (const std::string&) {
+    return std::nullopt;
+  }
+}
+
+namespace {
+
 // Values a key accepts: those trainsim simulates, and those it knows but does not simulate yet.
 struct Choices {
   std::vector<std::string_view> supported;

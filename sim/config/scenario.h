@@ -260,6 +260,10 @@ Scenario load_scenario(const std::string& file, const std::filesystem::path& dat
 // `["core_attn","mlp"]`, `"fp8"`) or else taken as a string (`fp8`). A key missing on the way is
 // created; a value on the way that is not an object is an InputError naming --set and `where`.
 void apply_overrides(nlohmann::json& doc, const std::vector<std::string>& sets, std::string_view where);
+
+// Megatron-Core's pipeline layout with its repeats expanded ("Et*2|(tt|)*2L" -> "Ett|tt|tt|L");
+// nullopt when it does not parse (parallel.pipeline_layout's checks then say why).
+std::optional<std::string> expand_pipeline_layout(std::string_view layout);
 Scenario parse_scenario(const util::JsonNode& root, const std::filesystem::path& data_dir);
 
 }  // namespace trainsim::config

@@ -210,6 +210,14 @@ TEST_CASE("Megatron-LM's model_config.yaml: MODEL_ARGS as flags, true a switch, 
       "model_config.yaml");
   CHECK(c.words == std::vector<std::string>{"--num-layers", "32", "--bf16", "--recompute-modules", "core_attn", "mlp"});
   CHECK(c.lines == std::vector<int>{5, 5, 6, 9, 9, 9});
+  // As the test harness passes them through xargs and eval: escapes go, "[a b]" lists become words.
+  const auto h = read_megatron_yaml(
+      "MODEL_ARGS:\n  --recompute-modules: \"[moe_act layernorm]\"\n  --pipeline-model-parallel-layout: "
+      "Et*2\\\\|\\\\(tt\\\\|\\\\)*2L\n  --moe-layer-freq: ([0]*1+[1]*3)\n",
+      "model_config.yaml");
+  CHECK(h.words == std::vector<std::string>{"--recompute-modules", "moe_act", "layernorm",
+                                            "--pipeline-model-parallel-layout", "Et*2|(tt|)*2L", "--moe-layer-freq",
+                                            "([0]*1+[1]*3)"});
   CHECK_THROWS_AS(read_megatron_yaml("TEST_TYPE: release\n", "model_config.yaml"), InputError);
   CHECK_THROWS_AS(read_megatron_yaml("MODEL_ARGS:\n  num-layers: 2\n", "model_config.yaml"), InputError);
 }

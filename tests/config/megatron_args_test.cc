@@ -229,3 +229,29 @@ TEST_CASE("hybrid ratios place the layers as Megatron-Core's allocate_layers doe
   CHECK(m.scenario["model"]["ffn_hidden"] == 1024);
   CHECK(parse(m).model.layers == 10);
 }
+
+TEST_CASE("pipeline stages from a layout or a hybrid pattern's splits give the virtual stages") {
+  const std::string base =
+      "--num-layers 4 --hidden-size 256 --num-attention-heads 4 --vocab-size 1000 "
+      "--seq-length 512 --bf16 --micro-batch-size 1 --global-batch-size 16 ";
+  // Megatron's arguments.py: the layout's 4 stages over pp 2 are 2 virtual stages per rank.
+  const auto layout =
+      import(base + "--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout 'Et|t|t|tL'", "dgx-h100", 8)
+          .scenario;
+  CHECK(layout["parallel"]["virtual_stages"] == 2);
+  CHECK(layout["parallel"]["schedule"] == "interleaved");
+  // A hybrid pattern split in 4 by '|' on pp 2: the same, its segments' layer counts kept.
+  const auto hybrid = import("python pretrain_mamba.py " + base +
+                                 "--pipeline-model-parallel-size 2 --hybrid-override-pattern 'M*|M-|MM|M*' "
+                                 "--num-layers 8 --ffn-hidden-size 1024",
+                             "dgx-h100", 8)
+                          .scenario;
+  CHECK(hybrid["model"]["hybrid_pattern"] == "M*M-MMM*");
+  CHECK(hybrid["parallel"]["pipeline_layout"] == "Ett|tt|tt|ttL");
+  CHECK(hybrid["parallel"]["virtual_stages"] == 2);
+  // --cuda-graph-modules is --cuda-graph-scope's newer name; --cuda-graph-impl full_iteration the whole step.
+  CHECK(import(base + "--cuda-graph-impl transformer_engine --cuda-graph-modules attn mlp", "dgx-h100", 8)
+            .scenario["training"]["cuda_graph_scope"] == nlohmann::ordered_json::array({"attn", "mlp"}));
+  CHECK(import(base + "--cuda-graph-impl full_iteration", "dgx-h100", 8).scenario["training"]["cuda_graph_scope"] ==
+        nlohmann::ordered_json::array({"full_iteration"}));
+}
