@@ -25,6 +25,7 @@
 #include <CLI/CLI.hpp>
 
 #include "calibrate/command.h"
+#include "cli/export_command.h"
 #include "cli/import_command.h"
 #include "cli/report_commands.h"
 #include "config/accuracy.h"
@@ -445,6 +446,9 @@ int main(int argc, char** argv) {
   trainsim::cli::ImportArgs import_args;
   CLI::App* import = trainsim::cli::add_import_command(app, import_args);
 
+  trainsim::cli::ExportArgs export_args;
+  CLI::App* export_app = trainsim::cli::add_export_command(app, export_args);
+
   const int parsed_argc = trainsim::cli::split_megatron_args(argc, argv, import_args);
   try {
     app.parse(parsed_argc, argv);
@@ -462,6 +466,7 @@ int main(int argc, char** argv) {
     if (search->parsed()) return search_command(search_args, &argc, &argv);
     if (calibrate->parsed()) return trainsim::calibrate::run_command(calibrate_options);
     if (import->parsed()) return trainsim::cli::import_command(import_args);
+    if (export_app->parsed()) return trainsim::cli::export_command(export_args);
     if (validate->parsed())
       return validate_command(validate_dir, validate_json, validate_markdown, gate_file, validate_network,
                               validate_host_scale, validate_threads, validate_sets, accuracy_file);

@@ -633,6 +633,12 @@ class Importer {
 
   void vocab(nlohmann::ordered_json& m) {
     if (auto v = f_.integer("vocab-size")) {
+      // Megatron-LM's NullTokenizer (synthetic data) adds an end-of-document token to --vocab-size.
+      if (f_.value("tokenizer-type") == "NullTokenizer") {
+        put(m, "model", "vocab", *v + 1, "vocab-size");
+        note(fmt::format("vocab: {} (NullTokenizer's --vocab-size {} and its end-of-document token)", *v + 1, *v));
+        return;
+      }
       put(m, "model", "vocab", *v, "vocab-size");
       return;
     }
@@ -778,7 +784,9 @@ class Importer {
     if (f_.on("cross-entropy-loss-fusion")) put(t, "training", "cross_entropy", "fused", "cross-entropy-loss-fusion");
     f_.on("cross-entropy-fusion-impl");
     if (f_.on("grad-reduce-in-bf16")) put(t, "training", "grad_reduce_in_fp32", false, "grad-reduce-in-bf16");
-    f_.on("accumulate-allreduce-grads-in-fp32");
+    // FP16 keeps its gradients in fp16 unless asked (bf16 and FP8 reduce in fp32 unless asked not to).
+    if (f_.on("accumulate-allreduce-grads-in-fp32") && training_["precision"] == "fp16")
+      put(t, "training", "grad_reduce_in_fp32", true, "accumulate-allreduce-grads-in-fp32");
     if (f_.on("cpu-offloading")) {
       const auto n = f_.integer("cpu-offloading-num-layers");
       put(t, "training", "cpu_offload_layers", n.value_or(0), "cpu-offloading-num-layers");

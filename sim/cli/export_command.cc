@@ -1,0 +1,54 @@
+#include "cli/export_command.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "cli/report_commands.h"
+#include "config/megatron_export.h"
+#include "config/scenario.h"
+#include "util/error.h"
+#include "util/json_node.h"
+
+namespace trainsim::cli {
+
+CLI::App* add_export_command(CLI::App& app, ExportArgs& args) {
+  CLI::App* exp = app.add_subcommand("export", "Write the command that runs a scenario in another tool");
+  exp->require_subcommand(1);
+  CLI::App* megatron = exp->add_subcommand(
+      "megatron",
+      "Write the Megatron-LM launch script (torchrun, pretrain_gpt.py or pretrain_mamba.py and their flags) that "
+      "runs a scenario; `import megatron` reads it back");
+  megatron->add_option("scenario", args.scenario, "Scenario JSON file")->required();
+  megatron->add_option("--set", args.sets, "Override a scenario key first: PATH=VALUE (repeatable), as run takes it")
+      ->allow_extra_args(false);
+  megatron->add_option("-o,--out", args.out, "Write the script to this file, executable (default: stdout)");
+  return exp;
+}
+
+int export_command(const ExportArgs& args) {
+  const nlohmann::json doc = scenario_doc(args.scenario, args.sets);
+  const config::Scenario scenario =
+      config::parse_scenario(util::JsonNode(doc, args.scenario), config::default_data_dir());
+  const config::MegatronExport exported = config::export_megatron(doc, scenario);
+  for (const auto& n : exported.notes) fmt::print(stderr, "note: {}\n", n);
+  if (args.out.empty()) {
+    fmt::print("{}", exported.script);
+    return 0;
+  }
+  {
+    std::ofstream out(args.out, std::ios::binary);
+    if (!out) throw util::InputError(args.out, "", "cannot write the file");
+    out << exported.script;
+    if (!out) throw util::InputError(args.out, "", "cannot write the file");
+  }
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::permissions(args.out, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec,
+                  fs::perm_options::add, ec);
+  fmt::print(stderr, "wrote {}\n", args.out);
+  return 0;
+}
+
+}  // namespace trainsim::cli

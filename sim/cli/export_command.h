@@ -1,0 +1,22 @@
+#pragma once
+// `trainsim export megatron SCENARIO`: the Megatron-LM launch script that runs a scenario
+// (config/megatron_export.h). main.cc registers it and maps exceptions to exit codes.
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace trainsim::cli {
+
+struct ExportArgs {
+  std::string scenario;
+  std::vector<std::string> sets;  // --set PATH=VALUE, as `run` takes them
+  std::string out;                // -o: the script (default: stdout)
+};
+
+CLI::App* add_export_command(CLI::App& app, ExportArgs& args);
+// Exit code 0; an InputError (exit 2) when the scenario is invalid or has no Megatron-LM command.
+int export_command(const ExportArgs& args);
+
+}  // namespace trainsim::cli

@@ -1,0 +1,457 @@
+#include "config/megatron_export.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "util/error.h"
+
+namespace trainsim::config {
+
+namespace {
+
+struct Arg {
+  std::string flag;  // "--num-layers"
+  std::vector<std::string> values;
+  std::string comment;
+};
+
+struct Group {
+  std::string name;  // the bash array: MODEL_ARGS
+  std::vector<Arg> args;
+};
+
+// A word bash passes through unchanged; anything else goes in single quotes (no value here holds
+// one).
+std::string shell_word(const std::string& w) {
+  const bool plain = !w.empty() && std::all_of(w.begin(), w.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || std::string_view("_-.,/:=+@%").find(c) != std::string_view::npos;
+  });
+  return plain ? w : fmt::format("'{}'", w);
+}
+
+std::string num(double v) { return fmt::format("{}", v); }
+std::string num(std::int64_t v) { return fmt::format("{}", v); }
+
+class Exporter {
+ public:
+  Exporter(const nlohmann::json& doc, const Scenario& s) : doc_(doc), s_(s), m_(s.model) {}
+
+  MegatronExport run() {
+    if (s_.training.framework != Framework::megatron)
+      fail("training.framework", "pytorch-eager is a plain PyTorch step, not a Megatron-LM run");
+    if (s_.training.lora)
+      fail("training.peft",
+           "LoRA is Megatron-Bridge's (its peft config); Megatron-LM's pretrain_gpt.py has no flag for it");
+    model();
+    parallel();
+    training();
+    outside();
+    return {render(), std::move(notes_)};
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& path, const std::string& problem) const {
+    throw util::InputError(s_.file, path, fmt::format("{} (trainsim export megatron)", problem));
+  }
+
+  void add(Group& g, std::string flag, std::vector<std::string> values = {}, std::string comment = {}) {
+    g.args.push_back({std::move(flag), std::move(values), std::move(comment)});
+  }
+
+  void model() {
+    Group& g = model_;
+    const bool hybrid = m_.hybrid();
+    add(g, "--num-layers", {num(m_.layers)});
+    if (hybrid) {
+      add(g, "--hybrid-override-pattern", {m_.hybrid_pattern},
+          "M Mamba-2, * attention, - MLP, E experts (pretrain_mamba.py)");
+    }
+    add(g, "--hidden-size", {num(m_.hidden)});
+    add(g, "--num-attention-heads", {num(m_.heads)});
+    if (m_.mla()) {
+      add(g, "--multi-latent-attention");
+      add(g, "--kv-lora-rank", {num(m_.kv_lora_rank)});
+      if (m_.q_lora_rank > 0) add(g, "--q-lora-rank", {num(m_.q_lora_rank)});
+      add(g, "--qk-head-dim", {num(m_.head_dim)});
+      add(g, "--qk-pos-emb-head-dim", {num(m_.qk_rope_head_dim)});
+      add(g, "--v-head-dim", {num(m_.v_head_dim)});
+    } else {
+      if (m_.kv_heads != m_.heads) {
+        add(g, "--group-query-attention");
+        add(g, "--num-query-groups", {num(m_.kv_heads)});
+      }
+      if (m_.head_dim != 0 && m_.head_dim * m_.heads != m_.hidden) add(g, "--kv-channels", {num(m_.head_dim)});
+    }
+    if (m_.qk_norm) add(g, "--qk-layernorm");
+    switch (m_.mlp) {
+      case workload::MlpKind::swiglu:
+        add(g, "--swiglu");
+        break;
+      case workload::MlpKind::squared_relu:
+        add(g, "--squared-relu");
+        break;
+      case workload::MlpKind::gelu:
+        break;
+    }
+    if (m_.rms_norm()) {
+      add(g, "--normalization", {"RMSNorm"});
+      add(g, "--disable-bias-linear");
+    }
+    if (hybrid)
+      add(g, "--position-embedding-type", {"none"}, "Megatron-Core MambaModel's default");
+    else if (m_.rotary())
+      add(g, "--position-embedding-type", {"rope"});
+    if (m_.has_dense_mlp()) add(g, "--ffn-hidden-size", {num(m_.ffn_hidden)});
+    if (!m_.tied_embeddings) add(g, "--untie-embeddings-and-output-weights");
+    add(g, "--hidden-dropout", {num(m_.dropout)});
+    add(g, "--attention-dropout", {num(m_.dropout)});
+    if (m_.sliding_window > 0) {
+      // Transformer Engine's window (left, 0) sees `left` keys back and the query's own.
+      add(g, "--window-size", {fmt::format("{},0", m_.sliding_window - 1)},
+          fmt::format("each query sees {} tokens", m_.sliding_window));
+      if (m_.sliding_window_pattern > 1)
+        add(g, "--window-attn-skip-freq", {num(m_.sliding_window_pattern)}, "every N-th layer full attention");
+    }
+    if (m_.moe()) {
+      add(g, "--num-experts", {num(m_.experts)});
+      add(g, "--moe-router-topk", {num(m_.experts_per_token)});
+      add(g, "--moe-ffn-hidden-size", {num(m_.moe_ffn_hidden)});
+      if (m_.shared_expert_ffn_hidden > 0)
+        add(g, "--moe-shared-expert-intermediate-size", {num(m_.shared_expert_ffn_hidden)});
+      if (m_.moe_latent > 0) add(g, "--moe-latent-size", {num(m_.moe_latent)});
+      if (!hybrid && m_.first_dense_layers > 0)
+        add(g, "--moe-layer-freq",
+            {fmt::format("([0]*{}+[1]*{})", m_.first_dense_layers, m_.layers - m_.first_dense_layers)},
+            fmt::format("the first {} layers dense", m_.first_dense_layers));
+      add(g, "--moe-grouped-gemm");
+      add(g, "--moe-router-force-load-balancing", {},
+          "balanced routing, as trainsim simulates it and NVIDIA's benchmarks run; drop it to train");
+    }
+    if (m_.mtp_layers > 0) add(g, "--mtp-num-layers", {num(m_.mtp_layers)});
+    if (hybrid && m_.hybrid_has('M')) {
+      add(g, "--mamba-num-heads", {num(m_.mamba_heads)});
+      add(g, "--mamba-head-dim", {num(m_.mamba_head_dim)});
+      add(g, "--mamba-state-dim", {num(m_.mamba_state)});
+      add(g, "--mamba-num-groups", {num(m_.mamba_groups)});
+      // Megatron-Core's MambaMixer fixes d_conv 4 and chunk_size 128.
+      if (m_.mamba_conv != 4 || m_.mamba_chunk != 128)
+        notes_.push_back(fmt::format(
+            "model: Megatron-Core's Mamba mixer has a 4-tap convolution and 128-token chunks, not {} and {}",
+            m_.mamba_conv, m_.mamba_chunk));
+    }
+    add(g, "--seq-length", {num(s_.training.seq_len)});
+    add(g, "--max-position-embeddings", {num(s_.training.seq_len)});
+  }
+
+  void parallel() {
+    const ParallelSpec& p = s_.parallel;
+    Group& g = parallel_;
+    add(g, "--tensor-model-parallel-size", {num(p.tp)});
+    add(g, "--pipeline-model-parallel-size", {num(p.pp)});
+    if (p.cp > 1) add(g, "--context-parallel-size", {num(p.cp)});
+    if (m_.moe()) {
+      add(g, "--expert-model-parallel-size", {num(p.ep)});
+      add(g, "--expert-tensor-parallel-size", {num(p.etp)});
+    }
+    if (p.sequence_parallel && p.tp > 1) add(g, "--sequence-parallel");
+    switch (p.schedule) {
+      case Schedule::one_f_one_b:
+        break;
+      case Schedule::interleaved:
+        add(g, "--num-virtual-stages-per-pipeline-rank", {num(p.virtual_stages)}, "the interleaved 1F1B schedule");
+        break;
+      case Schedule::gpipe:
+        fail("parallel.schedule", "Megatron-LM has no GPipe schedule (its pipeline runs 1F1B or interleaved 1F1B)");
+      case Schedule::zb_h1:
+        fail("parallel.schedule", "Megatron-LM has no zero-bubble (ZB-H1) schedule");
+    }
+    if (p.first_stage_layers > 0) add(g, "--decoder-first-pipeline-num-layers", {num(p.first_stage_layers)});
+    if (p.last_stage_layers > 0) add(g, "--decoder-last-pipeline-num-layers", {num(p.last_stage_layers)});
+    if (p.account_for_embedding) add(g, "--account-for-embedding-in-pipeline-split");
+    if (p.account_for_loss) add(g, "--account-for-loss-in-pipeline-split");
+    if (!p.pipeline_layout.empty())
+      add(g, "--pipeline-model-parallel-layout", {p.pipeline_layout},
+          "E embedding, t layer, m MTP module, L loss; | between virtual stages");
+
+    // Data-parallel sharding: the distributed optimizer is ZeRO-1, Megatron FSDP's strategies ZeRO 2
+    // and 3 (ecosystem.md §2.1).
+    if (p.zero == 1) add(g, "--use-distributed-optimizer", {}, "zero 1");
+    if (p.zero >= 2) {
+      if (p.zero == 2 && p.zero2_param_gather == ParallelSpec::Zero2Gather::per_unit)
+        fail("parallel.zero2_param_gather",
+             "per_unit is PyTorch FSDP's SHARD_GRAD_OP; Megatron FSDP's optim_grads gathers after the optimizer "
+             "(after_optimizer)");
+      add(g, "--use-megatron-fsdp");
+      add(g, "--data-parallel-sharding-strategy", {p.zero == 2 ? "optim_grads" : "optim_grads_params"},
+          fmt::format("zero {}", p.zero));
+      if (!p.fsdp_prefetch && p.zero == 3)
+        notes_.push_back(
+            "parallel.fsdp_prefetch false: Megatron FSDP always prefetches the next unit's parameters; the script "
+            "runs with prefetching");
+    }
+    if (p.overlap_grad_reduce) add(g, "--overlap-grad-reduce");
+    // Megatron FSDP prefetches with --overlap-param-gather.
+    if (p.overlap_param_gather || (p.zero == 3 && p.fsdp_prefetch && p.overlap_grad_reduce))
+      add(g, "--overlap-param-gather");
+    if (p.dp_bucket_mb > 0) {
+      // trainsim counts the bucket in MB of gradients, Megatron in parameters.
+      const double bytes = s_.training.grad_reduce_in_fp32 ? 4.0 : 2.0;
+      add(g, "--ddp-bucket-size", {num(static_cast<std::int64_t>(std::llround(p.dp_bucket_mb * 1e6 / bytes)))},
+          fmt::format("parameters: {} MB of gradients", num(p.dp_bucket_mb)));
+    }
+    if (p.tp_comm_overlap) add(g, "--tp-comm-overlap");
+    if (m_.moe()) {
+      if (p.moe_flex_dispatch) {
+        add(g, "--moe-token-dispatcher-type", {"flex"}, "DeepEP or HybridEP");
+      } else {
+        add(g, "--moe-token-dispatcher-type", {"alltoall"});
+      }
+      if (p.moe_capacity_factor > 0) add(g, "--moe-expert-capacity-factor", {num(p.moe_capacity_factor)});
+      if (p.moe_pad_to_capacity) add(g, "--moe-pad-expert-input-to-capacity");
+      if (p.moe_rank_capacity_factor > 0)
+        add(g, "--moe-expert-rank-capacity-factor", {num(p.moe_rank_capacity_factor)});
+      if (p.moe_paged_stash) add(g, "--moe-paged-stash");
+      if (p.moe_a2a_overlap) add(g, "--overlap-moe-expert-parallel-comm");
+      if (p.delay_wgrad_compute) add(g, "--delay-wgrad-compute");
+    }
+  }
+
+  void training() {
+    const TrainingSpec& t = s_.training;
+    Group& g = training_;
+    add(g, "--micro-batch-size", {num(t.micro_batch)});
+    add(g, "--global-batch-size", {num(t.global_batch)});
+    if (t.train_tokens > 0) {
+      const auto samples = static_cast<std::int64_t>(std::ceil(t.train_tokens / static_cast<double>(t.seq_len)));
+      add(g, "--train-samples", {num(samples)}, fmt::format("{:g} tokens", t.train_tokens));
+    } else {
+      add(g, "--train-iters", {"100"}, "steps to time; a training run's budget is --train-samples");
+    }
+    switch (t.precision) {
+      case Precision::fp16:
+        add(g, "--fp16");
+        if (t.grad_reduce_in_fp32) add(g, "--accumulate-allreduce-grads-in-fp32");
+        break;
+      case Precision::bf16:
+      case Precision::fp8:
+      case Precision::nvfp4:
+        add(g, "--bf16");
+        if (!t.grad_reduce_in_fp32) add(g, "--grad-reduce-in-bf16");
+        break;
+    }
+    if (t.precision == Precision::fp8) {
+      // Blackwell runs Transformer Engine's MXFP8 recipe (Megatron-Bridge's choice there), Hopper
+      // per-tensor delayed scaling (Megatron-LM's default recipe); trainsim times both alike.
+      const bool blackwell = s_.cluster.gpu.arch == hardware::Arch::blackwell;
+      add(g, "--fp8-format", {blackwell ? "e4m3" : "hybrid"});
+      add(g, "--fp8-recipe", {blackwell ? "mxfp8" : "delayed"});
+    }
+    if (t.precision == Precision::nvfp4) {
+      add(g, "--fp4-format", {"e2m1"});
+      add(g, "--fp4-recipe", {"nvfp4"});
+    }
+    switch (t.recompute) {
+      case Recompute::none:
+        break;
+      case Recompute::selective:
+        add(g, "--recompute-granularity", {"selective"});
+        if (t.recompute_modules != workload::kRecomputeCoreAttn)
+          add(g, "--recompute-modules", recompute_module_names(t.recompute_modules));
+        break;
+      case Recompute::full:
+        add(g, "--recompute-granularity", {"full"});
+        if (t.recompute_layers > 0) {
+          add(g, "--recompute-method", {"block"});
+          add(g, "--recompute-num-layers", {num(t.recompute_layers)}, "the first N layers of each stage");
+        } else {
+          add(g, "--recompute-method", {"uniform"});
+          add(g, "--recompute-num-layers", {"1"});
+        }
+        break;
+    }
+    switch (t.attention) {
+      case workload::AttentionImpl::flash:
+        break;
+      case workload::AttentionImpl::softmax:
+        add(g, "--attention-backend", {"unfused"});
+        break;
+      case workload::AttentionImpl::flash2:
+        add(g, "--attention-backend", {"flash"}, "the flash-attn package");
+        notes_.push_back(
+            "training.attention flash2: written as --attention-backend flash (the flash-attn package, FlashAttention-2 "
+            "unless FlashAttention-3 is installed on Hopper); `import megatron` reads it back as flash");
+        break;
+      case workload::AttentionImpl::flash1:
+        fail("training.attention", "FlashAttention v1 is not among Megatron-LM's attention backends");
+    }
+    if (t.fused_cross_entropy) add(g, "--cross-entropy-loss-fusion");
+    if (t.cpu_offload_layers > 0) {
+      add(g, "--cpu-offloading");
+      add(g, "--cpu-offloading-num-layers", {num(t.cpu_offload_layers)});
+    }
+    if (t.cuda_graph_full_iteration) {
+      add(g, "--cuda-graph-impl", {"local"});
+      add(g, "--cuda-graph-scope", {"full_iteration"}, "the whole step one graph");
+    } else if (t.cuda_graph_scope != 0) {
+      add(g, "--cuda-graph-impl", {"transformer_engine"});
+      add(g, "--cuda-graph-scope", graph_scope_names(t));
+    }
+    optimizer(g);
+    // Megatron needs a learning rate; it does not change a step's time.
+    add(g, "--lr", {"3.0e-4"}, "the optimizer's hyperparameters do not change a step's time: set your own");
+    add(g, "--min-lr", {"3.0e-5"});
+    add(g, "--lr-decay-style", {"cosine"});
+  }
+
+  void optimizer(Group& g) {
+    const OptimizerSpec& o = s_.training.optimizer;
+    if (!o.use_precision_aware_optimizer) return;
+    add(g, "--use-precision-aware-optimizer");
+    add(g, "--main-params-dtype", {std::string(state_dtype_name(o.main_params_dtype))});
+    add(g, "--exp-avg-dtype", {std::string(state_dtype_name(o.exp_avg_dtype))});
+    add(g, "--exp-avg-sq-dtype", {std::string(state_dtype_name(o.exp_avg_sq_dtype))});
+    if (!o.store_param_remainders) add(g, "--no-store-param-remainders");
+    if (o.optimizer_cpu_offload) {
+      add(g, "--optimizer-cpu-offload");
+      add(g, "--optimizer-offload-fraction", {num(o.optimizer_offload_fraction)});
+      if (o.overlap_cpu_optimizer_d2h_h2d) add(g, "--overlap-cpu-optimizer-d2h-h2d");
+    }
+  }
+
+  // The data: synthetic tokens from a NullTokenizer, whose vocabulary is --vocab-size plus its
+  // end-of-document token (Megatron-LM's _NullTokenizer).
+  void data() {
+    Group& g = data_;
+    add(g, "--mock-data", {}, "synthetic tokens; for real data give --data-path and your tokenizer instead");
+    add(g, "--tokenizer-type", {"NullTokenizer"});
+    add(g, "--vocab-size", {num(m_.vocab - 1)},
+        fmt::format("NullTokenizer adds an end-of-document token: {} in all", m_.vocab));
+  }
+
+  // Settings outside a Megatron command.
+  void outside() {
+    data();
+    const TrainingSpec& t = s_.training;
+    if (s_.network == NetworkModel::flow)
+      notes_.push_back("network flow: how trainsim times communication, not a setting of the run");
+    if (doc_.contains("collectives"))
+      notes_.push_back(fmt::format(
+          "collectives {}: NCCL chooses its algorithms unless the job sets NCCL_ALGO; the script does not",
+          doc_["collectives"].dump()));
+    if (doc_.contains("gpu_profile"))
+      notes_.push_back("gpu_profile: a calibrated profile of the GPUs, not a setting of the run");
+    if (!t.host_overhead && !t.cuda_graph_full_iteration)
+      notes_.push_back(
+          "training.host_overhead false: the script's CPU issues every kernel (only --cuda-graph-impl local "
+          "--cuda-graph-scope full_iteration takes it away)");
+    if (t.host_cost_scale != 1)
+      notes_.push_back(fmt::format("training.host_cost_scale {}: the speed of the job's CPUs, not a flag", t.host_cost_scale));
+    if (t.moe_load_imbalance != 1)
+      notes_.push_back(
+          fmt::format("training.moe_load_imbalance {}: a what-if of the routing; the script forces balanced routing",
+                      t.moe_load_imbalance));
+    if (t.document_tokens > 0)
+      notes_.push_back(fmt::format(
+          "training.document_tokens {}: packed documents come from the dataset (a packed THD dataset), not a flag",
+          t.document_tokens));
+  }
+
+  // torchrun over the job's hosts: 4 GPUs per Grace-Blackwell compute tray (GB200 / GB300 NVL72:
+  // 18 trays of 2 superchips, 2 GPUs each), the node's GPUs otherwise.
+  std::pair<std::int64_t, std::int64_t> hosts() const {
+    const std::int64_t per_host = s_.cluster.gpu.grace_host ? 4 : s_.cluster.gpus_per_node;
+    if (s_.gpus <= per_host) return {s_.gpus, 1};
+    std::int64_t n = per_host;
+    while (s_.gpus % n != 0) --n;
+    return {n, s_.gpus / n};
+  }
+
+  static void render_group(std::string& out, const Group& g) {
+    if (g.args.empty()) return;
+    std::vector<std::string> lines;
+    std::size_t width = 0;
+    for (const Arg& a : g.args) {
+      std::string line = a.flag;
+      // A value that starts with a dash is glued to its flag, which argparse needs.
+      if (a.values.size() == 1 && a.values[0].starts_with("-")) {
+        line += fmt::format("={}", shell_word(a.values[0]));
+      } else {
+        for (const auto& v : a.values) line += fmt::format(" {}", shell_word(v));
+      }
+      width = std::max(width, line.size());
+      lines.push_back(std::move(line));
+    }
+    width = std::min<std::size_t>(width, 48);
+    out += g.name;
+    out += "=(\n";
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      out += "    ";
+      out += lines[i];
+      if (!g.args[i].comment.empty()) {
+        out += std::string(width > lines[i].size() ? width - lines[i].size() : 0, ' ');
+        out += "  # ";
+        out += g.args[i].comment;
+      }
+      out += "\n";
+    }
+    out += ")\n\n";
+  }
+
+  std::string render() const {
+    const auto [per_host, nodes] = hosts();
+    std::string out = "#!/bin/bash\n";
+    out += fmt::format("# The Megatron-LM run of {}, written by `trainsim export megatron`.\n", s_.file);
+    out += fmt::format("# {} GPUs: {} host{} of {} ({}, {}). Run this script on every host with NODE_RANK\n", s_.gpus,
+                       nodes, nodes == 1 ? "" : "s", per_host, s_.cluster.name, s_.cluster.gpu.name);
+    out += "# (0 .. hosts-1), MASTER_ADDR and MASTER_PORT set, and MEGATRON_LM pointing at a Megatron-LM checkout.\n";
+    if (doc_.contains("segment_gpus"))
+      out += fmt::format(
+          "# Place the ranks in blocks of {} GPUs inside one NVLink domain (Slurm: --segment={}).\n",
+          doc_["segment_gpus"].get<std::int64_t>(), doc_["segment_gpus"].get<std::int64_t>() / per_host);
+    out += "# Megatron pads the vocabulary to a multiple of 128 x tp (--make-vocab-size-divisible-by).\n\n";
+    out += "set -euo pipefail\n\n";
+    out += "DISTRIBUTED_ARGS=(\n";
+    out += fmt::format("    --nproc-per-node {}\n", per_host);
+    out += fmt::format("    --nnodes {}\n", nodes);
+    out += "    --node-rank \"${NODE_RANK:-0}\"\n";
+    out += "    --master-addr \"${MASTER_ADDR:-localhost}\"\n";
+    out += "    --master-port \"${MASTER_PORT:-6000}\"\n";
+    out += ")\n\n";
+    render_group(out, model_);
+    render_group(out, parallel_);
+    render_group(out, training_);
+    render_group(out, data_);
+    out += "LOGGING_ARGS=(\n    --log-interval 1\n    --log-throughput\n    --eval-iters 0\n)\n\n";
+    out += fmt::format(
+        "torchrun \"${{DISTRIBUTED_ARGS[@]}}\" \"${{MEGATRON_LM:-.}}/{}\" \\\n"
+        "    \"${{MODEL_ARGS[@]}}\" \\\n"
+        "    \"${{PARALLEL_ARGS[@]}}\" \\\n"
+        "    \"${{TRAINING_ARGS[@]}}\" \\\n"
+        "    \"${{DATA_ARGS[@]}}\" \\\n"
+        "    \"${{LOGGING_ARGS[@]}}\"\n",
+        m_.hybrid() ? "pretrain_mamba.py" : "pretrain_gpt.py");
+    return out;
+  }
+
+  const nlohmann::json& doc_;
+  const Scenario& s_;
+  const workload::ModelSpec& m_;
+  Group model_{"MODEL_ARGS", {}};
+  Group parallel_{"PARALLEL_ARGS", {}};
+  Group training_{"TRAINING_ARGS", {}};
+  Group data_{"DATA_ARGS", {}};
+  std::vector<std::string> notes_;
+};
+
+}  // namespace
+
+MegatronExport export_megatron(const nlohmann::json& doc, const Scenario& scenario) {
+  return Exporter(doc, scenario).run();
+}
+
+}  // namespace trainsim::config

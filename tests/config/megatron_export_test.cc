@@ -1,0 +1,233 @@
+// A scenario written out as the Megatron-LM launch script that runs it: importing the script gives
+// the scenario back, on every shipped config and validation record that Megatron-LM can run, and
+// what Megatron-LM cannot run is one error naming the key.
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "config/megatron_args.h"
+#include "config/megatron_export.h"
+#include "config/scenario.h"
+#include "util/error.h"
+#include "util/json_node.h"
+#include "util/shell_words.h"
+
+namespace fs = std::filesystem;
+using trainsim::config::export_megatron;
+using trainsim::config::Scenario;
+using trainsim::util::InputError;
+
+namespace {
+
+Scenario parse(const nlohmann::json& doc, const std::string& file) {
+  return trainsim::config::parse_scenario(trainsim::util::JsonNode(doc, file), trainsim::config::default_data_dir());
+}
+
+// Every field of the model, the layout and the training settings that a step depends on (the
+// model's name and the cluster's placement apart), one per line, so a difference names itself.
+std::string describe(const Scenario& s) {
+  const auto& m = s.model;
+  const auto& p = s.parallel;
+  const auto& t = s.training;
+  const auto& o = t.optimizer;
+  std::string out;
+  out += fmt::format("cluster {} gpus {}\n", s.cluster.name, s.gpus);
+  out += fmt::format("model layers {} hidden {} heads {} kv {} head_dim {} ffn {} vocab {} mlp {} tied {} dropout {}\n",
+                     m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn_hidden, m.vocab,
+                     static_cast<int>(m.mlp), m.tied_embeddings, m.dropout);
+  out += fmt::format("window {} pattern {} qk_norm {}\n", m.sliding_window, m.sliding_window_pattern, m.qk_norm);
+  out += fmt::format("experts {} k {} moe_ffn {} shared {} dense {} latent {}\n", m.experts, m.experts_per_token,
+                     m.moe_ffn_hidden, m.shared_expert_ffn_hidden, m.first_dense_layers, m.moe_latent);
+  out += fmt::format("mla q {} kv {} rope {} v {} mtp {}\n", m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim,
+                     m.v_head_dim, m.mtp_layers);
+  out += fmt::format("hybrid {} mamba {} {} {} {} {} {}\n", m.hybrid_pattern, m.mamba_heads, m.mamba_head_dim,
+                     m.mamba_state, m.mamba_groups, m.mamba_conv, m.mamba_chunk);
+  out += fmt::format("params {}\n", m.total_params());
+  out += fmt::format("tp {} pp {} cp {} dp {} ep {} etp {} sp {} schedule {} vp {} zero {}\n", p.tp, p.pp, p.cp, p.dp,
+                     p.ep, p.etp, p.sequence_parallel, static_cast<int>(p.schedule), p.virtual_stages, p.zero);
+  out += fmt::format("overlap grad {} param {} bucket {} tp_overlap {} a2a {} delay_wgrad {}\n", p.overlap_grad_reduce,
+                     p.overlap_param_gather, p.dp_bucket_mb, p.tp_comm_overlap, p.moe_a2a_overlap,
+                     p.delay_wgrad_compute);
+  out += fmt::format("stages first {} last {} account {} {}\n", p.first_stage_layers, p.last_stage_layers,
+                     p.account_for_embedding, p.account_for_loss);
+  std::string layout;
+  for (auto n : p.layout_layers) layout += fmt::format("{} ", n);
+  out += fmt::format("layout {}\n", layout);
+  out += fmt::format("flex {} capacity {} pad {} rank_capacity {} paged {} prefetch {} zero2 {}\n",
+                     p.moe_flex_dispatch, p.moe_capacity_factor, p.moe_pad_to_capacity, p.moe_rank_capacity_factor,
+                     p.moe_paged_stash, p.fsdp_prefetch, static_cast<int>(p.zero2_param_gather));
+  out += fmt::format("mbs {} gbs {} seq {} recompute {} modules {} layers {} attention {} precision {}\n", t.micro_batch,
+                     t.global_batch, t.seq_len, static_cast<int>(t.recompute), t.recompute_modules, t.recompute_layers,
+                     static_cast<int>(t.attention), static_cast<int>(t.precision));
+  out += fmt::format("offload {} micro-batches {} host {} scale {} graphs {} full {} fp32 grads {} fused ce {}\n",
+                     t.cpu_offload_layers, t.num_micro_batches, t.host_overhead, t.host_cost_scale, t.cuda_graph_scope,
+                     t.cuda_graph_full_iteration, t.grad_reduce_in_fp32, t.fused_cross_entropy);
+  out += fmt::format("documents {} tokens {} imbalance {} lora {}\n", t.document_tokens, t.train_tokens,
+                     t.moe_load_imbalance, t.lora);
+  out += fmt::format("optimizer {} {} {} {} {} {} {} {}\n", o.use_precision_aware_optimizer,
+                     static_cast<int>(o.main_params_dtype), static_cast<int>(o.exp_avg_dtype),
+                     static_cast<int>(o.exp_avg_sq_dtype), o.store_param_remainders, o.optimizer_cpu_offload,
+                     o.optimizer_offload_fraction, o.overlap_cpu_optimizer_d2h_h2d);
+  return out;
+}
+
+// The script of `doc`, imported again.
+Scenario round_trip(const nlohmann::json& doc, const Scenario& original, std::string* script = nullptr) {
+  const auto exported = export_megatron(doc, original);
+  if (script != nullptr) *script = exported.script;
+  trainsim::config::MegatronImportOptions o;
+  o.source = "exported.sh";
+  o.cluster = doc["cluster"].get<std::string>();
+  const auto imported =
+      trainsim::config::import_megatron(trainsim::util::split_shell_commands(exported.script, o.source), o);
+  return parse(nlohmann::json::parse(imported.scenario.dump()), "imported.json");
+}
+
+// What the script cannot carry, as the export's notes say: set on the original the way the imported
+// scenario has it.
+Scenario expected_after_round_trip(Scenario s) {
+  auto& t = s.training;
+  if (t.attention == trainsim::workload::AttentionImpl::flash2) t.attention = trainsim::workload::AttentionImpl::flash;
+  if (s.parallel.zero == 3) s.parallel.fsdp_prefetch = true;
+  t.host_overhead = true;
+  t.host_cost_scale = 1;
+  t.moe_load_imbalance = 1;
+  t.document_tokens = 0;
+  // Without a token budget the script times 100 steps, which import reads as one.
+  if (t.train_tokens == 0)
+    t.train_tokens = 100.0 * static_cast<double>(t.global_batch) * static_cast<double>(t.seq_len);
+  else
+    t.train_tokens = std::ceil(t.train_tokens / static_cast<double>(t.seq_len)) * static_cast<double>(t.seq_len);
+  return s;
+}
+
+std::string export_error(nlohmann::json doc) {
+  try {
+    export_megatron(doc, parse(doc, "s.json"));
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("every shipped config and validation record that Megatron-LM runs comes back from its script") {
+  const fs::path root = TRAINSIM_SOURCE_DIR;
+  std::vector<std::pair<std::string, nlohmann::json>> docs;
+  for (const auto& e : fs::directory_iterator(root / "configs"))
+    if (e.path().extension() == ".json")
+      docs.emplace_back(e.path().string(), trainsim::util::read_json_file(e.path().string()));
+  for (const auto& e : fs::directory_iterator(root / "validation" / "records")) {
+    auto record = trainsim::util::read_json_file(e.path().string());
+    docs.emplace_back(e.path().string(), record["scenario"]);
+  }
+  std::sort(docs.begin(), docs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  int compared = 0, refused = 0;
+  for (const auto& [file, doc] : docs) {
+    INFO(file);
+    if (!doc["cluster"].is_string()) continue;
+    // A few records are not valid scenarios as published (validate skips them, with the reason).
+    Scenario original;
+    try {
+      original = parse(doc, file);
+    } catch (const InputError&) {
+      continue;
+    }
+    std::string script;
+    Scenario back;
+    try {
+      back = round_trip(doc, original, &script);
+    } catch (const InputError& e) {
+      // Only what Megatron-LM has no flag for is refused, and the message says which key.
+      const std::string what = e.what();
+      INFO(what);
+      CHECK((what.find("training.framework") != std::string::npos || what.find("training.peft") != std::string::npos ||
+             what.find("training.attention") != std::string::npos ||
+             what.find("parallel.schedule") != std::string::npos ||
+             what.find("parallel.zero2_param_gather") != std::string::npos));
+      ++refused;
+      continue;
+    }
+    INFO(script);
+    CHECK(describe(back) == describe(expected_after_round_trip(original)));
+    ++compared;
+  }
+  // 15 configs and 586 records when this test was written; most are Megatron runs.
+  CHECK(compared > 300);
+  CHECK(refused < compared);
+}
+
+TEST_CASE("the script's flags for Llama 3.1 8B, checked by hand") {
+  const nlohmann::json doc = nlohmann::json::parse(R"({
+    "model": "llama3.1-8b", "cluster": "dgx-h100", "gpus": 16,
+    "parallel": {"tp": 2, "pp": 2, "sequence_parallel": true, "schedule": "interleaved", "virtual_stages": 4,
+                 "zero": 1, "overlap_grad_reduce": true, "overlap_param_gather": true, "dp_bucket_mb": 160},
+    "training": {"micro_batch": 2, "global_batch": 64, "seq_len": 8192, "precision": "fp8",
+                 "recompute": "selective", "recompute_modules": ["core_attn", "mlp"], "cross_entropy": "fused",
+                 "grad_reduce_in_fp32": false}})");
+  const std::string script = export_megatron(doc, parse(doc, "s.json")).script;
+  const auto has = [&](const std::string& line) {
+    INFO(line);
+    CHECK(script.find("    " + line) != std::string::npos);
+  };
+  // 16 GPUs on 8-GPU DGX nodes: two hosts of 8.
+  has("--nproc-per-node 8\n");
+  has("--nnodes 2\n");
+  // Llama 3.1 8B (its Hugging Face config): 32 layers of 4096, 32 heads over 8 KV groups, SwiGLU 14336.
+  has("--num-layers 32\n");
+  has("--hidden-size 4096\n");
+  has("--num-query-groups 8\n");
+  has("--ffn-hidden-size 14336\n");
+  has("--untie-embeddings-and-output-weights\n");
+  // 128256 tokens: NullTokenizer's 128255 and its end-of-document token.
+  has("--vocab-size 128255 ");
+  has("--num-virtual-stages-per-pipeline-rank 4 ");
+  // 160 MB of bf16 gradients (grad_reduce_in_fp32 false) = 80,000,000 parameters.
+  has("--ddp-bucket-size 80000000 ");
+  has("--grad-reduce-in-bf16\n");
+  // Hopper's FP8: per-tensor delayed scaling with E4M3 forward and E5M2 backward.
+  has("--fp8-format hybrid\n");
+  has("--fp8-recipe delayed\n");
+  has("--recompute-modules core_attn mlp\n");
+  has("--cross-entropy-loss-fusion\n");
+  CHECK(script.find("pretrain_gpt.py") != std::string::npos);
+  CHECK(script.find("--moe") == std::string::npos);
+}
+
+TEST_CASE("a GB200 job is launched per compute tray, a hybrid model with pretrain_mamba.py") {
+  const nlohmann::json doc = nlohmann::json::parse(R"({
+    "model": "nemotron-3-nano", "cluster": "gb200-nvl72", "gpus": 128, "segment_gpus": 64,
+    "parallel": {"ep": 8, "moe_token_dispatcher": "flex"}, "training": {"global_batch": 128, "seq_len": 8192}})");
+  const std::string script = export_megatron(doc, parse(doc, "s.json")).script;
+  // A GB200 compute tray holds 4 GPUs: 128 GPUs are 32 trays, and a 64-GPU segment 16 of them.
+  CHECK(script.find("--nproc-per-node 4\n") != std::string::npos);
+  CHECK(script.find("--nnodes 32\n") != std::string::npos);
+  CHECK(script.find("--segment=16") != std::string::npos);
+  CHECK(script.find("pretrain_mamba.py") != std::string::npos);
+  CHECK(script.find("--hybrid-override-pattern '") != std::string::npos);
+  CHECK(script.find("--moe-token-dispatcher-type flex") != std::string::npos);
+}
+
+TEST_CASE("what Megatron-LM cannot run is one error naming the key") {
+  const auto base = nlohmann::json::parse(
+      R"({"model": "llama3.1-8b", "cluster": "dgx-h100", "gpus": 8, "training": {"global_batch": 8, "seq_len": 4096}})");
+  auto gpipe = base;
+  gpipe["parallel"] = {{"pp", 2}, {"schedule", "gpipe"}};
+  CHECK(export_error(gpipe) ==
+        "s.json: parallel.schedule: Megatron-LM has no GPipe schedule (its pipeline runs 1F1B or interleaved 1F1B) "
+        "(trainsim export megatron)");
+  auto lora = base;
+  lora["training"]["peft"] = "lora";
+  CHECK(export_error(lora).starts_with("s.json: training.peft: LoRA is Megatron-Bridge's"));
+  auto flash1 = base;
+  flash1["training"]["attention"] = "flash1";
+  CHECK(export_error(flash1).starts_with("s.json: training.attention:"));
+  CHECK(export_error(base) == "no error");
+}
