@@ -27,27 +27,29 @@ CLI::App* add_export_command(CLI::App& app, ExportArgs& args) {
   return exp;
 }
 
-int export_command(const ExportArgs& args) {
-  const nlohmann::json doc = scenario_doc(args.scenario, args.sets);
-  const config::Scenario scenario =
-      config::parse_scenario(util::JsonNode(doc, args.scenario), config::default_data_dir());
+void write_megatron_script(const nlohmann::json& doc, const std::string& file, const std::string& out) {
+  const config::Scenario scenario = config::parse_scenario(util::JsonNode(doc, file), config::default_data_dir());
   const config::MegatronExport exported = config::export_megatron(doc, scenario);
   for (const auto& n : exported.notes) fmt::print(stderr, "note: {}\n", n);
-  if (args.out.empty()) {
+  if (out.empty()) {
     fmt::print("{}", exported.script);
-    return 0;
+    return;
   }
   {
-    std::ofstream out(args.out, std::ios::binary);
-    if (!out) throw util::InputError(args.out, "", "cannot write the file");
-    out << exported.script;
-    if (!out) throw util::InputError(args.out, "", "cannot write the file");
+    std::ofstream f(out, std::ios::binary);
+    if (!f) throw util::InputError(out, "", "cannot write the file");
+    f << exported.script;
+    if (!f) throw util::InputError(out, "", "cannot write the file");
   }
   namespace fs = std::filesystem;
   std::error_code ec;
-  fs::permissions(args.out, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec,
-                  fs::perm_options::add, ec);
-  fmt::print(stderr, "wrote {}\n", args.out);
+  fs::permissions(out, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec, fs::perm_options::add,
+                  ec);
+  fmt::print(stderr, "wrote {}\n", out);
+}
+
+int export_command(const ExportArgs& args) {
+  write_megatron_script(scenario_doc(args.scenario, args.sets), args.scenario, args.out);
   return 0;
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 namespace trainsim::cli {
 
@@ -18,5 +19,9 @@ struct ExportArgs {
 CLI::App* add_export_command(CLI::App& app, ExportArgs& args);
 // Exit code 0; an InputError (exit 2) when the scenario is invalid or has no Megatron-LM command.
 int export_command(const ExportArgs& args);
+// The Megatron-LM script of the scenario `doc` (its errors naming `file`) into `out` (made
+// executable; stdout when empty), its notes on stderr. `search --megatron-script` writes its best
+// layout's with it.
+void write_megatron_script(const nlohmann::json& doc, const std::string& file, const std::string& out);
 
 }  // namespace trainsim::cli

@@ -172,7 +172,8 @@ struct SearchArgs {
   std::string tp, pp, cp, ep, vp, micro_batch, recompute, zero, a2a_overlap, dispatcher, precision;
   std::string network;  // overrides the scenario's network model
   std::string headroom = "0";
-  std::string gpus, nodes;  // search at these GPU counts instead of the scenario's
+  std::string gpus, nodes;      // search at these GPU counts instead of the scenario's
+  std::string megatron_script;  // write the fastest fitting layout's Megatron-LM launch script here
 };
 
 // The items of a comma-separated option value, as indices into `names`; an unknown or repeated item
@@ -273,9 +274,21 @@ int search_layouts(const SearchArgs& a) {
   };
   if (a.gpus.empty() && a.nodes.empty()) {
     const auto result = search::run_search(base, doc, axes, threads, data_dir, headroom, a.top);
-    if (result.root) print(result, base);  // rank 0 prints
+    if (!result.root) return 0;
+    print(result, base);  // rank 0 prints
+    if (!a.megatron_script.empty()) {
+      if (result.fitting == 0 || result.ranked.empty())
+        throw util::InputError("--megatron-script", "", "no layout fits, so there is no script to write");
+      // The fastest layout that fits leads the ranking; its keys complete the scenario.
+      nlohmann::json best = doc;
+      best["parallel"] = result.ranked.front().parallel;
+      best["training"] = result.ranked.front().training;
+      trainsim::cli::write_megatron_script(best, a.scenario_file, a.megatron_script);
+    }
     return 0;
   }
+  if (!a.megatron_script.empty())
+    throw util::InputError("--megatron-script", "", "takes one GPU count: search without --gpus / --nodes lists");
   // Several GPU counts: the same search at each, then the best layout per count.
   std::vector<std::int64_t> counts =
       trainsim::cli::parse_int_list(a.gpus.empty() ? a.nodes : a.gpus, a.gpus.empty() ? "--nodes" : "--gpus", 1, true);
@@ -429,6 +442,9 @@ int main(int argc, char** argv) {
       "layout per count");
   search->add_option("--nodes", search_args.nodes, "As --gpus, in nodes (times the cluster's GPUs per node)")
       ->excludes(search_gpus);
+  search->add_option("--megatron-script", search_args.megatron_script,
+                     "Write the fastest layout that fits as a Megatron-LM launch script to this file (as `export "
+                     "megatron` writes it; one GPU count only)");
   search->add_option("--headroom", search_args.headroom,
                      "Share of GPU memory a layout must leave free to count as fitting: 5% or 0.05 (default 0)");
   search->add_option("--network", search_args.network,

@@ -29,13 +29,18 @@ struct Group {
 // one).
 std::string shell_word(const std::string& w) {
   const bool plain = !w.empty() && std::all_of(w.begin(), w.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) != 0 || std::string_view("_-.,/:=+@%").find(c) != std::string_view::npos;
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 ||
+           std::string_view("_-.,/:=+@%").find(c) != std::string_view::npos;
   });
   return plain ? w : fmt::format("'{}'", w);
 }
 
-std::string num(double v) { return fmt::format("{}", v); }
-std::string num(std::int64_t v) { return fmt::format("{}", v); }
+std::string num(double v) {
+  return fmt::format("{}", v);
+}
+std::string num(std::int64_t v) {
+  return fmt::format("{}", v);
+}
 
 class Exporter {
  public:
@@ -340,9 +345,9 @@ class Exporter {
     if (s_.network == NetworkModel::flow)
       notes_.push_back("network flow: how trainsim times communication, not a setting of the run");
     if (doc_.contains("collectives"))
-      notes_.push_back(fmt::format(
-          "collectives {}: NCCL chooses its algorithms unless the job sets NCCL_ALGO; the script does not",
-          doc_["collectives"].dump()));
+      notes_.push_back(
+          fmt::format("collectives {}: NCCL chooses its algorithms unless the job sets NCCL_ALGO; the script does not",
+                      doc_["collectives"].dump()));
     if (doc_.contains("gpu_profile"))
       notes_.push_back("gpu_profile: a calibrated profile of the GPUs, not a setting of the run");
     if (!t.host_overhead && !t.cuda_graph_full_iteration)
@@ -350,7 +355,8 @@ class Exporter {
           "training.host_overhead false: the script's CPU issues every kernel (only --cuda-graph-impl local "
           "--cuda-graph-scope full_iteration takes it away)");
     if (t.host_cost_scale != 1)
-      notes_.push_back(fmt::format("training.host_cost_scale {}: the speed of the job's CPUs, not a flag", t.host_cost_scale));
+      notes_.push_back(
+          fmt::format("training.host_cost_scale {}: the speed of the job's CPUs, not a flag", t.host_cost_scale));
     if (t.moe_load_imbalance != 1)
       notes_.push_back(
           fmt::format("training.moe_load_imbalance {}: a what-if of the routing; the script forces balanced routing",
@@ -410,9 +416,8 @@ class Exporter {
                        nodes, nodes == 1 ? "" : "s", per_host, s_.cluster.name, s_.cluster.gpu.name);
     out += "# (0 .. hosts-1), MASTER_ADDR and MASTER_PORT set, and MEGATRON_LM pointing at a Megatron-LM checkout.\n";
     if (doc_.contains("segment_gpus"))
-      out += fmt::format(
-          "# Place the ranks in blocks of {} GPUs inside one NVLink domain (Slurm: --segment={}).\n",
-          doc_["segment_gpus"].get<std::int64_t>(), doc_["segment_gpus"].get<std::int64_t>() / per_host);
+      out += fmt::format("# Place the ranks in blocks of {} GPUs inside one NVLink domain (Slurm: --segment={}).\n",
+                         doc_["segment_gpus"].get<std::int64_t>(), doc_["segment_gpus"].get<std::int64_t>() / per_host);
     out += "# Megatron pads the vocabulary to a multiple of 128 x tp (--make-vocab-size-divisible-by).\n\n";
     out += "set -euo pipefail\n\n";
     out += "DISTRIBUTED_ARGS=(\n";

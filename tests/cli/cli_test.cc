@@ -961,3 +961,65 @@ train:
   CHECK(std::count(b.err.begin(), b.err.end(), '\n') == 1);
   CHECK(b.err.find(bad.string() + ": line 17: model.tensor_model_parallel_size 3: ") == 0);
 }
+
+TEST_CASE("export megatron writes a script bash runs as import reads it; search writes its best layout's") {
+  const fs::path script = temp_dir() / "qwen3.sh";
+  Result r = run(fmt::format("export megatron configs/qwen3-30b-a3b-h100-16.json -o '{}'", script.string()));
+  INFO("stderr: " << r.err);
+  REQUIRE(r.code == 0);
+  CHECK((fs::status(script).permissions() & fs::perms::owner_exec) != fs::perms::none);
+
+  // bash runs the script with a torchrun that writes the words it gets, one per line.
+  const fs::path bin = temp_dir() / "fake-bin";
+  fs::create_directories(bin);
+  const fs::path words_file = temp_dir() / "torchrun-words.txt";
+  const fs::path torchrun = write("fake-bin/torchrun", fmt::format("#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' "
+                                                                   "\"$a\"; done > '{}'\n",
+                                                                   words_file.string()));
+  fs::permissions(torchrun, fs::perms::owner_all);
+  Result ran =
+      run_shell(fmt::format("PATH='{}':\"$PATH\" MEGATRON_LM=/megatron bash '{}'", bin.string(), script.string()));
+  INFO("bash: " << ran.err);
+  REQUIRE(ran.code == 0);
+  // Those words as one plain command: importing them and importing the script give one scenario.
+  std::string command = "torchrun";
+  std::istringstream words(slurp(words_file));
+  for (std::string w; std::getline(words, w);) command += fmt::format(" '{}'", w);
+  CHECK(command.find(" '/megatron/pretrain_gpt.py' ") != std::string::npos);
+  const fs::path plain = write("qwen3-plain.sh", command + "\n");
+  Result from_script = run(fmt::format("import megatron '{}' --cluster dgx-h100", script.string()));
+  Result from_words = run(fmt::format("import megatron '{}' --cluster dgx-h100", plain.string()));
+  REQUIRE(from_script.code == 0);
+  REQUIRE(from_words.code == 0);
+  auto a = nlohmann::json::parse(from_script.out), b = nlohmann::json::parse(from_words.out);
+  a["model"].erase("name");
+  b["model"].erase("name");
+  CHECK(a == b);
+  // And it is the scenario the config file describes: the same prediction.
+  const fs::path back = write("qwen3-back.json", from_script.out);
+  Result original = run("run configs/qwen3-30b-a3b-h100-16.json --json");
+  Result imported = run(fmt::format("run '{}' --json", back.string()));
+  REQUIRE(original.code == 0);
+  REQUIRE(imported.code == 0);
+  REQUIRE(nlohmann::json::parse(original.out)["step_time_s"].is_number());
+  CHECK(nlohmann::json::parse(original.out)["step_time_s"] == nlohmann::json::parse(imported.out)["step_time_s"]);
+
+  // search writes the launch script of the layout it ranks first.
+  const fs::path best = temp_dir() / "best.sh";
+  Result s = run(fmt::format("search configs/llama3.1-8b-h200-64.json --top 1 --megatron-script '{}'", best.string()));
+  REQUIRE(s.code == 0);
+  const auto first = s.out.find("\n   1 ");
+  REQUIRE(first != std::string::npos);
+  std::istringstream row(s.out.substr(first + 1));
+  std::string rank, tp;
+  row >> rank >> tp;
+  CHECK(slurp(best).find("--tensor-model-parallel-size " + tp + "\n") != std::string::npos);
+  Result counts =
+      run(fmt::format("search configs/llama3.1-8b-h200-64.json --gpus 64,128 --megatron-script '{}'", best.string()));
+  CHECK(counts.code == 2);
+  CHECK(counts.err == "--megatron-script: takes one GPU count: search without --gpus / --nodes lists\n");
+
+  Result eager = run("export megatron configs/qwen3-30b-a3b-h100-16.json --set training.framework=pytorch-eager");
+  CHECK(eager.code == 2);
+  CHECK(std::count(eager.err.begin(), eager.err.end(), '\n') == 1);
+}

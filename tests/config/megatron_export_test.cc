@@ -51,20 +51,20 @@ std::string describe(const Scenario& s) {
   out += fmt::format("params {}\n", m.total_params());
   out += fmt::format("tp {} pp {} cp {} dp {} ep {} etp {} sp {} schedule {} vp {} zero {}\n", p.tp, p.pp, p.cp, p.dp,
                      p.ep, p.etp, p.sequence_parallel, static_cast<int>(p.schedule), p.virtual_stages, p.zero);
-  out += fmt::format("overlap grad {} param {} bucket {} tp_overlap {} a2a {} delay_wgrad {}\n", p.overlap_grad_reduce,
-                     p.overlap_param_gather, p.dp_bucket_mb, p.tp_comm_overlap, p.moe_a2a_overlap,
-                     p.delay_wgrad_compute);
+  out +=
+      fmt::format("overlap grad {} param {} bucket {} tp_overlap {} a2a {} delay_wgrad {}\n", p.overlap_grad_reduce,
+                  p.overlap_param_gather, p.dp_bucket_mb, p.tp_comm_overlap, p.moe_a2a_overlap, p.delay_wgrad_compute);
   out += fmt::format("stages first {} last {} account {} {}\n", p.first_stage_layers, p.last_stage_layers,
                      p.account_for_embedding, p.account_for_loss);
   std::string layout;
   for (auto n : p.layout_layers) layout += fmt::format("{} ", n);
   out += fmt::format("layout {}\n", layout);
-  out += fmt::format("flex {} capacity {} pad {} rank_capacity {} paged {} prefetch {} zero2 {}\n",
-                     p.moe_flex_dispatch, p.moe_capacity_factor, p.moe_pad_to_capacity, p.moe_rank_capacity_factor,
-                     p.moe_paged_stash, p.fsdp_prefetch, static_cast<int>(p.zero2_param_gather));
-  out += fmt::format("mbs {} gbs {} seq {} recompute {} modules {} layers {} attention {} precision {}\n", t.micro_batch,
-                     t.global_batch, t.seq_len, static_cast<int>(t.recompute), t.recompute_modules, t.recompute_layers,
-                     static_cast<int>(t.attention), static_cast<int>(t.precision));
+  out += fmt::format("flex {} capacity {} pad {} rank_capacity {} paged {} prefetch {} zero2 {}\n", p.moe_flex_dispatch,
+                     p.moe_capacity_factor, p.moe_pad_to_capacity, p.moe_rank_capacity_factor, p.moe_paged_stash,
+                     p.fsdp_prefetch, static_cast<int>(p.zero2_param_gather));
+  out += fmt::format("mbs {} gbs {} seq {} recompute {} modules {} layers {} attention {} precision {}\n",
+                     t.micro_batch, t.global_batch, t.seq_len, static_cast<int>(t.recompute), t.recompute_modules,
+                     t.recompute_layers, static_cast<int>(t.attention), static_cast<int>(t.precision));
   out += fmt::format("offload {} micro-batches {} host {} scale {} graphs {} full {} fp32 grads {} fused ce {}\n",
                      t.cpu_offload_layers, t.num_micro_batches, t.host_overhead, t.host_cost_scale, t.cuda_graph_scope,
                      t.cuda_graph_full_iteration, t.grad_reduce_in_fp32, t.fused_cross_entropy);
