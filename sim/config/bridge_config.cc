@@ -145,6 +145,14 @@ constexpr auto kTrainKeys = std::to_array<Key>({
     {"mixed_precision.fp8", "fp8-format", Kind::value},
     {"mixed_precision.fp8_recipe", "fp8-recipe", Kind::value},
     {"mixed_precision.fp4", "fp4-format", Kind::value},
+    {"model.first_last_layers_bf16", "first-last-layers-bf16", Kind::on},
+    {"model.num_layers_at_start_in_bf16", "num-layers-at-start-in-bf16", Kind::value, "model.first_last_layers_bf16"},
+    {"model.num_layers_at_end_in_bf16", "num-layers-at-end-in-bf16", Kind::value, "model.first_last_layers_bf16"},
+    {"mixed_precision.first_last_layers_bf16", "first-last-layers-bf16", Kind::on},
+    {"mixed_precision.num_layers_at_start_in_bf16", "num-layers-at-start-in-bf16", Kind::value,
+     "mixed_precision.first_last_layers_bf16"},
+    {"mixed_precision.num_layers_at_end_in_bf16", "num-layers-at-end-in-bf16", Kind::value,
+     "mixed_precision.first_last_layers_bf16"},
 });
 
 struct Setting {
@@ -264,7 +272,8 @@ class Reader {
     // The mixed_precision section, when there is one, is what Megatron-Bridge applies to the model
     // at set-up: the model's own precision keys are then its copies, and its nulls mean off.
     const bool precision = k.path.starts_with("mixed_precision.") || k.path == "model.bf16" || k.path == "model.fp16" ||
-                           k.path.starts_with("model.fp8") || k.path == "model.fp4";
+                           k.path.starts_with("model.fp8") || k.path == "model.fp4" ||
+                           k.path == "model.first_last_layers_bf16" || k.path.starts_with("model.num_layers_at_");
     if (precision && k.path.starts_with("model.") && is_map(root_["mixed_precision"])) return;
     if (precision && n.IsDefined() && n.IsNull()) return set(k.flag, {}, n, k.path, false);
     if (!n.IsDefined() || n.IsNull()) return;

@@ -833,6 +833,21 @@ class Importer {
       flag = "fp4-format";
     }
     put(t, "training", "precision", precision, flag);
+    // Megatron-Core's first and last layers kept in BF16 (its defaults: one of each).
+    if (f_.on("first-last-layers-bf16")) {
+      const auto start = f_.integer("num-layers-at-start-in-bf16").value_or(1);
+      const auto end = f_.integer("num-layers-at-end-in-bf16").value_or(1);
+      if (precision == "fp8" || precision == "nvfp4") {
+        if (start != 0) put(t, "training", "bf16_layers_at_start", start, "num-layers-at-start-in-bf16");
+        if (end != 0) put(t, "training", "bf16_layers_at_end", end, "num-layers-at-end-in-bf16");
+        if (f_.get("num-layers-at-start-in-bf16") == nullptr || f_.get("num-layers-at-end-in-bf16") == nullptr)
+          note(
+              "--first-last-layers-bf16: Megatron's default of one layer where --num-layers-at-start-in-bf16 / "
+              "--num-layers-at-end-in-bf16 is not given");
+      } else {
+        note("--first-last-layers-bf16 without --fp8-format or --fp4-format: every layer is already 16-bit");
+      }
+    }
   }
 
   void recompute() {

@@ -252,13 +252,21 @@ class Exporter {
     if (t.precision == Precision::fp8) {
       // Blackwell runs Transformer Engine's MXFP8 recipe (Megatron-Bridge's choice there), Hopper
       // per-tensor delayed scaling (Megatron-LM's default recipe); trainsim times both alike.
+      // Delayed scaling cannot leave layers in BF16 (Megatron-Core asserts it): per-tensor current
+      // scaling (tensorwise) then.
       const bool blackwell = s_.cluster.gpu.arch == hardware::Arch::blackwell;
+      const bool bf16_layers = t.bf16_layers_at_start + t.bf16_layers_at_end > 0;
       add(g, "--fp8-format", {blackwell ? "e4m3" : "hybrid"});
-      add(g, "--fp8-recipe", {blackwell ? "mxfp8" : "delayed"});
+      add(g, "--fp8-recipe", {blackwell ? "mxfp8" : bf16_layers ? "tensorwise" : "delayed"});
     }
     if (t.precision == Precision::nvfp4) {
       add(g, "--fp4-format", {"e2m1"});
       add(g, "--fp4-recipe", {"nvfp4"});
+    }
+    if (t.bf16_layers_at_start + t.bf16_layers_at_end > 0) {
+      add(g, "--first-last-layers-bf16", {}, "their GEMMs in BF16");
+      add(g, "--num-layers-at-start-in-bf16", {num(t.bf16_layers_at_start)});
+      add(g, "--num-layers-at-end-in-bf16", {num(t.bf16_layers_at_end)});
     }
     switch (t.recompute) {
       case Recompute::none:

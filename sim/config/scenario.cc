@@ -475,14 +475,32 @@ OptimizerSpec parse_optimizer(const util::JsonNode& node) {
 }
 
 TrainingSpec parse_training(const util::JsonNode& node) {
-  node.reject_unknown({"micro_batch",       "global_batch",        "seq_len",
-                       "recompute",         "recompute_layers",    "precision",
-                       "attention",         "framework",           "host_forward_us",
-                       "host_backward_us",  "grad_reduce_in_fp32", "cross_entropy",
-                       "recompute_modules", "cpu_offload_layers",  "host_overhead",
-                       "cuda_graph_scope",  "host_cost_scale",     "peft",
-                       "lora_rank",         "lora_targets",        "document_tokens",
-                       "train_tokens",      "moe_load_imbalance",  "optimizer"});
+  node.reject_unknown({"micro_batch",
+                       "global_batch",
+                       "seq_len",
+                       "recompute",
+                       "recompute_layers",
+                       "precision",
+                       "attention",
+                       "framework",
+                       "host_forward_us",
+                       "host_backward_us",
+                       "grad_reduce_in_fp32",
+                       "cross_entropy",
+                       "recompute_modules",
+                       "cpu_offload_layers",
+                       "host_overhead",
+                       "cuda_graph_scope",
+                       "host_cost_scale",
+                       "peft",
+                       "lora_rank",
+                       "lora_targets",
+                       "document_tokens",
+                       "train_tokens",
+                       "moe_load_imbalance",
+                       "optimizer",
+                       "bf16_layers_at_start",
+                       "bf16_layers_at_end"});
   TrainingSpec t;
   if (auto v = node.find("micro_batch")) t.micro_batch = v->as_positive_int();
   t.global_batch = node.at("global_batch").as_positive_int();
@@ -553,6 +571,17 @@ TrainingSpec parse_training(const util::JsonNode& node) {
     t.fused_cross_entropy = parse_choice(*v, Choices{{"unfused", "fused"}, {}}) == 1;
     if (t.framework == Framework::pytorch_eager)
       v->fail("applies to \"framework\": \"megatron\" only (pytorch-eager runs torch's cross_entropy)");
+  }
+  // Megatron-Core's --first-last-layers-bf16: these layers run their GEMMs in BF16 under FP8 / NVFP4.
+  for (const char* key : {"bf16_layers_at_start", "bf16_layers_at_end"}) {
+    auto v = node.find(key);
+    if (!v) continue;
+    const std::int64_t n = v->as_int();
+    if (n < 0) v->fail(fmt::format("{} is negative", n));
+    if (t.precision != Precision::fp8 && t.precision != Precision::nvfp4)
+      v->fail("applies to precision fp8 or nvfp4 only (the other layers' GEMMs are already 16-bit)");
+    if (t.framework != Framework::megatron) v->fail("applies to \"framework\": \"megatron\" only");
+    (std::string_view(key) == "bf16_layers_at_start" ? t.bf16_layers_at_start : t.bf16_layers_at_end) = n;
   }
   if (auto v = node.find("document_tokens")) {
     if (t.framework != Framework::megatron) v->fail("applies to \"framework\": \"megatron\" only");
@@ -931,6 +960,10 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     if ((g & workload::kGraphMamba) && !m.hybrid_has('M'))
       throw util::InputError(file, path, "\"mamba\" needs Mamba layers (a hybrid_pattern with 'M')");
   }
+  if (s.training.bf16_layers_at_start + s.training.bf16_layers_at_end > m.layers)
+    throw util::InputError(file, util::join_path(training_path, "bf16_layers_at_end"),
+                           fmt::format("{} + {} BF16 layers exceed the model's {} layers",
+                                       s.training.bf16_layers_at_start, s.training.bf16_layers_at_end, m.layers));
   if (s.training.document_tokens > 0 && m.hybrid())
     throw util::InputError(file, util::join_path(training_path, "document_tokens"),
                            "packed sequences in a hybrid model are not supported yet");

@@ -176,6 +176,16 @@ struct TrainingSpec {
   bool fused_cross_entropy = false;
   // training.peft "lora": LoRA fine-tuning (workload::LayerConfig::frozen_weights, lora_rank,
   // lora_targets): the base model frozen, adapters of rank lora_rank on the targeted linears trained.
+  // Megatron-Core's --first-last-layers-bf16 with --num-layers-at-start-in-bf16 and
+  // --num-layers-at-end-in-bf16: under fp8 or nvfp4, the model's first and last this many layers
+  // (hybrid blocks counted as layers) run their linear GEMMs in BF16, as Transformer Engine's autocast
+  // is left off for them.
+  std::int64_t bf16_layers_at_start = 0;
+  std::int64_t bf16_layers_at_end = 0;
+  bool bf16_layer(std::int64_t layer, std::int64_t layers) const {
+    return (precision == Precision::fp8 || precision == Precision::nvfp4) &&
+           (layer < bf16_layers_at_start || layer >= layers - bf16_layers_at_end);
+  }
   // training.document_tokens: packed sequences of documents this long (workload::LayerConfig); 0: none.
   std::int64_t document_tokens = 0;
   // training.train_tokens: a training run's token budget; the reports add how many steps, days and

@@ -584,27 +584,48 @@ std::int64_t sum_saved(const std::vector<Op>& ops) {
 
 // The kinds of layer (LayerOps::fwd / bwd index): the model's own transformer layer (a mixture-of-
 // experts layer for a MoE model), a MoE model's first_dense_layers layers, and a hybrid model's
-// blocks ('M', '*', '-', 'E'; the transformer kind then serves its multi-token prediction layers).
-enum LayerKind : std::uint8_t { kMainKind, kDenseKind, kMambaKind, kAttentionKind, kMlpKind, kMoeKind, kLayerKinds };
+// blocks ('M', '*', '-', 'E'; the transformer kind then serves its multi-token prediction layers);
+// then the same kinds with their GEMMs in BF16 (kBaseKinds further on: the layers
+// training.bf16_layers_at_start / _at_end keep out of FP8 and NVFP4).
+enum LayerKind : std::uint8_t {
+  kMainKind,
+  kDenseKind,
+  kMambaKind,
+  kAttentionKind,
+  kMlpKind,
+  kMoeKind,
+  kBaseKinds,
+  kLayerKinds = 2 * kBaseKinds
+};
+
+// The kind without its precision.
+LayerKind base_kind(LayerKind k) {
+  return static_cast<LayerKind>(k % kBaseKinds);
+}
+bool bf16_kind(LayerKind k) {
+  return k >= kBaseKinds;
+}
 
 LayerKind layer_kind(const config::Scenario& sc, std::int64_t layer) {
+  const int bf16 = sc.training.bf16_layer(layer, sc.model.layers) ? kBaseKinds : 0;
   switch (sc.model.block(layer)) {
     case workload::LayerBlock::mamba:
-      return kMambaKind;
+      return static_cast<LayerKind>(kMambaKind + bf16);
     case workload::LayerBlock::attention:
-      return kAttentionKind;
+      return static_cast<LayerKind>(kAttentionKind + bf16);
     case workload::LayerBlock::mlp:
-      return kMlpKind;
+      return static_cast<LayerKind>(kMlpKind + bf16);
     case workload::LayerBlock::moe:
-      return kMoeKind;
+      return static_cast<LayerKind>(kMoeKind + bf16);
     case workload::LayerBlock::transformer:
       break;
   }
-  return sc.model.moe() && layer < sc.model.first_dense_layers ? kDenseKind : kMainKind;
+  return static_cast<LayerKind>((sc.model.moe() && layer < sc.model.first_dense_layers ? kDenseKind : kMainKind) +
+                                bf16);
 }
 
 workload::LayerBlock kind_block(LayerKind k) {
-  switch (k) {
+  switch (base_kind(k)) {
     case kMambaKind:
       return workload::LayerBlock::mamba;
     case kAttentionKind:
@@ -621,7 +642,7 @@ workload::LayerBlock kind_block(LayerKind k) {
 // The model and block a kind of layer is built from: a MoE model's dense first layers are its dense
 // variant's transformer layers.
 workload::ModelSpec kind_model(const config::Scenario& sc, LayerKind k) {
-  return k == kDenseKind ? sc.model.dense_variant() : sc.model;
+  return base_kind(k) == kDenseKind ? sc.model.dense_variant() : sc.model;
 }
 
 // One TP rank's parameters in a layer of this kind.
@@ -631,7 +652,7 @@ std::int64_t kind_layer_params(const config::Scenario& sc, LayerKind k) {
 
 // Whether a kind of layer has routed experts.
 bool kind_has_experts(const config::Scenario& sc, LayerKind k) {
-  return k == kMoeKind || (k == kMainKind && sc.model.moe());
+  return base_kind(k) == kMoeKind || (base_kind(k) == kMainKind && sc.model.moe());
 }
 
 // The ops of the model's layers, by kind (empty for kinds the model lacks). The last stage's head
@@ -978,7 +999,9 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   std::array<std::int64_t, kLayerKinds> kind_params{};
   for (std::size_t k = 0; k < kLayerKinds; ++k)
     if (!ops.fwd[k].empty()) kind_params[k] = kind_layer_params(sc, static_cast<LayerKind>(k));
-  if (lora) kind_params[kMainKind] = stage.params_per_rank / std::max<std::int64_t>(stage.layers, 1);
+  if (lora)
+    for (const LayerKind k : {kMainKind, static_cast<LayerKind>(kMainKind + kBaseKinds)})
+      kind_params[k] = stage.params_per_rank / std::max<std::int64_t>(stage.layers, 1);
   const std::int64_t layer_expert_params = workload::layer_expert_params_per_rank(sc.model, par.ep, par.etp);
   const std::int64_t emb_params =
       stage.has_embedding && !lora ? workload::embedding_params_per_rank(sc.model, par.tp) : 0;
@@ -1574,11 +1597,15 @@ StepWorkload step_workload(const config::Scenario& sc, const hardware::ComputeMo
   ops.input_bytes = workload::layer_input_bytes(sc.model, lc);
   ops.ring_kv_bytes = workload::ring_attention_kv_bytes(sc.model, lc);
   // The other kinds the model's layers have (a MoE model's dense first layers, a hybrid model's blocks).
+  // A BF16 kind (training.bf16_layers_at_start / _at_end) is built without FP8 or NVFP4.
+  workload::LayerConfig lc_bf16 = lc;
+  lc_bf16.fp8 = lc_bf16.fp4 = false;
   for (std::int64_t l = 0; l < sc.model.layers; ++l) {
     const LayerKind k = layer_kind(sc, l);
     if (!ops.fwd[k].empty()) continue;
-    ops.fwd[k] = workload::layer_forward(kind_model(sc, k), lc, kind_block(k));
-    ops.bwd[k] = workload::layer_backward(kind_model(sc, k), lc, kind_block(k));
+    const workload::LayerConfig& klc = bf16_kind(k) ? lc_bf16 : lc;
+    ops.fwd[k] = workload::layer_forward(kind_model(sc, k), klc, kind_block(k));
+    ops.bwd[k] = workload::layer_backward(kind_model(sc, k), klc, kind_block(k));
   }
   // Multi-token prediction: each module's prologue, layer and output layer run before the main
   // output layer, and their backward after its backward.

@@ -375,6 +375,8 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
     if (!scopes.empty()) out["scenario"]["cuda_graph_scope"] = scopes;
   }
   if (sc.training.document_tokens > 0) out["scenario"]["document_tokens"] = sc.training.document_tokens;
+  if (sc.training.bf16_layers_at_start > 0) out["scenario"]["bf16_layers_at_start"] = sc.training.bf16_layers_at_start;
+  if (sc.training.bf16_layers_at_end > 0) out["scenario"]["bf16_layers_at_end"] = sc.training.bf16_layers_at_end;
   if (sc.training.train_tokens > 0) {
     out["scenario"]["train_tokens"] = sc.training.train_tokens;
     out["time_to_train"] = {{"steps", m.train.steps}, {"days", m.train.days}, {"gpu_hours", m.train.gpu_hours}};
@@ -469,6 +471,9 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   }
   if (const std::vector<std::string> scopes = config::graph_scope_names(sc.training); !scopes.empty())
     out += fmt::format("CUDA graphs   {}\n", fmt::join(scopes, ", "));
+  if (const auto a = sc.training.bf16_layers_at_start, z = sc.training.bf16_layers_at_end; a + z > 0)
+    out += fmt::format("BF16 layers   {} of {} layers run their GEMMs in BF16 ({} first, {} last)\n", a + z,
+                       sc.model.layers, a, z);
   if (sc.training.document_tokens > 0)
     out += fmt::format("packing       documents of {} tokens per {}-token sequence; attention within each\n",
                        sc.training.document_tokens, sc.training.seq_len);

@@ -221,3 +221,20 @@ TEST_CASE("Megatron-LM's model_config.yaml: MODEL_ARGS as flags, true a switch, 
   CHECK_THROWS_AS(read_megatron_yaml("TEST_TYPE: release\n", "model_config.yaml"), InputError);
   CHECK_THROWS_AS(read_megatron_yaml("MODEL_ARGS:\n  num-layers: 2\n", "model_config.yaml"), InputError);
 }
+
+TEST_CASE("Megatron-Bridge's BF16 first and last layers: mixed_precision's, read only with the switch on") {
+  // Nemotron 3 Super's NVFP4 recipe (nemotron_3_super_bf16_with_nvfp4_mixed): the last 14 layers in BF16.
+  std::string yaml = kMoe;
+  yaml.replace(yaml.find("  fp4: null\n"), 12,
+               "  fp4: e2m1\n  first_last_layers_bf16: true\n  num_layers_at_start_in_bf16: 0\n"
+               "  num_layers_at_end_in_bf16: 14\n");
+  yaml.replace(yaml.find("  fp8: hybrid\n  fp8_recipe: mxfp8\n"), 33, "  fp8: null\n");
+  const auto s = import(yaml).scenario;
+  CHECK(s["training"]["precision"] == "nvfp4");
+  CHECK(!s["training"].contains("bf16_layers_at_start"));
+  CHECK(s["training"]["bf16_layers_at_end"] == 14);
+  // The counts without the switch keep every layer quantised (a dump carries them at their defaults).
+  std::string off = yaml;
+  off.replace(off.find("first_last_layers_bf16: true"), 28, "first_last_layers_bf16: false");
+  CHECK(!import(off).scenario["training"].contains("bf16_layers_at_end"));
+}

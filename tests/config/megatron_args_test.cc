@@ -255,3 +255,21 @@ TEST_CASE("pipeline stages from a layout or a hybrid pattern's splits give the v
   CHECK(import(base + "--cuda-graph-impl full_iteration", "dgx-h100", 8).scenario["training"]["cuda_graph_scope"] ==
         nlohmann::ordered_json::array({"full_iteration"}));
 }
+
+TEST_CASE("--first-last-layers-bf16: Megatron's one layer at each end unless counted, only under FP8 or FP4") {
+  const std::string cmd =
+      "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 --num-attention-heads 32 "
+      "--swiglu --vocab-size 32000 --seq-length 4096 --bf16 --fp8-format hybrid --fp8-recipe tensorwise "
+      "--first-last-layers-bf16";
+  const auto defaults = import(cmd);
+  CHECK(defaults.scenario["training"]["bf16_layers_at_start"] == 1);
+  CHECK(defaults.scenario["training"]["bf16_layers_at_end"] == 1);
+  const auto counted = import(cmd + " --num-layers-at-start-in-bf16 0 --num-layers-at-end-in-bf16 4");
+  CHECK(!counted.scenario["training"].contains("bf16_layers_at_start"));
+  CHECK(counted.scenario["training"]["bf16_layers_at_end"] == 4);
+  CHECK(parse(counted).training.bf16_layers_at_end == 4);
+  const auto plain = import(
+      "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 --num-attention-heads 32 "
+      "--vocab-size 32000 --seq-length 4096 --bf16 --first-last-layers-bf16");
+  CHECK(!plain.scenario["training"].contains("bf16_layers_at_end"));
+}

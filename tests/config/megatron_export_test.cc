@@ -68,8 +68,8 @@ std::string describe(const Scenario& s) {
   out += fmt::format("offload {} micro-batches {} host {} scale {} graphs {} full {} fp32 grads {} fused ce {}\n",
                      t.cpu_offload_layers, t.num_micro_batches, t.host_overhead, t.host_cost_scale, t.cuda_graph_scope,
                      t.cuda_graph_full_iteration, t.grad_reduce_in_fp32, t.fused_cross_entropy);
-  out += fmt::format("documents {} tokens {} imbalance {} lora {}\n", t.document_tokens, t.train_tokens,
-                     t.moe_load_imbalance, t.lora);
+  out += fmt::format("documents {} tokens {} imbalance {} lora {} bf16 layers {} {}\n", t.document_tokens,
+                     t.train_tokens, t.moe_load_imbalance, t.lora, t.bf16_layers_at_start, t.bf16_layers_at_end);
   out += fmt::format("optimizer {} {} {} {} {} {} {} {}\n", o.use_precision_aware_optimizer,
                      static_cast<int>(o.main_params_dtype), static_cast<int>(o.exp_avg_dtype),
                      static_cast<int>(o.exp_avg_sq_dtype), o.store_param_remainders, o.optimizer_cpu_offload,
@@ -230,4 +230,18 @@ TEST_CASE("what Megatron-LM cannot run is one error naming the key") {
   flash1["training"]["attention"] = "flash1";
   CHECK(export_error(flash1).starts_with("s.json: training.attention:"));
   CHECK(export_error(base) == "no error");
+}
+
+TEST_CASE("BF16 first and last layers come back from the script, with a recipe Megatron allows them under") {
+  const nlohmann::json doc = nlohmann::json::parse(R"({
+    "model": "llama3.1-8b", "cluster": "dgx-h100", "gpus": 8,
+    "training": {"global_batch": 8, "seq_len": 4096, "precision": "fp8", "bf16_layers_at_start": 1,
+                 "bf16_layers_at_end": 2}})");
+  const Scenario original = parse(doc, "s.json");
+  std::string script;
+  const Scenario back = round_trip(doc, original, &script);
+  CHECK(describe(back) == describe(expected_after_round_trip(original)));
+  CHECK(back.training.bf16_layers_at_end == 2);
+  // Megatron-Core refuses BF16 layers under delayed scaling: Hopper's FP8 is then per-tensor current scaling.
+  CHECK(script.find("--fp8-recipe tensorwise") != std::string::npos);
 }

@@ -2023,3 +2023,42 @@ TEST_CASE("delay_wgrad_compute: the backward experts' weight gradients run after
         "test.json: parallel.delay_wgrad_compute: needs moe_a2a_overlap (Megatron-Core delays the experts' weight "
         "gradients within combined 1F1B)");
 }
+
+TEST_CASE("first and last layers in BF16 under FP8: each such layer costs what a BF16 run's layer costs") {
+  // 16 uniform layers on one pipeline stage: the step's layer time is the sum of its layers', so
+  // every layer moved to BF16 adds the same time, and all 16 moved give the BF16 run (gradients
+  // reduced in fp32 either way), to the nanosecond, with its memory.
+  auto j = base(8, 1, 1, 8);
+  j["cluster"] = "dgx-b200";
+  j["training"]["precision"] = "fp8";
+  auto with = [&](int start, int end) {
+    auto k = j;
+    if (start > 0) k["training"]["bf16_layers_at_start"] = start;
+    if (end > 0) k["training"]["bf16_layers_at_end"] = end;
+    return parallel::simulate_step(scenario(k));
+  };
+  auto bf16 = j;
+  bf16["training"]["precision"] = "bf16";
+  const auto all_fp8 = with(0, 0);
+  const auto all_bf16 = parallel::simulate_step(scenario(bf16));
+  const auto half = with(3, 5);
+  const auto sixteen = with(8, 8);
+  CHECK(sixteen.step_time_s == Approx(all_bf16.step_time_s).epsilon(1e-9));
+  CHECK(sixteen.memory[0].peak_bytes == all_bf16.memory[0].peak_bytes);
+  CHECK(all_fp8.step_time_s < half.step_time_s);
+  CHECK(half.step_time_s == Approx((all_fp8.step_time_s + all_bf16.step_time_s) / 2).epsilon(1e-6));
+  // Where the layers are does not matter on one stage: 3 first + 5 last = 8 last.
+  CHECK(with(0, 8).step_time_s == Approx(half.step_time_s).epsilon(1e-9));
+
+  // Refused where it means nothing or cannot be.
+  auto bad = j;
+  bad["training"]["precision"] = "bf16";
+  bad["training"]["bf16_layers_at_end"] = 2;
+  CHECK(refusal(bad) ==
+        "test.json: training.bf16_layers_at_end: applies to precision fp8 or nvfp4 only (the other layers' GEMMs are "
+        "already 16-bit)");
+  auto many = j;
+  many["training"]["bf16_layers_at_start"] = 10;
+  many["training"]["bf16_layers_at_end"] = 7;
+  CHECK(refusal(many) == "test.json: training.bf16_layers_at_end: 10 + 7 BF16 layers exceed the model's 16 layers");
+}
