@@ -1141,7 +1141,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   if (eager)
     w.emit({workload::eager_zero_grad(sc.model, host)}, "step", Saves::none);
   else
-    w.compute_task("zero_grad_buffer", compute.time_s(workload::zero_grad_buffer(params + expert_params)),
+    w.compute_task("zero_grad_buffer", compute.time_s(workload::zero_grad_buffer(params + expert_params, grad_bytes)),
                    kOptimizerKernels);
 
   // ZeRO-3 / FSDP FULL_SHARD: each unit's parameters are all-gathered (bf16) before its forward and

@@ -1198,9 +1198,9 @@ Op optimizer_step(std::int64_t params, const AdamStates& states, std::int64_t no
                 0, 2);
 }
 
-Op zero_grad_buffer(std::int64_t params) {
-  // Megatron zeroes the fp32 gradient buffer (main_grad) at the start of every step.
-  return memory("zero_grad_buffer", 4 * static_cast<double>(params));
+Op zero_grad_buffer(std::int64_t params, std::int64_t bytes_per_param) {
+  // Megatron zeroes the gradient buffer (main_grad, in its grad_dtype) at the start of every step.
+  return memory("zero_grad_buffer", static_cast<double>(bytes_per_param) * static_cast<double>(params));
 }
 
 std::int64_t layer_params_per_rank(const ModelSpec& model, std::int64_t tp, LayerBlock block) {

@@ -237,8 +237,9 @@ struct AdamStates {
 // back), plus the gradient-norm pass of clip_grad_norm over `norm_params` of them (every parameter
 // of the rank's shard, also those whose step runs on the CPU; -1: `params`).
 Op optimizer_step(std::int64_t params, const AdamStates& states = {}, std::int64_t norm_params = -1);
-// The fp32 gradient buffer of `params` parameters set to zero at the start of a step.
-Op zero_grad_buffer(std::int64_t params);
+// The gradient buffer of `params` parameters set to zero at the start of a step: fp32 (4 bytes), or
+// the 16-bit type where gradients are reduced in it (2 bytes; training.grad_reduce_in_fp32 false).
+Op zero_grad_buffer(std::int64_t params, std::int64_t bytes_per_param = 4);
 
 // Parameters one TP rank holds for one layer / the embedding / the output layer. The output layer
 // counts the final norm, plus its vocab-parallel weight unless embeddings are tied (then the

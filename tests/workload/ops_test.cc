@@ -241,6 +241,8 @@ TEST_CASE("optimizer step is memory-bound at 34 bytes per parameter") {
   CHECK(op.kind == OpKind::memory);
   CHECK(op.bytes == (24 + 4 + 2 + 4) * 1e6);
   CHECK(zero_grad_buffer(1'000'000).bytes == 4e6);
+  // A bf16 gradient buffer (grad_reduce_in_fp32 false) is half as many bytes to zero.
+  CHECK(zero_grad_buffer(1'000'000, 2).bytes == 2e6);
 }
 
 // Megatron's unfused vocab-parallel cross-entropy streams the logits many times: per logit element
