@@ -796,9 +796,19 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
         file, tp_path,
         fmt::format("{} does not divide mamba_heads ({}) and mamba_groups ({})", p.tp, m.mamba_heads, m.mamba_groups));
   }
-  if (m.hybrid_has('M') && p.cp > 1)
-    throw util::InputError(file, util::join_path(parallel_path, "cp"),
-                           "context parallelism with Mamba layers is not supported yet");
+  // Megatron-Core's Mamba context parallelism shards each TP rank's heads over the CP ranks, and its
+  // groups of B and C too, or each group over cp / groups of them (MambaContextParallel's checks).
+  if (m.hybrid_has('M') && p.cp > 1) {
+    const std::int64_t heads = m.mamba_heads / p.tp, groups = m.mamba_groups / p.tp;
+    if (heads % p.cp != 0)
+      throw util::InputError(
+          file, util::join_path(parallel_path, "cp"),
+          fmt::format("{} does not divide the Mamba heads per tensor-parallel rank ({})", p.cp, heads));
+    if (groups < p.cp ? p.cp % groups != 0 : groups % p.cp != 0)
+      throw util::InputError(
+          file, util::join_path(parallel_path, "cp"),
+          fmt::format("{} and the Mamba groups per tensor-parallel rank ({}) must divide one another", p.cp, groups));
+  }
   const bool accounted = p.account_for_embedding || p.account_for_loss;
   const bool laid_out = !p.pipeline_layout.empty();
   const bool uneven = p.first_stage_layers > 0 || p.last_stage_layers > 0 || accounted || laid_out;

@@ -323,10 +323,11 @@ class StageWriter {
  private:
   Task tp_task(const Op& op, std::string_view phase) {
     Task t;
-    t.stream = op.group == workload::CommGroup::tp ? kTpComm : kEpComm;
+    t.stream = op.group == workload::CommGroup::tp ? kTpComm : op.group == workload::CommGroup::cp ? kCpSend : kEpComm;
     t.kind = TaskKind::collective;
     t.slot = op.group == workload::CommGroup::ep    ? kEpGroup
              : op.group == workload::CommGroup::etp ? kEtpGroup
+             : op.group == workload::CommGroup::cp  ? kCpGroup
                                                     : kTpGroup;
     t.op = static_cast<std::uint16_t>(collective_of(op.comm));
     t.bytes = op.comm_bytes;
@@ -1711,6 +1712,9 @@ double time_floor_s(const config::Scenario& sc, const StepWorkload& wl) {
         } else if (op.group == workload::CommGroup::etp) {
           if (par.moe_a2a_overlap) continue;
           size = par.etp;
+        } else if (op.group == workload::CommGroup::cp) {
+          size = par.cp;
+          stride = par.tp;
         } else if (tp_overlap && op.comm != workload::Comm::all_reduce) {
           continue;
         }
@@ -1898,6 +1902,7 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   };
   bind("tp", kTpGroup);
   bind("dp", kDpGroup);
+  if (par.cp > 1) bind("cp", kCpGroup);
   if (sc.model.moe()) {
     for (auto [kind, slot] : {std::pair{"ep", kEpGroup}, std::pair{"etp", kEtpGroup}, std::pair{"edp", kEdpGroup}}) {
       const std::uint32_t kind_id = plan.groups.kind_id(kind);

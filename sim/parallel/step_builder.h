@@ -44,7 +44,8 @@ enum GroupSlot : std::uint8_t {
   kDpGatherGroup = 3,
   kEpGroup = 4,
   kEtpGroup = 5,
-  kEdpGroup = 6
+  kEdpGroup = 6,
+  kCpGroup = 7  // context parallelism's collectives (a Mamba mixer's all-to-alls)
 };
 enum PeerSlot : std::uint8_t { kPrevStage = 0, kNextStage = 1, kCpPrev = 2, kCpNext = 3 };
 // Memory categories.

@@ -19,7 +19,7 @@ namespace trainsim::parallel {
 struct TimeBreakdown {
   double compute_s = 0;
   double tp_exposed_s = 0;       // TP communication while no compute ran
-  double cp_exposed_s = 0;       // ring-attention K/V transfers while no compute or TP communication ran
+  double cp_exposed_s = 0;       // ring-attention K/V transfers and Mamba CP all-to-alls while no compute or TP ran
   double ep_exposed_s = 0;       // expert-parallel token dispatch / combine while no compute or TP ran
   double pp_exposed_s = 0;       // pipeline sends while none of the above ran
   double dp_exposed_s = 0;       // data-parallel communication while nothing else ran

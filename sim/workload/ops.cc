@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
+
+#include <fmt/format.h>
 
 #include "util/error.h"
 
@@ -58,6 +61,10 @@ struct Dims {
   // A Mamba-2 mixer per TP rank: heads, head width, state, groups, inner width (heads x head width),
   // the convolved x, B, C channels, the input projection's width, the scan's chunk and conv taps.
   double mh = 0, mp = 0, mn = 0, mg = 0, mi = 0, xbc = 0, min_w = 0, chunk = 0, conv = 0;
+  // Context parallelism of a Mamba mixer (Megatron-Core's MambaContextParallel): the CP size, and the
+  // width of the in_proj outputs (z, x, B, C, dt) its first all-to-all moves, with B and C repeated
+  // over the CP ranks that share a group when the rank's groups are fewer than the CP ranks.
+  double cp = 1, mamba_cp_w = 0;
   // Multi-head latent attention: the q and kv latents, the rotary width, query/key and value head
   // widths (q = heads·qk and kv = heads·v then size the attention core's tensors; hd is their mean,
   // which gives the core's FLOPs as 2·(qk + v) per pair).
@@ -125,6 +132,9 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
     x.min_w = 2 * x.mi + 2 * x.mg * x.mn + x.mh;
     x.chunk = static_cast<double>(m.mamba_chunk);
     x.conv = static_cast<double>(m.mamba_conv);
+    x.cp = static_cast<double>(c.cp);
+    const double repeat = x.mg < x.cp ? x.cp / x.mg : 1;
+    x.mamba_cp_w = 2 * x.mi + 2 * x.mg * repeat * x.mn + x.mh;
   }
   x.window = m.sliding_window;
   x.windowed = m.windowed_fraction();
@@ -726,12 +736,34 @@ Op scan_kernel(Op op) {
   return op;
 }
 
+// Context parallelism (Megatron-Core's MambaContextParallel, ssm/mamba_context_parallel.py): in_proj
+// runs on the rank's s/cp tokens; all-to-alls over the CP group then give each rank the whole
+// sequence of 1/cp of the heads (z, x, B, C and dt, B and C repeated where a group spans CP ranks),
+// with the attention layers' load-balancing order undone (a copy); the convolution, the scan and the
+// gated norm run there, on as many elements as without CP; one all-to-all brings the output back to
+// the sequence shards (the order redone) for out_proj. The backward mirrors them. [A] The scan's
+// chunks are counted on the rank's tokens (b·s/cp of all heads, the same work as b·s of heads/cp up
+// to the last chunk's padding).
+void mamba_cp_to_heads(std::vector<Op>& ops, const Dims& x, std::string_view what) {
+  if (x.cp <= 1) return;
+  ops.push_back(comm(fmt::format("mamba_{}_cp_all_to_all", what), Comm::all_to_all, act(x.tokens, x.mamba_cp_w, x.d),
+                     CommGroup::cp));
+  ops.push_back(memory(fmt::format("mamba_{}_cp_reorder", what), 2 * act(x.tokens, x.mamba_cp_w, x.d)));
+}
+void mamba_cp_to_sequence(std::vector<Op>& ops, const Dims& x, std::string_view what) {
+  if (x.cp <= 1) return;
+  ops.push_back(memory(fmt::format("mamba_{}_cp_reorder", what), 2 * act(x.tokens, x.mi, x.d)));
+  ops.push_back(
+      comm(fmt::format("mamba_{}_cp_all_to_all", what), Comm::all_to_all, act(x.tokens, x.mi, x.d), CommGroup::cp));
+}
+
 void mamba_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   // Each sequence is scanned in chunks of Q tokens, the last one padded to Q.
   const double d = x.d, tok = x.tokens, chunks = x.b * std::ceil(x.sl / x.chunk);
   const double states = chunks * x.mh * x.mp * x.mn * 4;  // fp32 state per chunk and head
   if (x.t > 1 && x.sp) ops.push_back(comm("mamba_in_proj_input_all_gather", Comm::all_gather, act(tok, x.h, d)));
   ops.push_back(gemm("mamba_in_proj", tok, x.min_w, x.h, d, act(x.region, x.h, gemm_in_d) + act(tok, x.min_w, d)));
+  mamba_cp_to_heads(ops, x, "in_proj_output");
   ops.push_back(scan_kernel(memory("mamba_conv1d", 2 * act(tok, x.xbc, d) + x.xbc * (x.conv + 1) * d)));
   ops.push_back(scan_kernel(memory("ssd_chunk_cumsum", tok * x.mh * (d + 8))));
   ops.push_back(scan_kernel(gemm("ssd_chunk_state", x.mn, x.mp, x.chunk, d, 0, chunks * x.mh)));
@@ -740,6 +772,7 @@ void mamba_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   ops.push_back(
       scan_kernel(gemm("ssd_chunk_scan", x.chunk, x.mp, x.chunk + x.mn, d, act(tok, x.mi, d), chunks * x.mh)));
   ops.push_back(scan_kernel(memory("mamba_gated_rmsnorm", 3 * act(tok, x.mi, d))));
+  mamba_cp_to_sequence(ops, x, "output");
   ops.push_back(gemm("mamba_out_proj", tok, x.h, x.mi, d, act(tok, x.mi, gemm_in_d)));
   if (x.t > 1) {
     ops.push_back(x.sp ? comm("mamba_reduce_scatter", Comm::reduce_scatter, act(tok, x.h, d))
@@ -758,6 +791,10 @@ void mamba_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   if (x.t > 1 && x.sp) ops.push_back(comm("mamba_output_grad_all_gather", Comm::all_gather, full));
   ops.push_back(gemm("mamba_out_proj_dgrad", tok, x.mi, x.h, d));
   ops.push_back(wgrad("mamba_out_proj_wgrad", x.mi, x.h, tok, d, act(tok, x.mi, gemm_in_d)));
+  if (x.cp > 1) {  // the output gradient to the head shards
+    ops.push_back(comm("mamba_output_grad_cp_all_to_all", Comm::all_to_all, act(tok, x.mi, d), CommGroup::cp));
+    ops.push_back(memory("mamba_output_grad_cp_reorder", 2 * act(tok, x.mi, d)));
+  }
   ops.push_back(scan_kernel(memory("mamba_gated_rmsnorm_backward", 5 * act(tok, x.mi, d))));
   ops.push_back(scan_kernel(memory("mamba_conv1d_recompute", 2 * act(tok, x.xbc, d))));
   ops.push_back(scan_kernel(gemm("ssd_chunk_state_recompute", x.mn, x.mp, x.chunk, d, 0, chunks * x.mh)));
@@ -768,6 +805,11 @@ void mamba_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   ops.push_back(scan_kernel(gemm("ssd_bmm_chunk_backward", x.chunk, x.chunk, x.mn, d, 0, 2 * chunks * x.mg)));
   ops.push_back(scan_kernel(memory("ssd_chunk_cumsum_backward", tok * x.mh * (2 * d + 16))));
   ops.push_back(scan_kernel(memory("mamba_conv1d_backward", 3 * act(tok, x.xbc, d))));
+  if (x.cp > 1) {  // the in_proj output gradients back to the sequence shards
+    ops.push_back(memory("mamba_in_proj_output_grad_cp_reorder", 2 * act(tok, x.mamba_cp_w, d)));
+    ops.push_back(
+        comm("mamba_in_proj_output_grad_cp_all_to_all", Comm::all_to_all, act(tok, x.mamba_cp_w, d), CommGroup::cp));
+  }
   if (x.t > 1 && x.sp) ops.push_back(comm("mamba_in_proj_input_all_gather", Comm::all_gather, full));
   ops.push_back(gemm("mamba_in_proj_dgrad", tok, x.h, x.min_w, d));
   if (x.t > 1) {

@@ -24,8 +24,9 @@ enum class OpKind : std::uint8_t {
 
 enum class Comm : std::uint8_t { none, all_reduce, all_gather, reduce_scatter, all_to_all };
 // The group a tp_comm op runs over: the tensor-parallel group, the expert-parallel group (token
-// dispatch and combine), or the expert tensor-parallel group.
-enum class CommGroup : std::uint8_t { tp, ep, etp };
+// dispatch and combine), the expert tensor-parallel group, or the context-parallel group (a Mamba
+// mixer's all-to-alls between sequence and head sharding).
+enum class CommGroup : std::uint8_t { tp, ep, etp, cp };
 
 // How the attention core runs: one fused flash kernel (scores never stored) -- `flash`, the fastest
 // fused kernel of the GPU as Megatron / Transformer Engine use it (cuDNN or FlashAttention-3 on

@@ -2062,3 +2062,42 @@ TEST_CASE("first and last layers in BF16 under FP8: each such layer costs what a
   many["training"]["bf16_layers_at_end"] = 7;
   CHECK(refusal(many) == "test.json: training.bf16_layers_at_end: 10 + 7 BF16 layers exceed the model's 16 layers");
 }
+
+TEST_CASE("context parallelism in a hybrid model: Mamba all-to-alls on the CP group, reported as CP") {
+  // A small hybrid model (Mamba, attention, MLP) at cp 2: the Mamba blocks' all-to-alls run on the CP
+  // group's stream, exposed (nothing overlaps them), and the attention block rings its K/V blocks.
+  nlohmann::json model = {{"name", "hybrid"},  {"hybrid_pattern", "M*M-"}, {"hidden", 1024},    {"heads", 8},
+                          {"kv_heads", 8},     {"ffn_hidden", 4096},       {"vocab", 1024},     {"mlp", "squared_relu"},
+                          {"mamba_heads", 32}, {"mamba_head_dim", 64},     {"mamba_state", 64}, {"mamba_groups", 4}};
+  nlohmann::json j = {{"model", model},
+                      {"cluster", "dgx-h100"},
+                      {"gpus", 2},
+                      {"parallel", {{"cp", 2}}},
+                      {"training", {{"micro_batch", 1}, {"global_batch", 4}, {"seq_len", 8192}}}};
+  const auto r = parallel::simulate_step(scenario(j));
+  CHECK(r.mean.cp_exposed_s > 0);
+  auto no_cp = j;
+  no_cp["gpus"] = 1;
+  no_cp["parallel"]["cp"] = 1;
+  no_cp["training"]["seq_len"] = 4096;  // the same tokens per GPU
+  CHECK(parallel::simulate_step(scenario(no_cp)).mean.cp_exposed_s == 0);
+  // Megatron-Core's checks: the CP size divides the Mamba heads per TP rank, and it and the groups
+  // per TP rank divide one another.
+  auto heads = j;
+  heads["gpus"] = 64;
+  heads["parallel"]["cp"] = 64;
+  CHECK(refusal(heads) == "test.json: parallel.cp: 64 does not divide the Mamba heads per tensor-parallel rank (32)");
+  auto groups = j;
+  groups["model"]["mamba_groups"] = 8;
+  groups["gpus"] = 16;
+  groups["parallel"]["cp"] = 16;
+  groups["training"]["seq_len"] = 16384;
+  CHECK(refusal(groups) == "accepted");
+  groups["model"]["mamba_groups"] = 32;
+  groups["model"]["mamba_heads"] = 96;
+  groups["gpus"] = 3;
+  groups["parallel"]["cp"] = 3;
+  groups["training"]["seq_len"] = 6144;
+  CHECK(refusal(groups) ==
+        "test.json: parallel.cp: 3 and the Mamba groups per tensor-parallel rank (32) must divide one another");
+}

@@ -817,6 +817,43 @@ TEST_CASE("Mamba block: projections, scan products and communication per TP rank
   CHECK(op_named(fwd, "mamba_residual_add").graph == kGraphMamba);
 }
 
+// Context parallelism 2 at TP 2 (Megatron-Core's MambaContextParallel): each rank holds 4096 of the
+// 8192 tokens; after in_proj one all-to-all over the CP group moves z and x (2048 each per TP rank), B
+// and C (4 groups of 128 per TP rank: no repeat, 4 >= 2) and 32 dt, 5152 wide, of its 4096 tokens, and
+// one brings the scan's 2048-wide output back; the backward mirrors both. With CP 8 each of the 4
+// groups spans 2 CP ranks, so B and C go twice: 2·2048 + 2·4·2·128 + 32 = 6176 wide. The scan's work
+// is the same as without CP, per rank half of it.
+TEST_CASE("Mamba block under context parallelism: all-to-alls between sequence and head shards") {
+  const ModelSpec m = nemotron_nano();
+  LayerConfig c;
+  c.micro_batch = 1;
+  c.seq_len = 8192;
+  c.tp = 2;
+  c.sequence_parallel = true;
+  c.cp = 2;
+  const auto fwd = layer_forward(m, c, LayerBlock::mamba);
+  const double t = 4096;
+  const Op& in = op_named(fwd, "mamba_in_proj_output_cp_all_to_all");
+  CHECK(in.group == CommGroup::cp);
+  CHECK(in.comm == Comm::all_to_all);
+  CHECK(in.comm_bytes == static_cast<std::int64_t>(t * (2 * 2048 + 2 * 4 * 128 + 32) * 2));
+  CHECK(op_named(fwd, "mamba_output_cp_all_to_all").comm_bytes == static_cast<std::int64_t>(t * 2048 * 2));
+  const auto bwd = layer_backward(m, c, LayerBlock::mamba);
+  CHECK(op_named(bwd, "mamba_output_grad_cp_all_to_all").comm_bytes == static_cast<std::int64_t>(t * 2048 * 2));
+  CHECK(op_named(bwd, "mamba_in_proj_output_grad_cp_all_to_all").comm_bytes == in.comm_bytes);
+  LayerConfig one = c;
+  one.cp = 1;
+  one.seq_len = 4096;  // the same tokens per rank without CP
+  CHECK(op_named(fwd, "ssd_chunk_scan").flops ==
+        Approx(op_named(layer_forward(m, one, LayerBlock::mamba), "ssd_chunk_scan").flops));
+  LayerConfig eight = c;
+  eight.cp = 8;
+  CHECK(op_named(layer_forward(m, eight, LayerBlock::mamba), "mamba_in_proj_output_cp_all_to_all").comm_bytes ==
+        static_cast<std::int64_t>(1024.0 * (2 * 2048 + 2 * 4 * 2 * 128 + 32) * 2));
+  // No CP, no CP communication.
+  for (const Op& op : layer_forward(m, one, LayerBlock::mamba)) CHECK(op.group != CommGroup::cp);
+}
+
 // Attention-only and MoE-only blocks are the two halves of a transformer layer: their ops add up to
 // the layer's (with the MoE block's pre-MLP norm in place of the post-attention norm), and a hybrid
 // model's attention uses no rotary embedding.
