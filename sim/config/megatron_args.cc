@@ -482,6 +482,8 @@ class Importer {
     // Data-parallel sharding: the distributed optimizer is ZeRO-1; Megatron FSDP's strategies are
     // ZeRO 0-3 (ecosystem.md §2.1, its default optim_grads_params); PyTorch FSDP2 shards everything.
     if (f_.on("use-distributed-optimizer")) put(p, "parallel", "zero", 1, "use-distributed-optimizer");
+    if (auto n = f_.integer("num-distributed-optimizer-instances"); n && *n != 1)
+      put(p, "parallel", "distributed_optimizer_instances", *n, "num-distributed-optimizer-instances");
     const bool megatron_fsdp = f_.on("use-megatron-fsdp") || f_.on("use-custom-fsdp");
     if (megatron_fsdp) {
       const std::string strategy = f_.value("data-parallel-sharding-strategy").value_or("optim_grads_params");

@@ -186,6 +186,7 @@ class Exporter {
     // Data-parallel sharding: the distributed optimizer is ZeRO-1, Megatron FSDP's strategies ZeRO 2
     // and 3 (ecosystem.md §2.1).
     if (p.zero == 1) add(g, "--use-distributed-optimizer", {}, "zero 1");
+    if (p.dist_opt_instances > 1) add(g, "--num-distributed-optimizer-instances", {num(p.dist_opt_instances)});
     if (p.zero >= 2) {
       if (p.zero == 2 && p.zero2_param_gather == ParallelSpec::Zero2Gather::per_unit)
         fail("parallel.zero2_param_gather",

@@ -240,7 +240,8 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
                        "account_for_loss_in_pipeline_split",
                        "fsdp_prefetch",
                        "zero2_param_gather",
-                       "pipeline_layout"});
+                       "pipeline_layout",
+                       "distributed_optimizer_instances"});
   ParallelSpec p;
   if (auto v = node.find("tp")) p.tp = v->as_positive_int();
   if (auto v = node.find("pp")) p.pp = v->as_positive_int();
@@ -292,6 +293,12 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
     if (p.overlap_param_gather && fsdp_units) v->fail("does not apply to FSDP's per-unit all-gathers");
   }
   if (auto v = node.find("dp_bucket_mb")) p.dp_bucket_mb = v->as_positive_number();
+  if (auto v = node.find("distributed_optimizer_instances")) {
+    p.dist_opt_instances = v->as_positive_int();
+    if (p.dist_opt_instances > 1 && p.zero != 1)
+      v->fail(
+          "applies to the distributed optimizer (zero 1) only, as Megatron's --num-distributed-optimizer-instances");
+  }
   if (auto v = node.find("first_stage_layers")) p.first_stage_layers = v->as_positive_int();
   if (auto v = node.find("last_stage_layers")) p.last_stage_layers = v->as_positive_int();
   // Megatron-Core: these and --decoder-first/last-pipeline-num-layers are mutually exclusive.
@@ -871,6 +878,17 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     }
   }
   p.dp = s.gpus / p.tp / p.pp / p.cp;
+  if (p.dist_opt_instances > 1) {
+    const std::string path = util::join_path(parallel_path, "distributed_optimizer_instances");
+    if ((p.dp * p.cp) % p.dist_opt_instances != 0)
+      throw util::InputError(
+          file, path,
+          fmt::format("{} does not divide the dp*cp = {}*{} = {} ranks the optimizer is sharded over",
+                      p.dist_opt_instances, p.dp, p.cp, p.dp * p.cp));
+    if (m.moe())
+      throw util::InputError(file, path,
+                             "distributed optimizer instances with a mixture of experts are not supported yet");
+  }
   // ZeRO shards over the DP x CP ranks; with one of them it changes nothing (Megatron accepts it),
   // but the precision-aware optimizer needs it on.
   if (p.zero >= 1 && p.dp * p.cp == 1 && !s.training.optimizer.use_precision_aware_optimizer)

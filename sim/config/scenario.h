@@ -72,6 +72,11 @@ struct ParallelSpec {
   Schedule schedule = Schedule::one_f_one_b;
   std::int64_t virtual_stages = 1;
   std::int64_t zero = 0;  // 0: plain DP all-reduce; 1: distributed optimizer
+  // Megatron's --num-distributed-optimizer-instances: with zero 1, the DP x CP ranks form this many
+  // instances of consecutive ranks; the optimizer states are sharded within an instance, gradients
+  // reduce-scattered within it and then all-reduced across the instances, parameters all-gathered
+  // within it.
+  std::int64_t dist_opt_instances = 1;
   // Megatron's --overlap-grad-reduce: gradients reduced in buckets during the last backward.
   bool overlap_grad_reduce = false;
   // Megatron's --overlap-param-gather: the distributed optimizer's parameter all-gather runs in

@@ -20,7 +20,7 @@ namespace trainsim::engine {
 
 inline constexpr int kMaxStreams = 11;  // busy masks are StreamMask bits
 using StreamMask = std::uint16_t;
-inline constexpr int kMaxSlots = 8;  // group slots and peer slots per rank
+inline constexpr int kMaxSlots = 12;  // group slots and peer slots per rank
 inline constexpr int kMaxMemCategories = 8;
 inline constexpr int kMaxBuckets = 9;  // time accounting classes (see Executor)
 inline constexpr std::uint32_t kNone = UINT32_MAX;

@@ -149,7 +149,9 @@ StaticMemory static_memory(const config::Scenario& sc, const StagePlan& stage) {
   const std::int64_t edp = sc.model.moe() ? par.expert_dp() : 1;
   auto shard = [](std::int64_t n, std::int64_t ways) { return (n + ways - 1) / ways; };
   StaticMemory m;
-  m.opt_params = par.zero >= 1 ? shard(params, dp) + shard(expert_params, edp) : params + expert_params;
+  // Distributed optimizer instances shard the states within an instance only.
+  m.opt_params =
+      par.zero >= 1 ? shard(params, dp / par.dist_opt_instances) + shard(expert_params, edp) : params + expert_params;
   const config::OptimizerSpec& opt = sc.training.optimizer;
   m.cpu_params =
       opt.optimizer_cpu_offload
@@ -248,6 +250,15 @@ class StageWriter {
       restart_host_bounds();
     }
     return d;
+  }
+
+  // A task that starts when `d` is done, beside everything else (the second collective of a
+  // bucket's reduction).
+  Dep chain(Task t, Dep d) {
+    flush();
+    std::vector<Dep> deps{d};
+    issue(t, deps, launch_s_, launch_s_);
+    return p_.add(t, deps);
   }
 
   // Adds a task that starts after the last task but that later tasks do not wait for (a bucket's
@@ -993,6 +1004,11 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   const std::int64_t params = stage.params_per_rank;
   const std::int64_t expert_params = stage.expert_params_per_rank;
   const std::int64_t dp = par.dp * par.cp;
+  // Distributed optimizer instances: kDpGroup is an instance of `intra` ranks; each bucket's
+  // reduce-scattered shard is then all-reduced over the instances (Megatron's
+  // param_and_grad_buffer start_grad_sync with num_distributed_optimizer_instances > 1).
+  const std::int64_t instances = par.dist_opt_instances, intra = dp / instances;
+  auto shard = [](std::int64_t n, std::int64_t ways) { return (n + ways - 1) / ways; };
   const bool moe = sc.model.moe();
   const std::int64_t edp = moe ? par.expert_dp() : 1;
   // LoRA: the units hold their adapters only (no gradient reaches the frozen embedding and head).
@@ -1097,8 +1113,15 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     const ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
     if (cb.closes_bucket[u] && (sharded_grads || (overlap_grad && last_micro_batch))) {
       const std::size_t b = cb.bucket_of[u];
-      grad_deps.push_back(w.side(dp_collective(grad_op, kDpGroup, cb.bucket_params[b] * grad_bytes,
-                                               fmt::format("{} bucket {}", grad_name, cb.first_bucket_id + b))));
+      const Dep rs = w.side(dp_collective(grad_op, kDpGroup, cb.bucket_params[b] * grad_bytes,
+                                          fmt::format("{} bucket {}", grad_name, cb.first_bucket_id + b)));
+      grad_deps.push_back(instances > 1
+                              ? w.chain(dp_collective(network::CollectiveOp::all_reduce, kDpInterGroup,
+                                                      shard(cb.bucket_params[b], intra) * grad_bytes,
+                                                      fmt::format("grad_all_reduce_across_instances bucket {}",
+                                                                  cb.first_bucket_id + b)),
+                                        rs)
+                              : rs);
     }
     const auto eu = expert_unit(c, u);
     if (!overlap_expert_grad || !last_micro_batch || !eu) return;
@@ -1443,8 +1466,13 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
 
   // Gradient reduction over data parallelism (all at once unless overlapped above), the shared
   // embedding's all-reduce between first and last stage, then the optimizer step.
-  if (dp > 1 && !overlap_grad && !sharded_grads)
+  if (dp > 1 && !overlap_grad && !sharded_grads) {
     w.add(dp_collective(grad_op, kDpGroup, params * grad_bytes, grad_name), true);
+    if (instances > 1)
+      w.add(dp_collective(network::CollectiveOp::all_reduce, kDpInterGroup, shard(params, intra) * grad_bytes,
+                          "grad_all_reduce_across_instances"),
+            true);
+  }
   if (edp > 1 && !overlap_expert_grad && expert_params > 0)
     w.add(dp_collective(grad_op, kEdpGroup, expert_params * grad_bytes, expert_grad_name), true);
   for (const Dep& d : grad_deps) w.after(d);
@@ -1901,7 +1929,28 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
     for (const auto& members : grid.groups(grid_kind)) add_group(members, kind_id, slot);
   };
   bind("tp", kTpGroup);
-  bind("dp", kDpGroup);
+  if (par.dist_opt_instances > 1) {
+    // Megatron's instances: consecutive ranks of each DP x CP group form one (its intra-instance
+    // group); the ranks at the same place in each instance form an inter-instance group.
+    const auto instances = static_cast<std::size_t>(par.dist_opt_instances);
+    const std::uint32_t intra_id = plan.groups.kind_id("dp"), inter_id = plan.groups.kind_id("dp-inter");
+    std::vector<std::uint32_t> part;
+    for (const auto& members : grid.groups("dp-cp")) {
+      const std::size_t size = members.size() / instances;
+      for (std::size_t i = 0; i < instances; ++i) {
+        part.assign(members.begin() + static_cast<std::ptrdiff_t>(i * size),
+                    members.begin() + static_cast<std::ptrdiff_t>((i + 1) * size));
+        add_group(part, intra_id, kDpGroup);
+      }
+      for (std::size_t j = 0; j < size; ++j) {
+        part.clear();
+        for (std::size_t i = 0; i < instances; ++i) part.push_back(members[i * size + j]);
+        add_group(part, inter_id, kDpInterGroup);
+      }
+    }
+  } else {
+    bind("dp", kDpGroup);
+  }
   if (par.cp > 1) bind("cp", kCpGroup);
   if (sc.model.moe()) {
     for (auto [kind, slot] : {std::pair{"ep", kEpGroup}, std::pair{"etp", kEtpGroup}, std::pair{"edp", kEdpGroup}}) {

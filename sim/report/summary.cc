@@ -375,6 +375,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
     if (!scopes.empty()) out["scenario"]["cuda_graph_scope"] = scopes;
   }
   if (sc.training.document_tokens > 0) out["scenario"]["document_tokens"] = sc.training.document_tokens;
+  if (p.dist_opt_instances > 1) out["scenario"]["distributed_optimizer_instances"] = p.dist_opt_instances;
   if (sc.training.bf16_layers_at_start > 0) out["scenario"]["bf16_layers_at_start"] = sc.training.bf16_layers_at_start;
   if (sc.training.bf16_layers_at_end > 0) out["scenario"]["bf16_layers_at_end"] = sc.training.bf16_layers_at_end;
   if (sc.training.train_tokens > 0) {
@@ -438,9 +439,11 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   if (p.moe_rank_capacity_factor > 0)
     ep_part +=
         fmt::format(" · sync-free experts {:g}{}", p.moe_rank_capacity_factor, p.moe_paged_stash ? " paged" : "");
-  out +=
-      fmt::format("layout        tp {} · pp {} · dp {} · cp {}{} · sequence parallel {} · zero {} · {}\n", p.tp, p.pp,
-                  p.dp, p.cp, ep_part, p.sequence_parallel && p.tp > 1 ? "on" : "off", p.zero, schedule_name(p));
+  out += fmt::format(
+      "layout        tp {} · pp {} · dp {} · cp {}{} · sequence parallel {} · zero {}{} · {}\n", p.tp, p.pp, p.dp, p.cp,
+      ep_part, p.sequence_parallel && p.tp > 1 ? "on" : "off", p.zero,
+      p.dist_opt_instances > 1 ? fmt::format(" ({} optimizer instances)", p.dist_opt_instances) : std::string(),
+      schedule_name(p));
   out += fmt::format("batch         {} sequences of {} tokens = {} micro-batches of {} per pipeline · recompute {}{}\n",
                      sc.training.global_batch, sc.training.seq_len, sc.training.num_micro_batches,
                      sc.training.micro_batch, recompute_name(sc.training.recompute), modules_part(sc));

@@ -273,3 +273,16 @@ TEST_CASE("--first-last-layers-bf16: Megatron's one layer at each end unless cou
       "--vocab-size 32000 --seq-length 4096 --bf16 --first-last-layers-bf16");
   CHECK(!plain.scenario["training"].contains("bf16_layers_at_end"));
 }
+
+TEST_CASE("--num-distributed-optimizer-instances: the distributed optimizer's instances") {
+  const std::string cmd =
+      "torchrun --nproc-per-node 8 --nnodes 4 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+      "--num-attention-heads 32 --swiglu --vocab-size 32000 --seq-length 4096 --bf16 --use-distributed-optimizer";
+  CHECK(!import(cmd).scenario["parallel"].contains("distributed_optimizer_instances"));
+  CHECK(!import(cmd + " --num-distributed-optimizer-instances 1")
+             .scenario["parallel"]
+             .contains("distributed_optimizer_instances"));
+  const auto four = import(cmd + " --num-distributed-optimizer-instances 4");
+  CHECK(four.scenario["parallel"]["distributed_optimizer_instances"] == 4);
+  CHECK(parse(four).parallel.dist_opt_instances == 4);
+}

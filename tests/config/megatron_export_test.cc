@@ -49,8 +49,9 @@ std::string describe(const Scenario& s) {
   out += fmt::format("hybrid {} mamba {} {} {} {} {} {}\n", m.hybrid_pattern, m.mamba_heads, m.mamba_head_dim,
                      m.mamba_state, m.mamba_groups, m.mamba_conv, m.mamba_chunk);
   out += fmt::format("params {}\n", m.total_params());
-  out += fmt::format("tp {} pp {} cp {} dp {} ep {} etp {} sp {} schedule {} vp {} zero {}\n", p.tp, p.pp, p.cp, p.dp,
-                     p.ep, p.etp, p.sequence_parallel, static_cast<int>(p.schedule), p.virtual_stages, p.zero);
+  out += fmt::format("tp {} pp {} cp {} dp {} ep {} etp {} sp {} schedule {} vp {} zero {} instances {}\n", p.tp, p.pp,
+                     p.cp, p.dp, p.ep, p.etp, p.sequence_parallel, static_cast<int>(p.schedule), p.virtual_stages,
+                     p.zero, p.dist_opt_instances);
   out +=
       fmt::format("overlap grad {} param {} bucket {} tp_overlap {} a2a {} delay_wgrad {}\n", p.overlap_grad_reduce,
                   p.overlap_param_gather, p.dp_bucket_mb, p.tp_comm_overlap, p.moe_a2a_overlap, p.delay_wgrad_compute);
@@ -244,4 +245,16 @@ TEST_CASE("BF16 first and last layers come back from the script, with a recipe M
   CHECK(back.training.bf16_layers_at_end == 2);
   // Megatron-Core refuses BF16 layers under delayed scaling: Hopper's FP8 is then per-tensor current scaling.
   CHECK(script.find("--fp8-recipe tensorwise") != std::string::npos);
+}
+
+TEST_CASE("distributed optimizer instances come back from the script") {
+  const nlohmann::json doc = nlohmann::json::parse(R"({
+    "model": "llama3.1-8b", "cluster": "dgx-h100", "gpus": 32,
+    "parallel": {"zero": 1, "distributed_optimizer_instances": 4},
+    "training": {"global_batch": 32, "seq_len": 4096}})");
+  const Scenario original = parse(doc, "s.json");
+  std::string script;
+  const Scenario back = round_trip(doc, original, &script);
+  CHECK(describe(back) == describe(expected_after_round_trip(original)));
+  CHECK(script.find("--num-distributed-optimizer-instances 4\n") != std::string::npos);
 }

@@ -2101,3 +2101,45 @@ TEST_CASE("context parallelism in a hybrid model: Mamba all-to-alls on the CP gr
   CHECK(refusal(groups) ==
         "test.json: parallel.cp: 3 and the Mamba groups per tensor-parallel rank (32) must divide one another");
 }
+
+TEST_CASE("distributed optimizer instances: states sharded within an instance, the shard all-reduced across") {
+  // 16 uniform layers on 8 GPUs, dp 8 in 2 instances of 4 consecutive ranks: the Adam states of a
+  // rank are a quarter of its parameters' (not an eighth); the gradients are reduce-scattered within
+  // the instance (the whole buffer, as without instances) and the quarter each rank holds is then
+  // all-reduced with the other instance's rank at the same place: ranks 0 and 4.
+  auto j = base(8, 1, 1, 16);
+  j["parallel"]["zero"] = 1;
+  auto two = j;
+  two["parallel"]["distributed_optimizer_instances"] = 2;
+  const auto one_r = parallel::simulate_step(scenario(j));
+  const auto two_r = parallel::simulate_step(scenario(two));
+  CHECK(two_r.memory[0].peak_breakdown_bytes[parallel::kOptimizer] ==
+        2 * one_r.memory[0].peak_breakdown_bytes[parallel::kOptimizer]);
+  const auto s = scenario(two);
+  hardware::ComputeModel cm(s.cluster.gpu);
+  const auto plan = parallel::build_step(s, cm);
+  const std::int64_t params = plan.stages[0].params_per_rank;
+  std::int64_t rs = 0, ar = 0;
+  for (const auto& t : plan.programs[0].stream(parallel::kDpComm)) {
+    if (t.op == static_cast<std::uint16_t>(network::CollectiveOp::reduce_scatter)) rs += t.bytes;
+    if (t.op == static_cast<std::uint16_t>(network::CollectiveOp::all_reduce)) ar += t.bytes;
+  }
+  CHECK(rs == 4 * params);              // fp32 gradients, the whole buffer
+  CHECK(ar == 4 * ((params + 3) / 4));  // the instance's shard of 4 ranks
+  const auto& groups = plan.groups;
+  const auto intra = groups.placement(plan.bindings[0].group[parallel::kDpGroup]);
+  const auto inter = groups.placement(plan.bindings[0].group[parallel::kDpInterGroup]);
+  CHECK(std::vector<std::uint32_t>(intra.begin(), intra.end()) == std::vector<std::uint32_t>{0, 1, 2, 3});
+  CHECK(std::vector<std::uint32_t>(inter.begin(), inter.end()) == std::vector<std::uint32_t>{0, 4});
+
+  auto bad = two;
+  bad["parallel"]["distributed_optimizer_instances"] = 3;
+  CHECK(refusal(bad) ==
+        "test.json: parallel.distributed_optimizer_instances: 3 does not divide the dp*cp = 8*1 = 8 ranks the "
+        "optimizer is sharded over");
+  auto no_zero = two;
+  no_zero["parallel"]["zero"] = 0;
+  CHECK(refusal(no_zero) ==
+        "test.json: parallel.distributed_optimizer_instances: applies to the distributed optimizer (zero 1) only, as "
+        "Megatron's --num-distributed-optimizer-instances");
+}
