@@ -421,6 +421,22 @@ class Importer {
     put(p, "parallel", "tp", tp_, "tensor-model-parallel-size");
     put(p, "parallel", "pp", pp_, "pipeline-model-parallel-size");
     if (cp_ != 1) put(p, "parallel", "cp", cp_, "context-parallel-size");
+    // --cp-comm-type: one type for every layer, or one per layer (the first is taken, with a note).
+    if (const auto types = f_.list("cp-comm-type"); !types.empty() && cp_ > 1) {
+      const std::string& type = types.front();
+      if (types.size() > 1)
+        note(fmt::format("--cp-comm-type gives a type per layer: every layer simulated with the first, {}", type));
+      if (type == "a2a" || type == "allgather") {
+        put(p, "parallel", "cp_comm_type", type, "cp-comm-type");
+      } else if (type == "a2a+p2p") {
+        note(
+            "--cp-comm-type a2a+p2p (hierarchical context parallelism) is simulated as p2p (the ring over every CP "
+            "rank)");
+      } else if (type != "p2p") {
+        f_.fail(*f_.get("cp-comm-type"),
+                fmt::format("unknown type \"{}\" (expected p2p, a2a, allgather or a2a+p2p)", type));
+      }
+    }
     if (auto ep = f_.integer("expert-model-parallel-size")) put(p, "parallel", "ep", *ep, "expert-model-parallel-size");
     if (auto etp = f_.integer("expert-tensor-parallel-size"))
       put(p, "parallel", "etp", *etp, "expert-tensor-parallel-size");

@@ -158,7 +158,13 @@ class Exporter {
     Group& g = parallel_;
     add(g, "--tensor-model-parallel-size", {num(p.tp)});
     add(g, "--pipeline-model-parallel-size", {num(p.pp)});
-    if (p.cp > 1) add(g, "--context-parallel-size", {num(p.cp)});
+    if (p.cp > 1) {
+      add(g, "--context-parallel-size", {num(p.cp)});
+      add(g, "--cp-comm-type",
+          {p.cp_comm == ParallelSpec::CpComm::a2a         ? "a2a"
+           : p.cp_comm == ParallelSpec::CpComm::allgather ? "allgather"
+                                                          : "p2p"});
+    }
     if (m_.moe()) {
       add(g, "--expert-model-parallel-size", {num(p.ep)});
       add(g, "--expert-tensor-parallel-size", {num(p.etp)});

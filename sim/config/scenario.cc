@@ -241,7 +241,8 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
                        "fsdp_prefetch",
                        "zero2_param_gather",
                        "pipeline_layout",
-                       "distributed_optimizer_instances"});
+                       "distributed_optimizer_instances",
+                       "cp_comm_type"});
   ParallelSpec p;
   if (auto v = node.find("tp")) p.tp = v->as_positive_int();
   if (auto v = node.find("pp")) p.pp = v->as_positive_int();
@@ -293,6 +294,12 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
     if (p.overlap_param_gather && fsdp_units) v->fail("does not apply to FSDP's per-unit all-gathers");
   }
   if (auto v = node.find("dp_bucket_mb")) p.dp_bucket_mb = v->as_positive_number();
+  if (auto v = node.find("cp_comm_type")) {
+    constexpr std::array<ParallelSpec::CpComm, 3> kCpComm = {ParallelSpec::CpComm::p2p, ParallelSpec::CpComm::a2a,
+                                                             ParallelSpec::CpComm::allgather};
+    p.cp_comm = kCpComm[parse_choice(*v, Choices{{"p2p", "a2a", "allgather"}, {}})];
+    if (p.cp_comm != ParallelSpec::CpComm::p2p && p.cp == 1) v->fail("applies with cp > 1 only");
+  }
   if (auto v = node.find("distributed_optimizer_instances")) {
     p.dist_opt_instances = v->as_positive_int();
     if (p.dist_opt_instances > 1 && p.zero != 1)
@@ -805,6 +812,14 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
   }
   // Megatron-Core's Mamba context parallelism shards each TP rank's heads over the CP ranks, and its
   // groups of B and C too, or each group over cp / groups of them (MambaContextParallel's checks).
+  // Transformer Engine's all-to-all context parallelism splits every rank's query and key/value heads
+  // over the CP ranks.
+  if (p.cp > 1 && p.cp_comm == ParallelSpec::CpComm::a2a &&
+      ((m.heads / p.tp) % p.cp != 0 || (m.kv_heads / p.tp) % p.cp != 0))
+    throw util::InputError(file, util::join_path(parallel_path, "cp_comm_type"),
+                           fmt::format("a2a needs cp ({}) to divide the query heads ({}) and the key/value heads ({}) "
+                                       "per tensor-parallel rank",
+                                       p.cp, m.heads / p.tp, m.kv_heads / p.tp));
   if (m.hybrid_has('M') && p.cp > 1) {
     const std::int64_t heads = m.mamba_heads / p.tp, groups = m.mamba_groups / p.tp;
     if (heads % p.cp != 0)

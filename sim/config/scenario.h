@@ -72,6 +72,13 @@ struct ParallelSpec {
   Schedule schedule = Schedule::one_f_one_b;
   std::int64_t virtual_stages = 1;
   std::int64_t zero = 0;  // 0: plain DP all-reduce; 1: distributed optimizer
+  // Megatron's --cp-comm-type: how context parallelism's attention communicates. p2p: ring attention
+  // (K/V blocks passed around the CP ring beside the block computations); a2a: all-to-alls turn the
+  // sequence shards of Q, K and V into head shards of the whole sequence and the output back
+  // (DeepSpeed-Ulysses style); allgather: K and V all-gathered before the attention of the rank's
+  // queries, their gradients reduce-scattered after its backward.
+  enum class CpComm : std::uint8_t { p2p, a2a, allgather };
+  CpComm cp_comm = CpComm::p2p;
   // Megatron's --num-distributed-optimizer-instances: with zero 1, the DP x CP ranks form this many
   // instances of consecutive ranks; the optimizer states are sharded within an instance, gradients
   // reduce-scattered within it and then all-reduced across the instances, parameters all-gathered

@@ -675,6 +675,7 @@ struct LayerOps {
   std::vector<Op> emb_fwd, emb_bwd, head_fwd, head_bwd;
   std::int64_t input_bytes = 0;
   std::int64_t ring_kv_bytes = 0;  // context parallelism: one K/V block
+  std::int64_t cp_q_bytes = 0;     // ... and the rank's query block
 };
 
 // The backward ops split for zero-bubble schedules: the input-gradient pass, the weight-gradient
@@ -968,6 +969,47 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       w.after(w.side(p2p(TaskKind::recv, kCpRecv, kCpPrev, kv_bytes, "recv_kv_grad_home")));
     }
   };
+  // The other --cp-comm-type values: the attention op between collectives over the CP group, in the
+  // critical path. a2a: Q, K and V of the rank's s/cp tokens go to head shards of the whole
+  // sequence (one all-to-all of them), the attention runs on the whole sequence for heads/cp, and
+  // the output comes back (one all-to-all); the backward sends the output gradient out and dQ, dK,
+  // dV back (the forward saves Q, K and V in their head shards). allgather: K and V are all-gathered
+  // (the forward's and again the backward's) and the rank's queries attend to all of them; the
+  // backward reduce-scatters dK and dV. Either does the attention work of the rank's queries, as
+  // the ring does.
+  const std::int64_t q_bytes = cp > 1 ? ops.cp_q_bytes : 0;
+  auto cp_comm_op = [](const char* name, workload::Comm what, std::int64_t bytes) {
+    Op c;
+    c.name = name;
+    c.kind = workload::OpKind::tp_comm;
+    c.comm = what;
+    c.group = workload::CommGroup::cp;
+    c.comm_bytes = bytes;
+    return c;
+  };
+  auto collective_attention = [&](const Op& op, std::string_view phase, Saves saves) {
+    const bool bwd = op.attention.backward;
+    std::vector<Op> list;
+    Op core = op;
+    core.time_memo_s = -1;
+    if (par.cp_comm == config::ParallelSpec::CpComm::a2a) {
+      core.attention.seq_q = core.attention.seq_kv = op.attention.seq_q * cp;
+      core.attention.batch_heads = op.attention.batch_heads / cp;
+      using workload::Comm;
+      if (bwd) {
+        list = {cp_comm_op("attention_output_grad_cp_all_to_all", Comm::all_to_all, q_bytes), core,
+                cp_comm_op("attention_qkv_grad_cp_all_to_all", Comm::all_to_all, q_bytes + kv_bytes)};
+      } else {
+        list = {cp_comm_op("attention_qkv_cp_all_to_all", Comm::all_to_all, q_bytes + kv_bytes), core,
+                cp_comm_op("attention_output_cp_all_to_all", Comm::all_to_all, q_bytes)};
+      }
+    } else {
+      using workload::Comm;
+      list = {cp_comm_op("attention_kv_cp_all_gather", Comm::all_gather, kv_bytes * cp), core};
+      if (bwd) list.push_back(cp_comm_op("attention_kv_grad_cp_reduce_scatter", Comm::reduce_scatter, kv_bytes * cp));
+    }
+    w.emit(list, phase, saves);
+  };
   // Emits a list of ops (a layer's forward or backward, or with `recomputing` what selective
   // recompute runs again), with ring attention in place of each attention op when cp > 1.
   auto emit = [&](const std::vector<Op>& list, std::string_view phase, Saves saves, bool recomputing = false) {
@@ -983,7 +1025,10 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       }
       w.emit(run, phase, saves, recomputing);
       run.clear();
-      ring_attention(op, phase, recomputing ? Saves::all : saves);
+      if (par.cp_comm == config::ParallelSpec::CpComm::p2p)
+        ring_attention(op, phase, recomputing ? Saves::all : saves);
+      else
+        collective_attention(op, phase, recomputing ? Saves::all : saves);
     }
     w.emit(run, phase, saves, recomputing);
   };
@@ -1625,6 +1670,7 @@ StepWorkload step_workload(const config::Scenario& sc, const hardware::ComputeMo
   ops.head_bwd = workload::head_backward(sc.model, lc);
   ops.input_bytes = workload::layer_input_bytes(sc.model, lc);
   ops.ring_kv_bytes = workload::ring_attention_kv_bytes(sc.model, lc);
+  ops.cp_q_bytes = workload::attention_q_bytes(sc.model, lc);
   // The other kinds the model's layers have (a MoE model's dense first layers, a hybrid model's blocks).
   // A BF16 kind (training.bf16_layers_at_start / _at_end) is built without FP8 or NVFP4.
   workload::LayerConfig lc_bf16 = lc;

@@ -1067,6 +1067,11 @@ std::int64_t ring_attention_kv_bytes(const ModelSpec& m, const LayerConfig& c) {
   return to_bytes(2 * x.tokens * x.kv * x.d);
 }
 
+std::int64_t attention_q_bytes(const ModelSpec& m, const LayerConfig& c) {
+  const Dims x = dims(m, c);
+  return to_bytes(x.tokens * x.q * x.d);
+}
+
 std::int64_t layer_input_bytes(const ModelSpec& m, const LayerConfig& c) {
   const Dims x = dims(m, c);
   return to_bytes(act(x.region, x.h, x.d));

@@ -202,6 +202,9 @@ std::int64_t layer_input_bytes(const ModelSpec& m, const LayerConfig& c);
 // Context parallelism (ring attention): the K and V of this rank's seq_len / cp tokens, per TP rank,
 // which travel one hop around the CP ring at each of the cp - 1 steps of the forward.
 std::int64_t ring_attention_kv_bytes(const ModelSpec& m, const LayerConfig& c);
+// The query block of the rank's tokens (the attention output has its size too): what context
+// parallelism's all-to-all type moves besides K and V.
+std::int64_t attention_q_bytes(const ModelSpec& m, const LayerConfig& c);
 
 // First pipeline stage: token + position embedding lookup (vocab-parallel under TP).
 std::vector<Op> embedding_forward(const ModelSpec& m, const LayerConfig& c);

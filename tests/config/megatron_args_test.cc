@@ -286,3 +286,18 @@ TEST_CASE("--num-distributed-optimizer-instances: the distributed optimizer's in
   CHECK(four.scenario["parallel"]["distributed_optimizer_instances"] == 4);
   CHECK(parse(four).parallel.dist_opt_instances == 4);
 }
+
+TEST_CASE("--cp-comm-type: a2a and allgather read, a2a+p2p simulated as the ring, a bad type one line") {
+  const std::string cmd =
+      "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 --num-attention-heads 32 "
+      "--swiglu --vocab-size 32000 --seq-length 32768 --bf16 --context-parallel-size 4";
+  CHECK(import(cmd + " --cp-comm-type a2a").scenario["parallel"]["cp_comm_type"] == "a2a");
+  CHECK(import(cmd + " --cp-comm-type allgather").scenario["parallel"]["cp_comm_type"] == "allgather");
+  CHECK(!import(cmd + " --cp-comm-type p2p").scenario["parallel"].contains("cp_comm_type"));
+  const auto hierarchical = import(cmd + " --cp-comm-type a2a+p2p");
+  CHECK(!hierarchical.scenario["parallel"].contains("cp_comm_type"));
+  CHECK(std::any_of(hierarchical.notes.begin(), hierarchical.notes.end(),
+                    [](const std::string& n) { return n.find("a2a+p2p") != std::string::npos; }));
+  CHECK(error_of(cmd + " --cp-comm-type ring", 8) ==
+        "train.sh: line 1: --cp-comm-type: unknown type \"ring\" (expected p2p, a2a, allgather or a2a+p2p)");
+}

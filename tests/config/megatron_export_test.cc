@@ -52,6 +52,7 @@ std::string describe(const Scenario& s) {
   out += fmt::format("tp {} pp {} cp {} dp {} ep {} etp {} sp {} schedule {} vp {} zero {} instances {}\n", p.tp, p.pp,
                      p.cp, p.dp, p.ep, p.etp, p.sequence_parallel, static_cast<int>(p.schedule), p.virtual_stages,
                      p.zero, p.dist_opt_instances);
+  out += fmt::format("cp comm {}\n", static_cast<int>(p.cp_comm));
   out +=
       fmt::format("overlap grad {} param {} bucket {} tp_overlap {} a2a {} delay_wgrad {}\n", p.overlap_grad_reduce,
                   p.overlap_param_gather, p.dp_bucket_mb, p.tp_comm_overlap, p.moe_a2a_overlap, p.delay_wgrad_compute);
@@ -257,4 +258,19 @@ TEST_CASE("distributed optimizer instances come back from the script") {
   const Scenario back = round_trip(doc, original, &script);
   CHECK(describe(back) == describe(expected_after_round_trip(original)));
   CHECK(script.find("--num-distributed-optimizer-instances 4\n") != std::string::npos);
+}
+
+TEST_CASE("context parallelism's communication type comes back from the script") {
+  for (const char* type : {"p2p", "a2a", "allgather"}) {
+    INFO(type);
+    nlohmann::json doc = nlohmann::json::parse(R"({
+      "model": "llama3.1-8b", "cluster": "dgx-h100", "gpus": 8,
+      "parallel": {"cp": 4}, "training": {"global_batch": 2, "seq_len": 32768}})");
+    doc["parallel"]["cp_comm_type"] = type;
+    const Scenario original = parse(doc, "s.json");
+    std::string script;
+    const Scenario back = round_trip(doc, original, &script);
+    CHECK(describe(back) == describe(expected_after_round_trip(original)));
+    CHECK(script.find(std::string("--cp-comm-type ") + type + "\n") != std::string::npos);
+  }
 }

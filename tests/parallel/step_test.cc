@@ -2143,3 +2143,48 @@ TEST_CASE("distributed optimizer instances: states sharded within an instance, t
         "test.json: parallel.distributed_optimizer_instances: applies to the distributed optimizer (zero 1) only, as "
         "Megatron's --num-distributed-optimizer-instances");
 }
+
+TEST_CASE("context parallelism's all-to-all and all-gather types: the collectives around each attention") {
+  // The uniform model (32 heads of 128, no GQA) at cp 2, micro-batch 1 of 4096 tokens: each rank
+  // holds 2048 tokens, so Q is 2048·4096·2 B = 16 MiB and K with V 32 MiB. a2a: per layer forward
+  // one all-to-all of Q, K and V (48 MiB) and one of the output (16 MiB); backward one of the output
+  // gradient (16 MiB) and one of dQ, dK, dV (48 MiB). allgather: K and V gathered from both ranks
+  // (64 MiB) in each pass, dK and dV reduce-scattered (64 MiB) in the backward.
+  auto j = base(2, 1, 1, 2);
+  j["parallel"]["cp"] = 2;
+  j["training"]["seq_len"] = 4096;
+  const std::int64_t mib = 1 << 20;
+  auto cp_bytes = [&](const char* type, network::CollectiveOp op) {
+    auto k = j;
+    k["parallel"]["cp_comm_type"] = type;
+    const auto s = scenario(k);
+    hardware::ComputeModel cm(s.cluster.gpu);
+    const auto plan = parallel::build_step(s, cm);
+    std::int64_t bytes = 0;
+    for (const auto& t : plan.programs[0].stream(parallel::kCpSend))
+      if (t.kind == engine::TaskKind::collective && t.op == static_cast<std::uint16_t>(op)) bytes += t.bytes;
+    return bytes;
+  };
+  const std::int64_t layers_and_micro_batches = 16 * 2;  // global batch 2 on one replica: 2 micro-batches
+  CHECK(cp_bytes("a2a", network::CollectiveOp::all_to_all) == layers_and_micro_batches * (48 + 16 + 16 + 48) * mib);
+  CHECK(cp_bytes("allgather", network::CollectiveOp::all_gather) == layers_and_micro_batches * 2 * 64 * mib);
+  CHECK(cp_bytes("allgather", network::CollectiveOp::reduce_scatter) == layers_and_micro_batches * 64 * mib);
+  CHECK(cp_bytes("p2p", network::CollectiveOp::all_to_all) == 0);
+  // The same attention work either way; the exposed CP time differs.
+  for (const char* type : {"a2a", "allgather"}) {
+    auto k = j;
+    k["parallel"]["cp_comm_type"] = type;
+    const auto r = parallel::simulate_step(scenario(k));
+    CHECK(r.mean.cp_exposed_s > 0);
+  }
+  // Transformer Engine's a2a splits the heads of each rank over the CP ranks.
+  auto gqa = j;
+  gqa["model"]["kv_heads"] = 1;
+  gqa["parallel"]["cp_comm_type"] = "a2a";
+  CHECK(refusal(gqa) ==
+        "test.json: parallel.cp_comm_type: a2a needs cp (2) to divide the query heads (32) and the key/value heads (1) "
+        "per tensor-parallel rank");
+  auto one = base(2, 1, 1, 2);
+  one["parallel"]["cp_comm_type"] = "a2a";
+  CHECK(refusal(one) == "test.json: parallel.cp_comm_type: applies with cp > 1 only");
+}
