@@ -53,6 +53,7 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
   // Megatron runs sequence parallelism whenever tp > 1 (and TE's overlap needs it).
   p["sequence_parallel"] = l.tp > 1;
   if (l.tp == 1) p.erase("tp_comm_overlap");
+  if (l.cp == 1) p.erase("cp_comm_type");
   if (l.virtual_stages > 1) {
     p["schedule"] = "interleaved";
     p["virtual_stages"] = l.virtual_stages;
@@ -93,6 +94,7 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
   }
   const bool fsdp = l.zero >= 3 || (l.zero == 2 && p.value("zero2_param_gather", "") == "per_unit");
   if (l.zero != 2) p.erase("zero2_param_gather");
+  if (l.zero != 1) p.erase("distributed_optimizer_instances");
   if (!fsdp) p.erase("fsdp_prefetch");
   if (l.zero < 1 || fsdp) p.erase("overlap_param_gather");
   t["micro_batch"] = l.micro_batch;

@@ -103,9 +103,10 @@ TEST_CASE("search: the ranking is the same on one thread and on several") {
 }
 
 TEST_CASE("search: settings tied to one layout are adjusted to each candidate") {
-  // The base file runs TE's TP overlap, the distributed optimizer's overlapped gathers and uneven
-  // first/last stages; candidates with tp 1 drop the TP overlap (it needs sequence parallelism),
-  // zero 0 drops the overlapped gather, and no candidate keeps the fixed stage sizes.
+  // The base file runs TE's TP overlap, the distributed optimizer's overlapped gathers in 2
+  // instances, context parallelism by all-gather and uneven first/last stages; candidates with tp 1
+  // drop the TP overlap (it needs sequence parallelism), cp 1 the CP type, zero 0 the overlapped
+  // gather and the instances, and no candidate keeps the fixed stage sizes.
   nlohmann::json doc = llama8b();
   doc["parallel"] = {{"tp", 2},
                      {"pp", 4},
@@ -115,20 +116,27 @@ TEST_CASE("search: settings tied to one layout are adjusted to each candidate") 
                      {"overlap_grad_reduce", true},
                      {"overlap_param_gather", true},
                      {"first_stage_layers", 5},
-                     {"last_stage_layers", 9}};
+                     {"last_stage_layers", 9},
+                     {"cp", 2},
+                     {"cp_comm_type", "allgather"},
+                     {"distributed_optimizer_instances", 2}};
+  doc["gpus"] = 16;
   search::Axes a;
   a.tp = {1, 2};
   a.pp = {1, 4};
-  a.cp = {1};
+  a.cp = {1, 2};
   a.virtual_stages = {1};
   a.micro_batch = {1};
   a.recompute = {config::Recompute::none};
   a.zero = {0, 1};
   const auto r = search::run_search(parse(doc), doc, a, 2, kData);
   CHECK(r.rejected == 0);
-  REQUIRE(r.ranked.size() == 8);
+  REQUIRE(r.ranked.size() == 16);
   for (const auto& c : r.ranked) {
     CHECK(c.parallel.value("tp_comm_overlap", false) == (c.layout.tp > 1));
+    // The CP type only with cp > 1, the optimizer instances only with the distributed optimizer.
+    CHECK(c.parallel.contains("cp_comm_type") == (c.layout.cp > 1));
+    CHECK(c.parallel.contains("distributed_optimizer_instances") == (c.layout.zero == 1));
     CHECK(c.parallel.value("overlap_param_gather", false) == (c.layout.zero >= 1));
     CHECK_FALSE(c.parallel.contains("first_stage_layers"));
     CHECK(c.parallel.at("sequence_parallel") == (c.layout.tp > 1));
