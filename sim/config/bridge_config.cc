@@ -104,6 +104,7 @@ constexpr auto kKeys = std::to_array<Key>({
     {"optimizer.use_distributed_optimizer", "use-distributed-optimizer", Kind::on},
     {"ddp.overlap_grad_reduce", "overlap-grad-reduce", Kind::on},
     {"ddp.overlap_param_gather", "overlap-param-gather", Kind::on},
+    {"model.moe_shared_expert_overlap", "moe-shared-expert-overlap", Kind::on, "model.num_moe_experts"},
     {"model.cp_comm_type", "cp-comm-type", Kind::list},
     {"ddp.num_distributed_optimizer_instances", "num-distributed-optimizer-instances", Kind::value},
     {"ddp.grad_reduce_in_fp32", "grad-reduce-in-bf16", Kind::off},

@@ -323,6 +323,12 @@ class Importer {
     if (o_.cluster.empty())
       f_.fail("the cluster is not in a Megatron command: give it with --cluster NAME (topologies/)");
     out_.scenario["cluster"] = o_.cluster;
+    // A model without a shared expert has nothing to overlap (Megatron ignores the switch then).
+    if (parallel_.contains("moe_shared_expert_overlap") && o_.model.empty() &&
+        !model_.contains("shared_expert_ffn_hidden")) {
+      parallel_.erase("moe_shared_expert_overlap");
+      note("--moe-shared-expert-overlap: the model has no shared expert");
+    }
     gpus();
     training();
     // The scenario's key order: model, cluster, gpus, parallel, training.
@@ -544,6 +550,18 @@ class Importer {
         put(p, "parallel", "tp_comm_overlap", true, "tp-comm-overlap");
       else
         note("--tp-comm-overlap is off: it needs tensor parallelism with --sequence-parallel");
+    }
+    // --moe-shared-expert-overlap overlaps the shared expert with the token all-to-alls: nothing to do
+    // without expert parallelism or beside the combined 1F1B (which overlaps them already).
+    if (f_.on("moe-shared-expert-overlap")) {
+      if (f_.on("overlap-moe-expert-parallel-comm"))
+        note(
+            "--moe-shared-expert-overlap beside --overlap-moe-expert-parallel-comm: the combined 1F1B overlaps the "
+            "all-to-alls already; not modelled on top");
+      else if (f_.integer("expert-model-parallel-size").value_or(1) <= 1)
+        note("--moe-shared-expert-overlap without expert parallelism: no all-to-all to overlap");
+      else
+        put(p, "parallel", "moe_shared_expert_overlap", true, "moe-shared-expert-overlap");
     }
     if (f_.on("overlap-moe-expert-parallel-comm"))
       put(p, "parallel", "moe_a2a_overlap", true, "overlap-moe-expert-parallel-comm");

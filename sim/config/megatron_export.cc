@@ -229,6 +229,7 @@ class Exporter {
         add(g, "--moe-expert-rank-capacity-factor", {num(p.moe_rank_capacity_factor)});
       if (p.moe_paged_stash) add(g, "--moe-paged-stash");
       if (p.moe_a2a_overlap) add(g, "--overlap-moe-expert-parallel-comm");
+      if (p.moe_shared_expert_overlap) add(g, "--moe-shared-expert-overlap");
       if (p.delay_wgrad_compute) add(g, "--delay-wgrad-compute");
     }
   }

@@ -242,7 +242,8 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
                        "zero2_param_gather",
                        "pipeline_layout",
                        "distributed_optimizer_instances",
-                       "cp_comm_type"});
+                       "cp_comm_type",
+                       "moe_shared_expert_overlap"});
   ParallelSpec p;
   if (auto v = node.find("tp")) p.tp = v->as_positive_int();
   if (auto v = node.find("pp")) p.pp = v->as_positive_int();
@@ -294,6 +295,7 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
     if (p.overlap_param_gather && fsdp_units) v->fail("does not apply to FSDP's per-unit all-gathers");
   }
   if (auto v = node.find("dp_bucket_mb")) p.dp_bucket_mb = v->as_positive_number();
+  if (auto v = node.find("moe_shared_expert_overlap")) p.moe_shared_expert_overlap = v->as_bool();
   if (auto v = node.find("cp_comm_type")) {
     constexpr std::array<ParallelSpec::CpComm, 3> kCpComm = {ParallelSpec::CpComm::p2p, ParallelSpec::CpComm::a2a,
                                                              ParallelSpec::CpComm::allgather};
@@ -812,6 +814,14 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
   }
   // Megatron-Core's Mamba context parallelism shards each TP rank's heads over the CP ranks, and its
   // groups of B and C too, or each group over cp / groups of them (MambaContextParallel's checks).
+  if (p.moe_shared_expert_overlap) {
+    const std::string path = util::join_path(parallel_path, "moe_shared_expert_overlap");
+    if (m.shared_expert_ffn_hidden == 0)
+      throw util::InputError(file, path, "needs a mixture-of-experts model with a shared expert");
+    if (p.ep == 1) throw util::InputError(file, path, "needs ep > 1 (it overlaps the token all-to-alls)");
+    if (p.moe_a2a_overlap)
+      throw util::InputError(file, path, "not with moe_a2a_overlap, which overlaps the all-to-alls already");
+  }
   // Transformer Engine's all-to-all context parallelism splits every rank's query and key/value heads
   // over the CP ranks.
   if (p.cp > 1 && p.cp_comm == ParallelSpec::CpComm::a2a &&

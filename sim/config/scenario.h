@@ -121,6 +121,9 @@ struct ParallelSpec {
   // expert) or flex (DeepEP / HybridEP: one copy per destination rank inside a node, per
   // destination node across nodes).
   bool moe_flex_dispatch = false;
+  // Megatron-Core's --moe-shared-expert-overlap: the shared expert's forward beside the dispatch
+  // all-to-all, its backward beside the combine's backward all-to-all.
+  bool moe_shared_expert_overlap = false;
   // Token dropping (Megatron-Core's --moe-expert-capacity-factor and --moe-pad-expert-input-to-capacity):
   // each expert takes at most ceil(factor · tokens · k / experts) of a rank's routed tokens (0:
   // dropless), and with padding exactly that many, so every shape is static.

@@ -193,6 +193,8 @@ class StageWriter {
 
   // The next task waits for `d` as well.
   void after(Dep d) { pending_.push_back(d); }
+  // A collective running beside the ops that follow it until one joins it (Op::comm_side / comm_join).
+  std::optional<Dep> side_comm_;
   void alloc(std::int64_t bytes) { seg_alloc_ += bytes; }
 
   // Emits ops: all of them, or with `recomputing` (selective recompute's pass before a layer's
@@ -210,8 +212,17 @@ class StageWriter {
         }
         continue;
       }
+      if (op.comm_join && side_comm_) {  // the first op that needs the side collective's result
+        flush();
+        pending_.push_back(*side_comm_);
+        side_comm_.reset();
+      }
       if (op.kind == workload::OpKind::tp_comm) {
-        if (tp_comm_ || op.group != workload::CommGroup::tp) tp_collective(op, phase);
+        if (op.comm_side) {
+          side_comm_ = side(tp_task(op, phase));
+        } else if (tp_comm_ || op.group != workload::CommGroup::tp) {
+          tp_collective(op, phase);
+        }
         if (op.host_sync) host_sync();
         continue;
       }
@@ -1643,6 +1654,7 @@ StepWorkload step_workload(const config::Scenario& sc, const hardware::ComputeMo
   // An expert-parallel group is ep ranks etp apart (Megatron-Core's expert rank order, etp
   // innermost): ep·etp consecutive ranks, on this many nodes (NVLink domains).
   lc.moe_flex_dispatch = par.moe_flex_dispatch;
+  lc.moe_shared_expert_overlap = par.moe_shared_expert_overlap;
   lc.moe_capacity_factor = par.moe_capacity_factor;
   lc.moe_pad_to_capacity = par.moe_pad_to_capacity;
   lc.moe_rank_capacity_factor = par.moe_rank_capacity_factor;
@@ -1777,7 +1789,7 @@ double time_floor_s(const config::Scenario& sc, const StepWorkload& wl) {
     auto serial_comm_s = [&](const std::vector<Op>& list, std::int64_t first) {
       double t = 0;
       for (const Op& op : list) {
-        if (op.kind != workload::OpKind::tp_comm) continue;
+        if (op.kind != workload::OpKind::tp_comm || op.comm_side) continue;  // a side collective may hide
         std::int64_t size = par.tp, stride = 1;
         if (op.group == workload::CommGroup::ep) {
           if (par.moe_a2a_overlap) continue;

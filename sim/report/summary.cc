@@ -376,6 +376,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
   }
   if (sc.training.document_tokens > 0) out["scenario"]["document_tokens"] = sc.training.document_tokens;
   if (p.dist_opt_instances > 1) out["scenario"]["distributed_optimizer_instances"] = p.dist_opt_instances;
+  if (p.moe_shared_expert_overlap) out["scenario"]["moe_shared_expert_overlap"] = true;
   if (p.cp_comm != config::ParallelSpec::CpComm::p2p)
     out["scenario"]["cp_comm_type"] = p.cp_comm == config::ParallelSpec::CpComm::a2a ? "a2a" : "allgather";
   if (sc.training.bf16_layers_at_start > 0) out["scenario"]["bf16_layers_at_start"] = sc.training.bf16_layers_at_start;
@@ -438,6 +439,7 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
     ep_part += fmt::format(" · capacity {:g}{}", p.moe_capacity_factor, p.moe_pad_to_capacity ? " padded" : "");
   if (sc.training.moe_load_imbalance != 1)
     ep_part += fmt::format(" · load imbalance {:g}", sc.training.moe_load_imbalance);
+  if (p.moe_shared_expert_overlap) ep_part += " · shared expert overlap";
   if (p.moe_rank_capacity_factor > 0)
     ep_part +=
         fmt::format(" · sync-free experts {:g}{}", p.moe_rank_capacity_factor, p.moe_paged_stash ? " paged" : "");

@@ -116,6 +116,8 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
     p.erase("moe_a2a_overlap");
     p.erase("delay_wgrad_compute");  // it goes with the overlap
   }
+  // The shared expert's overlap with the all-to-alls needs them (ep > 1), and not the combined 1F1B.
+  if (l.ep == 1 || c.layout.moe_a2a_overlap) p.erase("moe_shared_expert_overlap");
   // The token dispatcher as the layout says (enumerate sets flex only where it applies: ep > 1, etp 1),
   // and the sync-free experts, which need it, with it.
   if (l.moe_flex_dispatch) {

@@ -54,7 +54,8 @@ struct Dims {
   // the real ones with paged stashing).
   double cap_rows = 0, kept_rows = 0;
   bool paged_stash = false;
-  bool flex = false;  // the flex dispatcher (DeepEP / HybridEP)
+  bool flex = false;            // the flex dispatcher (DeepEP / HybridEP)
+  bool shared_overlap = false;  // --moe-shared-expert-overlap (LayerConfig)
   // The width tokens enter and leave the routed experts at: the hidden state, or a latent MoE's
   // latent (then `latent` > 0).
   double he = 0, latent = 0;
@@ -174,6 +175,7 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
     x.expert_rows = x.moe_rows / x.local_experts;
     x.a2a_rows = (c.moe_flex_dispatch ? x.region * flex_copies_per_token(m, c) : x.routed) * (received / x.routed);
     x.flex = c.moe_flex_dispatch;
+    x.shared_overlap = c.moe_shared_expert_overlap;
     if (m.moe_latent > 0) x.he = x.latent = static_cast<double>(m.moe_latent);
   }
   if (m.mla()) {
@@ -448,12 +450,24 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   ops[x.ep > 1 ? preprocess : preprocess - 1].host_sync = !x.drop_and_pad && x.cap_rows == 0;
   if (x.ep > 1)
     ops.push_back(comm("moe_dispatch_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.he, d), CommGroup::ep));
+  // --moe-shared-expert-overlap: the shared expert runs here, beside the dispatch all-to-all; the
+  // routed experts wait for the tokens.
+  const bool shared_overlap = x.shared_overlap && x.fsh > 0 && x.ep > 1;
+  if (shared_overlap) {
+    ops.back().comm_side = true;
+    const std::size_t shared = ops.size();
+    tp_mlp_forward(ops, x, shared_expert(x), gemm_in_d < d ? act(x.region, x.h, gemm_in_d) : 0, gemm_in_d);
+    tag(ops, shared, kRecomputeSharedExperts);
+    graph(ops, shared, kGraphMoeRouter);
+  }
+  const std::size_t after_dispatch = ops.size();
   if (x.etp > 1)
     ops.push_back(comm("moe_dispatch_all_gather", Comm::all_gather, act(x.moe_rows, x.he, d), CommGroup::etp));
   const double fc1_width = x.swiglu ? 2 * x.fe : x.fe;
   const double kept = x.kept_rows;
   ops.push_back(
       grouped(gemm("experts_fc1", x.expert_rows, fc1_width, x.he, d, act(kept, x.he, gemm_in_d), x.local_experts)));
+  if (shared_overlap) ops[after_dispatch].comm_join = true;
   if (x.swiglu)
     ops.push_back(
         memory("experts_swiglu", 3 * act(x.moe_rows, x.fe, d) + x.moe_rows * 4, act(kept, 2 * x.fe, d) + kept * 4));
@@ -482,8 +496,10 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   if (x.fsh > 0) {
     // Its input is the router's (kept once, above) unless FP8 keeps a cast copy.
     const std::size_t shared = ops.size();
-    tp_mlp_forward(ops, x, shared_expert(x), gemm_in_d < d ? act(x.region, x.h, gemm_in_d) : 0, gemm_in_d);
-    tag(ops, shared, kRecomputeSharedExperts);
+    if (!shared_overlap) {
+      tp_mlp_forward(ops, x, shared_expert(x), gemm_in_d < d ? act(x.region, x.h, gemm_in_d) : 0, gemm_in_d);
+      tag(ops, shared, kRecomputeSharedExperts);
+    }
     ops.push_back(memory("shared_expert_add", 3 * act(x.region, x.h, d)));
     graph(ops, shared, kGraphMoeRouter);
   }
@@ -497,11 +513,14 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
 void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   const double d = x.d;
   const double routed = x.routed;
-  if (x.fsh > 0) {
+  // --moe-shared-expert-overlap: the shared expert's backward runs beside the combine all-to-all's.
+  const bool shared_overlap = x.shared_overlap && x.fsh > 0 && x.ep > 1;
+  auto shared_backward = [&] {
     const std::size_t shared = ops.size();
     tp_mlp_backward(ops, x, shared_expert(x), act(x.region, x.h, gemm_in_d), gemm_in_d);
     graph(ops, shared, kGraphMoeRouter);
-  }
+  };
+  if (x.fsh > 0 && !shared_overlap) shared_backward();
   if (x.latent > 0) {
     ops.push_back(gemm("moe_latent_up_proj_dgrad", x.region, x.latent, x.h, d));
     ops.push_back(wgrad("moe_latent_up_proj_wgrad", x.latent, x.h, x.region, d, act(x.region, x.latent, gemm_in_d)));
@@ -509,6 +528,11 @@ void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   ops.push_back(memory("moe_unpermute_backward", act(x.region, x.he, d) + act(routed, x.he, d)));
   if (x.ep > 1)
     ops.push_back(comm("moe_combine_grad_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.he, d), CommGroup::ep));
+  if (shared_overlap) {
+    ops.back().comm_side = true;
+    shared_backward();
+  }
+  const std::size_t after_combine = ops.size();
   if (x.etp > 1)
     ops.push_back(comm("moe_combine_grad_all_gather", Comm::all_gather, act(x.moe_rows, x.he, d), CommGroup::etp));
   const double fc1_width = x.swiglu ? 2 * x.fe : x.fe;
@@ -517,6 +541,7 @@ void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
     ops.push_back(memory("moe_paged_stash_restore", 2 * paged_stash_bytes(x, gemm_in_d), 0, 3));
   }
   ops.push_back(grouped(gemm("experts_fc2_dgrad", x.expert_rows, x.fe, x.he, d, 0, x.local_experts)));
+  if (shared_overlap) ops[after_combine].comm_join = true;
   ops.push_back(grouped(
       wgrad("experts_fc2_wgrad", x.fe, x.he, x.expert_rows, d, act(x.moe_rows, x.fe, gemm_in_d), x.local_experts)));
   // With the routing weights' gradient (one fp32 per row, read and written).

@@ -117,6 +117,10 @@ struct Op {
   std::int32_t host_launches = 0;  // kernels launched from C++ inside those calls (per-expert GEMMs)
   std::uint8_t graph = 0;
   bool host_sync = false;
+  // A tp_comm op that runs beside the ops after it (comm_side) until the first op that needs its
+  // result (comm_join): the shared expert's compute beside the token all-to-all.
+  bool comm_side = false;
+  bool comm_join = false;
   // The step builder's memo of ComputeModel::time_s(*this), set once per build on the finished op
   // lists (negative: not set; whoever copies an op and changes its work resets it).
   double time_memo_s = -1;
@@ -145,6 +149,9 @@ struct LayerConfig {
   // (once to every rank, inside one node) that holds any of its experts, not once per expert.
   // ep_nodes: the nodes (NVLink domains) one expert-parallel group spans.
   bool moe_flex_dispatch = false;
+  // Megatron-Core's --moe-shared-expert-overlap: the shared expert's forward runs beside the dispatch
+  // all-to-all and its backward beside the combine's (Op::comm_side / comm_join).
+  bool moe_shared_expert_overlap = false;
   std::int64_t ep_nodes = 1;
   // Token dropping (config::ParallelSpec): the capacity factor (0: dropless) and padding to it.
   double moe_capacity_factor = 0;

@@ -301,3 +301,24 @@ TEST_CASE("--cp-comm-type: a2a and allgather read, a2a+p2p simulated as the ring
   CHECK(error_of(cmd + " --cp-comm-type ring", 8) ==
         "train.sh: line 1: --cp-comm-type: unknown type \"ring\" (expected p2p, a2a, allgather or a2a+p2p)");
 }
+
+TEST_CASE("--moe-shared-expert-overlap: read with expert parallelism and a shared expert, else a note") {
+  const std::string moe =
+      "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 8 --hidden-size 2048 --num-attention-heads 16 "
+      "--swiglu --vocab-size 32000 --seq-length 4096 --bf16 --num-experts 64 --moe-router-topk 6 "
+      "--moe-ffn-hidden-size 1408 --moe-grouped-gemm --moe-token-dispatcher-type alltoall --moe-shared-expert-overlap";
+  const auto with = import(moe + " --moe-shared-expert-intermediate-size 2816 --expert-model-parallel-size 8");
+  CHECK(with.scenario["parallel"]["moe_shared_expert_overlap"] == true);
+  CHECK(parse(with).parallel.moe_shared_expert_overlap);
+  // No shared expert, no expert parallelism, or beside the combined 1F1B: nothing set, a note.
+  for (const std::string& extra :
+       {std::string(" --expert-model-parallel-size 8"), std::string(" --moe-shared-expert-intermediate-size 2816"),
+        std::string(" --moe-shared-expert-intermediate-size 2816 --expert-model-parallel-size "
+                    "8 --overlap-moe-expert-parallel-comm")}) {
+    INFO(extra);
+    const auto m = import(moe + extra);
+    CHECK(!m.scenario["parallel"].contains("moe_shared_expert_overlap"));
+    CHECK(std::any_of(m.notes.begin(), m.notes.end(),
+                      [](const std::string& n) { return n.find("--moe-shared-expert-overlap") != std::string::npos; }));
+  }
+}

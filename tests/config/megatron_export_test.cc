@@ -52,7 +52,7 @@ std::string describe(const Scenario& s) {
   out += fmt::format("tp {} pp {} cp {} dp {} ep {} etp {} sp {} schedule {} vp {} zero {} instances {}\n", p.tp, p.pp,
                      p.cp, p.dp, p.ep, p.etp, p.sequence_parallel, static_cast<int>(p.schedule), p.virtual_stages,
                      p.zero, p.dist_opt_instances);
-  out += fmt::format("cp comm {}\n", static_cast<int>(p.cp_comm));
+  out += fmt::format("cp comm {} shared expert overlap {}\n", static_cast<int>(p.cp_comm), p.moe_shared_expert_overlap);
   out +=
       fmt::format("overlap grad {} param {} bucket {} tp_overlap {} a2a {} delay_wgrad {}\n", p.overlap_grad_reduce,
                   p.overlap_param_gather, p.dp_bucket_mb, p.tp_comm_overlap, p.moe_a2a_overlap, p.delay_wgrad_compute);
@@ -273,4 +273,17 @@ TEST_CASE("context parallelism's communication type comes back from the script")
     CHECK(describe(back) == describe(expected_after_round_trip(original)));
     CHECK(script.find(std::string("--cp-comm-type ") + type + "\n") != std::string::npos);
   }
+}
+
+TEST_CASE("the shared expert overlap comes back from the script") {
+  nlohmann::json doc = nlohmann::json::parse(R"({
+    "model": "deepseek-v3", "cluster": "gb200-nvl72", "gpus": 256, "segment_gpus": 64,
+    "parallel": {"pp": 4, "ep": 64, "schedule": "interleaved", "virtual_stages": 4,
+                 "pipeline_layout": "Et*4|(t*4|)*14tmL", "zero": 1, "moe_shared_expert_overlap": true},
+    "training": {"global_batch": 256, "seq_len": 4096, "precision": "fp8"}})");
+  const Scenario original = parse(doc, "s.json");
+  std::string script;
+  const Scenario back = round_trip(doc, original, &script);
+  CHECK(describe(back) == describe(expected_after_round_trip(original)));
+  CHECK(script.find("--moe-shared-expert-overlap\n") != std::string::npos);
 }

@@ -13,6 +13,7 @@
 #include "parallel/step_builder.h"
 #include "parallel/step_runner.h"
 #include "util/error.h"
+#include "util/json_node.h"
 #include "workload/ops.h"
 
 using namespace trainsim;
@@ -2187,4 +2188,22 @@ TEST_CASE("context parallelism's all-to-all and all-gather types: the collective
   auto one = base(2, 1, 1, 2);
   one["parallel"]["cp_comm_type"] = "a2a";
   CHECK(refusal(one) == "test.json: parallel.cp_comm_type: applies with cp > 1 only");
+}
+
+TEST_CASE("shared expert overlap: the shared expert beside the token all-to-alls, the routed experts after them") {
+  // DeepSeek-V3 on 256 GB200 with the alltoall dispatcher (configs/deepseek-v3-gb200-256.json): with
+  // the overlap the shared expert's forward runs beside each dispatch all-to-all and its backward
+  // beside each combine's, so less expert-parallel time is exposed and the step is shorter; the
+  // work is the same.
+  auto j = util::read_json_file(std::string(TRAINSIM_SOURCE_DIR) + "/configs/deepseek-v3-gb200-256.json");
+  const auto off = parallel::simulate_step(scenario(j));
+  j["parallel"]["moe_shared_expert_overlap"] = true;
+  const auto on = parallel::simulate_step(scenario(j));
+  CHECK(on.mean.ep_exposed_s < off.mean.ep_exposed_s);
+  CHECK(on.step_time_s < off.step_time_s);
+  CHECK(on.mean.compute_s == Approx(off.mean.compute_s).epsilon(1e-9));
+  // Refused where there is nothing to overlap, or with the combined 1F1B.
+  j["parallel"]["ep"] = 1;
+  CHECK(refusal(j) ==
+        "test.json: parallel.moe_shared_expert_overlap: needs ep > 1 (it overlaps the token all-to-alls)");
 }
