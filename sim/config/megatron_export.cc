@@ -160,10 +160,7 @@ class Exporter {
     add(g, "--pipeline-model-parallel-size", {num(p.pp)});
     if (p.cp > 1) {
       add(g, "--context-parallel-size", {num(p.cp)});
-      add(g, "--cp-comm-type",
-          {p.cp_comm == ParallelSpec::CpComm::a2a         ? "a2a"
-           : p.cp_comm == ParallelSpec::CpComm::allgather ? "allgather"
-                                                          : "p2p"});
+      add(g, "--cp-comm-type", {std::string(cp_comm_name(p.cp_comm))});
     }
     if (m_.moe()) {
       add(g, "--expert-model-parallel-size", {num(p.ep)});

@@ -431,6 +431,18 @@ bool keeps_param_remainders(const TrainingSpec& t) {
          t.precision != Precision::fp16;
 }
 
+std::string_view cp_comm_name(ParallelSpec::CpComm c) {
+  switch (c) {
+    case ParallelSpec::CpComm::a2a:
+      return "a2a";
+    case ParallelSpec::CpComm::allgather:
+      return "allgather";
+    case ParallelSpec::CpComm::p2p:
+      break;
+  }
+  return "p2p";
+}
+
 std::string_view state_dtype_name(StateDtype d) {
   constexpr std::array<std::string_view, 4> kNames = {"fp32", "bf16", "fp16", "fp8"};
   return kNames[static_cast<std::size_t>(d)];

@@ -270,6 +270,9 @@ std::vector<std::string> graph_scope_names(const TrainingSpec& training);
 // The precision-aware optimizer keeps fp32 master weights as the 16 bits their bf16 weights lack
 // (store_param_remainders, fp32 masters, weights not in fp16).
 bool keeps_param_remainders(const TrainingSpec& training);
+// Context parallelism's communication type as parallel.cp_comm_type and Megatron's --cp-comm-type
+// spell it ("p2p", "a2a", "allgather").
+std::string_view cp_comm_name(ParallelSpec::CpComm c);
 // An Adam state type as training.optimizer spells it ("fp32", "bf16", "fp16", "fp8").
 std::string_view state_dtype_name(StateDtype d);
 // The linears LoRA adapters wrap, as Megatron-Bridge's target_modules names them.

@@ -126,6 +126,11 @@ double cpu_adam_s(const config::Scenario& sc, std::int64_t params) {
   return sc.training.optimizer.overlap_cpu_optimizer_d2h_h2d ? std::max(copy, cpu) : copy + cpu + copy;
 }
 
+// `n` split `ways` ways, rounded up: one rank's shard.
+std::int64_t shard(std::int64_t n, std::int64_t ways) {
+  return (n + ways - 1) / ways;
+}
+
 // What a rank of `stage` holds from the start of the step: its weights (FSDP: their shard), its
 // gradient buffer and its optimizer states (those the CPU offload keeps on the GPU), bytes; and the
 // pinned host memory the optimizer's CPU offload takes. ZeRO-2 shards the gradients, ZeRO-3 the
@@ -147,7 +152,6 @@ StaticMemory static_memory(const config::Scenario& sc, const StagePlan& stage) {
   const std::int64_t expert_params = stage.expert_params_per_rank;
   const std::int64_t dp = par.dp * par.cp;
   const std::int64_t edp = sc.model.moe() ? par.expert_dp() : 1;
-  auto shard = [](std::int64_t n, std::int64_t ways) { return (n + ways - 1) / ways; };
   StaticMemory m;
   // Distributed optimizer instances shard the states within an instance only.
   m.opt_params =
@@ -193,8 +197,6 @@ class StageWriter {
 
   // The next task waits for `d` as well.
   void after(Dep d) { pending_.push_back(d); }
-  // A collective running beside the ops that follow it until one joins it (Op::comm_side / comm_join).
-  std::optional<Dep> side_comm_;
   void alloc(std::int64_t bytes) { seg_alloc_ += bytes; }
 
   // Emits ops: all of them, or with `recomputing` (selective recompute's pass before a layer's
@@ -562,6 +564,8 @@ class StageWriter {
   bool tp_overlap_;
   std::vector<Dep> pending_;
   std::optional<Dep> last_;
+  // A collective running beside the ops that follow it until one joins it (Op::comm_side / comm_join).
+  std::optional<Dep> side_comm_;
   std::optional<Dep> overlapped_;                // an all-gather the next GEMM runs beside
   std::array<double, kKernelKinds> kernel_s_{};  // kernel time emitted, by KernelKind
   Segment seg_;                                  // compute ops merged into the next compute task
@@ -1064,7 +1068,6 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   // reduce-scattered shard is then all-reduced over the instances (Megatron's
   // param_and_grad_buffer start_grad_sync with num_distributed_optimizer_instances > 1).
   const std::int64_t instances = par.dist_opt_instances, intra = dp / instances;
-  auto shard = [](std::int64_t n, std::int64_t ways) { return (n + ways - 1) / ways; };
   const bool moe = sc.model.moe();
   const std::int64_t edp = moe ? par.expert_dp() : 1;
   // LoRA: the units hold their adapters only (no gradient reaches the frozen embedding and head).

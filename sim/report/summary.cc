@@ -377,8 +377,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
   if (sc.training.document_tokens > 0) out["scenario"]["document_tokens"] = sc.training.document_tokens;
   if (p.dist_opt_instances > 1) out["scenario"]["distributed_optimizer_instances"] = p.dist_opt_instances;
   if (p.moe_shared_expert_overlap) out["scenario"]["moe_shared_expert_overlap"] = true;
-  if (p.cp_comm != config::ParallelSpec::CpComm::p2p)
-    out["scenario"]["cp_comm_type"] = p.cp_comm == config::ParallelSpec::CpComm::a2a ? "a2a" : "allgather";
+  if (p.cp_comm != config::ParallelSpec::CpComm::p2p) out["scenario"]["cp_comm_type"] = config::cp_comm_name(p.cp_comm);
   if (sc.training.bf16_layers_at_start > 0) out["scenario"]["bf16_layers_at_start"] = sc.training.bf16_layers_at_start;
   if (sc.training.bf16_layers_at_end > 0) out["scenario"]["bf16_layers_at_end"] = sc.training.bf16_layers_at_end;
   if (sc.training.train_tokens > 0) {
@@ -446,9 +445,8 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   out += fmt::format(
       "layout        tp {} · pp {} · dp {} · cp {}{}{} · sequence parallel {} · zero {}{} · {}\n", p.tp, p.pp, p.dp,
       p.cp,
-      p.cp_comm == config::ParallelSpec::CpComm::a2a         ? " (a2a)"
-      : p.cp_comm == config::ParallelSpec::CpComm::allgather ? " (allgather)"
-                                                             : "",
+      p.cp_comm != config::ParallelSpec::CpComm::p2p ? fmt::format(" ({})", config::cp_comm_name(p.cp_comm))
+                                                     : std::string(),
       ep_part, p.sequence_parallel && p.tp > 1 ? "on" : "off", p.zero,
       p.dist_opt_instances > 1 ? fmt::format(" ({} optimizer instances)", p.dist_opt_instances) : std::string(),
       schedule_name(p));

@@ -769,17 +769,20 @@ Op scan_kernel(Op op) {
 // the sequence shards (the order redone) for out_proj. The backward mirrors them. [A] The scan's
 // chunks are counted on the rank's tokens (b·s/cp of all heads, the same work as b·s of heads/cp up
 // to the last chunk's padding).
-void mamba_cp_to_heads(std::vector<Op>& ops, const Dims& x, std::string_view what) {
+//
+// A tensor of `width` channels per token from the rank's sequence shard to its head shard (the
+// all-to-all, then the copy that undoes the load-balancing order), and back (the reverse).
+void mamba_cp_to_heads(std::vector<Op>& ops, const Dims& x, std::string_view what, double width) {
   if (x.cp <= 1) return;
-  ops.push_back(comm(fmt::format("mamba_{}_cp_all_to_all", what), Comm::all_to_all, act(x.tokens, x.mamba_cp_w, x.d),
-                     CommGroup::cp));
-  ops.push_back(memory(fmt::format("mamba_{}_cp_reorder", what), 2 * act(x.tokens, x.mamba_cp_w, x.d)));
-}
-void mamba_cp_to_sequence(std::vector<Op>& ops, const Dims& x, std::string_view what) {
-  if (x.cp <= 1) return;
-  ops.push_back(memory(fmt::format("mamba_{}_cp_reorder", what), 2 * act(x.tokens, x.mi, x.d)));
   ops.push_back(
-      comm(fmt::format("mamba_{}_cp_all_to_all", what), Comm::all_to_all, act(x.tokens, x.mi, x.d), CommGroup::cp));
+      comm(fmt::format("mamba_{}_cp_all_to_all", what), Comm::all_to_all, act(x.tokens, width, x.d), CommGroup::cp));
+  ops.push_back(memory(fmt::format("mamba_{}_cp_reorder", what), 2 * act(x.tokens, width, x.d)));
+}
+void mamba_cp_to_sequence(std::vector<Op>& ops, const Dims& x, std::string_view what, double width) {
+  if (x.cp <= 1) return;
+  ops.push_back(memory(fmt::format("mamba_{}_cp_reorder", what), 2 * act(x.tokens, width, x.d)));
+  ops.push_back(
+      comm(fmt::format("mamba_{}_cp_all_to_all", what), Comm::all_to_all, act(x.tokens, width, x.d), CommGroup::cp));
 }
 
 void mamba_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
@@ -788,7 +791,7 @@ void mamba_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   const double states = chunks * x.mh * x.mp * x.mn * 4;  // fp32 state per chunk and head
   if (x.t > 1 && x.sp) ops.push_back(comm("mamba_in_proj_input_all_gather", Comm::all_gather, act(tok, x.h, d)));
   ops.push_back(gemm("mamba_in_proj", tok, x.min_w, x.h, d, act(x.region, x.h, gemm_in_d) + act(tok, x.min_w, d)));
-  mamba_cp_to_heads(ops, x, "in_proj_output");
+  mamba_cp_to_heads(ops, x, "in_proj_output", x.mamba_cp_w);
   ops.push_back(scan_kernel(memory("mamba_conv1d", 2 * act(tok, x.xbc, d) + x.xbc * (x.conv + 1) * d)));
   ops.push_back(scan_kernel(memory("ssd_chunk_cumsum", tok * x.mh * (d + 8))));
   ops.push_back(scan_kernel(gemm("ssd_chunk_state", x.mn, x.mp, x.chunk, d, 0, chunks * x.mh)));
@@ -797,7 +800,7 @@ void mamba_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   ops.push_back(
       scan_kernel(gemm("ssd_chunk_scan", x.chunk, x.mp, x.chunk + x.mn, d, act(tok, x.mi, d), chunks * x.mh)));
   ops.push_back(scan_kernel(memory("mamba_gated_rmsnorm", 3 * act(tok, x.mi, d))));
-  mamba_cp_to_sequence(ops, x, "output");
+  mamba_cp_to_sequence(ops, x, "output", x.mi);
   ops.push_back(gemm("mamba_out_proj", tok, x.h, x.mi, d, act(tok, x.mi, gemm_in_d)));
   if (x.t > 1) {
     ops.push_back(x.sp ? comm("mamba_reduce_scatter", Comm::reduce_scatter, act(tok, x.h, d))
@@ -816,10 +819,7 @@ void mamba_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   if (x.t > 1 && x.sp) ops.push_back(comm("mamba_output_grad_all_gather", Comm::all_gather, full));
   ops.push_back(gemm("mamba_out_proj_dgrad", tok, x.mi, x.h, d));
   ops.push_back(wgrad("mamba_out_proj_wgrad", x.mi, x.h, tok, d, act(tok, x.mi, gemm_in_d)));
-  if (x.cp > 1) {  // the output gradient to the head shards
-    ops.push_back(comm("mamba_output_grad_cp_all_to_all", Comm::all_to_all, act(tok, x.mi, d), CommGroup::cp));
-    ops.push_back(memory("mamba_output_grad_cp_reorder", 2 * act(tok, x.mi, d)));
-  }
+  mamba_cp_to_heads(ops, x, "output_grad", x.mi);
   ops.push_back(scan_kernel(memory("mamba_gated_rmsnorm_backward", 5 * act(tok, x.mi, d))));
   ops.push_back(scan_kernel(memory("mamba_conv1d_recompute", 2 * act(tok, x.xbc, d))));
   ops.push_back(scan_kernel(gemm("ssd_chunk_state_recompute", x.mn, x.mp, x.chunk, d, 0, chunks * x.mh)));
@@ -830,11 +830,7 @@ void mamba_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   ops.push_back(scan_kernel(gemm("ssd_bmm_chunk_backward", x.chunk, x.chunk, x.mn, d, 0, 2 * chunks * x.mg)));
   ops.push_back(scan_kernel(memory("ssd_chunk_cumsum_backward", tok * x.mh * (2 * d + 16))));
   ops.push_back(scan_kernel(memory("mamba_conv1d_backward", 3 * act(tok, x.xbc, d))));
-  if (x.cp > 1) {  // the in_proj output gradients back to the sequence shards
-    ops.push_back(memory("mamba_in_proj_output_grad_cp_reorder", 2 * act(tok, x.mamba_cp_w, d)));
-    ops.push_back(
-        comm("mamba_in_proj_output_grad_cp_all_to_all", Comm::all_to_all, act(tok, x.mamba_cp_w, d), CommGroup::cp));
-  }
+  mamba_cp_to_sequence(ops, x, "in_proj_output_grad", x.mamba_cp_w);
   if (x.t > 1 && x.sp) ops.push_back(comm("mamba_in_proj_input_all_gather", Comm::all_gather, full));
   ops.push_back(gemm("mamba_in_proj_dgrad", tok, x.h, x.min_w, d));
   if (x.t > 1) {
