@@ -10,11 +10,14 @@
 namespace trainsim::config {
 
 std::vector<std::string> accuracy_groups(const Scenario& sc) {
-  if (sc.training.framework != Framework::megatron) return {};
-  const std::string kind = sc.model.hybrid() ? "hybrid" : sc.model.moe() ? "moe" : "dense";
   const char* arch = sc.cluster.gpu.arch == hardware::Arch::ampere   ? "ampere"
                      : sc.cluster.gpu.arch == hardware::Arch::hopper ? "hopper"
                                                                      : "blackwell";
+  // torchtitan runs form groups of their own (their kernels and sharding are not Megatron's); the
+  // single-GPU eager PyTorch model has no published runs.
+  if (sc.training.framework == Framework::torchtitan) return {fmt::format("torchtitan/{}", arch), "torchtitan"};
+  if (sc.training.framework != Framework::megatron) return {};
+  const std::string kind = sc.model.hybrid() ? "hybrid" : sc.model.moe() ? "moe" : "dense";
   // NVFP4 runs form their own group within their architecture, apart from the others.
   const bool nvfp4 = sc.training.precision == Precision::nvfp4;
   return {fmt::format("{}/{}{}", kind, arch, nvfp4 ? "/nvfp4" : ""), kind};

@@ -48,7 +48,8 @@ class Exporter {
 
   MegatronExport run() {
     if (s_.training.framework != Framework::megatron)
-      fail("training.framework", "pytorch-eager is a plain PyTorch step, not a Megatron-LM run");
+      fail("training.framework", fmt::format("{} is a PyTorch training step, not a Megatron-LM run",
+                                             config::framework_name(s_.training.framework)));
     if (s_.training.lora)
       fail("training.peft",
            "LoRA is Megatron-Bridge's (its peft config); Megatron-LM's pretrain_gpt.py has no flag for it");

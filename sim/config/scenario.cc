@@ -528,7 +528,8 @@ TrainingSpec parse_training(const util::JsonNode& node) {
                        "moe_load_imbalance",
                        "optimizer",
                        "bf16_layers_at_start",
-                       "bf16_layers_at_end"});
+                       "bf16_layers_at_end",
+                       "torch_compile"});
   TrainingSpec t;
   if (auto v = node.find("micro_batch")) t.micro_batch = v->as_positive_int();
   t.global_batch = node.at("global_batch").as_positive_int();
@@ -568,13 +569,20 @@ TrainingSpec parse_training(const util::JsonNode& node) {
     t.attention = kAttention[parse_choice(*v, Choices{{"flash", "flash2", "flash1", "softmax"}, {}})];
   }
   if (auto v = node.find("framework")) {
-    constexpr std::array<Framework, 2> kFramework = {Framework::megatron, Framework::pytorch_eager};
-    t.framework = kFramework[parse_choice(*v, Choices{{"megatron", "pytorch-eager"}, {"pytorch-compile"}})];
+    constexpr std::array<Framework, 3> kFramework = {Framework::megatron, Framework::pytorch_eager,
+                                                     Framework::torchtitan};
+    t.framework =
+        kFramework[parse_choice(*v, Choices{{"megatron", "pytorch-eager", "torchtitan"}, {"pytorch-compile"}})];
+  }
+  if (auto v = node.find("torch_compile")) {
+    if (t.framework != Framework::torchtitan) v->fail("applies to \"framework\": \"torchtitan\" only");
+    t.torch_compile = v->as_bool();
   }
   for (const char* key : {"host_forward_us", "host_backward_us"}) {
     auto v = node.find(key);
     if (!v) continue;
-    if (t.framework != Framework::pytorch_eager) v->fail("applies to \"framework\": \"pytorch-eager\" only");
+    if (t.framework == Framework::megatron)
+      v->fail("applies to \"framework\": \"pytorch-eager\" or \"torchtitan\" only");
     (std::string_view(key) == "host_forward_us" ? t.host_forward_s : t.host_backward_s) =
         v->as_positive_number() * 1e-6;
   }
@@ -597,8 +605,9 @@ TrainingSpec parse_training(const util::JsonNode& node) {
   }
   if (auto v = node.find("cross_entropy")) {
     t.fused_cross_entropy = parse_choice(*v, Choices{{"unfused", "fused"}, {}}) == 1;
-    if (t.framework == Framework::pytorch_eager)
-      v->fail("applies to \"framework\": \"megatron\" only (pytorch-eager runs torch's cross_entropy)");
+    if (t.framework != Framework::megatron)
+      v->fail(fmt::format("applies to \"framework\": \"megatron\" only ({} runs torch's cross_entropy)",
+                          framework_name(t.framework)));
   }
   // Megatron-Core's --first-last-layers-bf16: these layers run their GEMMs in BF16 under FP8 / NVFP4.
   for (const char* key : {"bf16_layers_at_start", "bf16_layers_at_end"}) {
@@ -648,7 +657,8 @@ TrainingSpec parse_training(const util::JsonNode& node) {
   }
   if (auto v = node.find("optimizer")) {
     if (t.framework != Framework::megatron)
-      v->fail("applies to \"framework\": \"megatron\" only (pytorch-eager runs torch's fused AdamW)");
+      v->fail(fmt::format("applies to \"framework\": \"megatron\" only ({} runs torch's fused AdamW)",
+                          framework_name(t.framework)));
     t.optimizer = parse_optimizer(*v);
   }
   t.grad_reduce_in_fp32 = t.precision != Precision::fp16;
@@ -686,6 +696,42 @@ void check_eager(const util::JsonNode& root, const Scenario& s) {
                            fmt::format("pytorch-eager with grouped-query attention (kv_heads {} < heads {}) is not "
                                        "supported yet",
                                        m.kv_heads, m.heads));
+}
+
+// torchtitan as trainsim models it (workload/torchtitan_ops.h): a Llama model, data parallelism by
+// FSDP2 (zero 3), bf16 compute. Its tensor, pipeline and context parallelism and Float8 training are
+// refused until modelled.
+void check_torchtitan(const util::JsonNode& root, Scenario& s) {
+  const std::string file = root.file();
+  const std::string training_path = util::join_path(root.path(), "training");
+  const std::string parallel_path = util::join_path(root.path(), "parallel");
+  const std::string framework_path = util::join_path(training_path, "framework");
+  const workload::ModelSpec& m = s.model;
+  const TrainingSpec& t = s.training;
+  const ParallelSpec& p = s.parallel;
+  auto refuse = [&](bool bad, const std::string& path, const std::string& what) {
+    if (bad) throw util::InputError(file, path, "torchtitan " + what);
+  };
+  refuse(m.mlp != workload::MlpKind::swiglu || m.hybrid(), framework_path, "needs a Llama-style model (mlp swiglu)");
+  refuse(m.dropout > 0, framework_path, "needs dropout 0");
+  refuse(m.tied_embeddings, framework_path, "needs untied embeddings (its output layer is a separate weight)");
+  refuse(m.head_dim % 2 != 0, framework_path, "needs an even head_dim (rotary embedding)");
+  refuse(m.qk_norm, framework_path, "with qk_norm is not supported yet");
+  refuse(m.heads % m.kv_heads != 0, framework_path, "needs heads a multiple of kv_heads (repeat_kv)");
+  refuse(t.precision != Precision::bf16, util::join_path(training_path, "precision"),
+         "runs bf16 here (its Float8 training is not supported yet)");
+  refuse(t.attention != workload::AttentionImpl::flash && t.attention != workload::AttentionImpl::flash2,
+         util::join_path(training_path, "attention"),
+         "needs fused attention (scaled_dot_product_attention: attention flash or flash2)");
+  refuse(p.tp > 1, util::join_path(parallel_path, "tp"), "with tensor parallelism is not supported yet");
+  refuse(p.pp > 1, util::join_path(parallel_path, "pp"), "with pipeline parallelism is not supported yet");
+  refuse(p.cp > 1, util::join_path(parallel_path, "cp"), "with context parallelism is not supported yet");
+  refuse(p.zero != 3, util::join_path(parallel_path, "zero"),
+         fmt::format("shards with FSDP2: needs zero 3, got {}", p.zero));
+  refuse(t.recompute == Recompute::selective && t.recompute_modules != workload::kRecomputeCoreAttn,
+         util::join_path(training_path, "recompute_modules"),
+         "has no recompute modules (recompute selective is its op-level policy)");
+  if (t.recompute == Recompute::selective) s.training.recompute_modules = workload::kRecomputeTorchtitanOp;
 }
 
 double product(std::int64_t a, std::int64_t b, std::int64_t c = 1) {
@@ -788,9 +834,10 @@ void check_experts(const util::JsonNode& root, Scenario& s) {
     throw util::InputError(
         file, util::join_path(parallel_path, "zero"),
         fmt::format("zero {} with a mixture-of-experts model is not supported yet (use 0 or 1)", p.zero));
-  if (s.training.framework == Framework::pytorch_eager)
-    throw util::InputError(file, util::join_path(util::join_path(root.path(), "training"), "framework"),
-                           "pytorch-eager with a mixture-of-experts model is not supported yet");
+  if (s.training.framework != Framework::megatron)
+    throw util::InputError(
+        file, util::join_path(util::join_path(root.path(), "training"), "framework"),
+        fmt::format("{} with a mixture-of-experts model is not supported yet", framework_name(s.training.framework)));
 }
 
 // Megatron's layout constraints (ecosystem.md §2.1), checked once everything is parsed.
@@ -973,9 +1020,10 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     if (s.training.attention == workload::AttentionImpl::softmax)
       throw util::InputError(file, util::join_path(training_path, "attention"),
                              "sliding-window attention runs fused (flash, flash2 or flash1), not softmax");
-    if (s.training.framework == Framework::pytorch_eager)
-      throw util::InputError(file, util::join_path(training_path, "framework"),
-                             "pytorch-eager with sliding-window attention is not supported yet");
+    if (s.training.framework != Framework::megatron)
+      throw util::InputError(
+          file, util::join_path(training_path, "framework"),
+          fmt::format("{} with sliding-window attention is not supported yet", framework_name(s.training.framework)));
   }
 
   if (m.mla()) {
@@ -985,9 +1033,10 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     if (s.training.attention == workload::AttentionImpl::softmax)
       throw util::InputError(file, util::join_path(training_path, "attention"),
                              "multi-head latent attention runs fused (flash, flash2 or flash1), not softmax");
-    if (s.training.framework == Framework::pytorch_eager)
+    if (s.training.framework != Framework::megatron)
       throw util::InputError(file, util::join_path(training_path, "framework"),
-                             "pytorch-eager with multi-head latent attention is not supported yet");
+                             fmt::format("{} with multi-head latent attention is not supported yet",
+                                         framework_name(s.training.framework)));
   }
   // Recompute modules the model has no part for (Megatron-Core would ignore or reject them).
   if (s.training.recompute == Recompute::selective) {
@@ -1045,9 +1094,10 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
       throw util::InputError(file, path,
                              fmt::format("LoRA with zero {} is not supported yet (use zero 0 or 1)", p.zero));
   }
-  if (m.mtp_layers > 0 && s.training.framework == Framework::pytorch_eager)
-    throw util::InputError(file, util::join_path(training_path, "framework"),
-                           "pytorch-eager with multi-token prediction is not supported yet");
+  if (m.mtp_layers > 0 && s.training.framework != Framework::megatron)
+    throw util::InputError(
+        file, util::join_path(training_path, "framework"),
+        fmt::format("{} with multi-token prediction is not supported yet", framework_name(s.training.framework)));
   if (p.moe_flex_dispatch) {
     const std::string path = util::join_path(parallel_path, "moe_token_dispatcher");
     if (!m.moe() || p.ep < 2)
@@ -1235,6 +1285,7 @@ Scenario parse_scenario_in(const util::JsonNode& root, const fs::path& data_dir,
   s.training = parse_training(root.at("training"));
   check_layout(root, s);
   if (s.training.framework == Framework::pytorch_eager) check_eager(root, s);
+  if (s.training.framework == Framework::torchtitan) check_torchtitan(root, s);
   return s;
 }
 
@@ -1243,6 +1294,18 @@ Scenario parse_scenario_in(const util::JsonNode& root, const fs::path& data_dir,
 fs::path default_data_dir() {
   if (const char* env = std::getenv("TRAINSIM_DATA_DIR"); env != nullptr && *env != '\0') return fs::path(env);
   return fs::path(TRAINSIM_SOURCE_DIR);
+}
+
+std::string_view framework_name(Framework f) {
+  switch (f) {
+    case Framework::megatron:
+      return "megatron";
+    case Framework::pytorch_eager:
+      return "pytorch-eager";
+    case Framework::torchtitan:
+      return "torchtitan";
+  }
+  return "megatron";
 }
 
 std::vector<std::string> recompute_module_names(std::uint8_t mask) {

@@ -29,8 +29,10 @@ enum class Precision : std::uint8_t { bf16, fp16, fp8, nvfp4 };
 // Which software runs the step. megatron: Megatron-LM / Transformer Engine with fused kernels (every
 // published run of validation/). pytorch_eager: a Llama-style model in eager PyTorch on one GPU,
 // every element-wise op its own kernel, pure bf16 with fused AdamW (workload/eager_ops.h), as
-// tools/device/torch_steps.py runs it.
-enum class Framework : std::uint8_t { megatron, pytorch_eager };
+// tools/device/torch_steps.py runs it. torchtitan: a Llama model trained by PyTorch's torchtitan
+// (FSDP2 over data parallelism, fp32 master weights with bf16 compute, eager or torch.compile'd
+// blocks, its activation-checkpointing modes; workload/torchtitan_ops.h).
+enum class Framework : std::uint8_t { megatron, pytorch_eager, torchtitan };
 // The type an Adam state is kept in (Megatron's --main-params-dtype, --exp-avg-dtype,
 // --exp-avg-sq-dtype with --use-precision-aware-optimizer).
 enum class StateDtype : std::uint8_t { fp32, bf16, fp16, fp8 };
@@ -171,7 +173,10 @@ struct TrainingSpec {
   std::int64_t cpu_offload_layers = 0;
   std::int64_t num_micro_batches = 1;  // derived: global_batch / (micro_batch * dp), per pipeline
   Framework framework = Framework::megatron;
-  // pytorch_eager: CPU time to issue one kernel in the forward (Python, dispatcher, autograd
+  // torchtitan: each transformer block compiled by torch.compile (Inductor's fused kernels) instead
+  // of run eagerly.
+  bool torch_compile = false;
+  // pytorch_eager, torchtitan: CPU time to issue one kernel in the forward (Python, dispatcher, autograd
   // recording) and in the backward (autograd engine). [A] 8 and 4 µs: typical of PyTorch 2.x on a
   // server CPU; tools/device/torch_steps.py measures both on the machine it runs on.
   double host_forward_s = 8e-6;
@@ -281,6 +286,8 @@ std::vector<std::string> lora_target_names(const TrainingSpec& training);
 // The names of selective recompute's modules in `mask` (workload::RecomputeModule bits), as
 // Megatron-Core's --recompute-modules spells them, in bit order.
 std::vector<std::string> recompute_module_names(std::uint8_t mask);
+// The framework's name as training.framework spells it ("megatron", "pytorch-eager", "torchtitan").
+std::string_view framework_name(Framework f);
 
 Scenario load_scenario(const std::string& file, const std::filesystem::path& data_dir);
 // Applies `--set PATH=VALUE` overrides to a scenario's JSON, in order: PATH names object keys by dots

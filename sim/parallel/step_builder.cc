@@ -16,6 +16,7 @@
 #include "util/error.h"
 #include "workload/eager_ops.h"
 #include "workload/ops.h"
+#include "workload/torchtitan_ops.h"
 
 namespace trainsim::parallel {
 
@@ -147,7 +148,11 @@ struct StaticMemory {
 StaticMemory static_memory(const config::Scenario& sc, const StagePlan& stage) {
   const auto& par = sc.parallel;
   const bool eager = sc.training.framework == config::Framework::pytorch_eager;
-  const std::int64_t grad_bytes = eager ? workload::kEagerGradBytes : sc.training.grad_reduce_in_fp32 ? 4 : 2;
+  const bool titan = sc.training.framework == config::Framework::torchtitan;
+  const std::int64_t grad_bytes = eager                             ? workload::kEagerGradBytes
+                                  : titan                           ? workload::kTorchtitanGradBytes
+                                  : sc.training.grad_reduce_in_fp32 ? 4
+                                                                    : 2;
   const std::int64_t params = stage.params_per_rank;
   const std::int64_t expert_params = stage.expert_params_per_rank;
   const std::int64_t dp = par.dp * par.cp;
@@ -161,8 +166,12 @@ StaticMemory static_memory(const config::Scenario& sc, const StagePlan& stage) {
       opt.optimizer_cpu_offload
           ? static_cast<std::int64_t>(std::llround(opt.optimizer_offload_fraction * static_cast<double>(m.opt_params)))
           : 0;
-  const std::int64_t weight_bytes = eager ? workload::kEagerWeightBytes : kWeightBytes;
-  const std::int64_t optimizer_bytes = eager ? workload::kEagerOptimizerBytes : adam_states(sc).state_bytes();
+  const std::int64_t weight_bytes = eager   ? workload::kEagerWeightBytes
+                                    : titan ? workload::kTorchtitanWeightBytes
+                                            : kWeightBytes;
+  const std::int64_t optimizer_bytes = eager   ? workload::kEagerOptimizerBytes
+                                       : titan ? workload::kTorchtitanOptimizerBytes
+                                               : adam_states(sc).state_bytes();
   m.weights =
       ((par.fsdp_units() ? shard(params, dp) : params + expert_params) + stage.frozen_params_per_rank) * weight_bytes;
   m.gradients = (par.zero >= 2 ? shard(params, dp) : params + expert_params) * grad_bytes;
@@ -204,6 +213,7 @@ class StageWriter {
   // forward discarded (also of ops that do not run again: an output-discarding module's consumer).
   void emit(const std::vector<Op>& ops, std::string_view phase, Saves saves, bool recomputing = false) {
     for (const Op& op : ops) {
+      if (op.skip_in_recompute && phase == "recompute") continue;
       if (recomputing && !(op.rerun & recompute_)) {
         if (op.discards & recompute_) {  // joins the next compute task's allocation, no work
           if (seg_.first.empty()) seg_.first = op.name;
@@ -403,7 +413,8 @@ class StageWriter {
 
   void accumulate(const Op& op, std::string_view phase, std::int64_t saved) {
     const double t = op.time_memo_s >= 0 ? op.time_memo_s : compute_.time_s(op);
-    kernel_s_[op.kind == workload::OpKind::gemm        ? kGemmKernels
+    kernel_s_[phase == "optimizer"                     ? kOptimizerKernels
+              : op.kind == workload::OpKind::gemm      ? kGemmKernels
               : op.kind == workload::OpKind::attention ? kAttentionKernels
                                                        : kMemoryKernels] += t;
     if (host_stream_) seg_host_.push_back({op.host_s, t, std::max(1, op.kernels)});
@@ -845,6 +856,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   const std::int64_t m = sc.training.num_micro_batches;
   const bool first = stage_index == 0, last = stage_index == pp - 1;
   const bool eager = sc.training.framework == config::Framework::pytorch_eager;
+  const bool titan = sc.training.framework == config::Framework::torchtitan;
   const std::int64_t megatron_grad_bytes = sc.training.grad_reduce_in_fp32 ? 4 : 2;
   const std::int64_t grad_bytes = eager ? workload::kEagerGradBytes : megatron_grad_bytes;
   // Selective recompute's modules (none without it).
@@ -853,7 +865,8 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   StageWriter w(p, compute, par.tp > 1, par.tp_comm_overlap && par.sequence_parallel && par.tp > 1, recompute_modules);
   const workload::EagerHost host{sc.training.host_forward_s, sc.training.host_backward_s};
   if (host_stream(sc))
-    w.use_host_stream(eager ? host.forward_s : host_costs(sc.cluster, sc.training.host_cost_scale).forward_call_s);
+    w.use_host_stream(eager || titan ? host.forward_s
+                                     : host_costs(sc.cluster, sc.training.host_cost_scale).forward_call_s);
 
   auto full_recompute = [&](std::int64_t l) { return recomputes_fully(sc, l); };
   auto fwd_saves = [&](std::int64_t l) {
@@ -1221,9 +1234,10 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
 
   // Megatron zeroes the gradient buffer when a step starts.
   // (Eager PyTorch: optimizer.zero_grad(set_to_none=False) zeroes the bf16 .grad tensors.)
+  // (torchtitan: zero_grad sets the gradients to None, no kernel.)
   if (eager)
     w.emit({workload::eager_zero_grad(sc.model, host)}, "step", Saves::none);
-  else
+  else if (!titan)
     w.compute_task("zero_grad_buffer", compute.time_s(workload::zero_grad_buffer(params + expert_params, grad_bytes)),
                    kOptimizerKernels);
 
@@ -1557,6 +1571,8 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   }
   if (eager)
     w.emit({workload::eager_adamw_step(sc.model, host)}, "optimizer", Saves::none);
+  else if (titan)
+    w.emit({workload::torchtitan_optimizer_step(sc.model, dp, host)}, "optimizer", Saves::none);
   else
     w.compute_task("optimizer adam_step", compute.time_s(step), kOptimizerKernels);
   // The updated weights are back on the GPU before they are gathered or the next step starts.
@@ -1630,7 +1646,7 @@ void set_host_costs(std::vector<Op>& ops, const HostCosts& c, bool backward, std
 }
 
 bool host_stream(const config::Scenario& sc) {
-  if (sc.training.framework == config::Framework::pytorch_eager) return true;
+  if (sc.training.framework != config::Framework::megatron) return true;
   return sc.training.host_overhead && !sc.training.cuda_graph_full_iteration;
 }
 
@@ -1733,6 +1749,17 @@ StepWorkload step_workload(const config::Scenario& sc, const hardware::ComputeMo
     ops.head_fwd = workload::eager_head_forward(sc.model, lc, host);
     ops.head_bwd = workload::eager_head_backward(sc.model, lc, host);
   }
+  if (sc.training.framework == config::Framework::torchtitan) {
+    const workload::TorchtitanOptions o{sc.training.torch_compile,
+                                        sc.training.recompute == config::Recompute::selective,
+                                        {sc.training.host_forward_s, sc.training.host_backward_s}};
+    ops.fwd[kMainKind] = workload::torchtitan_layer_forward(sc.model, lc, o);
+    ops.bwd[kMainKind] = workload::torchtitan_layer_backward(sc.model, lc, o);
+    ops.emb_fwd = workload::torchtitan_embedding_forward(sc.model, lc, o);
+    ops.emb_bwd = workload::torchtitan_embedding_backward(sc.model, lc, o);
+    ops.head_fwd = workload::torchtitan_head_forward(sc.model, lc, o);
+    ops.head_bwd = workload::torchtitan_head_backward(sc.model, lc, o);
+  }
   // Each op's time, once: the stages emit the same lists for every micro-batch and layer.
   auto memoize = [&compute](std::vector<Op>& list) {
     for (Op& op : list)
@@ -1762,11 +1789,13 @@ double time_floor_s(const config::Scenario& sc, const StepWorkload& wl) {
   const std::uint8_t modules =
       sc.training.recompute == config::Recompute::selective ? sc.training.recompute_modules : std::uint8_t{0};
   auto rerun = [modules](const Op& op) { return (op.rerun & modules) != 0; };
-  std::array<double, kLayerKinds> fwd{}, bwd{}, selective{};
+  auto rerun_fully = [](const Op& op) { return !op.skip_in_recompute; };
+  std::array<double, kLayerKinds> fwd{}, bwd{}, selective{}, full{};
   for (std::size_t k = 0; k < kLayerKinds; ++k) {
     fwd[k] = kernels_s(wl.ops.fwd[k], all);
     bwd[k] = kernels_s(wl.ops.bwd[k], all);
     selective[k] = kernels_s(wl.ops.fwd[k], rerun);
+    full[k] = kernels_s(wl.ops.fwd[k], rerun_fully);
   }
   // The collectives the compute stream waits for (StageWriter::tp_collective): tensor-parallel ones
   // unless Transformer Engine overlaps them with their GEMMs, the expert-parallel token all-to-alls
@@ -1835,7 +1864,7 @@ double time_floor_s(const config::Scenario& sc, const StepWorkload& wl) {
         const LayerKind k = kinds[l];
         f += fwd[k] + fc[k];
         b += bwd[k] + bc[k];
-        r += recomputes_fully(sc, static_cast<std::int64_t>(l)) ? fwd[k] : selective[k];
+        r += recomputes_fully(sc, static_cast<std::int64_t>(l)) ? full[k] : selective[k];
       }
       if (c == 0) {
         first_chunk_fwd[static_cast<std::size_t>(s)] = f;

@@ -160,6 +160,8 @@ namespace {
 
 // " (mla_up_proj, moe_act)": selective recompute's modules when not only core_attn.
 std::string modules_part(const config::Scenario& sc) {
+  if (sc.training.framework == config::Framework::torchtitan)
+    return sc.training.recompute == config::Recompute::selective ? " (op policy)" : "";
   if (sc.training.recompute != config::Recompute::selective ||
       sc.training.recompute_modules == workload::kRecomputeCoreAttn)
     return {};
@@ -352,7 +354,11 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
         {"tasks", r.tasks},
         {"events", r.events}}},
   };
-  if (!modules_part(sc).empty())
+  if (sc.training.framework != config::Framework::megatron)
+    out["scenario"]["framework"] = config::framework_name(sc.training.framework);
+  if (sc.training.framework == config::Framework::torchtitan)
+    out["scenario"]["torch_compile"] = sc.training.torch_compile;
+  if (!modules_part(sc).empty() && sc.training.framework == config::Framework::megatron)
     out["scenario"]["recompute_modules"] = config::recompute_module_names(sc.training.recompute_modules);
   if (p.moe_a2a_overlap) out["scenario"]["moe_a2a_overlap"] = true;
   if (p.delay_wgrad_compute) out["scenario"]["delay_wgrad_compute"] = true;
@@ -429,6 +435,13 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   };
   std::string out;
   out += fmt::format("{} on {} x {} ({})\n", sc.model.name, sc.gpus, sc.cluster.gpu.name, sc.cluster.name);
+  if (sc.training.framework == config::Framework::torchtitan)
+    out += fmt::format(
+        "software      torchtitan: FSDP2 (fp32 master weights, bf16 compute, {} gradient reduce-scatter), {}\n",
+        sc.training.grad_reduce_in_fp32 ? "fp32" : "bf16",
+        sc.training.torch_compile ? "torch.compile'd blocks" : "eager blocks");
+  if (sc.training.framework == config::Framework::pytorch_eager)
+    out += "software      eager PyTorch on one GPU: pure bf16, fused AdamW\n";
   std::string ep_part;
   if (sc.model.moe()) ep_part = fmt::format(" · ep {} · etp {}", p.ep, p.etp);
   if (p.moe_flex_dispatch) ep_part += " · flex dispatch";

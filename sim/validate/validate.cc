@@ -70,6 +70,15 @@ void evaluate_layer(const Record& r, const config::Scenario& sc, Outcome& out) {
 
 void evaluate_memory(const Record& r, const config::Scenario& sc, Outcome& out) {
   const parallel::StepResult result = parallel::simulate_step(sc);
+  // A source that gives the caching allocator's reserved peak of the busiest GPU (torchtitan's
+  // max_reserved_gib, the largest over its GPUs): compared with the allocated peak of the rank that
+  // peaks highest, as its own quantity (the reserved peak also holds the allocator's cached blocks).
+  if (r.measured.contains("peak_reserved_gib")) {
+    const double predicted = static_cast<double>(result.memory[result.peak_rank].peak_bytes) / kGiB;
+    out.comparisons.push_back({"memory_reserved_gib", number(r, "peak_reserved_gib"), predicted});
+    out.detail = fmt::format("allocated peak {:.1f} vs reserved {:.1f} GiB", predicted, number(r, "peak_reserved_gib"));
+    return;
+  }
   const auto& peak = result.memory[0].peak_breakdown_bytes;  // rank 0: first pipeline stage
   const double static_gib =
       static_cast<double>(peak[parallel::kWeights] + peak[parallel::kGradients] + peak[parallel::kOptimizer]) / kGiB;

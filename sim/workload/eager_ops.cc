@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "util/error.h"
+#include "workload/eager_kernels.h"
 
 // The model (tools/device/torch_steps.py), per layer, x the residual stream [b, s, h] in bf16:
 //   rmsnorm(x)  = x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w        6 kernels
@@ -29,22 +30,15 @@ namespace trainsim::workload {
 
 namespace {
 
-constexpr double kBf16 = 2;
-constexpr double kFp32 = 4;
-constexpr double kInt64 = 8;
-
-// [A] Python work per parameter tensor outside any kernel, from the loops in torch/optim:
-// Optimizer.zero_grad (detach, requires_grad_(False), grouping by device and dtype) and
-// AdamW._init_group (gradient checks, state lookup, list appends): about 1.5 and 3 µs of CPython per
-// tensor. Small next to the step; a host profile would replace them.
-constexpr double kZeroGradPerTensor_s = 1.5e-6;
-constexpr double kAdamInitPerTensor_s = 3e-6;
-
-// [A] embedding_dense_backward's sort-based path (ATen/native/cuda/Embedding.cu and
-// EmbeddingBackwardKernel.cu, taken for more than 3072 indices): zero the [V, h] gradient, radix-sort
-// the indices with their positions (16 bytes a token, read and written, two passes), find segments,
-// sum each segment's rows in fp32 (4·T·h written and read), write the rows: about 12 kernels.
-constexpr std::int32_t kEmbeddingBackwardKernels = 12;
+using eager::gemm;
+using eager::kAdamInitPerTensor_s;
+using eager::kBf16;
+using eager::kEmbeddingBackwardKernels;
+using eager::kernel;
+using eager::kFp32;
+using eager::kInt64;
+using eager::kZeroGradPerTensor_s;
+using eager::to_bytes;
 
 struct Dims {
   double b, s, T;   // micro-batch, sequence, tokens
@@ -70,38 +64,6 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
   x.f = static_cast<double>(m.ffn_hidden);
   x.V = static_cast<double>(m.vocab);
   return x;
-}
-
-std::int64_t to_bytes(double v) {
-  return static_cast<std::int64_t>(v);
-}
-
-// A memory-bound step of `kernels` kernels reading `read` and writing `write` bytes.
-Op kernel(std::string name, double read, double write, double host_per_kernel, double saved = 0,
-          std::int32_t kernels = 1, double workspace = 0) {
-  Op op;
-  op.name = std::move(name);
-  op.kind = OpKind::memory;
-  op.bytes = read + write;
-  op.kernels = kernels;
-  op.saved_bytes = to_bytes(saved);
-  op.workspace_bytes = to_bytes(workspace);
-  op.host_s = host_per_kernel * kernels;
-  return op;
-}
-
-// A bf16 cuBLAS GEMM (m x k) * (k x n).
-Op gemm(std::string name, double m, double n, double k, double host, double saved = 0, double workspace = 0) {
-  Op op;
-  op.name = std::move(name);
-  op.kind = OpKind::gemm;
-  op.gemm = {static_cast<std::int64_t>(m), static_cast<std::int64_t>(n), static_cast<std::int64_t>(k), 1};
-  op.flops = 2 * m * n * k;
-  op.bytes = (m * k + k * n + m * n) * kBf16;
-  op.saved_bytes = to_bytes(saved);
-  op.workspace_bytes = to_bytes(workspace);
-  op.host_s = host;
-  return op;
 }
 
 // AccumulateGrad into an existing bf16 gradient of `params` elements: grad += new (read 2, write 1).
@@ -163,31 +125,10 @@ void rope_backward(std::vector<Op>& ops, const std::string& p, const Dims& x, do
 }
 
 Op attention(const Dims& x, const LayerConfig& c, bool backward, double host) {
-  Op op;
-  op.kind = OpKind::attention;
-  op.name = backward ? "sdpa_backward" : "sdpa";
-  op.attention = {static_cast<std::int64_t>(x.b * x.n),
-                  c.seq_len,
-                  c.seq_len,
-                  static_cast<std::int64_t>(x.hd),
-                  true,
-                  backward,
-                  c.attention};
-  // FlashAttention's count, as ops.cc: 4·b·s²·heads·hd forward, halved by the causal mask;
-  // backward 2.5x.
-  const double fwd = 4 * x.b * x.s * x.s * x.n * x.hd * 0.5;
-  op.flops = backward ? 2.5 * fwd : fwd;
-  const double lse = kFp32 * x.b * x.n * x.s;
-  // Forward reads Q, K, V and writes O and the logsumexp; backward (FlashAttention-2: dot(dO, O),
-  // the main kernel accumulating dQ in fp32, dQ converted to bf16) reads Q, K, V, O, dO, writes
-  // dQ, dK, dV and the fp32 dQ accumulator, which it reads back.
-  const double qo = x.T * x.q * kBf16, kv = x.T * x.kv * kBf16, acc = x.T * x.q * kFp32;
-  op.bytes = backward ? 3 * qo + 4 * kv + qo + 2 * acc + 2 * lse : 2 * qo + 2 * kv + lse;
-  op.kernels = backward ? 3 : 1;
-  op.host_s = host * op.kernels;
+  const double qo = x.T * x.q * kBf16, kv = x.T * x.kv * kBf16, lse = kFp32 * x.b * x.n * x.s;
+  Op op = eager::sdpa(x.b, x.s, x.n, x.hd, qo, kv, c.attention, backward, host);
   // Saved: rotated q and k, v (a view keeping the whole qkv output), the output and the logsumexp.
   if (!backward) op.saved_bytes = to_bytes(2 * qo + kv + x.T * x.W * kBf16 + lse);
-  op.attention_core = true;
   return op;
 }
 

@@ -56,6 +56,9 @@ enum RecomputeModule : std::uint8_t {
   kRecomputeMoe = 16,
   kRecomputeMoeAct = 32,
   kRecomputeSharedExperts = 64,
+  // Not a Megatron module: torchtitan's op-level selective activation checkpointing (its "op"
+  // policy), which the step builder applies to a torchtitan layer's ops (workload/torchtitan_ops.h).
+  kRecomputeTorchtitanOp = 128,
 };
 
 struct GemmShape {
@@ -92,6 +95,9 @@ struct Op {
   // input is an op of its own (no work; saved bytes only), emitted when LayerConfig asks for it.
   std::uint8_t rerun = 0;
   std::uint8_t discards = 0;
+  // Not run again by a full recompute of its layer (FSDP2's copy-out of the gathered parameters: the
+  // backward gathers and copies them out itself).
+  bool skip_in_recompute = false;
   // The share of the roofline model's speed the kernel reaches (compute_model.h); below 1 only for
   // kernels measured slower than it: the Mamba-2 scan's (ops.cc, kMambaScanAchieved).
   double achieved = 1.0;

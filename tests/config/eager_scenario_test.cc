@@ -60,12 +60,12 @@ TEST_CASE("framework defaults to megatron; pytorch-eager takes its host costs in
 TEST_CASE("framework values and host keys are checked on their paths", "[config]") {
   CHECK(error(eager({{"framework", "jax"}})) ==
         "eager.json: training.framework: unknown value \"jax\" (expected one of: megatron, pytorch-eager, "
-        "pytorch-compile)");
+        "torchtitan, pytorch-compile)");
   CHECK(error(eager({{"framework", "pytorch-compile"}})) ==
         "eager.json: training.framework: \"pytorch-compile\" is not supported yet (supported: megatron, "
-        "pytorch-eager)");
+        "pytorch-eager, torchtitan)");
   CHECK(error(eager({{"framework", "megatron"}, {"host_forward_us", 5}})) ==
-        "eager.json: training.host_forward_us: applies to \"framework\": \"pytorch-eager\" only");
+        "eager.json: training.host_forward_us: applies to \"framework\": \"pytorch-eager\" or \"torchtitan\" only");
   CHECK(error(eager({{"host_backward_us", 0}})).find("training.host_backward_us") != std::string::npos);
   CHECK(error(eager({{"cross_entropy", "fused"}})) ==
         "eager.json: training.cross_entropy: applies to \"framework\": \"megatron\" only (pytorch-eager runs "
@@ -92,4 +92,64 @@ TEST_CASE("pytorch-eager refuses what its model does not cover", "[config]") {
   CHECK(error(eager(json::object(), {{"kv_heads", 2}})) ==
         "eager.json: training.framework: pytorch-eager with grouped-query attention (kv_heads 2 < heads 8) is not "
         "supported yet");
+}
+
+namespace {
+
+// torchtitan: Llama 3 8B's shape at 4 layers with grouped-query attention, FSDP2 over 8 GPUs.
+json titan(const json& training_extra = json::object(), const json& parallel_extra = json::object()) {
+  json j = eager(training_extra, {{"kv_heads", 2}});
+  j["gpus"] = 8;
+  j["training"]["framework"] = "torchtitan";
+  j["training"]["global_batch"] = 16;
+  j["parallel"] = {{"zero", 3}};
+  j["parallel"].update(parallel_extra);
+  j["training"].update(training_extra);
+  return j;
+}
+
+}  // namespace
+
+TEST_CASE("torchtitan: FSDP2 over data parallelism, torch_compile, its checkpointing policy", "[config]") {
+  const auto sc = parse(titan({{"torch_compile", true}, {"recompute", "selective"}}));
+  CHECK(sc.training.framework == Framework::torchtitan);
+  CHECK(sc.training.torch_compile);
+  CHECK(sc.parallel.dp == 8);
+  // Selective recompute is torchtitan's op-level policy, not Megatron's modules.
+  CHECK(sc.training.recompute_modules == trainsim::workload::kRecomputeTorchtitanOp);
+  CHECK(trainsim::config::framework_name(sc.training.framework) == "torchtitan");
+  CHECK_FALSE(parse(titan()).training.torch_compile);
+  // FSDP2 reduces gradients in fp32 unless told bf16 (torchtitan's mixed_precision_reduce).
+  CHECK(parse(titan()).training.grad_reduce_in_fp32);
+  CHECK_FALSE(parse(titan({{"grad_reduce_in_fp32", false}})).training.grad_reduce_in_fp32);
+}
+
+TEST_CASE("torchtitan refuses what its model does not cover, on the key's path", "[config]") {
+  CHECK(error(titan(json::object(), {{"zero", 1}})) ==
+        "eager.json: parallel.zero: torchtitan shards with FSDP2: needs zero 3, got 1");
+  CHECK(error(titan({{"global_batch", 8}}, {{"tp", 2}})) ==
+        "eager.json: parallel.tp: torchtitan with tensor parallelism is not supported yet");
+  CHECK(error(titan({{"global_batch", 8}}, {{"pp", 2}})) ==
+        "eager.json: parallel.pp: torchtitan with pipeline parallelism is not supported yet");
+  CHECK(error(titan({{"global_batch", 8}}, {{"cp", 2}})) ==
+        "eager.json: parallel.cp: torchtitan with context parallelism is not supported yet");
+  CHECK(error(titan({{"precision", "fp8"}})) ==
+        "eager.json: training.precision: torchtitan runs bf16 here (its Float8 training is not supported yet)");
+  CHECK(error(titan({{"attention", "softmax"}})) ==
+        "eager.json: training.attention: torchtitan needs fused attention (scaled_dot_product_attention: attention "
+        "flash or flash2)");
+  CHECK(error(titan({{"recompute", "selective"}, {"recompute_modules", json::array({"mlp"})}})) ==
+        "eager.json: training.recompute_modules: torchtitan has no recompute modules (recompute selective is its "
+        "op-level policy)");
+  CHECK(error(titan({{"cross_entropy", "fused"}})) ==
+        "eager.json: training.cross_entropy: applies to \"framework\": \"megatron\" only (torchtitan runs torch's "
+        "cross_entropy)");
+  CHECK(error(eager({{"torch_compile", true}})) ==
+        "eager.json: training.torch_compile: applies to \"framework\": \"torchtitan\" only");
+  json moe = titan();
+  moe["model"].erase("ffn_hidden");
+  moe["model"].update({{"experts", 8}, {"experts_per_token", 2}, {"moe_ffn_hidden", 512}});
+  // FSDP2's zero 3 is the first thing a mixture of experts cannot take.
+  CHECK(error(moe) ==
+        "eager.json: parallel.zero: zero 3 with a mixture-of-experts model is not supported yet (use 0 or 1)");
 }

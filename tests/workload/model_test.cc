@@ -354,8 +354,9 @@ TEST_CASE("DeepSeek-V3: its Hugging Face config reads as models/deepseek-v3.json
 }
 
 // ecosystem.md §1.2's table (each from its Hugging Face config.json; counts by the formula under it):
-// Llama-2-7B 6.74 B, Llama-2-70B 68.98 B, Qwen2-7B 7.62 B (its QKV biases, 0.1 M, not modelled),
-// Mixtral-8x7B 46.70 B in all and 12.88 B active (Mistral's announcement: 46.7B, 12.9B per token).
+// Llama-2-7B 6.74 B, Llama-2-70B 68.98 B, Llama-2-13B 13.02 B (by hand: 2·32000·5120 embedding and
+// output + 40 layers of 4·5120² + 3·5120·13824 + 2·5120, + 5120 = 13,015,864,320), Qwen2-7B 7.62 B (its QKV biases, 0.1
+// M, not modelled), Mixtral-8x7B 46.70 B in all and 12.88 B active (Mistral's announcement: 46.7B, 12.9B per token).
 TEST_CASE("Llama 2, Qwen2 and Mixtral model files hold their published parameter counts") {
   auto model = [](const std::string& name) {
     const nlohmann::json j =
@@ -365,6 +366,8 @@ TEST_CASE("Llama 2, Qwen2 and Mixtral model files hold their published parameter
   auto billions = [](std::int64_t n) { return static_cast<double>(n) / 1e9; };
   CHECK(billions(model("llama2-7b").total_params()) == Approx(6.74).margin(0.005));
   CHECK(billions(model("llama2-70b").total_params()) == Approx(68.98).margin(0.005));
+  const std::int64_t h13 = 5120;
+  CHECK(model("llama2-13b").total_params() == 2 * 32000 * h13 + 40 * (4 * h13 * h13 + 3 * h13 * 13824 + 2 * h13) + h13);
   CHECK(billions(model("qwen2-7b").total_params()) == Approx(7.62).margin(0.005));
   const ModelSpec mixtral = model("mixtral-8x7b");
   CHECK(billions(mixtral.total_params()) == Approx(46.70).margin(0.005));

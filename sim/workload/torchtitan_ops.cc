@@ -1,0 +1,327 @@
+#include "workload/torchtitan_ops.h"
+
+#include <string>
+
+#include "util/error.h"
+#include "workload/eager_kernels.h"
+
+// Per block, T = b·s tokens; bf16 activations A = 2Th, their fp32 copies 2A, Q = 2T·q (q = heads ·
+// head_dim), K = 2T·kv, F = 2T·f, R = 4T an fp32 value per token, L the fp32 logsumexp 4·b·heads·s.
+// Saved for the backward (no checkpointing):
+//   eager:    each RMSNorm x.float() 2A, rsqrt's result R, the normalised bf16 A (for the weight's
+//             gradient); wq/wk/wv's and w1/w3's inputs A each; the attention's rotated query, repeated
+//             keys and values and output 4Q and L (wo's input is the output itself); silu's input,
+//             the gate product's two inputs and w2's input 4F.
+//   compiled: the block input A, both norms' outputs 2A and rstd 2R, the residual h A; the attention's
+//             4Q and L; w1's and w3's outputs and the gate product (w2's input) 3F.
+
+namespace trainsim::workload {
+
+namespace {
+
+using eager::gemm;
+using eager::kBf16;
+using eager::kernel;
+using eager::kFp32;
+using eager::kInt64;
+using eager::to_bytes;
+
+struct Dims {
+  double b, s, T;       // micro-batch, sequence, tokens
+  double h, n, hd;      // hidden, heads, head dim
+  double q, kv, f, V;   // query width, key/value width, FFN hidden, vocabulary
+  double params;        // one block's parameters
+};
+
+Dims dims(const ModelSpec& m, const LayerConfig& c) {
+  TRAINSIM_ASSERT(c.tp == 1 && c.cp == 1 && !c.sequence_parallel && !c.fp8);
+  TRAINSIM_ASSERT(m.mlp == MlpKind::swiglu && m.dropout == 0 && c.dtype_bytes == 2);
+  TRAINSIM_ASSERT(m.head_dim % 2 == 0 && m.heads % m.kv_heads == 0);
+  Dims x{};
+  x.b = static_cast<double>(c.micro_batch);
+  x.s = static_cast<double>(c.seq_len);
+  x.T = x.b * x.s;
+  x.h = static_cast<double>(m.hidden);
+  x.n = static_cast<double>(m.heads);
+  x.hd = static_cast<double>(m.head_dim);
+  x.q = x.n * x.hd;
+  x.kv = static_cast<double>(m.kv_heads) * x.hd;
+  x.f = static_cast<double>(m.ffn_hidden);
+  x.V = static_cast<double>(m.vocab);
+  x.params = x.h * (x.q + 2 * x.kv) + x.q * x.h + 3 * x.f * x.h + 2 * x.h;
+  return x;
+}
+
+double act(const Dims& x) {
+  return x.T * x.h * kBf16;
+}
+double lse(const Dims& x) {
+  return kFp32 * x.b * x.n * x.s;
+}
+
+// RMSNorm in fp32 (torchtitan's norms.py): x.float(), pow, mean, + eps, rsqrt, * rsqrt, .type_as(x),
+// * weight. Saves the fp32 input, rsqrt's result and the bf16 normalised input.
+void rmsnorm_forward(std::vector<Op>& ops, const std::string& p, const Dims& x, double host) {
+  const double a = act(x), a32 = 2 * a, row = x.T * kFp32, w = x.h * kBf16;
+  ops.push_back(kernel(p + "_to_fp32", a, a32, host, a32));
+  ops.push_back(kernel(p + "_pow", a32, a32, host));
+  ops.push_back(kernel(p + "_mean", a32, row, host));
+  ops.push_back(kernel(p + "_add_eps", row, row, host));
+  ops.push_back(kernel(p + "_rsqrt", row, row, host, row));
+  ops.push_back(kernel(p + "_mul_rsqrt", a32 + row, a32, host));
+  ops.push_back(kernel(p + "_to_bf16", a32, a, host));
+  ops.push_back(kernel(p + "_mul_weight", a + w, a, host, a));
+}
+
+// Its backward, and the gradient of its input summed with the input's other uses (`uses` - 1 adds).
+void rmsnorm_backward(std::vector<Op>& ops, const std::string& p, const Dims& x, double host, int uses) {
+  const double a = act(x), a32 = 2 * a, row = x.T * kFp32, w = x.h * kBf16;
+  ops.push_back(kernel(p + "_mul_weight_backward", 3 * a + w, 2 * a, host, 0, 2));
+  ops.push_back(kernel(p + "_weight_grad_sum", a, w, host));
+  ops.push_back(kernel(p + "_to_bf16_backward", a, a32, host));
+  ops.push_back(kernel(p + "_mul_rsqrt_backward", 3 * a32 + row, 2 * a32, host, 0, 2));
+  ops.push_back(kernel(p + "_rsqrt_grad_sum", a32, row, host));
+  ops.push_back(kernel(p + "_rsqrt_backward", 4 * row, 3 * row, host, 0, 3));
+  ops.push_back(kernel(p + "_mean_backward", row, a32, host));
+  ops.push_back(kernel(p + "_pow_backward", 4 * a32, 3 * a32, host, 0, 3));
+  ops.push_back(kernel(p + "_fp32_grad_accumulate", 2 * a32, a32, host));  // pow's and the product's
+  ops.push_back(kernel(p + "_to_fp32_backward", a32, a, host));
+  const int adds = uses - 1;
+  if (adds > 0) ops.push_back(kernel(p + "_input_grad_accumulate", 2 * a * adds, a * adds, host, 0, adds));
+}
+
+// The rotary embedding of a [T, width] projection: .float(), the complex product with the
+// frequencies (complex64 [s, head_dim / 2]), .type_as(); nothing saved (the frequencies are a buffer).
+void rope_forward(std::vector<Op>& ops, const std::string& p, const Dims& x, double width, double host) {
+  const double t = x.T * width * kBf16, freqs = x.s * x.hd / 2 * 8;
+  ops.push_back(kernel(p + "_to_fp32", t, 2 * t, host));
+  ops.push_back(kernel(p + "_complex_mul", 2 * t + freqs, 2 * t, host));
+  ops.push_back(kernel(p + "_to_bf16", 2 * t, t, host));
+}
+
+void rope_backward(std::vector<Op>& ops, const std::string& p, const Dims& x, double width, double host) {
+  const double t = x.T * width * kBf16, freqs = x.s * x.hd / 2 * 8;
+  ops.push_back(kernel(p + "_to_bf16_backward", t, 2 * t, host));
+  ops.push_back(kernel(p + "_complex_mul_backward", 2 * t + freqs, 2 * t, host));
+  ops.push_back(kernel(p + "_to_fp32_backward", 2 * t, t, host));
+}
+
+// scaled_dot_product_attention's fused kernel over the full query heads (the keys and values
+// repeated), causal.
+Op attention(const Dims& x, const LayerConfig& c, bool backward, double host) {
+  const double qo = x.T * x.q * kBf16;
+  Op op = eager::sdpa(x.b, x.s, x.n, x.hd, qo, qo, c.attention, backward, host);
+  if (!backward) op.saved_bytes = to_bytes(4 * qo + lse(x));  // rotated q, repeated k and v, output, lse
+  return op;
+}
+
+// FSDP2's copy of a gathered unit out of the all-gather buffer into its bf16 parameters.
+Op copy_out(const std::string& name, double params, double host) {
+  Op op = kernel(name, params * kBf16, params * kBf16, host);
+  op.skip_in_recompute = true;
+  return op;
+}
+
+// Builds a block's forward list, recording which ops the selective policy keeps (not run again).
+struct Block {
+  std::vector<Op> ops;
+  std::vector<bool> kept;
+  void push(Op op, bool keep = false) {
+    ops.push_back(std::move(op));
+    kept.push_back(keep);
+  }
+};
+
+}  // namespace
+
+std::vector<Op> torchtitan_layer_forward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o) {
+  const Dims x = dims(m, c);
+  const double hf = o.host.forward_s;
+  const double a = act(x), Q = x.T * x.q * kBf16, K = x.T * x.kv * kBf16, F = x.T * x.f * kBf16;
+  const double row = x.T * kFp32, w = x.h * kBf16, freqs = x.s * x.hd / 2 * 8;
+  Block b;
+  // The matrix multiplies in forward order, numbered from 1: the policy keeps the odd ones' outputs.
+  auto mm = [&](const char* name, double n, double k, double saved, int index) {
+    b.push(gemm(name, x.T, n, k, hf, saved), index % 2 == 1);
+  };
+  if (o.compile) {
+    b.push(kernel("attention_norm", a + w, a + row, hf, 2 * a + row));  // keeps x, its output, rstd
+    mm("wq", x.q, x.h, 0, 1);
+    mm("wk", x.kv, x.h, 0, 2);
+    mm("wv", x.kv, x.h, 0, 3);
+    b.push(kernel("rope_q", Q + freqs, Q, hf));
+    b.push(kernel("rope_k_repeat_kv", K + freqs, Q, hf));
+    b.push(kernel("repeat_kv_v", K, Q, hf));
+    b.push(attention(x, c, false, hf), true);
+    mm("wo", x.h, x.q, 0, 4);
+    b.push(kernel("attention_residual_add_ffn_norm", 2 * a + w, 2 * a + row, hf, 2 * a + row));
+    mm("w1", x.f, x.h, F, 5);  // its output (silu's input)
+    mm("w3", x.f, x.h, F, 6);  // its output (the product's other input)
+    b.push(kernel("silu_mul", 2 * F, F, hf, F));  // w2's input
+    mm("w2", x.h, x.f, 0, 7);
+    b.push(kernel("ffn_residual_add", 2 * a, a, hf));
+  } else {
+    rmsnorm_forward(b.ops, "attention_norm", x, hf);
+    b.kept.resize(b.ops.size(), false);
+    mm("wq", x.q, x.h, a, 1);  // keeps the norm's output, the input of all three
+    mm("wk", x.kv, x.h, 0, 2);
+    mm("wv", x.kv, x.h, 0, 3);
+    rope_forward(b.ops, "rope_q", x, x.q, hf);
+    rope_forward(b.ops, "rope_k", x, x.kv, hf);
+    b.kept.resize(b.ops.size(), false);
+    b.push(kernel("repeat_kv_k", K, Q, hf));
+    b.push(kernel("repeat_kv_v", K, Q, hf));
+    b.push(attention(x, c, false, hf), true);
+    mm("wo", x.h, x.q, 0, 4);  // its input is the attention's output, kept already
+    b.push(kernel("attention_residual_add", 2 * a, a, hf));
+    rmsnorm_forward(b.ops, "ffn_norm", x, hf);
+    b.kept.resize(b.ops.size(), false);
+    mm("w1", x.f, x.h, a, 5);
+    mm("w3", x.f, x.h, 0, 6);
+    b.push(kernel("silu", F, F, hf, F));          // keeps its input, w1's output
+    b.push(kernel("silu_mul", 2 * F, F, hf, 2 * F));  // keeps silu's output and w3's
+    mm("w2", x.h, x.f, F, 7);                      // keeps the product
+    b.push(kernel("ffn_residual_add", 2 * a, a, hf));
+  }
+  std::vector<Op> ops;
+  ops.push_back(copy_out("fsdp_copy_out", x.params, hf));
+  if (o.sac) {
+    // What autograd saves is dropped and saved again by the recompute; what the policy keeps is held
+    // by the last op: the block's input and the kept outputs (wq, wv, w1, w2, the attention's
+    // output and logsumexp).
+    for (std::size_t i = 0; i < b.ops.size(); ++i) {
+      b.ops[i].discards |= kRecomputeTorchtitanOp;
+      if (!b.kept[i]) b.ops[i].rerun |= kRecomputeTorchtitanOp;
+    }
+    Op kept = kernel("sac_kept_outputs", 0, 0, 0, 2 * a + 2 * Q + K + F + lse(x), 0);
+    b.ops.push_back(kept);
+  }
+  ops.insert(ops.end(), b.ops.begin(), b.ops.end());
+  return ops;
+}
+
+std::vector<Op> torchtitan_layer_backward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o) {
+  const Dims x = dims(m, c);
+  const double hb = o.host.backward_s;
+  const double a = act(x), Q = x.T * x.q * kBf16, K = x.T * x.kv * kBf16, F = x.T * x.f * kBf16;
+  const double row = x.T * kFp32, w = x.h * kBf16, freqs = x.s * x.hd / 2 * 8;
+  std::vector<Op> ops;
+  ops.push_back(copy_out("fsdp_copy_out", x.params, hb));
+  auto linear = [&](const std::string& name, double n, double k) {
+    ops.push_back(gemm(name + "_dgrad", x.T, k, n, hb));
+    ops.push_back(gemm(name + "_wgrad", n, k, x.T, hb));
+  };
+  linear("w2", x.h, x.f);
+  if (o.compile) {
+    ops.push_back(kernel("silu_mul_backward", 3 * F, 2 * F, hb));
+  } else {
+    ops.push_back(kernel("silu_mul_backward", 4 * F, 2 * F, hb, 0, 2));
+    ops.push_back(kernel("silu_backward", 2 * F, F, hb));
+  }
+  linear("w3", x.f, x.h);
+  linear("w1", x.f, x.h);
+  if (o.compile) {
+    // The two input gradients summed with the residual's, the norm's backward, its weight's gradient.
+    ops.push_back(kernel("ffn_norm_backward", 5 * a + row, a + w, hb, 0, 2));
+  } else {
+    ops.push_back(kernel("ffn_norm_input_grad_sum", 2 * a, a, hb));
+    rmsnorm_backward(ops, "ffn_norm", x, hb, 2);
+  }
+  linear("wo", x.h, x.q);
+  ops.push_back(attention(x, c, true, hb));
+  if (o.compile) {
+    ops.push_back(kernel("rope_q_backward", Q + freqs, Q, hb));
+    ops.push_back(kernel("rope_k_repeat_kv_backward", Q + freqs, K, hb));
+    ops.push_back(kernel("repeat_kv_v_backward", Q, K, hb));
+  } else {
+    ops.push_back(kernel("repeat_kv_k_backward", Q, K, hb));
+    ops.push_back(kernel("repeat_kv_v_backward", Q, K, hb));
+    rope_backward(ops, "rope_q", x, x.q, hb);
+    rope_backward(ops, "rope_k", x, x.kv, hb);
+  }
+  linear("wv", x.kv, x.h);
+  linear("wk", x.kv, x.h);
+  linear("wq", x.q, x.h);
+  if (o.compile) {
+    ops.push_back(kernel("attention_norm_backward", 6 * a + row, a + w, hb, 0, 2));
+  } else {
+    ops.push_back(kernel("attention_norm_input_grad_sum", 4 * a, 2 * a, hb, 0, 2));
+    rmsnorm_backward(ops, "attention_norm", x, hb, 2);
+  }
+  return ops;
+}
+
+std::vector<Op> torchtitan_embedding_forward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o) {
+  const Dims x = dims(m, c);
+  return {kernel("embedding", x.T * kInt64 + act(x), act(x), o.host.forward_s)};
+}
+
+std::vector<Op> torchtitan_embedding_backward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o) {
+  const Dims x = dims(m, c);
+  const double table = x.V * x.h * kBf16;
+  const double sort = 2 * 2 * 16 * x.T;          // two passes over (id, position) pairs, read + write
+  const double partial = 2 * x.T * x.h * kFp32;  // fp32 segment sums, written and read
+  return {kernel("embedding_dense_backward", act(x) + sort + partial, table + act(x), o.host.backward_s, 0,
+                 eager::kEmbeddingBackwardKernels, table + x.T * x.h * kFp32)};
+}
+
+std::vector<Op> torchtitan_head_forward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o) {
+  const Dims x = dims(m, c);
+  const double hf = o.host.forward_s;
+  const double l16 = x.T * x.V * kBf16, l32 = x.T * x.V * kFp32;
+  std::vector<Op> ops;
+  rmsnorm_forward(ops, "final_norm", x, hf);
+  ops.push_back(gemm("output", x.T, x.V, x.h, hf, act(x), l16));  // keeps the norm's output
+  // cross_entropy(pred.flatten(0, 1).float(), labels): the fp32 copy, log_softmax (keeps its output),
+  // nll_loss; the bf16 logits die with the copy.
+  ops.push_back(kernel("logits_to_fp32", l16, l32, hf, 0, 1, l16 + l32));
+  ops.push_back(kernel("log_softmax", l32, l32, hf, l32, 1, l32));
+  ops.push_back(kernel("nll_loss", x.T * (kInt64 + kFp32), 2 * kFp32, hf));
+  return ops;
+}
+
+std::vector<Op> torchtitan_head_backward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o) {
+  const Dims x = dims(m, c);
+  const double hb = o.host.backward_s;
+  const double l16 = x.T * x.V * kBf16, l32 = x.T * x.V * kFp32;
+  std::vector<Op> ops;
+  ops.push_back(kernel("loss_grad_fill", 0, kFp32, hb));
+  ops.push_back(kernel("nll_loss_backward", x.T * (kInt64 + kFp32), l32, hb, 0, 2, l32));
+  ops.push_back(kernel("log_softmax_backward", 2 * l32, l32, hb, 0, 1, 2 * l32));
+  ops.push_back(kernel("logits_grad_to_bf16", l32, l16, hb, 0, 1, l32 + l16));
+  ops.push_back(gemm("output_dgrad", x.T, x.h, x.V, hb, 0, l16));
+  ops.push_back(gemm("output_wgrad", x.V, x.h, x.T, hb, 0, l16 + x.V * x.h * kBf16));
+  rmsnorm_backward(ops, "final_norm", x, hb, 1);
+  return ops;
+}
+
+Op torchtitan_optimizer_step(const ModelSpec& m, std::int64_t dp, const EagerHost& host) {
+  TRAINSIM_ASSERT(dp >= 1);
+  const std::int64_t h = m.hidden, q = m.heads * m.head_dim, kv = m.kv_heads * m.head_dim, f = m.ffn_hidden;
+  // model.parameters(): tok_embeddings, each block's wq, wk, wv, wo, w1, w2, w3 and two norms, norm,
+  // output; FSDP2 shards each along its first dimension.
+  std::vector<std::int64_t> full{m.vocab * h};
+  for (std::int64_t l = 0; l < m.layers; ++l)
+    for (std::int64_t n : {q * h, kv * h, kv * h, h * q, f * h, h * f, f * h, h, h}) full.push_back(n);
+  full.push_back(h);
+  full.push_back(m.vocab * h);
+  std::vector<std::int64_t> shards;
+  double params = 0;
+  for (std::int64_t n : full) {
+    shards.push_back((n + dp - 1) / dp);
+    params += static_cast<double>(shards.back());
+  }
+  const std::vector<std::int64_t> counters(shards.size(), 1);
+  // clip_grad_norm_: _foreach_norm (depth 1), _foreach_mul_ (depth 1); AdamW: the step counters'
+  // _foreach_add_, then _fused_adamw_ over (param, grad, exp_avg, exp_avg_sq).
+  const std::int64_t launches = 2 * multi_tensor_apply_launches(shards, 1) + multi_tensor_apply_launches(counters, 1) +
+                                multi_tensor_apply_launches(shards, 4);
+  const double steps = static_cast<double>(shards.size()) * kFp32;
+  const double read = params * (kFp32 + kFp32 + 4 * kFp32) + 2 * steps;
+  const double write = params * (kFp32 + 3 * kFp32) + steps;
+  Op op = kernel("clip_grad_norm_adamw_step", read, write, host.forward_s, 0, static_cast<std::int32_t>(launches));
+  op.host_s += eager::kAdamInitPerTensor_s * static_cast<double>(shards.size());
+  return op;
+}
+
+}  // namespace trainsim::workload

@@ -1,0 +1,73 @@
+#pragma once
+// A Llama decoder as torchtitan trains it (pytorch/torchtitan, torchtitan/models/llama/model.py and
+// the parallelize_llama.py that wraps it; the versions of its docs/performance.md benchmarks,
+// 2024-12): the kernels PyTorch runs for one transformer block, the embedding and the output layer.
+//
+// Eager: every element-wise operation is its own kernel. RMSNorm runs in fp32 (`_norm(x.float())
+// .type_as(x) * weight`: 8 kernels); wq, wk and wv are three GEMMs; the rotary embedding multiplies
+// the fp32 query and key, viewed as complex numbers, by the precomputed frequencies (cast, complex
+// product, cast back: 3 kernels each); grouped-query attention copies the keys and values once per
+// query head of their group (repeat_kv: expand and reshape, one copy each) before
+// scaled_dot_product_attention's fused kernel; the feed-forward is w2(silu(w1(x)) * w3(x)); the loss
+// is cross_entropy over the fp32 logits.
+//
+// Compiled (training.torch_compile: torchtitan compiles each transformer block with torch.compile):
+// Inductor fuses the element-wise work between the GEMMs and the attention kernel, [A] one kernel
+// per fused group: each RMSNorm with the residual add before it, the query's rotation, the key's
+// rotation with its repeat, the value's repeat, SiLU with the gate product, the last residual add;
+// in the backward the mirror groups. Its partitioner keeps the GEMMs' inputs and the attention's
+// tensors for the backward and recomputes the rest inside the fused backward kernels. The
+// embedding, the final norm, the output layer and the loss stay eager (torchtitan compiles blocks).
+//
+// FSDP2 (fully_shard per block, bf16 param_dtype): each gathered unit is copied out of the
+// all-gather buffer into its parameters on the compute stream (split_with_sizes_copy), before its
+// forward and again before its backward; the unsharded gradients are fresh tensors each backward
+// (no accumulation kernel), reduce-scattered by the step builder. The all-gather's copy-in and the
+// reduce-scatter's copy-in run on FSDP2's communication streams and are not modelled, nor is the
+// CPU time of FSDP2's hooks.
+//
+// Activation checkpointing (the step builder's `recompute`): full recomputes each block from its
+// input; selective is torchtitan's op-level policy (`_save_list`): the outputs of every other
+// matrix multiply (the first, third, ... of a block in forward order: wq, wv, w1, w2) and of the
+// attention kernel are kept, everything else is run again before the block's backward. The ops of
+// the `sac` list say so through kRecomputeTorchtitanOp (rerun: run again; discards: what autograd
+// saves is dropped in the forward and allocated again by the recompute) and a last zero-time op
+// holding the kept outputs and the block's input.
+
+#include <cstdint>
+#include <vector>
+
+#include "workload/eager_ops.h"
+#include "workload/ops.h"
+
+namespace trainsim::workload {
+
+struct TorchtitanOptions {
+  bool compile = false;  // torch.compile'd blocks
+  bool sac = false;      // torchtitan's selective (op) activation checkpointing
+  EagerHost host;        // CPU time per kernel issued
+};
+
+std::vector<Op> torchtitan_layer_forward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o);
+std::vector<Op> torchtitan_layer_backward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o);
+std::vector<Op> torchtitan_embedding_forward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o);
+std::vector<Op> torchtitan_embedding_backward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o);
+// The final RMSNorm, the output layer and the fp32 cross-entropy loss.
+std::vector<Op> torchtitan_head_forward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o);
+std::vector<Op> torchtitan_head_backward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o);
+
+// The optimizer step on a rank's fp32 shards of `shard_params` parameters over `dp` ranks:
+// clip_grad_norm_ (foreach norms of the gradients, their all-reduce taken as latency only, a foreach
+// scale), then AdamW (torchtitan's default fused implementation: reads param, gradient and both
+// moments, writes param and moments, fp32). torchtitan's zero_grad sets the gradients to None: no
+// kernel.
+Op torchtitan_optimizer_step(const ModelSpec& m, std::int64_t dp, const EagerHost& host);
+
+// Bytes per parameter held from step to step, on the rank's 1/dp shard: fp32 master weights (FSDP2's
+// sharded parameters), fp32 gradients (the reduce-scatter's output in the parameters' dtype) and
+// AdamW's two fp32 moments.
+inline constexpr std::int64_t kTorchtitanWeightBytes = 4;
+inline constexpr std::int64_t kTorchtitanGradBytes = 4;
+inline constexpr std::int64_t kTorchtitanOptimizerBytes = 8;
+
+}  // namespace trainsim::workload

@@ -1,0 +1,104 @@
+// A torchtitan step (training.framework torchtitan): FSDP2's sharded fp32 state by hand, the time the
+// activation-checkpointing modes add (the kernels they run again), and torch.compile against eager.
+
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "config/scenario.h"
+#include "hardware/compute_model.h"
+#include "parallel/step_runner.h"
+#include "util/json_node.h"
+#include "workload/torchtitan_ops.h"
+
+using namespace trainsim;
+
+namespace {
+
+// b = 2, s = 1024, h = 1024, 8 query and 2 KV heads of 128, FFN 2816, vocabulary 32000, 4 layers.
+nlohmann::json titan_scenario(int gpus, const nlohmann::json& training_extra = nlohmann::json::object()) {
+  nlohmann::json j = {{"model",
+                       {{"name", "tiny-llama3"},
+                        {"layers", 4},
+                        {"hidden", 1024},
+                        {"heads", 8},
+                        {"kv_heads", 2},
+                        {"ffn_hidden", 2816},
+                        {"vocab", 32000},
+                        {"mlp", "swiglu"}}},
+                      {"cluster", "dgx-h100"},
+                      {"gpus", gpus},
+                      {"parallel", {{"zero", 3}}},
+                      {"training",
+                       {{"micro_batch", 2},
+                        {"global_batch", 2 * gpus},
+                        {"seq_len", 1024},
+                        {"attention", "flash2"},
+                        {"framework", "torchtitan"},
+                        {"host_forward_us", 0.001},
+                        {"host_backward_us", 0.001}}}};
+  j["training"].update(training_extra);
+  return j;
+}
+
+config::Scenario parse(const nlohmann::json& j) {
+  return config::parse_scenario(util::JsonNode(j, "test.json"), TRAINSIM_SOURCE_DIR);
+}
+
+workload::LayerConfig layer_config() {
+  workload::LayerConfig lc;
+  lc.micro_batch = 2;
+  lc.seq_len = 1024;
+  lc.attention = workload::AttentionImpl::flash2;
+  return lc;
+}
+
+}  // namespace
+
+TEST_CASE("torchtitan step: FSDP2 keeps fp32 weights, gradients and AdamW moments sharded, 16 bytes a parameter") {
+  const auto sc = parse(titan_scenario(8));
+  const auto r = parallel::simulate_step(sc);
+  const std::int64_t shard = (sc.model.total_params() + 7) / 8;
+  const auto& peak = r.memory[r.peak_rank].peak_breakdown_bytes;
+  CHECK(peak[parallel::kGradients] == 4 * shard);
+  CHECK(peak[parallel::kOptimizer] == 8 * shard);
+  // The fp32 weight shard and, at the peak, the bf16 units FSDP2 has gathered.
+  CHECK(peak[parallel::kWeights] > 4 * shard);
+  CHECK(peak[parallel::kWeights] < 4 * shard + 2 * sc.model.total_params());
+}
+
+TEST_CASE("torchtitan step: each checkpointing mode adds exactly the kernels it runs again") {
+  // One GPU (no collectives) and a CPU that issues a kernel in 1 ns: the step is the GPU's kernels.
+  const auto none = parse(titan_scenario(1));
+  const hardware::ComputeModel cm(none.cluster.gpu);
+  const workload::TorchtitanOptions o{false, false, {1e-9, 1e-9}};
+  const auto fwd = workload::torchtitan_layer_forward(none.model, layer_config(), o);
+  const auto sac = workload::torchtitan_layer_forward(none.model, layer_config(), {false, true, {1e-9, 1e-9}});
+  double full_rerun = 0, sac_rerun = 0;
+  for (const auto& op : fwd)
+    if (!op.skip_in_recompute) full_rerun += cm.time_s(op);
+  for (const auto& op : sac)
+    if (op.rerun & workload::kRecomputeTorchtitanOp) sac_rerun += cm.time_s(op);
+  CHECK(sac_rerun > 0);
+  CHECK(sac_rerun < full_rerun);
+  const double t_none = parallel::simulate_step(none).step_time_s;
+  const double t_sac = parallel::simulate_step(parse(titan_scenario(1, {{"recompute", "selective"}}))).step_time_s;
+  const double t_full = parallel::simulate_step(parse(titan_scenario(1, {{"recompute", "full"}}))).step_time_s;
+  CHECK(t_sac - t_none == Approx(4 * sac_rerun).epsilon(1e-6));
+  CHECK(t_full - t_none == Approx(4 * full_rerun).epsilon(1e-6));
+}
+
+TEST_CASE("torchtitan step: the op policy keeps less than nothing-recomputed and more than full; compile is faster") {
+  auto activations = [](const nlohmann::json& j) {
+    const auto r = parallel::simulate_step(parse(j));
+    return r.memory[r.peak_rank].peak_breakdown_bytes[parallel::kActivations];
+  };
+  const auto none = activations(titan_scenario(8));
+  const auto sac = activations(titan_scenario(8, {{"recompute", "selective"}}));
+  const auto full = activations(titan_scenario(8, {{"recompute", "full"}}));
+  CHECK(full < sac);
+  CHECK(sac < none);
+  const double eager = parallel::simulate_step(parse(titan_scenario(8))).step_time_s;
+  const double compiled = parallel::simulate_step(parse(titan_scenario(8, {{"torch_compile", true}}))).step_time_s;
+  CHECK(compiled < eager);
+}

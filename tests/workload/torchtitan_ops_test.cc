@@ -1,0 +1,143 @@
+// torchtitan's op lists (workload/torchtitan_ops.h) against hand counts: the GEMM FLOPs of a block
+// against 2·T·(its linear parameters) per pass, the kernels eager PyTorch and Inductor launch, the
+// activations a block saves with and without the op-level checkpointing policy, and the optimizer's
+// bytes on an FSDP shard.
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <string>
+
+#include "workload/torchtitan_ops.h"
+
+using namespace trainsim::workload;
+
+namespace {
+
+// A small Llama 3 style model with grouped-query attention: b = 2, s = 1024 (T = 2048 tokens),
+// h = 1024, 8 query heads and 2 KV heads of 128, FFN 2816, vocabulary 32000.
+ModelSpec tiny_llama3() {
+  ModelSpec m;
+  m.name = "tiny-llama3";
+  m.layers = 4;
+  m.hidden = 1024;
+  m.heads = 8;
+  m.kv_heads = 2;
+  m.head_dim = 128;
+  m.ffn_hidden = 2816;
+  m.vocab = 32000;
+  m.mlp = MlpKind::swiglu;
+  return m;
+}
+
+LayerConfig config() {
+  LayerConfig c;
+  c.micro_batch = 2;
+  c.seq_len = 1024;
+  c.attention = AttentionImpl::flash2;
+  return c;
+}
+
+TorchtitanOptions options(bool compile, bool sac) {
+  return {compile, sac, {8e-6, 4e-6}};
+}
+
+constexpr double T = 2048, h = 1024, q = 1024, kv = 256, f = 2816;
+
+double flops(const std::vector<Op>& ops, OpKind kind) {
+  double sum = 0;
+  for (const Op& op : ops)
+    if (op.kind == kind) sum += op.flops;
+  return sum;
+}
+
+std::int64_t saved(const std::vector<Op>& ops) {
+  std::int64_t sum = 0;
+  for (const Op& op : ops) sum += op.saved_bytes;
+  return sum;
+}
+
+const Op& find(const std::vector<Op>& ops, const std::string& name) {
+  const auto it = std::find_if(ops.begin(), ops.end(), [&](const Op& op) { return op.name == name; });
+  REQUIRE(it != ops.end());
+  return *it;
+}
+
+}  // namespace
+
+TEST_CASE("torchtitan block: GEMM FLOPs are 2·T·params forward and twice that backward, eager or compiled") {
+  const double linear = h * (q + 2 * kv) + q * h + 3 * f * h;  // wq wk wv, wo, w1 w2 w3
+  for (bool compile : {false, true}) {
+    const auto fwd = torchtitan_layer_forward(tiny_llama3(), config(), options(compile, false));
+    const auto bwd = torchtitan_layer_backward(tiny_llama3(), config(), options(compile, false));
+    CHECK(flops(fwd, OpKind::gemm) == Approx(2 * T * linear));
+    CHECK(flops(bwd, OpKind::gemm) == Approx(4 * T * linear));
+    // Attention over all 8 query heads (the keys and values repeated): 4·b·s²·heads·hd / 2 forward.
+    CHECK(flops(fwd, OpKind::attention) == Approx(4.0 * 2 * 1024 * 1024 * 8 * 128 / 2));
+  }
+}
+
+TEST_CASE("torchtitan block: eager launches every element-wise op, Inductor one kernel per fused group") {
+  const auto eager = torchtitan_layer_forward(tiny_llama3(), config(), options(false, false));
+  const auto compiled = torchtitan_layer_forward(tiny_llama3(), config(), options(true, false));
+  auto kernels = [](const std::vector<Op>& ops) {
+    int n = 0;
+    for (const Op& op : ops) n += op.kernels;
+    return n;
+  };
+  // FSDP2's copy-out 1; two fp32 RMSNorms 8 each; wq, wk, wv, wo, w1, w3, w2 7; the rotary
+  // embedding of q and k 3 each; repeat_kv of k and v 2; attention 1; two residual adds; silu, mul.
+  CHECK(kernels(eager) == 1 + 16 + 7 + 6 + 2 + 1 + 2 + 2);
+  // Copy-out; norm, add+norm, rope_q, rope_k+repeat, repeat_v, silu·mul, the last add: 7 fused;
+  // 7 GEMMs; attention.
+  CHECK(kernels(compiled) == 1 + 7 + 7 + 1);
+  // The eager query rotation: bf16 -> fp32 (read 2Tq, write 4Tq), complex product (read 4Tq and the
+  // complex64 [s, hd/2] table, write 4Tq), back to bf16 (read 4Tq, write 2Tq).
+  CHECK(find(eager, "rope_q_complex_mul").bytes == Approx(8 * T * q + 1024 * 64 * 8));
+  CHECK(find(eager, "repeat_kv_k").bytes == Approx(2 * T * kv + 2 * T * q));
+  // The copy-out reads and writes one block's bf16 parameters.
+  CHECK(find(eager, "fsdp_copy_out").bytes == Approx(4 * (h * (q + 2 * kv) + q * h + 3 * f * h + 2 * h)));
+}
+
+TEST_CASE("torchtitan block: what the forward saves, without checkpointing and under the op policy") {
+  const double A = 2 * T * h, R = 4 * T, Q = 2 * T * q, K = 2 * T * kv, F = 2 * T * f, L = 4.0 * 2 * 8 * 1024;
+  // Eager: each fp32 norm its fp32 input 2A, rsqrt R and the bf16 normalised A; the QKV and w1/w3
+  // inputs A each; attention q, repeated k and v, output 4Q and L; silu's input, the product's two,
+  // w2's input 4F.
+  const auto eager = torchtitan_layer_forward(tiny_llama3(), config(), options(false, false));
+  CHECK(saved(eager) == static_cast<std::int64_t>(2 * (3 * A + R) + 2 * A + 4 * Q + L + 4 * F));
+  // Compiled: the block input, both norms' outputs, the residual h, two rstd; attention 4Q + L; w1's
+  // and w3's outputs and the product 3F.
+  const auto compiled = torchtitan_layer_forward(tiny_llama3(), config(), options(true, false));
+  CHECK(saved(compiled) == static_cast<std::int64_t>(4 * A + 2 * R + 4 * Q + L + 3 * F));
+  // The op policy keeps the block input, the outputs of wq (Q), wv (K), w1 (F), w2 (A) and of the
+  // attention (Q + L) on its last op; every other op's saved bytes are dropped and saved again by
+  // the recompute, which runs everything but the odd GEMMs and the attention.
+  for (bool compile : {false, true}) {
+    const auto sac = torchtitan_layer_forward(tiny_llama3(), config(), options(compile, true));
+    const Op& kept = sac.back();
+    CHECK(kept.name == "sac_kept_outputs");
+    CHECK(kept.saved_bytes == static_cast<std::int64_t>(2 * A + 2 * Q + K + F + L));
+    CHECK(kept.discards == 0);
+    CHECK(kept.rerun == 0);
+    for (const char* name : {"wq", "wv", "w1", "w2", "sdpa"}) {
+      CHECK(find(sac, name).rerun == 0);
+      CHECK(find(sac, name).discards == kRecomputeTorchtitanOp);
+    }
+    for (const char* name : {"wk", "wo", "w3"}) CHECK(find(sac, name).rerun == kRecomputeTorchtitanOp);
+    CHECK(find(sac, "fsdp_copy_out").rerun == 0);
+    CHECK(saved(sac) - kept.saved_bytes == saved(torchtitan_layer_forward(tiny_llama3(), config(), options(compile, false))));
+  }
+}
+
+TEST_CASE("torchtitan optimizer step: clip_grad_norm_ and fused AdamW over the fp32 shard, 40 bytes a parameter") {
+  const ModelSpec m = tiny_llama3();
+  const Op step = torchtitan_optimizer_step(m, 8, {8e-6, 4e-6});
+  // Each tensor sharded along its first dimension over 8 ranks (every size here divides by 8).
+  const double shard = static_cast<double>(m.total_params()) / 8;
+  const double tensors = 1 + 9 * 4 + 2;  // embedding, 9 per block, norm, output
+  // Norms read 4 bytes; the clip scale reads and writes 4; AdamW reads 16 and writes 12; each step
+  // counter (fp32) is read twice and written once.
+  CHECK(step.bytes == Approx(shard * 40 + tensors * 4 * 3));
+  CHECK(step.host_s > 8e-6 * step.kernels);
+}
