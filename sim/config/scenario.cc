@@ -718,8 +718,10 @@ void check_torchtitan(const util::JsonNode& root, Scenario& s) {
   refuse(m.head_dim % 2 != 0, framework_path, "needs an even head_dim (rotary embedding)");
   refuse(m.qk_norm, framework_path, "with qk_norm is not supported yet");
   refuse(m.heads % m.kv_heads != 0, framework_path, "needs heads a multiple of kv_heads (repeat_kv)");
-  refuse(t.precision != Precision::bf16, util::join_path(training_path, "precision"),
-         "runs bf16 here (its Float8 training is not supported yet)");
+  refuse(t.precision != Precision::bf16 && t.precision != Precision::fp8, util::join_path(training_path, "precision"),
+         "runs bf16, or fp8 as torchao's Float8");
+  refuse(t.precision == Precision::fp8 && !t.torch_compile, util::join_path(training_path, "precision"),
+         "Float8 without torch_compile is not supported yet");
   refuse(t.attention != workload::AttentionImpl::flash && t.attention != workload::AttentionImpl::flash2,
          util::join_path(training_path, "attention"),
          "needs fused attention (scaled_dot_product_attention: attention flash or flash2)");

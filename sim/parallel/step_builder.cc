@@ -1254,9 +1254,18 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   // backward.
   const bool reshard_after_forward = par.zero >= 3;
   std::vector<std::optional<Dep>> pass_gathers;
+  // A unit's gathered bytes: bf16, but a torchtitan block's linears in fp8 under Float8 (FSDP float8
+  // all-gather).
+  const bool fp8_gather = titan && sc.training.precision == config::Precision::fp8;
+  auto gather_bytes = [&](std::int64_t c, std::size_t u) {
+    const std::int64_t bytes = chunks[static_cast<std::size_t>(c)].unit_params[u] * kWeightBytes;
+    const std::size_t first_layer = has_head(c) ? 1 : 0;
+    const bool layer = u >= first_layer && u < first_layer + static_cast<std::size_t>(chunk_layers(c));
+    return fp8_gather && layer ? bytes - workload::torchtitan_block_linear_params(sc.model) : bytes;
+  };
   auto gather = [&](std::int64_t c, std::size_t u) {
     if (!pass_gathers[u]) {
-      const std::int64_t bytes = chunks[static_cast<std::size_t>(c)].unit_params[u] * kWeightBytes;
+      const std::int64_t bytes = gather_bytes(c, u);
       Task t = dp_collective(network::CollectiveOp::all_gather, kDpGatherGroup, bytes, "fsdp_param_all_gather");
       t.stream = kDpGather;
       t.mem_alloc_bytes = bytes;
@@ -1275,7 +1284,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   };
   auto leave_unit = [&](std::int64_t c, std::size_t u, bool in_backward) {
     if (gather_params && (in_backward || reshard_after_forward))
-      w.release(chunks[static_cast<std::size_t>(c)].unit_params[u] * kWeightBytes, kWeights, "fsdp_free_params");
+      w.release(gather_bytes(c, u), kWeights, "fsdp_free_params");
   };
   auto start_pass = [&](std::int64_t c) {
     pass_gathers.assign(chunks[static_cast<std::size_t>(c)].unit_params.size(), std::nullopt);
@@ -1572,7 +1581,8 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   if (eager)
     w.emit({workload::eager_adamw_step(sc.model, host)}, "optimizer", Saves::none);
   else if (titan)
-    w.emit({workload::torchtitan_optimizer_step(sc.model, dp, host)}, "optimizer", Saves::none);
+    w.emit({workload::torchtitan_optimizer_step(sc.model, dp, host, sc.training.precision == config::Precision::fp8)},
+           "optimizer", Saves::none);
   else
     w.compute_task("optimizer adam_step", compute.time_s(step), kOptimizerKernels);
   // The updated weights are back on the GPU before they are gathered or the next step starts.
@@ -1752,7 +1762,8 @@ StepWorkload step_workload(const config::Scenario& sc, const hardware::ComputeMo
   if (sc.training.framework == config::Framework::torchtitan) {
     const workload::TorchtitanOptions o{sc.training.torch_compile,
                                         sc.training.recompute == config::Recompute::selective,
-                                        {sc.training.host_forward_s, sc.training.host_backward_s}};
+                                        {sc.training.host_forward_s, sc.training.host_backward_s},
+                                        sc.training.precision == config::Precision::fp8};
     ops.fwd[kMainKind] = workload::torchtitan_layer_forward(sc.model, lc, o);
     ops.bwd[kMainKind] = workload::torchtitan_layer_backward(sc.model, lc, o);
     ops.emb_fwd = workload::torchtitan_embedding_forward(sc.model, lc, o);

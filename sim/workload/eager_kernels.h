@@ -73,8 +73,12 @@ inline Op sdpa(double b, double s, double heads, double hd, double q_bytes, doub
   Op op;
   op.kind = OpKind::attention;
   op.name = backward ? "sdpa_backward" : "sdpa";
-  op.attention = {static_cast<std::int64_t>(b * heads), static_cast<std::int64_t>(s), static_cast<std::int64_t>(s),
-                  static_cast<std::int64_t>(hd),         true,                          backward,
+  op.attention = {static_cast<std::int64_t>(b * heads),
+                  static_cast<std::int64_t>(s),
+                  static_cast<std::int64_t>(s),
+                  static_cast<std::int64_t>(hd),
+                  true,
+                  backward,
                   impl};
   const double fwd = 4 * b * s * s * heads * hd * 0.5;
   op.flops = backward ? 2.5 * fwd : fwd;

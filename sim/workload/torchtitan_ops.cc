@@ -27,14 +27,14 @@ using eager::kInt64;
 using eager::to_bytes;
 
 struct Dims {
-  double b, s, T;       // micro-batch, sequence, tokens
-  double h, n, hd;      // hidden, heads, head dim
-  double q, kv, f, V;   // query width, key/value width, FFN hidden, vocabulary
-  double params;        // one block's parameters
+  double b, s, T;      // micro-batch, sequence, tokens
+  double h, n, hd;     // hidden, heads, head dim
+  double q, kv, f, V;  // query width, key/value width, FFN hidden, vocabulary
+  double params;       // one block's parameters
 };
 
 Dims dims(const ModelSpec& m, const LayerConfig& c) {
-  TRAINSIM_ASSERT(c.tp == 1 && c.cp == 1 && !c.sequence_parallel && !c.fp8);
+  TRAINSIM_ASSERT(c.tp == 1 && c.cp == 1 && !c.sequence_parallel);  // Float8 comes in TorchtitanOptions
   TRAINSIM_ASSERT(m.mlp == MlpKind::swiglu && m.dropout == 0 && c.dtype_bytes == 2);
   TRAINSIM_ASSERT(m.head_dim % 2 == 0 && m.heads % m.kv_heads == 0);
   Dims x{};
@@ -115,11 +115,40 @@ Op attention(const Dims& x, const LayerConfig& c, bool backward, double host) {
   return op;
 }
 
-// FSDP2's copy of a gathered unit out of the all-gather buffer into its bf16 parameters.
-Op copy_out(const std::string& name, double params, double host) {
-  Op op = kernel(name, params * kBf16, params * kBf16, host);
+// FSDP2's copy of a gathered unit out of the all-gather buffer into its parameters (`bytes` each
+// element read and written).
+Op copy_out(const std::string& name, double bytes, double host) {
+  Op op = kernel(name, bytes, bytes, host);
   op.skip_in_recompute = true;
   return op;
+}
+
+// The bytes of one gathered block: its linears in fp8 under Float8 (FSDP float8 all-gather), else bf16;
+// its norms bf16.
+double gathered_bytes(const Dims& x, const TorchtitanOptions& o) {
+  const double norms = 2 * x.h;
+  return o.float8 ? (x.params - norms) + norms * kBf16 : x.params * kBf16;
+}
+
+// Float8's forward cast of a GEMM input of `bytes` bf16 bytes: an amax reduction and a scale-and-cast
+// kernel writing its e4m3 copy.
+void float8_cast_input(std::vector<Op>& ops, const std::string& p, double bytes, double host) {
+  ops.push_back(kernel(p + "_amax", bytes, 0, host));
+  ops.push_back(kernel(p + "_to_float8", bytes, bytes / 2, host));
+}
+
+// Float8's backward casts around one linear: its output gradient's amax and its e5m2 copy in both
+// layouts (go, go^T), and the transposed fp8 copies of its weight (for dgrad); the transposed fp8
+// input (for wgrad) is cast once per distinct input (float8_input_transpose).
+void float8_cast_grad(std::vector<Op>& ops, const std::string& p, double grad_bytes, double weight_params,
+                      double host) {
+  ops.push_back(kernel(p + "_grad_amax", grad_bytes, 0, host));
+  ops.push_back(kernel(p + "_grad_to_float8", grad_bytes, grad_bytes, host));
+  ops.push_back(kernel(p + "_weight_float8_transpose", weight_params, weight_params, host));
+}
+
+void float8_input_transpose(std::vector<Op>& ops, const std::string& p, double bytes, double host) {
+  ops.push_back(kernel(p + "_float8_transpose", bytes / 2, bytes / 2, host));
 }
 
 // Builds a block's forward list, recording which ops the selective policy keeps (not run again).
@@ -142,10 +171,22 @@ std::vector<Op> torchtitan_layer_forward(const ModelSpec& m, const LayerConfig& 
   Block b;
   // The matrix multiplies in forward order, numbered from 1: the policy keeps the odd ones' outputs.
   auto mm = [&](const char* name, double n, double k, double saved, int index) {
-    b.push(gemm(name, x.T, n, k, hf, saved), index % 2 == 1);
+    Op op = gemm(name, x.T, n, k, hf, saved);
+    op.fp8 = o.float8;
+    b.push(op, index % 2 == 1);
+  };
+  // Float8: a GEMM input's e4m3 copy, which the backward keeps in place of the bf16 input.
+  const double f8 = o.float8 ? 1.0 : 0.0;
+  auto cast = [&](const char* name, double bytes) {
+    if (!o.float8) return;
+    float8_cast_input(b.ops, name, bytes, hf);
+    b.ops.back().saved_bytes = to_bytes(bytes / 2);
+    b.kept.resize(b.ops.size(), false);
   };
   if (o.compile) {
-    b.push(kernel("attention_norm", a + w, a + row, hf, 2 * a + row));  // keeps x, its output, rstd
+    // Keeps x, rstd and its output (under Float8 the output's fp8 copy instead).
+    b.push(kernel("attention_norm", a + w, a + row, hf, (2 - f8) * a + row));
+    cast("qkv_input", a);
     mm("wq", x.q, x.h, 0, 1);
     mm("wk", x.kv, x.h, 0, 2);
     mm("wv", x.kv, x.h, 0, 3);
@@ -153,11 +194,14 @@ std::vector<Op> torchtitan_layer_forward(const ModelSpec& m, const LayerConfig& 
     b.push(kernel("rope_k_repeat_kv", K + freqs, Q, hf));
     b.push(kernel("repeat_kv_v", K, Q, hf));
     b.push(attention(x, c, false, hf), true);
+    cast("wo_input", Q);
     mm("wo", x.h, x.q, 0, 4);
-    b.push(kernel("attention_residual_add_ffn_norm", 2 * a + w, 2 * a + row, hf, 2 * a + row));
-    mm("w1", x.f, x.h, F, 5);  // its output (silu's input)
-    mm("w3", x.f, x.h, F, 6);  // its output (the product's other input)
-    b.push(kernel("silu_mul", 2 * F, F, hf, F));  // w2's input
+    b.push(kernel("attention_residual_add_ffn_norm", 2 * a + w, 2 * a + row, hf, (2 - f8) * a + row));
+    cast("w1_w3_input", a);
+    mm("w1", x.f, x.h, F, 5);                                // its output (silu's input)
+    mm("w3", x.f, x.h, F, 6);                                // its output (the product's other input)
+    b.push(kernel("silu_mul", 2 * F, F, hf, (1 - f8) * F));  // w2's input
+    cast("w2_input", F);
     mm("w2", x.h, x.f, 0, 7);
     b.push(kernel("ffn_residual_add", 2 * a, a, hf));
   } else {
@@ -178,13 +222,13 @@ std::vector<Op> torchtitan_layer_forward(const ModelSpec& m, const LayerConfig& 
     b.kept.resize(b.ops.size(), false);
     mm("w1", x.f, x.h, a, 5);
     mm("w3", x.f, x.h, 0, 6);
-    b.push(kernel("silu", F, F, hf, F));          // keeps its input, w1's output
+    b.push(kernel("silu", F, F, hf, F));              // keeps its input, w1's output
     b.push(kernel("silu_mul", 2 * F, F, hf, 2 * F));  // keeps silu's output and w3's
-    mm("w2", x.h, x.f, F, 7);                      // keeps the product
+    mm("w2", x.h, x.f, F, 7);                         // keeps the product
     b.push(kernel("ffn_residual_add", 2 * a, a, hf));
   }
   std::vector<Op> ops;
-  ops.push_back(copy_out("fsdp_copy_out", x.params, hf));
+  ops.push_back(copy_out("fsdp_copy_out", gathered_bytes(x, o), hf));
   if (o.sac) {
     // What autograd saves is dropped and saved again by the recompute; what the policy keeps is held
     // by the last op: the block's input and the kept outputs (wq, wv, w1, w2, the attention's
@@ -206,11 +250,17 @@ std::vector<Op> torchtitan_layer_backward(const ModelSpec& m, const LayerConfig&
   const double a = act(x), Q = x.T * x.q * kBf16, K = x.T * x.kv * kBf16, F = x.T * x.f * kBf16;
   const double row = x.T * kFp32, w = x.h * kBf16, freqs = x.s * x.hd / 2 * 8;
   std::vector<Op> ops;
-  ops.push_back(copy_out("fsdp_copy_out", x.params, hb));
+  ops.push_back(copy_out("fsdp_copy_out", gathered_bytes(x, o), hb));
   auto linear = [&](const std::string& name, double n, double k) {
+    if (o.float8) float8_cast_grad(ops, name, x.T * n * kBf16, n * k, hb);
     ops.push_back(gemm(name + "_dgrad", x.T, k, n, hb));
     ops.push_back(gemm(name + "_wgrad", n, k, x.T, hb));
+    ops.back().fp8 = ops[ops.size() - 2].fp8 = o.float8;
   };
+  auto input_transpose = [&](const char* name, double bytes) {
+    if (o.float8) float8_input_transpose(ops, name, bytes, hb);
+  };
+  input_transpose("w2_input", F);
   linear("w2", x.h, x.f);
   if (o.compile) {
     ops.push_back(kernel("silu_mul_backward", 3 * F, 2 * F, hb));
@@ -218,6 +268,7 @@ std::vector<Op> torchtitan_layer_backward(const ModelSpec& m, const LayerConfig&
     ops.push_back(kernel("silu_mul_backward", 4 * F, 2 * F, hb, 0, 2));
     ops.push_back(kernel("silu_backward", 2 * F, F, hb));
   }
+  input_transpose("w1_w3_input", a);
   linear("w3", x.f, x.h);
   linear("w1", x.f, x.h);
   if (o.compile) {
@@ -227,6 +278,7 @@ std::vector<Op> torchtitan_layer_backward(const ModelSpec& m, const LayerConfig&
     ops.push_back(kernel("ffn_norm_input_grad_sum", 2 * a, a, hb));
     rmsnorm_backward(ops, "ffn_norm", x, hb, 2);
   }
+  input_transpose("wo_input", Q);
   linear("wo", x.h, x.q);
   ops.push_back(attention(x, c, true, hb));
   if (o.compile) {
@@ -239,6 +291,7 @@ std::vector<Op> torchtitan_layer_backward(const ModelSpec& m, const LayerConfig&
     rope_backward(ops, "rope_q", x, x.q, hb);
     rope_backward(ops, "rope_k", x, x.kv, hb);
   }
+  input_transpose("qkv_input", a);
   linear("wv", x.kv, x.h);
   linear("wk", x.kv, x.h);
   linear("wq", x.q, x.h);
@@ -295,7 +348,12 @@ std::vector<Op> torchtitan_head_backward(const ModelSpec& m, const LayerConfig& 
   return ops;
 }
 
-Op torchtitan_optimizer_step(const ModelSpec& m, std::int64_t dp, const EagerHost& host) {
+std::int64_t torchtitan_block_linear_params(const ModelSpec& m) {
+  const std::int64_t h = m.hidden, q = m.heads * m.head_dim, kv = m.kv_heads * m.head_dim;
+  return h * (q + 2 * kv) + q * h + 3 * m.ffn_hidden * h;
+}
+
+Op torchtitan_optimizer_step(const ModelSpec& m, std::int64_t dp, const EagerHost& host, bool float8) {
   TRAINSIM_ASSERT(dp >= 1);
   const std::int64_t h = m.hidden, q = m.heads * m.head_dim, kv = m.kv_heads * m.head_dim, f = m.ffn_hidden;
   // model.parameters(): tok_embeddings, each block's wq, wk, wv, wo, w1, w2, w3 and two norms, norm,
@@ -317,7 +375,11 @@ Op torchtitan_optimizer_step(const ModelSpec& m, std::int64_t dp, const EagerHos
   const std::int64_t launches = 2 * multi_tensor_apply_launches(shards, 1) + multi_tensor_apply_launches(counters, 1) +
                                 multi_tensor_apply_launches(shards, 4);
   const double steps = static_cast<double>(shards.size()) * kFp32;
-  const double read = params * (kFp32 + kFp32 + 4 * kFp32) + 2 * steps;
+  // Float8 with FSDP float8 all-gather: precompute_float8_dynamic_scale_for_fsdp reads the blocks'
+  // linear weights once more (their amaxes; the all-reduce of the scales taken as latency only).
+  const double linear_shard =
+      float8 ? static_cast<double>(m.layers * torchtitan_block_linear_params(m)) / static_cast<double>(dp) : 0;
+  const double read = params * (kFp32 + kFp32 + 4 * kFp32) + 2 * steps + linear_shard * kFp32;
   const double write = params * (kFp32 + 3 * kFp32) + steps;
   Op op = kernel("clip_grad_norm_adamw_step", read, write, host.forward_s, 0, static_cast<std::int32_t>(launches));
   op.host_s += eager::kAdamInitPerTensor_s * static_cast<double>(shards.size());

@@ -26,6 +26,18 @@
 // reduce-scatter's copy-in run on FSDP2's communication streams and are not modelled, nor is the
 // CPU time of FSDP2's hooks.
 //
+// Float8 (torchao's Float8Linear with tensorwise dynamic scaling, compiled, as torchtitan's float8
+// converter swaps it into every linear of the blocks; the output layer stays bf16): each GEMM runs on
+// FP8 operands at the FP8 rate (torch._scaled_mm, bf16 output). [A] Inductor's casts: for each
+// distinct GEMM input in the forward an amax reduction (reads it) and a scale-and-cast kernel (reads
+// it, writes its e4m3 copy, which the backward keeps in place of the bf16 input); in the backward
+// for each GEMM's output gradient an amax and a cast writing the e5m2 copy in both layouts the two
+// GEMMs read, and a transposed copy of each fp8 input for the weight gradient and of each fp8
+// weight for the input gradient. With FSDP float8 all-gather (torchtitan's
+// enable_fsdp_float8_all_gather and precompute_float8_dynamic_scale_for_fsdp) the blocks' linear
+// weights are gathered and copied out in fp8, one byte each, and the optimizer step ends with one
+// pass over the fp32 shard for their scales.
+//
 // Activation checkpointing (the step builder's `recompute`): full recomputes each block from its
 // input; selective is torchtitan's op-level policy (`_save_list`): the outputs of every other
 // matrix multiply (the first, third, ... of a block in forward order: wq, wv, w1, w2) and of the
@@ -46,6 +58,7 @@ struct TorchtitanOptions {
   bool compile = false;  // torch.compile'd blocks
   bool sac = false;      // torchtitan's selective (op) activation checkpointing
   EagerHost host;        // CPU time per kernel issued
+  bool float8 = false;   // torchao Float8 linears (needs compile)
 };
 
 std::vector<Op> torchtitan_layer_forward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o);
@@ -61,7 +74,11 @@ std::vector<Op> torchtitan_head_backward(const ModelSpec& m, const LayerConfig& 
 // scale), then AdamW (torchtitan's default fused implementation: reads param, gradient and both
 // moments, writes param and moments, fp32). torchtitan's zero_grad sets the gradients to None: no
 // kernel.
-Op torchtitan_optimizer_step(const ModelSpec& m, std::int64_t dp, const EagerHost& host);
+Op torchtitan_optimizer_step(const ModelSpec& m, std::int64_t dp, const EagerHost& host, bool float8 = false);
+
+// Parameters of one transformer block that FSDP2 gathers: its linears' (in fp8 under Float8 with
+// FSDP float8 all-gather) and its two norms' (bf16).
+std::int64_t torchtitan_block_linear_params(const ModelSpec& m);
 
 // Bytes per parameter held from step to step, on the rank's 1/dp shard: fp32 master weights (FSDP2's
 // sharded parameters), fp32 gradients (the reduce-scatter's output in the parameters' dtype) and

@@ -134,7 +134,11 @@ TEST_CASE("torchtitan refuses what its model does not cover, on the key's path",
   CHECK(error(titan({{"global_batch", 8}}, {{"cp", 2}})) ==
         "eager.json: parallel.cp: torchtitan with context parallelism is not supported yet");
   CHECK(error(titan({{"precision", "fp8"}})) ==
-        "eager.json: training.precision: torchtitan runs bf16 here (its Float8 training is not supported yet)");
+        "eager.json: training.precision: torchtitan Float8 without torch_compile is not supported yet");
+  CHECK(error(titan({{"precision", "fp16"}})) ==
+        "eager.json: training.precision: torchtitan runs bf16, or fp8 as torchao's Float8");
+  CHECK(parse(titan({{"precision", "fp8"}, {"torch_compile", true}})).training.precision ==
+        trainsim::config::Precision::fp8);
   CHECK(error(titan({{"attention", "softmax"}})) ==
         "eager.json: training.attention: torchtitan needs fused attention (scaled_dot_product_attention: attention "
         "flash or flash2)");

@@ -126,7 +126,8 @@ TEST_CASE("torchtitan block: what the forward saves, without checkpointing and u
     }
     for (const char* name : {"wk", "wo", "w3"}) CHECK(find(sac, name).rerun == kRecomputeTorchtitanOp);
     CHECK(find(sac, "fsdp_copy_out").rerun == 0);
-    CHECK(saved(sac) - kept.saved_bytes == saved(torchtitan_layer_forward(tiny_llama3(), config(), options(compile, false))));
+    CHECK(saved(sac) - kept.saved_bytes ==
+          saved(torchtitan_layer_forward(tiny_llama3(), config(), options(compile, false))));
   }
 }
 
@@ -140,4 +141,39 @@ TEST_CASE("torchtitan optimizer step: clip_grad_norm_ and fused AdamW over the f
   // counter (fp32) is read twice and written once.
   CHECK(step.bytes == Approx(shard * 40 + tensors * 4 * 3));
   CHECK(step.host_s > 8e-6 * step.kernels);
+}
+
+TEST_CASE("torchtitan Float8: FP8 GEMMs in the blocks, the casts around them, fp8 weights gathered") {
+  TorchtitanOptions o = options(true, false);
+  o.float8 = true;
+  const auto fwd = torchtitan_layer_forward(tiny_llama3(), config(), o);
+  const auto bwd = torchtitan_layer_backward(tiny_llama3(), config(), o);
+  for (const auto* list : {&fwd, &bwd})
+    for (const Op& op : *list)
+      if (op.kind == OpKind::gemm) CHECK(op.fp8);
+  const double A = 2 * T * h, Q = 2 * T * q, F = 2 * T * f;
+  // Four distinct GEMM inputs (the QKV input, wo's, w1/w3's, w2's), each an amax (reads it) and a
+  // cast (reads it, writes the e4m3 copy the backward keeps).
+  double cast_bytes = 0, kept = 0;
+  int casts = 0;
+  for (const Op& op : fwd)
+    if (op.name.find("_amax") != std::string::npos || op.name.find("_to_float8") != std::string::npos) {
+      cast_bytes += op.bytes;
+      kept += static_cast<double>(op.saved_bytes);
+      ++casts;
+    }
+  CHECK(casts == 8);
+  CHECK(cast_bytes == Approx(2.5 * (A + Q + A + F)));
+  CHECK(kept == Approx((A + Q + A + F) / 2));
+  // Without Float8 the compiled block saves the norms' bf16 outputs and w2's bf16 input instead.
+  CHECK(saved(torchtitan_layer_forward(tiny_llama3(), config(), options(true, false))) - saved(fwd) ==
+        static_cast<std::int64_t>(2 * A + F - kept));
+  // The blocks' linears are gathered and copied out in fp8, the norms in bf16.
+  const double linear = h * (q + 2 * kv) + q * h + 3 * f * h;
+  CHECK(find(fwd, "fsdp_copy_out").bytes == Approx(2 * (linear + 2 * 2 * h)));
+  CHECK(static_cast<double>(torchtitan_block_linear_params(tiny_llama3())) == linear);
+  // Backward: per linear its gradient's amax and e5m2 cast (both layouts), its fp8 weight transposed.
+  const Op& go = find(bwd, "w2_grad_to_float8");
+  CHECK(go.bytes == Approx(2 * 2 * T * h));
+  CHECK(find(bwd, "w2_weight_float8_transpose").bytes == Approx(2 * h * f));
 }
