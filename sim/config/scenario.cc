@@ -727,7 +727,10 @@ void check_torchtitan(const util::JsonNode& root, Scenario& s) {
          "needs fused attention (scaled_dot_product_attention: attention flash or flash2)");
   refuse(p.tp > 1, util::join_path(parallel_path, "tp"), "with tensor parallelism is not supported yet");
   refuse(p.pp > 1, util::join_path(parallel_path, "pp"), "with pipeline parallelism is not supported yet");
-  refuse(p.cp > 1, util::join_path(parallel_path, "cp"), "with context parallelism is not supported yet");
+  // PyTorch's context_parallel rotates K and V by all-gather (torchtitan's default rotate method,
+  // cp_comm_type allgather) or around a ring (its "alltoall", cp_comm_type p2p).
+  refuse(p.cp > 1 && p.cp_comm == ParallelSpec::CpComm::a2a, util::join_path(parallel_path, "cp_comm_type"),
+         "context parallelism rotates by allgather or around the ring (p2p), not a2a");
   refuse(p.zero != 3, util::join_path(parallel_path, "zero"),
          fmt::format("shards with FSDP2: needs zero 3, got {}", p.zero));
   refuse(t.recompute == Recompute::selective && t.recompute_modules != workload::kRecomputeCoreAttn,

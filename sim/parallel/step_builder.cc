@@ -1770,6 +1770,7 @@ StepWorkload step_workload(const config::Scenario& sc, const hardware::ComputeMo
     ops.emb_bwd = workload::torchtitan_embedding_backward(sc.model, lc, o);
     ops.head_fwd = workload::torchtitan_head_forward(sc.model, lc, o);
     ops.head_bwd = workload::torchtitan_head_backward(sc.model, lc, o);
+    if (par.cp > 1) ops.ring_kv_bytes = workload::torchtitan_cp_kv_bytes(sc.model, lc);
   }
   // Each op's time, once: the stages emit the same lists for every micro-batch and layer.
   auto memoize = [&compute](std::vector<Op>& list) {

@@ -61,28 +61,28 @@ inline Op gemm(std::string name, double m, double n, double k, double host, doub
   return op;
 }
 
-// scaled_dot_product_attention's fused kernel, causal, over `heads` heads of `hd` for b sequences of
-// s tokens; q_bytes and kv_bytes the bf16 query (and output) and key (and value) tensors it reads.
-// FlashAttention's count, as ops.cc: 4·b·s²·heads·hd forward, halved by the causal mask; backward
-// 2.5x. The forward reads Q, K, V and writes O and the fp32 logsumexp; the backward (FlashAttention-2:
-// dot(dO, O), the main kernel accumulating dQ in fp32, dQ converted to bf16) reads Q, K, V, O, dO,
-// writes dQ, dK, dV and the fp32 dQ accumulator, which it reads back. Saves nothing: the caller says
-// what its autograd keeps.
-inline Op sdpa(double b, double s, double heads, double hd, double q_bytes, double kv_bytes, AttentionImpl impl,
-               bool backward, double host) {
+// scaled_dot_product_attention's fused kernel, causal, over `heads` heads of `hd` for b sequences; q_bytes and kv_bytes
+// the bf16 query (and output) and key (and value) tensors it reads. FlashAttention's count, as ops.cc: 4·b·s²·heads·hd
+// forward, halved by the causal mask; backward 2.5x. The forward reads Q, K, V and writes O and the fp32 logsumexp; the
+// backward (FlashAttention-2: dot(dO, O), the main kernel accumulating dQ in fp32, dQ converted to bf16) reads Q, K, V,
+// O, dO, writes dQ, dK, dV and the fp32 dQ accumulator, which it reads back. Saves nothing: the caller says what its
+// autograd keeps. With context parallelism the rank's s_q = s/cp queries (load-balanced chunks) meet all s_kv = s keys:
+// half of them on average, causal.
+inline Op sdpa(double b, double s_q, double s_kv, double heads, double hd, double q_bytes, double kv_bytes,
+               AttentionImpl impl, bool backward, double host) {
   Op op;
   op.kind = OpKind::attention;
   op.name = backward ? "sdpa_backward" : "sdpa";
   op.attention = {static_cast<std::int64_t>(b * heads),
-                  static_cast<std::int64_t>(s),
-                  static_cast<std::int64_t>(s),
+                  static_cast<std::int64_t>(s_q),
+                  static_cast<std::int64_t>(s_kv),
                   static_cast<std::int64_t>(hd),
                   true,
                   backward,
                   impl};
-  const double fwd = 4 * b * s * s * heads * hd * 0.5;
+  const double fwd = 4 * b * s_q * s_kv * heads * hd * 0.5;
   op.flops = backward ? 2.5 * fwd : fwd;
-  const double lse = kFp32 * b * heads * s, acc = 2 * q_bytes;
+  const double lse = kFp32 * b * heads * s_q, acc = 2 * q_bytes;
   op.bytes = backward ? 4 * q_bytes + 4 * kv_bytes + 2 * acc + 2 * lse : 2 * q_bytes + 2 * kv_bytes + lse;
   op.kernels = backward ? 3 : 1;
   op.host_s = host * op.kernels;

@@ -126,7 +126,7 @@ void rope_backward(std::vector<Op>& ops, const std::string& p, const Dims& x, do
 
 Op attention(const Dims& x, const LayerConfig& c, bool backward, double host) {
   const double qo = x.T * x.q * kBf16, kv = x.T * x.kv * kBf16, lse = kFp32 * x.b * x.n * x.s;
-  Op op = eager::sdpa(x.b, x.s, x.n, x.hd, qo, kv, c.attention, backward, host);
+  Op op = eager::sdpa(x.b, x.s, x.s, x.n, x.hd, qo, kv, c.attention, backward, host);
   // Saved: rotated q and k, v (a view keeping the whole qkv output), the output and the logsumexp.
   if (!backward) op.saved_bytes = to_bytes(2 * qo + kv + x.T * x.W * kBf16 + lse);
   return op;

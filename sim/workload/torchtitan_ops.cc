@@ -27,20 +27,22 @@ using eager::kInt64;
 using eager::to_bytes;
 
 struct Dims {
-  double b, s, T;      // micro-batch, sequence, tokens
+  double b, s, sl, T;  // micro-batch, sequence, the rank's s/cp of it, its tokens b·s/cp
   double h, n, hd;     // hidden, heads, head dim
   double q, kv, f, V;  // query width, key/value width, FFN hidden, vocabulary
   double params;       // one block's parameters
 };
 
 Dims dims(const ModelSpec& m, const LayerConfig& c) {
-  TRAINSIM_ASSERT(c.tp == 1 && c.cp == 1 && !c.sequence_parallel);  // Float8 comes in TorchtitanOptions
+  TRAINSIM_ASSERT(c.tp == 1 && !c.sequence_parallel);  // Float8 comes in TorchtitanOptions
+  TRAINSIM_ASSERT(c.cp >= 1 && c.seq_len % c.cp == 0);
   TRAINSIM_ASSERT(m.mlp == MlpKind::swiglu && m.dropout == 0 && c.dtype_bytes == 2);
   TRAINSIM_ASSERT(m.head_dim % 2 == 0 && m.heads % m.kv_heads == 0);
   Dims x{};
   x.b = static_cast<double>(c.micro_batch);
   x.s = static_cast<double>(c.seq_len);
-  x.T = x.b * x.s;
+  x.sl = x.s / static_cast<double>(c.cp);
+  x.T = x.b * x.sl;
   x.h = static_cast<double>(m.hidden);
   x.n = static_cast<double>(m.heads);
   x.hd = static_cast<double>(m.head_dim);
@@ -56,7 +58,7 @@ double act(const Dims& x) {
   return x.T * x.h * kBf16;
 }
 double lse(const Dims& x) {
-  return kFp32 * x.b * x.n * x.s;
+  return kFp32 * x.b * x.n * x.sl;
 }
 
 // RMSNorm in fp32 (torchtitan's norms.py): x.float(), pow, mean, + eps, rsqrt, * rsqrt, .type_as(x),
@@ -93,24 +95,27 @@ void rmsnorm_backward(std::vector<Op>& ops, const std::string& p, const Dims& x,
 // The rotary embedding of a [T, width] projection: .float(), the complex product with the
 // frequencies (complex64 [s, head_dim / 2]), .type_as(); nothing saved (the frequencies are a buffer).
 void rope_forward(std::vector<Op>& ops, const std::string& p, const Dims& x, double width, double host) {
-  const double t = x.T * width * kBf16, freqs = x.s * x.hd / 2 * 8;
+  const double t = x.T * width * kBf16, freqs = x.sl * x.hd / 2 * 8;
   ops.push_back(kernel(p + "_to_fp32", t, 2 * t, host));
   ops.push_back(kernel(p + "_complex_mul", 2 * t + freqs, 2 * t, host));
   ops.push_back(kernel(p + "_to_bf16", 2 * t, t, host));
 }
 
 void rope_backward(std::vector<Op>& ops, const std::string& p, const Dims& x, double width, double host) {
-  const double t = x.T * width * kBf16, freqs = x.s * x.hd / 2 * 8;
+  const double t = x.T * width * kBf16, freqs = x.sl * x.hd / 2 * 8;
   ops.push_back(kernel(p + "_to_bf16_backward", t, 2 * t, host));
   ops.push_back(kernel(p + "_complex_mul_backward", 2 * t + freqs, 2 * t, host));
   ops.push_back(kernel(p + "_to_fp32_backward", 2 * t, t, host));
 }
 
 // scaled_dot_product_attention's fused kernel over the full query heads (the keys and values
-// repeated), causal.
+// repeated), causal; with context parallelism the rank's s/cp load-balanced queries against all s
+// keys.
 Op attention(const Dims& x, const LayerConfig& c, bool backward, double host) {
   const double qo = x.T * x.q * kBf16;
-  Op op = eager::sdpa(x.b, x.s, x.n, x.hd, qo, qo, c.attention, backward, host);
+  // Context parallelism: the rank's queries against the whole sequence's keys and values (the step
+  // builder gathers them, or passes them around the ring).
+  Op op = eager::sdpa(x.b, x.sl, x.s, x.n, x.hd, qo, qo * x.s / x.sl, c.attention, backward, host);
   if (!backward) op.saved_bytes = to_bytes(4 * qo + lse(x));  // rotated q, repeated k and v, output, lse
   return op;
 }
@@ -167,7 +172,7 @@ std::vector<Op> torchtitan_layer_forward(const ModelSpec& m, const LayerConfig& 
   const Dims x = dims(m, c);
   const double hf = o.host.forward_s;
   const double a = act(x), Q = x.T * x.q * kBf16, K = x.T * x.kv * kBf16, F = x.T * x.f * kBf16;
-  const double row = x.T * kFp32, w = x.h * kBf16, freqs = x.s * x.hd / 2 * 8;
+  const double row = x.T * kFp32, w = x.h * kBf16, freqs = x.sl * x.hd / 2 * 8;
   Block b;
   // The matrix multiplies in forward order, numbered from 1: the policy keeps the odd ones' outputs.
   auto mm = [&](const char* name, double n, double k, double saved, int index) {
@@ -248,7 +253,7 @@ std::vector<Op> torchtitan_layer_backward(const ModelSpec& m, const LayerConfig&
   const Dims x = dims(m, c);
   const double hb = o.host.backward_s;
   const double a = act(x), Q = x.T * x.q * kBf16, K = x.T * x.kv * kBf16, F = x.T * x.f * kBf16;
-  const double row = x.T * kFp32, w = x.h * kBf16, freqs = x.s * x.hd / 2 * 8;
+  const double row = x.T * kFp32, w = x.h * kBf16, freqs = x.sl * x.hd / 2 * 8;
   std::vector<Op> ops;
   ops.push_back(copy_out("fsdp_copy_out", gathered_bytes(x, o), hb));
   auto linear = [&](const std::string& name, double n, double k) {
@@ -346,6 +351,11 @@ std::vector<Op> torchtitan_head_backward(const ModelSpec& m, const LayerConfig& 
   ops.push_back(gemm("output_wgrad", x.V, x.h, x.T, hb, 0, l16 + x.V * x.h * kBf16));
   rmsnorm_backward(ops, "final_norm", x, hb, 1);
   return ops;
+}
+
+std::int64_t torchtitan_cp_kv_bytes(const ModelSpec& m, const LayerConfig& c) {
+  const Dims x = dims(m, c);
+  return to_bytes(2 * x.T * x.q * kBf16);
 }
 
 std::int64_t torchtitan_block_linear_params(const ModelSpec& m) {

@@ -76,6 +76,12 @@ std::vector<Op> torchtitan_head_backward(const ModelSpec& m, const LayerConfig& 
 // kernel.
 Op torchtitan_optimizer_step(const ModelSpec& m, std::int64_t dp, const EagerHost& host, bool float8 = false);
 
+// Context parallelism (PyTorch's context_parallel, which torchtitan applies to
+// scaled_dot_product_attention): the bytes of the keys and values one rank holds, repeated to the
+// query heads as the attention receives them, which its allgather rotation gathers (and its
+// all-to-all ring passes on).
+std::int64_t torchtitan_cp_kv_bytes(const ModelSpec& m, const LayerConfig& c);
+
 // Parameters of one transformer block that FSDP2 gathers: its linears' (in fp8 under Float8 with
 // FSDP float8 all-gather) and its two norms' (bf16).
 std::int64_t torchtitan_block_linear_params(const ModelSpec& m);

@@ -131,8 +131,10 @@ TEST_CASE("torchtitan refuses what its model does not cover, on the key's path",
         "eager.json: parallel.tp: torchtitan with tensor parallelism is not supported yet");
   CHECK(error(titan({{"global_batch", 8}}, {{"pp", 2}})) ==
         "eager.json: parallel.pp: torchtitan with pipeline parallelism is not supported yet");
-  CHECK(error(titan({{"global_batch", 8}}, {{"cp", 2}})) ==
-        "eager.json: parallel.cp: torchtitan with context parallelism is not supported yet");
+  CHECK(error(titan({{"global_batch", 8}}, {{"cp", 2}, {"cp_comm_type", "a2a"}})) ==
+        "eager.json: parallel.cp_comm_type: torchtitan context parallelism rotates by allgather or around the ring "
+        "(p2p), not a2a");
+  CHECK(parse(titan({{"global_batch", 8}}, {{"cp", 2}, {"cp_comm_type", "allgather"}})).parallel.cp == 2);
   CHECK(error(titan({{"precision", "fp8"}})) ==
         "eager.json: training.precision: torchtitan Float8 without torch_compile is not supported yet");
   CHECK(error(titan({{"precision", "fp16"}})) ==

@@ -177,3 +177,18 @@ TEST_CASE("torchtitan Float8: FP8 GEMMs in the blocks, the casts around them, fp
   CHECK(go.bytes == Approx(2 * 2 * T * h));
   CHECK(find(bwd, "w2_weight_float8_transpose").bytes == Approx(2 * h * f));
 }
+
+TEST_CASE("torchtitan with context parallelism: the rank's s/cp queries against all s keys") {
+  LayerConfig c = config();
+  c.cp = 4;
+  const auto fwd = torchtitan_layer_forward(tiny_llama3(), c, options(false, false));
+  const Op& attn = find(fwd, "sdpa");
+  CHECK(attn.attention.seq_q == 256);
+  CHECK(attn.attention.seq_kv == 1024);
+  // 1/cp of the whole sequence's causal work: 4·b·(s/cp)·s·heads·hd / 2.
+  CHECK(attn.flops == Approx(4.0 * 2 * 256 * 1024 * 8 * 128 / 2));
+  // The GEMMs run on the rank's b·s/cp tokens.
+  CHECK(find(fwd, "wq").gemm.m == 2 * 256);
+  // The K and V one rank holds, repeated to the 8 query heads: 2 · 512 tokens · 1024 · 2 bytes.
+  CHECK(torchtitan_cp_kv_bytes(tiny_llama3(), c) == 2 * 512 * 1024 * 2);
+}
