@@ -725,7 +725,13 @@ void check_torchtitan(const util::JsonNode& root, Scenario& s) {
   refuse(t.attention != workload::AttentionImpl::flash && t.attention != workload::AttentionImpl::flash2,
          util::join_path(training_path, "attention"),
          "needs fused attention (scaled_dot_product_attention: attention flash or flash2)");
-  refuse(p.tp > 1, util::join_path(parallel_path, "tp"), "with tensor parallelism is not supported yet");
+  // Tensor parallelism as torchtitan's Llama plan applies it: sequence-parallel norms, column- and
+  // row-parallel linears, a vocabulary-parallel embedding and output layer; async TP (PyTorch's
+  // micro-pipelined collective matmuls) needs torch.compile.
+  refuse(p.tp > 1 && !p.sequence_parallel, util::join_path(parallel_path, "sequence_parallel"),
+         "tensor parallelism is sequence-parallel: needs sequence_parallel true");
+  refuse(p.tp_comm_overlap && !t.torch_compile, util::join_path(parallel_path, "tp_comm_overlap"),
+         "async tensor parallelism needs torch_compile");
   refuse(p.pp > 1, util::join_path(parallel_path, "pp"), "with pipeline parallelism is not supported yet");
   // PyTorch's context_parallel rotates K and V by all-gather (torchtitan's default rotate method,
   // cp_comm_type allgather) or around a ring (its "alltoall", cp_comm_type p2p).

@@ -1261,7 +1261,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     const std::int64_t bytes = chunks[static_cast<std::size_t>(c)].unit_params[u] * kWeightBytes;
     const std::size_t first_layer = has_head(c) ? 1 : 0;
     const bool layer = u >= first_layer && u < first_layer + static_cast<std::size_t>(chunk_layers(c));
-    return fp8_gather && layer ? bytes - workload::torchtitan_block_linear_params(sc.model) : bytes;
+    return fp8_gather && layer ? bytes - workload::torchtitan_block_linear_params(sc.model, par.tp) : bytes;
   };
   auto gather = [&](std::int64_t c, std::size_t u) {
     if (!pass_gathers[u]) {
@@ -1581,7 +1581,8 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   if (eager)
     w.emit({workload::eager_adamw_step(sc.model, host)}, "optimizer", Saves::none);
   else if (titan)
-    w.emit({workload::torchtitan_optimizer_step(sc.model, dp, host, sc.training.precision == config::Precision::fp8)},
+    w.emit({workload::torchtitan_optimizer_step(sc.model, dp, par.tp, host,
+                                                sc.training.precision == config::Precision::fp8)},
            "optimizer", Saves::none);
   else
     w.compute_task("optimizer adam_step", compute.time_s(step), kOptimizerKernels);

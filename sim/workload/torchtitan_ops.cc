@@ -28,43 +28,67 @@ using eager::to_bytes;
 
 struct Dims {
   double b, s, sl, T;  // micro-batch, sequence, the rank's s/cp of it, its tokens b·s/cp
-  double h, n, hd;     // hidden, heads, head dim
-  double q, kv, f, V;  // query width, key/value width, FFN hidden, vocabulary
-  double params;       // one block's parameters
+  double tp, Ts;       // tensor parallelism; the tokens a rank holds between the blocks' GEMMs, T/tp
+  double h, n, hd;     // hidden, the rank's heads (heads/tp), head dim
+  double q, kv, f;     // the rank's query, key/value and FFN widths (their 1/tp)
+  double V, Vr;        // vocabulary, the rank's share of it
+  double params;       // the rank's parameters of one block (linears 1/tp, the norms whole)
 };
 
 Dims dims(const ModelSpec& m, const LayerConfig& c) {
-  TRAINSIM_ASSERT(c.tp == 1 && !c.sequence_parallel);  // Float8 comes in TorchtitanOptions
+  TRAINSIM_ASSERT(c.tp == 1 || c.sequence_parallel);  // Float8 comes in TorchtitanOptions
   TRAINSIM_ASSERT(c.cp >= 1 && c.seq_len % c.cp == 0);
   TRAINSIM_ASSERT(m.mlp == MlpKind::swiglu && m.dropout == 0 && c.dtype_bytes == 2);
-  TRAINSIM_ASSERT(m.head_dim % 2 == 0 && m.heads % m.kv_heads == 0);
+  TRAINSIM_ASSERT(m.head_dim % 2 == 0 && m.heads % m.kv_heads == 0 && m.kv_heads % c.tp == 0);
   Dims x{};
   x.b = static_cast<double>(c.micro_batch);
   x.s = static_cast<double>(c.seq_len);
   x.sl = x.s / static_cast<double>(c.cp);
   x.T = x.b * x.sl;
+  x.tp = static_cast<double>(c.tp);
+  x.Ts = x.T / x.tp;
   x.h = static_cast<double>(m.hidden);
-  x.n = static_cast<double>(m.heads);
+  x.n = static_cast<double>(m.heads) / x.tp;
   x.hd = static_cast<double>(m.head_dim);
   x.q = x.n * x.hd;
-  x.kv = static_cast<double>(m.kv_heads) * x.hd;
-  x.f = static_cast<double>(m.ffn_hidden);
+  x.kv = static_cast<double>(m.kv_heads) / x.tp * x.hd;
+  x.f = static_cast<double>(m.ffn_hidden) / x.tp;
   x.V = static_cast<double>(m.vocab);
+  x.Vr = x.V / x.tp;
   x.params = x.h * (x.q + 2 * x.kv) + x.q * x.h + 3 * x.f * x.h + 2 * x.h;
   return x;
 }
 
+// A [Ts, h] activation in bf16: the residual stream and the norms, sharded over the sequence under
+// tensor parallelism.
 double act(const Dims& x) {
+  return x.Ts * x.h * kBf16;
+}
+// A whole [T, h] activation in bf16: a GEMM's gathered input, a row-parallel GEMM's partial output.
+double full(const Dims& x) {
   return x.T * x.h * kBf16;
 }
 double lse(const Dims& x) {
   return kFp32 * x.b * x.n * x.sl;
 }
 
+// A collective over the tensor-parallel group, `bytes` the whole tensor's (ops.h's convention).
+Op tp_comm(std::string name, Comm what, double bytes, double host) {
+  Op op;
+  op.name = std::move(name);
+  op.kind = OpKind::tp_comm;
+  op.comm = what;
+  op.group = CommGroup::tp;
+  op.comm_bytes = to_bytes(bytes);
+  op.kernels = 1;
+  op.host_s = host;
+  return op;
+}
+
 // RMSNorm in fp32 (torchtitan's norms.py): x.float(), pow, mean, + eps, rsqrt, * rsqrt, .type_as(x),
 // * weight. Saves the fp32 input, rsqrt's result and the bf16 normalised input.
 void rmsnorm_forward(std::vector<Op>& ops, const std::string& p, const Dims& x, double host) {
-  const double a = act(x), a32 = 2 * a, row = x.T * kFp32, w = x.h * kBf16;
+  const double a = act(x), a32 = 2 * a, row = x.Ts * kFp32, w = x.h * kBf16;
   ops.push_back(kernel(p + "_to_fp32", a, a32, host, a32));
   ops.push_back(kernel(p + "_pow", a32, a32, host));
   ops.push_back(kernel(p + "_mean", a32, row, host));
@@ -77,7 +101,7 @@ void rmsnorm_forward(std::vector<Op>& ops, const std::string& p, const Dims& x, 
 
 // Its backward, and the gradient of its input summed with the input's other uses (`uses` - 1 adds).
 void rmsnorm_backward(std::vector<Op>& ops, const std::string& p, const Dims& x, double host, int uses) {
-  const double a = act(x), a32 = 2 * a, row = x.T * kFp32, w = x.h * kBf16;
+  const double a = act(x), a32 = 2 * a, row = x.Ts * kFp32, w = x.h * kBf16;
   ops.push_back(kernel(p + "_mul_weight_backward", 3 * a + w, 2 * a, host, 0, 2));
   ops.push_back(kernel(p + "_weight_grad_sum", a, w, host));
   ops.push_back(kernel(p + "_to_bf16_backward", a, a32, host));
@@ -171,8 +195,9 @@ struct Block {
 std::vector<Op> torchtitan_layer_forward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o) {
   const Dims x = dims(m, c);
   const double hf = o.host.forward_s;
-  const double a = act(x), Q = x.T * x.q * kBf16, K = x.T * x.kv * kBf16, F = x.T * x.f * kBf16;
-  const double row = x.T * kFp32, w = x.h * kBf16, freqs = x.sl * x.hd / 2 * 8;
+  const double a = act(x), A = full(x), Q = x.T * x.q * kBf16, K = x.T * x.kv * kBf16, F = x.T * x.f * kBf16;
+  const double row = x.Ts * kFp32, w = x.h * kBf16, freqs = x.sl * x.hd / 2 * 8;
+  const bool tp = x.tp > 1;
   Block b;
   // The matrix multiplies in forward order, numbered from 1: the policy keeps the odd ones' outputs.
   auto mm = [&](const char* name, double n, double k, double saved, int index) {
@@ -180,39 +205,54 @@ std::vector<Op> torchtitan_layer_forward(const ModelSpec& m, const LayerConfig& 
     op.fp8 = o.float8;
     b.push(op, index % 2 == 1);
   };
-  // Float8: a GEMM input's e4m3 copy, which the backward keeps in place of the bf16 input.
+  // Float8: a GEMM input's e4m3 copy (cast before the all-gather under tensor parallelism), which the
+  // backward keeps in place of the bf16 input unless the gathered copy is kept.
   const double f8 = o.float8 ? 1.0 : 0.0;
-  auto cast = [&](const char* name, double bytes) {
+  auto cast = [&](const char* name, double bytes, bool kept) {
     if (!o.float8) return;
     float8_cast_input(b.ops, name, bytes, hf);
-    b.ops.back().saved_bytes = to_bytes(bytes / 2);
+    b.ops.back().saved_bytes = kept ? to_bytes(bytes / 2) : 0;
     b.kept.resize(b.ops.size(), false);
   };
+  // Sequence parallelism: the norm's output gathered to the column-parallel GEMMs (in fp8 under
+  // Float8), which keep the gathered tensor; a row-parallel GEMM's partial output reduce-scattered.
+  auto gather = [&](const char* name) {
+    if (tp) b.push(tp_comm(name, Comm::all_gather, A * (1 - f8 / 2), hf));
+  };
+  auto scatter = [&](const char* name) {
+    if (tp) b.push(tp_comm(name, Comm::reduce_scatter, A, hf));
+  };
+  const double gathered_kept = tp ? A * (1 - f8 / 2) : 0;  // kept by wq (by w1) in place of the norm's
   if (o.compile) {
-    // Keeps x, rstd and its output (under Float8 the output's fp8 copy instead).
-    b.push(kernel("attention_norm", a + w, a + row, hf, (2 - f8) * a + row));
-    cast("qkv_input", a);
-    mm("wq", x.q, x.h, 0, 1);
+    // Keeps x, rstd and its output (under Float8 the output's fp8 copy; under TP the gathered copy).
+    b.push(kernel("attention_norm", a + w, a + row, hf, a + row + (tp ? 0 : (1 - f8) * a)));
+    cast("qkv_input", a, !tp);
+    gather("qkv_input_all_gather");
+    mm("wq", x.q, x.h, gathered_kept, 1);
     mm("wk", x.kv, x.h, 0, 2);
     mm("wv", x.kv, x.h, 0, 3);
     b.push(kernel("rope_q", Q + freqs, Q, hf));
     b.push(kernel("rope_k_repeat_kv", K + freqs, Q, hf));
     b.push(kernel("repeat_kv_v", K, Q, hf));
     b.push(attention(x, c, false, hf), true);
-    cast("wo_input", Q);
+    cast("wo_input", Q, true);
     mm("wo", x.h, x.q, 0, 4);
-    b.push(kernel("attention_residual_add_ffn_norm", 2 * a + w, 2 * a + row, hf, (2 - f8) * a + row));
-    cast("w1_w3_input", a);
-    mm("w1", x.f, x.h, F, 5);                                // its output (silu's input)
+    scatter("wo_output_reduce_scatter");
+    b.push(kernel("attention_residual_add_ffn_norm", 2 * a + w, 2 * a + row, hf, a + row + (tp ? 0 : (1 - f8) * a)));
+    cast("w1_w3_input", a, !tp);
+    gather("w1_w3_input_all_gather");
+    mm("w1", x.f, x.h, F + gathered_kept, 5);                // its output (silu's input)
     mm("w3", x.f, x.h, F, 6);                                // its output (the product's other input)
     b.push(kernel("silu_mul", 2 * F, F, hf, (1 - f8) * F));  // w2's input
-    cast("w2_input", F);
+    cast("w2_input", F, true);
     mm("w2", x.h, x.f, 0, 7);
+    scatter("w2_output_reduce_scatter");
     b.push(kernel("ffn_residual_add", 2 * a, a, hf));
   } else {
     rmsnorm_forward(b.ops, "attention_norm", x, hf);
     b.kept.resize(b.ops.size(), false);
-    mm("wq", x.q, x.h, a, 1);  // keeps the norm's output, the input of all three
+    gather("qkv_input_all_gather");
+    mm("wq", x.q, x.h, tp ? A : a, 1);  // keeps its (gathered) input, the input of all three
     mm("wk", x.kv, x.h, 0, 2);
     mm("wv", x.kv, x.h, 0, 3);
     rope_forward(b.ops, "rope_q", x, x.q, hf);
@@ -222,27 +262,30 @@ std::vector<Op> torchtitan_layer_forward(const ModelSpec& m, const LayerConfig& 
     b.push(kernel("repeat_kv_v", K, Q, hf));
     b.push(attention(x, c, false, hf), true);
     mm("wo", x.h, x.q, 0, 4);  // its input is the attention's output, kept already
+    scatter("wo_output_reduce_scatter");
     b.push(kernel("attention_residual_add", 2 * a, a, hf));
     rmsnorm_forward(b.ops, "ffn_norm", x, hf);
     b.kept.resize(b.ops.size(), false);
-    mm("w1", x.f, x.h, a, 5);
+    gather("w1_w3_input_all_gather");
+    mm("w1", x.f, x.h, tp ? A : a, 5);
     mm("w3", x.f, x.h, 0, 6);
     b.push(kernel("silu", F, F, hf, F));              // keeps its input, w1's output
     b.push(kernel("silu_mul", 2 * F, F, hf, 2 * F));  // keeps silu's output and w3's
     mm("w2", x.h, x.f, F, 7);                         // keeps the product
+    scatter("w2_output_reduce_scatter");
     b.push(kernel("ffn_residual_add", 2 * a, a, hf));
   }
   std::vector<Op> ops;
   ops.push_back(copy_out("fsdp_copy_out", gathered_bytes(x, o), hf));
   if (o.sac) {
     // What autograd saves is dropped and saved again by the recompute; what the policy keeps is held
-    // by the last op: the block's input and the kept outputs (wq, wv, w1, w2, the attention's
-    // output and logsumexp).
+    // by the last op: the block's input and the kept outputs (wq, wv, w1, w2's partial output, the
+    // attention's output and logsumexp). The recompute runs the block's collectives again.
     for (std::size_t i = 0; i < b.ops.size(); ++i) {
       b.ops[i].discards |= kRecomputeTorchtitanOp;
       if (!b.kept[i]) b.ops[i].rerun |= kRecomputeTorchtitanOp;
     }
-    Op kept = kernel("sac_kept_outputs", 0, 0, 0, 2 * a + 2 * Q + K + F + lse(x), 0);
+    Op kept = kernel("sac_kept_outputs", 0, 0, 0, a + A + 2 * Q + K + F + lse(x), 0);
     b.ops.push_back(kept);
   }
   ops.insert(ops.end(), b.ops.begin(), b.ops.end());
@@ -252,8 +295,9 @@ std::vector<Op> torchtitan_layer_forward(const ModelSpec& m, const LayerConfig& 
 std::vector<Op> torchtitan_layer_backward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o) {
   const Dims x = dims(m, c);
   const double hb = o.host.backward_s;
-  const double a = act(x), Q = x.T * x.q * kBf16, K = x.T * x.kv * kBf16, F = x.T * x.f * kBf16;
-  const double row = x.T * kFp32, w = x.h * kBf16, freqs = x.sl * x.hd / 2 * 8;
+  const double a = act(x), A = full(x), Q = x.T * x.q * kBf16, K = x.T * x.kv * kBf16, F = x.T * x.f * kBf16;
+  const double row = x.Ts * kFp32, w = x.h * kBf16, freqs = x.sl * x.hd / 2 * 8;
+  const bool tp = x.tp > 1;
   std::vector<Op> ops;
   ops.push_back(copy_out("fsdp_copy_out", gathered_bytes(x, o), hb));
   auto linear = [&](const std::string& name, double n, double k) {
@@ -265,6 +309,17 @@ std::vector<Op> torchtitan_layer_backward(const ModelSpec& m, const LayerConfig&
   auto input_transpose = [&](const char* name, double bytes) {
     if (o.float8) float8_input_transpose(ops, name, bytes, hb);
   };
+  // The backward of the reduce-scatter after a row-parallel GEMM, and of the all-gather before the
+  // column-parallel ones (their input gradients summed first).
+  auto gather = [&](const char* name) {
+    if (tp) ops.push_back(tp_comm(name, Comm::all_gather, A, hb));
+  };
+  auto scatter = [&](const char* name, int grads) {
+    if (!tp) return;
+    ops.push_back(kernel(std::string(name) + "_sum", grads * A, A, hb, 0, grads - 1));
+    ops.push_back(tp_comm(std::string(name) + "_reduce_scatter", Comm::reduce_scatter, A, hb));
+  };
+  gather("w2_output_grad_all_gather");
   input_transpose("w2_input", F);
   linear("w2", x.h, x.f);
   if (o.compile) {
@@ -273,16 +328,19 @@ std::vector<Op> torchtitan_layer_backward(const ModelSpec& m, const LayerConfig&
     ops.push_back(kernel("silu_mul_backward", 4 * F, 2 * F, hb, 0, 2));
     ops.push_back(kernel("silu_backward", 2 * F, F, hb));
   }
-  input_transpose("w1_w3_input", a);
+  input_transpose("w1_w3_input", tp ? A : a);
   linear("w3", x.f, x.h);
   linear("w1", x.f, x.h);
+  scatter("ffn_input_grad", 2);
   if (o.compile) {
-    // The two input gradients summed with the residual's, the norm's backward, its weight's gradient.
-    ops.push_back(kernel("ffn_norm_backward", 5 * a + row, a + w, hb, 0, 2));
+    // The input gradients (summed before the reduce-scatter under TP) with the residual's, the
+    // norm's backward, its weight's gradient.
+    ops.push_back(kernel("ffn_norm_backward", (tp ? 3 : 5) * a + row, a + w, hb, 0, 2));
   } else {
-    ops.push_back(kernel("ffn_norm_input_grad_sum", 2 * a, a, hb));
+    if (!tp) ops.push_back(kernel("ffn_norm_input_grad_sum", 2 * a, a, hb));
     rmsnorm_backward(ops, "ffn_norm", x, hb, 2);
   }
+  gather("wo_output_grad_all_gather");
   input_transpose("wo_input", Q);
   linear("wo", x.h, x.q);
   ops.push_back(attention(x, c, true, hb));
@@ -296,59 +354,78 @@ std::vector<Op> torchtitan_layer_backward(const ModelSpec& m, const LayerConfig&
     rope_backward(ops, "rope_q", x, x.q, hb);
     rope_backward(ops, "rope_k", x, x.kv, hb);
   }
-  input_transpose("qkv_input", a);
+  input_transpose("qkv_input", tp ? A : a);
   linear("wv", x.kv, x.h);
   linear("wk", x.kv, x.h);
   linear("wq", x.q, x.h);
+  scatter("qkv_input_grad", 3);
   if (o.compile) {
-    ops.push_back(kernel("attention_norm_backward", 6 * a + row, a + w, hb, 0, 2));
+    ops.push_back(kernel("attention_norm_backward", (tp ? 3 : 6) * a + row, a + w, hb, 0, 2));
   } else {
-    ops.push_back(kernel("attention_norm_input_grad_sum", 4 * a, 2 * a, hb, 0, 2));
+    if (!tp) ops.push_back(kernel("attention_norm_input_grad_sum", 4 * a, 2 * a, hb, 0, 2));
     rmsnorm_backward(ops, "attention_norm", x, hb, 2);
   }
   return ops;
 }
 
+// Under tensor parallelism the embedding is vocabulary-parallel (each rank looks up the tokens of
+// its vocabulary shard; the partial rows reduce-scattered to the sequence shards) and the output
+// layer column-parallel over the vocabulary, its input gathered, the loss computed over the sharded
+// logits (torchtitan's loss_parallel: the row maxima, the exponentials' sums and the target logits
+// all-reduced, [T] fp32 each).
 std::vector<Op> torchtitan_embedding_forward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o) {
   const Dims x = dims(m, c);
-  return {kernel("embedding", x.T * kInt64 + act(x), act(x), o.host.forward_s)};
+  std::vector<Op> ops{kernel("embedding", x.T * kInt64 + full(x), full(x), o.host.forward_s)};
+  if (x.tp > 1)
+    ops.push_back(tp_comm("embedding_output_reduce_scatter", Comm::reduce_scatter, full(x), o.host.forward_s));
+  return ops;
 }
 
 std::vector<Op> torchtitan_embedding_backward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o) {
   const Dims x = dims(m, c);
-  const double table = x.V * x.h * kBf16;
+  const double table = x.Vr * x.h * kBf16;
   const double sort = 2 * 2 * 16 * x.T;          // two passes over (id, position) pairs, read + write
   const double partial = 2 * x.T * x.h * kFp32;  // fp32 segment sums, written and read
-  return {kernel("embedding_dense_backward", act(x) + sort + partial, table + act(x), o.host.backward_s, 0,
-                 eager::kEmbeddingBackwardKernels, table + x.T * x.h * kFp32)};
+  std::vector<Op> ops;
+  if (x.tp > 1)
+    ops.push_back(tp_comm("embedding_output_grad_all_gather", Comm::all_gather, full(x), o.host.backward_s));
+  ops.push_back(kernel("embedding_dense_backward", full(x) + sort + partial, table + full(x), o.host.backward_s, 0,
+                       eager::kEmbeddingBackwardKernels, table + x.T * x.h * kFp32));
+  return ops;
 }
 
 std::vector<Op> torchtitan_head_forward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o) {
   const Dims x = dims(m, c);
   const double hf = o.host.forward_s;
-  const double l16 = x.T * x.V * kBf16, l32 = x.T * x.V * kFp32;
+  const double l16 = x.T * x.Vr * kBf16, l32 = x.T * x.Vr * kFp32;
+  const bool tp = x.tp > 1;
   std::vector<Op> ops;
   rmsnorm_forward(ops, "final_norm", x, hf);
-  ops.push_back(gemm("output", x.T, x.V, x.h, hf, act(x), l16));  // keeps the norm's output
+  if (tp) ops.push_back(tp_comm("output_input_all_gather", Comm::all_gather, full(x), hf));
+  ops.push_back(gemm("output", x.T, x.Vr, x.h, hf, full(x), l16));  // keeps its (gathered) input
   // cross_entropy(pred.flatten(0, 1).float(), labels): the fp32 copy, log_softmax (keeps its output),
   // nll_loss; the bf16 logits die with the copy.
   ops.push_back(kernel("logits_to_fp32", l16, l32, hf, 0, 1, l16 + l32));
+  if (tp) ops.push_back(tp_comm("loss_parallel_max_all_reduce", Comm::all_reduce, x.T * kFp32, hf));
   ops.push_back(kernel("log_softmax", l32, l32, hf, l32, 1, l32));
+  if (tp) ops.push_back(tp_comm("loss_parallel_sum_all_reduce", Comm::all_reduce, x.T * kFp32, hf));
   ops.push_back(kernel("nll_loss", x.T * (kInt64 + kFp32), 2 * kFp32, hf));
+  if (tp) ops.push_back(tp_comm("loss_parallel_target_all_reduce", Comm::all_reduce, x.T * kFp32, hf));
   return ops;
 }
 
 std::vector<Op> torchtitan_head_backward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o) {
   const Dims x = dims(m, c);
   const double hb = o.host.backward_s;
-  const double l16 = x.T * x.V * kBf16, l32 = x.T * x.V * kFp32;
+  const double l16 = x.T * x.Vr * kBf16, l32 = x.T * x.Vr * kFp32;
   std::vector<Op> ops;
   ops.push_back(kernel("loss_grad_fill", 0, kFp32, hb));
   ops.push_back(kernel("nll_loss_backward", x.T * (kInt64 + kFp32), l32, hb, 0, 2, l32));
   ops.push_back(kernel("log_softmax_backward", 2 * l32, l32, hb, 0, 1, 2 * l32));
   ops.push_back(kernel("logits_grad_to_bf16", l32, l16, hb, 0, 1, l32 + l16));
-  ops.push_back(gemm("output_dgrad", x.T, x.h, x.V, hb, 0, l16));
-  ops.push_back(gemm("output_wgrad", x.V, x.h, x.T, hb, 0, l16 + x.V * x.h * kBf16));
+  ops.push_back(gemm("output_dgrad", x.T, x.h, x.Vr, hb, 0, l16));
+  if (x.tp > 1) ops.push_back(tp_comm("output_input_grad_reduce_scatter", Comm::reduce_scatter, full(x), hb));
+  ops.push_back(gemm("output_wgrad", x.Vr, x.h, x.T, hb, 0, l16 + x.Vr * x.h * kBf16));
   rmsnorm_backward(ops, "final_norm", x, hb, 1);
   return ops;
 }
@@ -358,21 +435,23 @@ std::int64_t torchtitan_cp_kv_bytes(const ModelSpec& m, const LayerConfig& c) {
   return to_bytes(2 * x.T * x.q * kBf16);
 }
 
-std::int64_t torchtitan_block_linear_params(const ModelSpec& m) {
+std::int64_t torchtitan_block_linear_params(const ModelSpec& m, std::int64_t tp) {
   const std::int64_t h = m.hidden, q = m.heads * m.head_dim, kv = m.kv_heads * m.head_dim;
-  return h * (q + 2 * kv) + q * h + 3 * m.ffn_hidden * h;
+  return (h * (q + 2 * kv) + q * h + 3 * m.ffn_hidden * h) / tp;
 }
 
-Op torchtitan_optimizer_step(const ModelSpec& m, std::int64_t dp, const EagerHost& host, bool float8) {
-  TRAINSIM_ASSERT(dp >= 1);
-  const std::int64_t h = m.hidden, q = m.heads * m.head_dim, kv = m.kv_heads * m.head_dim, f = m.ffn_hidden;
+Op torchtitan_optimizer_step(const ModelSpec& m, std::int64_t dp, std::int64_t tp, const EagerHost& host, bool float8) {
+  TRAINSIM_ASSERT(dp >= 1 && tp >= 1);
+  const std::int64_t h = m.hidden, q = m.heads * m.head_dim / tp, kv = m.kv_heads * m.head_dim / tp;
+  const std::int64_t f = m.ffn_hidden / tp, v = m.vocab / tp;
   // model.parameters(): tok_embeddings, each block's wq, wk, wv, wo, w1, w2, w3 and two norms, norm,
-  // output; FSDP2 shards each along its first dimension.
-  std::vector<std::int64_t> full{m.vocab * h};
+  // output, each the rank's tensor-parallel shard (the norms whole); FSDP2 shards each along its
+  // first dimension.
+  std::vector<std::int64_t> full{v * h};
   for (std::int64_t l = 0; l < m.layers; ++l)
     for (std::int64_t n : {q * h, kv * h, kv * h, h * q, f * h, h * f, f * h, h, h}) full.push_back(n);
   full.push_back(h);
-  full.push_back(m.vocab * h);
+  full.push_back(v * h);
   std::vector<std::int64_t> shards;
   double params = 0;
   for (std::int64_t n : full) {
@@ -388,7 +467,7 @@ Op torchtitan_optimizer_step(const ModelSpec& m, std::int64_t dp, const EagerHos
   // Float8 with FSDP float8 all-gather: precompute_float8_dynamic_scale_for_fsdp reads the blocks'
   // linear weights once more (their amaxes; the all-reduce of the scales taken as latency only).
   const double linear_shard =
-      float8 ? static_cast<double>(m.layers * torchtitan_block_linear_params(m)) / static_cast<double>(dp) : 0;
+      float8 ? static_cast<double>(m.layers * torchtitan_block_linear_params(m, tp)) / static_cast<double>(dp) : 0;
   const double read = params * (kFp32 + kFp32 + 4 * kFp32) + 2 * steps + linear_shard * kFp32;
   const double write = params * (kFp32 + 3 * kFp32) + steps;
   Op op = kernel("clip_grad_norm_adamw_step", read, write, host.forward_s, 0, static_cast<std::int32_t>(launches));

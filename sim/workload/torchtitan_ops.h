@@ -69,12 +69,13 @@ std::vector<Op> torchtitan_embedding_backward(const ModelSpec& m, const LayerCon
 std::vector<Op> torchtitan_head_forward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o);
 std::vector<Op> torchtitan_head_backward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o);
 
-// The optimizer step on a rank's fp32 shards of `shard_params` parameters over `dp` ranks:
+// The optimizer step on a rank's fp32 shards (its tensor-parallel shard, over `dp` ranks):
 // clip_grad_norm_ (foreach norms of the gradients, their all-reduce taken as latency only, a foreach
 // scale), then AdamW (torchtitan's default fused implementation: reads param, gradient and both
 // moments, writes param and moments, fp32). torchtitan's zero_grad sets the gradients to None: no
 // kernel.
-Op torchtitan_optimizer_step(const ModelSpec& m, std::int64_t dp, const EagerHost& host, bool float8 = false);
+Op torchtitan_optimizer_step(const ModelSpec& m, std::int64_t dp, std::int64_t tp, const EagerHost& host,
+                             bool float8 = false);
 
 // Context parallelism (PyTorch's context_parallel, which torchtitan applies to
 // scaled_dot_product_attention): the bytes of the keys and values one rank holds, repeated to the
@@ -82,9 +83,9 @@ Op torchtitan_optimizer_step(const ModelSpec& m, std::int64_t dp, const EagerHos
 // all-to-all ring passes on).
 std::int64_t torchtitan_cp_kv_bytes(const ModelSpec& m, const LayerConfig& c);
 
-// Parameters of one transformer block that FSDP2 gathers: its linears' (in fp8 under Float8 with
-// FSDP float8 all-gather) and its two norms' (bf16).
-std::int64_t torchtitan_block_linear_params(const ModelSpec& m);
+// The parameters of one transformer block's linears a tensor-parallel rank holds (FSDP2 gathers them
+// in fp8 under Float8 with FSDP float8 all-gather; the block's two norms stay bf16).
+std::int64_t torchtitan_block_linear_params(const ModelSpec& m, std::int64_t tp);
 
 // Bytes per parameter held from step to step, on the rank's 1/dp shard: fp32 master weights (FSDP2's
 // sharded parameters), fp32 gradients (the reduce-scatter's output in the parameters' dtype) and

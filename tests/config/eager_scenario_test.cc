@@ -128,7 +128,13 @@ TEST_CASE("torchtitan refuses what its model does not cover, on the key's path",
   CHECK(error(titan(json::object(), {{"zero", 1}})) ==
         "eager.json: parallel.zero: torchtitan shards with FSDP2: needs zero 3, got 1");
   CHECK(error(titan({{"global_batch", 8}}, {{"tp", 2}})) ==
-        "eager.json: parallel.tp: torchtitan with tensor parallelism is not supported yet");
+        "eager.json: parallel.sequence_parallel: torchtitan tensor parallelism is sequence-parallel: needs "
+        "sequence_parallel true");
+  CHECK(error(titan({{"global_batch", 8}}, {{"tp", 2}, {"sequence_parallel", true}, {"tp_comm_overlap", true}})) ==
+        "eager.json: parallel.tp_comm_overlap: torchtitan async tensor parallelism needs torch_compile");
+  CHECK(error(titan({{"global_batch", 2}}, {{"tp", 4}, {"sequence_parallel", true}})) ==
+        "eager.json: parallel.tp: 4 does not divide kv_heads (2)");
+  CHECK(parse(titan({{"global_batch", 8}}, {{"tp", 2}, {"sequence_parallel", true}})).parallel.tp == 2);
   CHECK(error(titan({{"global_batch", 8}}, {{"pp", 2}})) ==
         "eager.json: parallel.pp: torchtitan with pipeline parallelism is not supported yet");
   CHECK(error(titan({{"global_batch", 8}}, {{"cp", 2}, {"cp_comm_type", "a2a"}})) ==

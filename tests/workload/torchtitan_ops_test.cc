@@ -133,7 +133,7 @@ TEST_CASE("torchtitan block: what the forward saves, without checkpointing and u
 
 TEST_CASE("torchtitan optimizer step: clip_grad_norm_ and fused AdamW over the fp32 shard, 40 bytes a parameter") {
   const ModelSpec m = tiny_llama3();
-  const Op step = torchtitan_optimizer_step(m, 8, {8e-6, 4e-6});
+  const Op step = torchtitan_optimizer_step(m, 8, 1, {8e-6, 4e-6});
   // Each tensor sharded along its first dimension over 8 ranks (every size here divides by 8).
   const double shard = static_cast<double>(m.total_params()) / 8;
   const double tensors = 1 + 9 * 4 + 2;  // embedding, 9 per block, norm, output
@@ -171,7 +171,7 @@ TEST_CASE("torchtitan Float8: FP8 GEMMs in the blocks, the casts around them, fp
   // The blocks' linears are gathered and copied out in fp8, the norms in bf16.
   const double linear = h * (q + 2 * kv) + q * h + 3 * f * h;
   CHECK(find(fwd, "fsdp_copy_out").bytes == Approx(2 * (linear + 2 * 2 * h)));
-  CHECK(static_cast<double>(torchtitan_block_linear_params(tiny_llama3())) == linear);
+  CHECK(static_cast<double>(torchtitan_block_linear_params(tiny_llama3(), 1)) == linear);
   // Backward: per linear its gradient's amax and e5m2 cast (both layouts), its fp8 weight transposed.
   const Op& go = find(bwd, "w2_grad_to_float8");
   CHECK(go.bytes == Approx(2 * 2 * T * h));
@@ -191,4 +191,45 @@ TEST_CASE("torchtitan with context parallelism: the rank's s/cp queries against 
   CHECK(find(fwd, "wq").gemm.m == 2 * 256);
   // The K and V one rank holds, repeated to the 8 query heads: 2 · 512 tokens · 1024 · 2 bytes.
   CHECK(torchtitan_cp_kv_bytes(tiny_llama3(), c) == 2 * 512 * 1024 * 2);
+}
+
+TEST_CASE("torchtitan with tensor parallelism: sharded GEMMs and heads, the sequence-parallel collectives") {
+  LayerConfig c = config();
+  c.tp = 2;
+  c.sequence_parallel = true;
+  for (bool compile : {false, true}) {
+    const auto fwd = torchtitan_layer_forward(tiny_llama3(), c, options(compile, false));
+    const auto bwd = torchtitan_layer_backward(tiny_llama3(), c, options(compile, false));
+    // Each rank's GEMMs: all T tokens, half of every linear's output (column-parallel) or input
+    // (row-parallel) width.
+    CHECK(flops(fwd, OpKind::gemm) == Approx(2 * T * (h * (q + 2 * kv) + q * h + 3 * f * h) / 2));
+    CHECK(find(fwd, "wq").gemm.n == 512);
+    CHECK(find(fwd, "w2").gemm.k == 1408);
+    CHECK(find(fwd, "sdpa").attention.batch_heads == 2 * 4);
+    // Forward: the norms' outputs gathered before the column-parallel GEMMs, the row-parallel GEMMs'
+    // partial outputs reduce-scattered: whole [T, h] bf16 tensors (2·T·h bytes).
+    std::vector<std::string> comms;
+    for (const Op& op : fwd)
+      if (op.kind == OpKind::tp_comm) {
+        comms.push_back(op.name);
+        CHECK(op.comm_bytes == static_cast<std::int64_t>(2 * T * h));
+        CHECK(op.group == CommGroup::tp);
+      }
+    CHECK(comms == std::vector<std::string>{"qkv_input_all_gather", "wo_output_reduce_scatter",
+                                            "w1_w3_input_all_gather", "w2_output_reduce_scatter"});
+    // Backward: the mirror collectives.
+    comms.clear();
+    for (const Op& op : bwd)
+      if (op.kind == OpKind::tp_comm) comms.push_back(op.name);
+    CHECK(comms == std::vector<std::string>{"w2_output_grad_all_gather", "ffn_input_grad_reduce_scatter",
+                                            "wo_output_grad_all_gather", "qkv_input_grad_reduce_scatter"});
+    // The norms run on the rank's T/tp tokens.
+    const Op& norm = compile ? find(fwd, "attention_norm") : find(fwd, "attention_norm_to_fp32");
+    CHECK(norm.bytes == Approx(compile ? (T / 2 * h * 2 + h * 2) + (T / 2 * h * 2 + T / 2 * 4) : 3 * T / 2 * h * 2));
+  }
+  // Float8 gathers the norms' outputs in fp8: half the bytes.
+  TorchtitanOptions o = options(true, false);
+  o.float8 = true;
+  CHECK(find(torchtitan_layer_forward(tiny_llama3(), c, o), "qkv_input_all_gather").comm_bytes ==
+        static_cast<std::int64_t>(T * h));
 }
