@@ -732,7 +732,8 @@ void check_torchtitan(const util::JsonNode& root, Scenario& s) {
          "tensor parallelism is sequence-parallel: needs sequence_parallel true");
   refuse(p.tp_comm_overlap && !t.torch_compile, util::join_path(parallel_path, "tp_comm_overlap"),
          "async tensor parallelism needs torch_compile");
-  refuse(p.pp > 1, util::join_path(parallel_path, "pp"), "with pipeline parallelism is not supported yet");
+  // Pipeline parallelism: PyTorch's pipelining schedules GPipe, 1F1B and Interleaved1F1B (zb-h1 with
+  // FSDP is refused above).
   // PyTorch's context_parallel rotates K and V by all-gather (torchtitan's default rotate method,
   // cp_comm_type allgather) or around a ring (its "alltoall", cp_comm_type p2p).
   refuse(p.cp > 1 && p.cp_comm == ParallelSpec::CpComm::a2a, util::join_path(parallel_path, "cp_comm_type"),

@@ -327,6 +327,19 @@ class StageWriter {
 
   // A zero-time marker after the last task that frees `bytes` of `category` (a gathered layer's
   // parameters once its compute is done).
+  // Allocates `bytes` of `category` after the last task (memory that outlives the ops, as release
+  // frees it).
+  void reserve(std::int64_t bytes, MemCategory category, std::string_view name) {
+    flush();
+    if (last_) pending_.push_back(*last_);
+    Task t;
+    t.stream = kCompute;
+    t.mem_alloc_bytes = bytes;
+    t.mem_category = category;
+    t.label = p_.label(name);
+    push(t);
+  }
+
   void release(std::int64_t bytes, MemCategory category, std::string_view name) {
     flush();
     if (last_) pending_.push_back(*last_);
@@ -953,7 +966,9 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   // Without interleaving Megatron-Core batches each step's sends and receives and then calls
   // torch.cuda.synchronize() (ModelParallelConfig.batch_p2p_sync, on by default; the interleaved
   // schedule overlaps its p2p communication instead, without the sync).
-  const bool p2p_sync = par.schedule != config::Schedule::interleaved;
+  // (PyTorch's pipelining schedules, torchtitan's, wait on their p2p requests without a device sync.)
+  const bool p2p_sync =
+      par.schedule != config::Schedule::interleaved && sc.training.framework == config::Framework::megatron;
 
   auto dp_collective = [&p](network::CollectiveOp op, std::uint8_t slot, std::int64_t bytes, std::string_view name) {
     Task t;
@@ -1165,7 +1180,12 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   // backward has produced all its gradients, while backward goes on. With sharded gradients (ZeRO-2
   // and 3) there is no full gradient buffer to accumulate into, so every micro-batch's backward
   // reduce-scatters its buckets (FSDP without no_sync).
-  const bool sharded_grads = par.zero >= 2 && dp > 1;
+  // torchtitan with pipeline parallelism: FSDP2 keeps each unit gathered from its first forward to
+  // its last backward (reshard_after_forward false; the pipelining schedule turns gradient sync and
+  // resharding off until the last micro-batch) and accumulates its unsharded gradients meanwhile:
+  // one gather per unit and step, one reduce-scatter after the last micro-batch's backward.
+  const bool step_gather = titan && pp > 1 && par.fsdp_units();
+  const bool sharded_grads = par.zero >= 2 && dp > 1 && !step_gather;
   // The expert buffer's unit of chunk c's unit u: the head's multi-token prediction experts (its
   // first unit), then each layer with routed experts in backward order; none for the other units or
   // a dense model.
@@ -1183,7 +1203,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   auto expert_unit = [&](std::int64_t c, std::size_t u) { return expert_units[static_cast<std::size_t>(c)][u]; };
   auto unit_done = [&](std::int64_t c, std::size_t u, bool last_micro_batch) {
     const ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
-    if (cb.closes_bucket[u] && (sharded_grads || (overlap_grad && last_micro_batch))) {
+    if (cb.closes_bucket[u] && (sharded_grads || ((overlap_grad || (step_gather && dp > 1)) && last_micro_batch))) {
       const std::size_t b = cb.bucket_of[u];
       const Dep rs = w.side(dp_collective(grad_op, kDpGroup, cb.bucket_params[b] * grad_bytes,
                                           fmt::format("{} bucket {}", grad_name, cb.first_bucket_id + b)));
@@ -1254,6 +1274,11 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   // backward.
   const bool reshard_after_forward = par.zero >= 3;
   std::vector<std::optional<Dep>> pass_gathers;
+  // step_gather: each chunk's units' gathers, held for the whole step.
+  std::vector<std::vector<std::optional<Dep>>> step_gathers(static_cast<std::size_t>(v));
+  for (std::int64_t c = 0; c < v; ++c)
+    step_gathers[static_cast<std::size_t>(c)].assign(chunks[static_cast<std::size_t>(c)].unit_params.size(),
+                                                     std::nullopt);
   // A unit's gathered bytes: bf16, but a torchtitan block's linears in fp8 under Float8 (FSDP float8
   // all-gather).
   const bool fp8_gather = titan && sc.training.precision == config::Precision::fp8;
@@ -1264,15 +1289,16 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     return fp8_gather && layer ? bytes - workload::torchtitan_block_linear_params(sc.model, par.tp) : bytes;
   };
   auto gather = [&](std::int64_t c, std::size_t u) {
-    if (!pass_gathers[u]) {
+    auto& slot = step_gather ? step_gathers[static_cast<std::size_t>(c)][u] : pass_gathers[u];
+    if (!slot) {
       const std::int64_t bytes = gather_bytes(c, u);
       Task t = dp_collective(network::CollectiveOp::all_gather, kDpGatherGroup, bytes, "fsdp_param_all_gather");
       t.stream = kDpGather;
       t.mem_alloc_bytes = bytes;
       t.mem_category = kWeights;
-      pass_gathers[u] = w.side(t);
+      slot = w.side(t);
     }
-    return *pass_gathers[u];
+    return *slot;
   };
   // Before unit order[i] of a pass: its gather (issued now if not prefetched) and the next one's.
   // in_backward: the unit's backward pass, whose gather SHARD_GRAD_OP does not need (nor free).
@@ -1282,7 +1308,17 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     if (par.fsdp_prefetch && i + 1 < order.size()) gather(c, order[i + 1]);
     w.after(mine);
   };
-  auto leave_unit = [&](std::int64_t c, std::size_t u, bool in_backward) {
+  auto leave_unit = [&](std::int64_t c, std::size_t u, bool in_backward, bool last_mb = false) {
+    if (step_gather) {
+      // Its unsharded gradients, accumulated from the first micro-batch's backward on, and its
+      // gathered parameters are freed after the last micro-batch's backward.
+      if (in_backward && last_mb) {
+        if (gather_params) w.release(gather_bytes(c, u), kWeights, "fsdp_free_params");
+        w.release(chunks[static_cast<std::size_t>(c)].unit_params[u] * grad_bytes, kGradients,
+                  "fsdp_free_unsharded_grads");
+      }
+      return;
+    }
     if (gather_params && (in_backward || reshard_after_forward))
       w.release(gather_bytes(c, u), kWeights, "fsdp_free_params");
   };
@@ -1347,9 +1383,16 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   // gradients alone (Pass::backward_input), whose weight pass `weight` runs later.
   auto backward = [&](std::int64_t c, bool input_only) {
     const bool last_mb = ++backwards[static_cast<std::size_t>(c)] == m;
+    const bool first_bwd = backwards[static_cast<std::size_t>(c)] == 1;
     if (!(last && c == v - 1))
       w.after(w.add(p2p(TaskKind::recv, kPpRecv, kNextStage, p2p_bytes, "recv_backward"), false, p2p_sync));
     start_pass(c);
+    // step_gather: the unsharded gradients each unit accumulates over the micro-batches, in the
+    // reduce dtype (FSDP2's unsharded_accumulated_grad, to_accumulated_grad_if_needed: fp32 by default).
+    auto grads_from_first = [&](std::size_t u) {
+      if (step_gather && first_bwd)
+        w.reserve(chunks[static_cast<std::size_t>(c)].unit_params[u] * grad_bytes, kGradients, "fsdp_unsharded_grads");
+    };
     const auto order = backward_order(c);
     std::size_t i = 0;
     // Emits one unit's backward and frees what its forward saved (all of it, or all but what the
@@ -1366,24 +1409,27 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     };
     if (has_head(c)) {
       enter_unit(c, order, i++, true);
+      grads_from_first(head_unit(c));
       unit(ops.head_bwd, head_split, sum_saved(ops.head_fwd));
-      leave_unit(c, head_unit(c), true);
+      leave_unit(c, head_unit(c), true, last_mb);
       if (!input_only) unit_done(c, head_unit(c), last_mb);
     }
     for (std::int64_t l = chunk_layers(c) - 1; l >= 0; --l) {
       reload_before_backward(l);
       enter_unit(c, order, i++, true);
+      grads_from_first(layer_unit(c, l));
       if (full_recompute(l)) emit(layer_fwd(c, l), "recompute", Saves::all);
       if (recompute == config::Recompute::selective)
         emit(layer_fwd(c, l), "recompute", Saves::all, /*recomputing=*/true);
       unit(layer_bwd(c, l), layer_split(c, l), layer_free(c, l));
-      leave_unit(c, layer_unit(c, l), true);
+      leave_unit(c, layer_unit(c, l), true, last_mb);
       if (!input_only) unit_done(c, layer_unit(c, l), last_mb);
     }
     if (has_embedding(c)) {
       enter_unit(c, order, i++, true);
+      grads_from_first(emb_unit(c));
       unit(ops.emb_bwd, emb_split, sum_saved(ops.emb_fwd));
-      leave_unit(c, emb_unit(c), true);
+      leave_unit(c, emb_unit(c), true, last_mb);
       if (!input_only) unit_done(c, emb_unit(c), last_mb);
     }
     if (!(first && c == 0))
@@ -1548,7 +1594,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
 
   // Gradient reduction over data parallelism (all at once unless overlapped above), the shared
   // embedding's all-reduce between first and last stage, then the optimizer step.
-  if (dp > 1 && !overlap_grad && !sharded_grads) {
+  if (dp > 1 && !overlap_grad && !sharded_grads && !step_gather) {
     w.add(dp_collective(grad_op, kDpGroup, params * grad_bytes, grad_name), true);
     if (instances > 1)
       w.add(dp_collective(network::CollectiveOp::all_reduce, kDpInterGroup, shard(params, intra) * grad_bytes,

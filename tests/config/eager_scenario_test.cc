@@ -135,8 +135,10 @@ TEST_CASE("torchtitan refuses what its model does not cover, on the key's path",
   CHECK(error(titan({{"global_batch", 2}}, {{"tp", 4}, {"sequence_parallel", true}})) ==
         "eager.json: parallel.tp: 4 does not divide kv_heads (2)");
   CHECK(parse(titan({{"global_batch", 8}}, {{"tp", 2}, {"sequence_parallel", true}})).parallel.tp == 2);
-  CHECK(error(titan({{"global_batch", 8}}, {{"pp", 2}})) ==
-        "eager.json: parallel.pp: torchtitan with pipeline parallelism is not supported yet");
+  CHECK(error(titan({{"global_batch", 16}}, {{"pp", 2}, {"schedule", "zb-h1"}})) ==
+        "eager.json: parallel.zero: zero 3 with the zb-h1 schedule is not supported yet (its weight-gradient passes "
+        "would re-gather each layer)");
+  CHECK(parse(titan({{"global_batch", 16}}, {{"pp", 2}})).parallel.pp == 2);
   CHECK(error(titan({{"global_batch", 8}}, {{"cp", 2}, {"cp_comm_type", "a2a"}})) ==
         "eager.json: parallel.cp_comm_type: torchtitan context parallelism rotates by allgather or around the ring "
         "(p2p), not a2a");
