@@ -326,29 +326,13 @@ class StageWriter {
   }
 
   // A zero-time marker after the last task that frees `bytes` of `category` (a gathered layer's
-  // parameters once its compute is done).
-  // Allocates `bytes` of `category` after the last task (memory that outlives the ops, as release
-  // frees it).
-  void reserve(std::int64_t bytes, MemCategory category, std::string_view name) {
-    flush();
-    if (last_) pending_.push_back(*last_);
-    Task t;
-    t.stream = kCompute;
-    t.mem_alloc_bytes = bytes;
-    t.mem_category = category;
-    t.label = p_.label(name);
-    push(t);
-  }
-
+  // parameters once its compute is done), or allocates them (memory that outlives the ops: FSDP2's
+  // unsharded gradients over a step's micro-batches).
   void release(std::int64_t bytes, MemCategory category, std::string_view name) {
-    flush();
-    if (last_) pending_.push_back(*last_);
-    Task t;
-    t.stream = kCompute;
-    t.mem_free_bytes = bytes;
-    t.mem_category = category;
-    t.label = p_.label(name);
-    push(t);
+    memory_marker(0, bytes, category, name);
+  }
+  void reserve(std::int64_t bytes, MemCategory category, std::string_view name) {
+    memory_marker(bytes, 0, category, name);
   }
 
   std::optional<Dep> last() const { return last_; }
@@ -423,6 +407,18 @@ class StageWriter {
     std::int64_t alloc = 0;
     double flops = 0;
   };
+
+  void memory_marker(std::int64_t alloc, std::int64_t free, MemCategory category, std::string_view name) {
+    flush();
+    if (last_) pending_.push_back(*last_);
+    Task t;
+    t.stream = kCompute;
+    t.mem_alloc_bytes = alloc;
+    t.mem_free_bytes = free;
+    t.mem_category = category;
+    t.label = p_.label(name);
+    push(t);
+  }
 
   void accumulate(const Op& op, std::string_view phase, std::int64_t saved) {
     const double t = op.time_memo_s >= 0 ? op.time_memo_s : compute_.time_s(op);
