@@ -219,8 +219,10 @@ std::vector<Op> torchtitan_layer_forward(const ModelSpec& m, const LayerConfig& 
   auto gather = [&](const char* name) {
     if (tp) b.push(tp_comm(name, Comm::all_gather, A * (1 - f8 / 2), hf));
   };
+  // (The op policy keeps the reduce-scatters' outputs: _c10d_functional.reduce_scatter_tensor is in
+  // its save list.)
   auto scatter = [&](const char* name) {
-    if (tp) b.push(tp_comm(name, Comm::reduce_scatter, A, hf));
+    if (tp) b.push(tp_comm(name, Comm::reduce_scatter, A, hf), true);
   };
   const double gathered_kept = tp ? A * (1 - f8 / 2) : 0;  // kept by wq (by w1) in place of the norm's
   if (o.compile) {
@@ -280,12 +282,13 @@ std::vector<Op> torchtitan_layer_forward(const ModelSpec& m, const LayerConfig& 
   if (o.sac) {
     // What autograd saves is dropped and saved again by the recompute; what the policy keeps is held
     // by the last op: the block's input and the kept outputs (wq, wv, w1, w2's partial output, the
-    // attention's output and logsumexp). The recompute runs the block's collectives again.
+    // attention's output and logsumexp, the reduce-scatters'). The recompute runs the all-gathers
+    // again.
     for (std::size_t i = 0; i < b.ops.size(); ++i) {
       b.ops[i].discards |= kRecomputeTorchtitanOp;
       if (!b.kept[i]) b.ops[i].rerun |= kRecomputeTorchtitanOp;
     }
-    Op kept = kernel("sac_kept_outputs", 0, 0, 0, a + A + 2 * Q + K + F + lse(x), 0);
+    Op kept = kernel("sac_kept_outputs", 0, 0, 0, a + A + 2 * Q + K + F + lse(x) + (tp ? 2 * a : 0), 0);
     b.ops.push_back(kept);
   }
   ops.insert(ops.end(), b.ops.begin(), b.ops.end());

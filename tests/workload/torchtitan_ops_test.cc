@@ -227,6 +227,14 @@ TEST_CASE("torchtitan with tensor parallelism: sharded GEMMs and heads, the sequ
     const Op& norm = compile ? find(fwd, "attention_norm") : find(fwd, "attention_norm_to_fp32");
     CHECK(norm.bytes == Approx(compile ? (T / 2 * h * 2 + h * 2) + (T / 2 * h * 2 + T / 2 * 4) : 3 * T / 2 * h * 2));
   }
+  // Under the op policy the reduce-scatters' outputs are kept (its save list has them) and the
+  // all-gathers run again; the kept set adds the partial w2 output at its whole [T, h] size and the two
+  // scattered outputs.
+  const auto sac = torchtitan_layer_forward(tiny_llama3(), c, options(true, true));
+  CHECK(find(sac, "wo_output_reduce_scatter").rerun == 0);
+  CHECK(find(sac, "qkv_input_all_gather").rerun == kRecomputeTorchtitanOp);
+  const double a = T / 2 * h * 2, A = 2 * T * h, Qr = 2 * T * 512, Kr = 2 * T * 128, Fr = 2 * T * 1408;
+  CHECK(sac.back().saved_bytes == static_cast<std::int64_t>(a + A + 2 * Qr + Kr + Fr + 4.0 * 2 * 4 * 1024 + 2 * a));
   // Float8 gathers the norms' outputs in fp8: half the bytes.
   TorchtitanOptions o = options(true, false);
   o.float8 = true;
