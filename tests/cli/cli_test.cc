@@ -112,6 +112,28 @@ TEST_CASE("the human summary names the prediction") {
   CHECK(r.out.find("fits          yes") != std::string::npos);
 }
 
+TEST_CASE("a torchtitan run says its software, quotes torchtitan's published runs and refuses Megatron export") {
+  const auto accuracy = nlohmann::json::parse(slurp(fs::path(TRAINSIM_SOURCE_DIR) / "validation" / "accuracy.json"));
+  const auto& hopper = accuracy["step_time_by_kind"]["torchtitan/hopper"];
+  Result text = run("run configs/llama3.1-70b-torchtitan-h100-256.json");
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("software      torchtitan: FSDP2 (fp32 master weights, bf16 compute, fp32 gradient "
+                      "reduce-scatter), torch.compile'd blocks, Float8 linears\n") != std::string::npos);
+  CHECK(text.out.find(fmt::format("accuracy      published torchtitan Hopper runs: step time off by {:.1f}% on "
+                                  "average",
+                                  100 * hopper["mape"].get<double>())) != std::string::npos);
+  Result js = run("run configs/llama3.1-70b-torchtitan-h100-256.json --json");
+  REQUIRE(js.code == 0);
+  const auto out = nlohmann::json::parse(js.out);
+  CHECK(out["scenario"]["framework"] == "torchtitan");
+  CHECK(out["scenario"]["torch_compile"] == true);
+  CHECK(out["accuracy"]["group"] == "torchtitan/hopper");
+  Result exported = run("export megatron configs/llama3.1-70b-torchtitan-h100-256.json");
+  CHECK(exported.code == 2);
+  CHECK(exported.err.find("training.framework: torchtitan is a PyTorch training step, not a Megatron-LM run") !=
+        std::string::npos);
+}
+
 TEST_CASE("run quotes the published runs' error for its kind of run from validation/accuracy.json") {
   // good_scenario: a dense model on H100, the "dense/hopper" group; Qwen3 30B on H100 a mixture of
   // experts ("moe/hopper"). The numbers are the file's, which the accuracy gate test keeps current.
