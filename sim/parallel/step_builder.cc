@@ -1282,7 +1282,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     const std::int64_t bytes = chunks[static_cast<std::size_t>(c)].unit_params[u] * kWeightBytes;
     const std::size_t first_layer = has_head(c) ? 1 : 0;
     const bool layer = u >= first_layer && u < first_layer + static_cast<std::size_t>(chunk_layers(c));
-    return fp8_gather && layer ? bytes - workload::torchtitan_block_linear_params(sc.model, par.tp) : bytes;
+    return fp8_gather && layer ? workload::torchtitan_block_gather_bytes(sc.model, par.tp, true) : bytes;
   };
   auto gather = [&](std::int64_t c, std::size_t u) {
     auto& slot = step_gather ? step_gathers[static_cast<std::size_t>(c)][u] : pass_gathers[u];

@@ -32,11 +32,10 @@ struct Dims {
   double h, n, hd;     // hidden, the rank's heads (heads/tp), head dim
   double q, kv, f;     // the rank's query, key/value and FFN widths (their 1/tp)
   double V, Vr;        // vocabulary, the rank's share of it
-  double params;       // the rank's parameters of one block (linears 1/tp, the norms whole)
 };
 
 Dims dims(const ModelSpec& m, const LayerConfig& c) {
-  TRAINSIM_ASSERT(c.tp == 1 || c.sequence_parallel);  // Float8 comes in TorchtitanOptions
+  TRAINSIM_ASSERT(c.tp == 1 || c.sequence_parallel);  // (c.fp8 unused: Float8 is TorchtitanOptions::float8)
   TRAINSIM_ASSERT(c.cp >= 1 && c.seq_len % c.cp == 0);
   TRAINSIM_ASSERT(m.mlp == MlpKind::swiglu && m.dropout == 0 && c.dtype_bytes == 2);
   TRAINSIM_ASSERT(m.head_dim % 2 == 0 && m.heads % m.kv_heads == 0 && m.kv_heads % c.tp == 0);
@@ -55,7 +54,6 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
   x.f = static_cast<double>(m.ffn_hidden) / x.tp;
   x.V = static_cast<double>(m.vocab);
   x.Vr = x.V / x.tp;
-  x.params = x.h * (x.q + 2 * x.kv) + x.q * x.h + 3 * x.f * x.h + 2 * x.h;
   return x;
 }
 
@@ -150,13 +148,6 @@ Op copy_out(const std::string& name, double bytes, double host) {
   Op op = kernel(name, bytes, bytes, host);
   op.skip_in_recompute = true;
   return op;
-}
-
-// The bytes of one gathered block: its linears in fp8 under Float8 (FSDP float8 all-gather), else bf16;
-// its norms bf16.
-double gathered_bytes(const Dims& x, const TorchtitanOptions& o) {
-  const double norms = 2 * x.h;
-  return o.float8 ? (x.params - norms) + norms * kBf16 : x.params * kBf16;
 }
 
 // Float8's forward cast of a GEMM input of `bytes` bf16 bytes: an amax reduction and a scale-and-cast
@@ -278,7 +269,7 @@ std::vector<Op> torchtitan_layer_forward(const ModelSpec& m, const LayerConfig& 
     b.push(kernel("ffn_residual_add", 2 * a, a, hf));
   }
   std::vector<Op> ops;
-  ops.push_back(copy_out("fsdp_copy_out", gathered_bytes(x, o), hf));
+  ops.push_back(copy_out("fsdp_copy_out", static_cast<double>(torchtitan_block_gather_bytes(m, c.tp, o.float8)), hf));
   if (o.sac) {
     // What autograd saves is dropped and saved again by the recompute; what the policy keeps is held
     // by the last op: the block's input and the kept outputs (wq, wv, w1, w2's partial output, the
@@ -302,7 +293,7 @@ std::vector<Op> torchtitan_layer_backward(const ModelSpec& m, const LayerConfig&
   const double row = x.Ts * kFp32, w = x.h * kBf16, freqs = x.sl * x.hd / 2 * 8;
   const bool tp = x.tp > 1;
   std::vector<Op> ops;
-  ops.push_back(copy_out("fsdp_copy_out", gathered_bytes(x, o), hb));
+  ops.push_back(copy_out("fsdp_copy_out", static_cast<double>(torchtitan_block_gather_bytes(m, c.tp, o.float8)), hb));
   auto linear = [&](const std::string& name, double n, double k) {
     if (o.float8) float8_cast_grad(ops, name, x.T * n * kBf16, n * k, hb);
     ops.push_back(gemm(name + "_dgrad", x.T, k, n, hb));
@@ -441,6 +432,10 @@ std::int64_t torchtitan_cp_kv_bytes(const ModelSpec& m, const LayerConfig& c) {
 std::int64_t torchtitan_block_linear_params(const ModelSpec& m, std::int64_t tp) {
   const std::int64_t h = m.hidden, q = m.heads * m.head_dim, kv = m.kv_heads * m.head_dim;
   return (h * (q + 2 * kv) + q * h + 3 * m.ffn_hidden * h) / tp;
+}
+
+std::int64_t torchtitan_block_gather_bytes(const ModelSpec& m, std::int64_t tp, bool float8) {
+  return torchtitan_block_linear_params(m, tp) * (float8 ? 1 : 2) + 2 * m.hidden * 2;
 }
 
 Op torchtitan_optimizer_step(const ModelSpec& m, std::int64_t dp, std::int64_t tp, const EagerHost& host, bool float8) {

@@ -86,6 +86,9 @@ std::int64_t torchtitan_cp_kv_bytes(const ModelSpec& m, const LayerConfig& c);
 // The parameters of one transformer block's linears a tensor-parallel rank holds (FSDP2 gathers them
 // in fp8 under Float8 with FSDP float8 all-gather; the block's two norms stay bf16).
 std::int64_t torchtitan_block_linear_params(const ModelSpec& m, std::int64_t tp);
+// The bytes FSDP2 gathers (and copies out) for one block on a tensor-parallel rank: its linears'
+// parameters in fp8 under Float8 (FSDP float8 all-gather), else bf16, and its two norms in bf16.
+std::int64_t torchtitan_block_gather_bytes(const ModelSpec& m, std::int64_t tp, bool float8);
 
 // Bytes per parameter held from step to step, on the rank's 1/dp shard: fp32 master weights (FSDP2's
 // sharded parameters), fp32 gradients (the reduce-scatter's output in the parameters' dtype) and
