@@ -10,6 +10,7 @@
 #include "config/bridge_config.h"
 #include "config/megatron_args.h"
 #include "config/scenario.h"
+#include "config/torchtitan_config.h"
 #include "util/error.h"
 #include "util/json_node.h"
 #include "util/shell_words.h"
@@ -50,8 +51,8 @@ void print_list(const char* what, const std::vector<std::string>& flags) {
   fmt::print(stderr, "{} ({}): {}\n", what, flags.size(), line);
 }
 
-config::MegatronImportOptions import_options(const ImportArgs& args) {
-  config::MegatronImportOptions options;
+config::ImportOptions import_options(const ImportArgs& args) {
+  config::ImportOptions options;
   options.cluster = args.cluster;
   options.gpus = args.gpus;
   options.model = args.model;
@@ -61,8 +62,9 @@ config::MegatronImportOptions import_options(const ImportArgs& args) {
 
 // The scenario of `imported`, checked as `run` will read it (an impossible one blamed on the flag or
 // key behind the scenario key that fails), its notes and flag lists on stderr, written out.
-int finish(const config::MegatronImport& imported, const config::MegatronImportOptions& options,
-           const std::string& out_file, const std::vector<std::string>& extra_notes, int keys_not_read) {
+int finish(const config::ImportedScenario& imported, const config::ImportOptions& options, const std::string& out_file,
+           const std::vector<std::string>& extra_notes, int keys_not_read,
+           const char* unknown_what = "not a Megatron-LM flag trainsim knows, skipped") {
   const std::string text = imported.scenario.dump(2) + "\n";
 
   // The scenario is checked as `run` will read it; an impossible one is blamed on the flag behind the
@@ -80,7 +82,7 @@ int finish(const config::MegatronImport& imported, const config::MegatronImportO
   for (const auto& n : extra_notes) fmt::print(stderr, "note: {}\n", n);
   for (const auto& n : imported.notes) fmt::print(stderr, "note: {}\n", n);
   print_list("not modelled", imported.not_modelled);
-  print_list("not a Megatron-LM flag trainsim knows, skipped", imported.unknown);
+  print_list(unknown_what, imported.unknown);
   print_list("no effect on a step", imported.no_effect);
   if (keys_not_read > 0)
     fmt::print(stderr, "{} other keys not read (docs/import-megatron.md lists the keys trainsim reads)\n",
@@ -128,36 +130,63 @@ CLI::App* add_import_command(CLI::App& app, ImportArgs& args) {
                      "the configuration's model keys", "the configuration leaves it to the tokenizer")
       ->required();
   args.bridge_app = bridge;
+
+  CLI::App* torchtitan = import->add_subcommand(
+      "torchtitan",
+      "Read a torchtitan job's TOML configuration (with its command-line overrides after --) and write the scenario "
+      "it runs");
+  torchtitan
+      ->add_option("config", args.torchtitan_file,
+                   "The job's TOML (or - for stdin); torchtitan overrides may follow --: `llama3_8b.toml --cluster X "
+                   "--gpus 8 -- --training.steps 50 --parallelism.tensor_parallel_degree 2`")
+      ->required();
+  torchtitan->add_option("--cluster", args.cluster, "Topology name (topologies/NAME.json) or file")->required();
+  torchtitan
+      ->add_option("--gpus", args.gpus,
+                   "Total GPUs (torchrun's NGPU x nodes; default: the degrees' product when none is -1)")
+      ->check(CLI::PositiveNumber);
+  torchtitan->add_option("--model", args.model,
+                         "A model name (models/NAME.json) or file to use instead of model.name and model.flavor");
+  torchtitan->add_option("-o,--out", args.out, "Write the scenario to this file (default: stdout)");
+  args.torchtitan_app = torchtitan;
   return import;
 }
 
-int split_megatron_args(int argc, char** argv, ImportArgs& args) {
-  if (argc < 3 || std::string_view(argv[1]) != "import" || std::string_view(argv[2]) != "megatron") return argc;
+int split_passthrough_args(int argc, char** argv, ImportArgs& args) {
+  if (argc < 3 || std::string_view(argv[1]) != "import" ||
+      (std::string_view(argv[2]) != "megatron" && std::string_view(argv[2]) != "torchtitan"))
+    return argc;
   for (int i = 3; i < argc; ++i) {
     if (std::string_view(argv[i]) != "--") continue;
-    args.megatron_args.assign(argv + i + 1, argv + argc);
+    args.passthrough.assign(argv + i + 1, argv + argc);
     return i;
   }
   return argc;
 }
 
 int import_command(const ImportArgs& args) {
+  if (args.torchtitan_app != nullptr && args.torchtitan_app->parsed()) {
+    config::ImportOptions options = import_options(args);
+    const std::string text = read_input(args.torchtitan_file, options.source);
+    const config::ImportedScenario imported = config::import_torchtitan(text, args.passthrough, options);
+    return finish(imported, options, args.out, {}, 0, "not a torchtitan key trainsim knows, skipped");
+  }
   if (args.bridge_app != nullptr && args.bridge_app->parsed()) {
-    config::MegatronImportOptions options = import_options(args);
+    config::ImportOptions options = import_options(args);
     const std::string text = read_input(args.bridge_file, options.source);
     config::BridgeFlags flags = config::read_bridge_config(text, options.source, options.gpus);
     options.labels = flags.labels;
-    config::MegatronImport imported = config::import_megatron({flags.command}, options);
+    config::ImportedScenario imported = config::import_megatron({flags.command}, options);
     for (const auto& [key, value] : flags.training.items()) imported.scenario["training"][key] = value;
     imported.origin.insert(flags.training_origin.begin(), flags.training_origin.end());
     return finish(imported, options, args.out, flags.notes, flags.keys_not_read);
   }
 
-  config::MegatronImportOptions options = import_options(args);
+  config::ImportOptions options = import_options(args);
   // The script positional takes the first word after -- when no script came before it.
   std::vector<std::string> words;
   if (!args.script.empty()) words.push_back(args.script);
-  words.insert(words.end(), args.megatron_args.begin(), args.megatron_args.end());
+  words.insert(words.end(), args.passthrough.begin(), args.passthrough.end());
   std::vector<util::ShellCommand> commands;
   std::vector<std::string> shell_notes;
   std::size_t first_arg = 0;
@@ -190,7 +219,7 @@ int import_command(const ImportArgs& args) {
   if (commands.empty())
     throw util::InputError("import megatron", "", "give a launch script, or Megatron arguments after --");
 
-  const config::MegatronImport imported = config::import_megatron(commands, options);
+  const config::ImportedScenario imported = config::import_megatron(commands, options);
   return finish(imported, options, args.out, shell_notes, 0);
 }
 

@@ -465,7 +465,7 @@ int main(int argc, char** argv) {
   trainsim::cli::ExportArgs export_args;
   CLI::App* export_app = trainsim::cli::add_export_command(app, export_args);
 
-  const int parsed_argc = trainsim::cli::split_megatron_args(argc, argv, import_args);
+  const int parsed_argc = trainsim::cli::split_passthrough_args(argc, argv, import_args);
   try {
     app.parse(parsed_argc, argv);
   } catch (const CLI::ParseError& e) {

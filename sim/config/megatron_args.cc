@@ -302,10 +302,10 @@ std::string join(const std::vector<std::string>& items, std::string_view sep = "
 
 class Importer {
  public:
-  Importer(const std::vector<util::ShellCommand>& commands, const MegatronImportOptions& options)
+  Importer(const std::vector<util::ShellCommand>& commands, const ImportOptions& options)
       : f_(commands, options.source, options.labels), o_(options) {}
 
-  MegatronImport run() {
+  ImportedScenario run() {
     // What the layout needs from the model, read before the model so --model runs need them too.
     hybrid_pattern();
     parallel();
@@ -1044,8 +1044,8 @@ class Importer {
   }
 
   Flags f_;
-  const MegatronImportOptions& o_;
-  MegatronImport out_;
+  const ImportOptions& o_;
+  ImportedScenario out_;
   nlohmann::ordered_json model_ = nlohmann::ordered_json::object();
   nlohmann::ordered_json parallel_ = nlohmann::ordered_json::object();
   nlohmann::ordered_json training_ = nlohmann::ordered_json::object();
@@ -1057,7 +1057,7 @@ class Importer {
 
 }  // namespace
 
-MegatronImport import_megatron(const std::vector<util::ShellCommand>& commands, const MegatronImportOptions& options) {
+ImportedScenario import_megatron(const std::vector<util::ShellCommand>& commands, const ImportOptions& options) {
   return Importer(commands, options).run();
 }
 

@@ -17,37 +17,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/import.h"
 #include "util/shell_words.h"
 
 namespace trainsim::config {
-
-struct MegatronImportOptions {
-  std::string source = "arguments";  // names the input in messages (a file name, or "arguments")
-  std::string cluster;               // a topology name or file: required
-  std::int64_t gpus = 0;             // 0: torchrun's --nproc-per-node x --nnodes
-  std::string model;                 // a model name or file instead of the architecture flags
-  std::int64_t vocab = 0;            // the vocabulary, when the command only names a tokenizer
-  // How the input spells a flag, when it is not a command line ("num-layers" -> "model.num_layers"
-  // for a Megatron-Bridge config): messages then name the input's own key.
-  std::map<std::string, std::string> labels;
-};
-
-struct MegatronImport {
-  nlohmann::ordered_json scenario;        // model, cluster, gpus, parallel, training
-  std::vector<std::string> notes;         // Megatron defaults taken and approximations, one line each
-  std::vector<std::string> no_effect;     // flags that leave a step unchanged (--lr, --save, ...)
-  std::vector<std::string> not_modelled;  // flags the prediction does not take into account
-  std::vector<std::string> unknown;       // flags of neither Megatron-LM version known (megatron_flags.h)
-  // For each scenario key set from a flag ("parallel.tp"), the flag as written with its line
-  // ("line 12: --tensor-model-parallel-size 3"), so an impossible layout can be blamed on its flag.
-  std::map<std::string, std::string> origin;
-};
 
 // Reads the flags of `commands` in order, a later occurrence overriding an earlier one as argparse
 // does. A value the command cannot give (a shell variable the script never sets), a malformed
 // number, a missing required flag or a setting trainsim cannot represent is an InputError naming
 // the source, the line and the flag.
-MegatronImport import_megatron(const std::vector<util::ShellCommand>& commands, const MegatronImportOptions& options);
+ImportedScenario import_megatron(const std::vector<util::ShellCommand>& commands, const ImportOptions& options);
 
 // A hybrid model's layer pattern from Megatron's --hybrid-attention-ratio and --hybrid-mlp-ratio
 // (Megatron-Core's allocate_layers): 'M' Mamba, '*' attention, '-' MLP.

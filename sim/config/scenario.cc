@@ -1372,6 +1372,12 @@ network::ClusterSpec load_cluster(const std::string& name_or_path, const fs::pat
       [&data_dir](const util::JsonNode& n, const std::string&) { return parse_topology(n, data_dir); });
 }
 
+workload::ModelSpec load_model(const std::string& name_or_path, const fs::path& data_dir, const std::string& what) {
+  const nlohmann::json ref = name_or_path;
+  const util::JsonNode node(ref, what);
+  return parse_reference(node, data_dir, "models", fs::current_path(), parse_model_any);
+}
+
 void apply_overrides(nlohmann::json& doc, const std::vector<std::string>& sets, std::string_view where) {
   for (const std::string& set : sets) {
     const std::size_t eq = set.find('=');

@@ -258,6 +258,10 @@ std::filesystem::path default_data_dir();
 network::ClusterSpec load_cluster(const std::string& name_or_path, const std::filesystem::path& data_dir,
                                   const std::string& what);
 
+// A model by name (<data_dir>/models/NAME.json) or file path; errors name `what` as the file.
+workload::ModelSpec load_model(const std::string& name_or_path, const std::filesystem::path& data_dir,
+                               const std::string& what);
+
 // Model chunks per pipeline stage: virtual_stages with the interleaved schedule, else one.
 std::int64_t chunks_per_stage(const ParallelSpec& parallel);
 // Transformer layers on pipeline stage `stage` (uneven first/last stages as the scenario says).

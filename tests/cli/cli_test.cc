@@ -984,6 +984,57 @@ train:
   CHECK(b.err.find(bad.string() + ": line 17: model.tensor_model_parallel_size 3: ") == 0);
 }
 
+TEST_CASE("import torchtitan writes the scenario of a job's TOML and its overrides; run reads it") {
+  const std::string toml = R"([model]
+name = "llama3"
+flavor = "8B"
+
+[training]
+local_batch_size = 2
+seq_len = 8192
+steps = 100
+
+[parallelism]
+data_parallel_shard_degree = -1
+tensor_parallel_degree = 1
+
+[compile]
+enable = true
+
+[metrics]
+log_freq = 10
+)";
+  const fs::path job = write("llama3_8b.toml", toml);
+  const fs::path out = temp_dir() / "torchtitan_8b.json";
+  Result r =
+      run(fmt::format("import torchtitan '{}' --cluster dgx-h100 --gpus 16 -o '{}' -- "
+                      "--parallelism.tensor_parallel_degree 2 --parallelism.enable_async_tensor_parallel",
+                      job.string(), out.string()));
+  INFO("stderr: " << r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.err.find("no effect on a step (1): metrics.log_freq\n") != std::string::npos);
+  std::ifstream in(out);
+  const auto doc = nlohmann::json::parse(in);
+  CHECK(doc["training"]["framework"] == "torchtitan");
+  CHECK(doc["parallel"]["tp"] == 2);
+  CHECK(doc["parallel"]["tp_comm_overlap"] == true);
+  Result sim = run(fmt::format("run '{}'", out.string()));
+  INFO("run stderr: " << sim.err);
+  REQUIRE(sim.code == 0);
+  CHECK(sim.out.find("software      torchtitan: FSDP2") != std::string::npos);
+
+  // A layout the model cannot take is blamed on the key that set it, in one line.
+  Result b =
+      run(fmt::format("import torchtitan '{}' --cluster dgx-h100 --gpus 24 -- "
+                      "--parallelism.tensor_parallel_degree 3",
+                      job.string()));
+  CHECK(b.code == 2);
+  CHECK(b.out.empty());
+  CHECK(b.err == job.string() +
+                     ": argument --parallelism.tensor_parallel_degree: 3 does not divide heads (32) (scenario key "
+                     "parallel.tp)\n");
+}
+
 TEST_CASE("export megatron writes a script bash runs as import reads it; search writes its best layout's") {
   const fs::path script = temp_dir() / "qwen3.sh";
   Result r = run(fmt::format("export megatron configs/qwen3-30b-a3b-h100-16.json -o '{}'", script.string()));

@@ -13,17 +13,17 @@
 #include "util/error.h"
 
 using trainsim::config::import_megatron;
-using trainsim::config::MegatronImport;
-using trainsim::config::MegatronImportOptions;
+using trainsim::config::ImportedScenario;
+using trainsim::config::ImportOptions;
 using trainsim::config::read_bridge_config;
 using trainsim::config::read_megatron_yaml;
 using trainsim::util::InputError;
 
 namespace {
 
-MegatronImport import(const std::string& yaml, std::int64_t gpus = 64) {
+ImportedScenario import(const std::string& yaml, std::int64_t gpus = 64) {
   const auto flags = read_bridge_config(yaml, "run.yaml", gpus);
-  MegatronImportOptions o;
+  ImportOptions o;
   o.source = "run.yaml";
   o.cluster = "gb200-nvl72";
   o.gpus = gpus;
@@ -112,7 +112,7 @@ train:
 }  // namespace
 
 TEST_CASE("a Megatron-Bridge MoE configuration reads as its scenario") {
-  const MegatronImport m = import(kMoe);
+  const ImportedScenario m = import(kMoe);
   const auto& s = m.scenario;
   CHECK(s["model"]["layers"] == 36);
   CHECK(s["model"]["kv_heads"] == 8);  // num_query_groups 8 of 64 heads
@@ -164,14 +164,14 @@ train:
   global_batch_size: 8
   micro_batch_size: 1
 )";
-  const MegatronImport m = import(base, 8);
+  const ImportedScenario m = import(base, 8);
   CHECK(m.scenario["parallel"]["pipeline_layout"] == "Et|t|t|tL");
   // A dense model's dump carries the MoE and Mamba keys at their defaults: not read, not listed.
   std::string with_defaults = base;
   with_defaults.replace(
       with_defaults.find("  vocab_size"), 0,
       "  moe_layer_freq: 1\n  moe_router_topk: 2\n  mamba_state_dim: 128\n  cpu_offloading_num_layers: 0\n");
-  const MegatronImport d = import(with_defaults, 8);
+  const ImportedScenario d = import(with_defaults, 8);
   CHECK(d.not_modelled.empty());
   CHECK(d.scenario == m.scenario);
   CHECK(m.scenario["parallel"]["virtual_stages"] == 2);

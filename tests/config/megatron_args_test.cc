@@ -17,16 +17,16 @@
 #include "util/shell_words.h"
 
 using trainsim::config::import_megatron;
-using trainsim::config::MegatronImport;
-using trainsim::config::MegatronImportOptions;
+using trainsim::config::ImportedScenario;
+using trainsim::config::ImportOptions;
 using trainsim::util::InputError;
 using trainsim::util::split_shell_commands;
 
 namespace {
 
-MegatronImport import(const std::string& script, const std::string& cluster = "dgx-h100", std::int64_t gpus = 0,
-                      const std::string& model = "") {
-  MegatronImportOptions o;
+ImportedScenario import(const std::string& script, const std::string& cluster = "dgx-h100", std::int64_t gpus = 0,
+                        const std::string& model = "") {
+  ImportOptions o;
   o.source = "train.sh";
   o.cluster = cluster;
   o.gpus = gpus;
@@ -47,7 +47,7 @@ bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
 
-trainsim::config::Scenario parse(const MegatronImport& m) {
+trainsim::config::Scenario parse(const ImportedScenario& m) {
   const auto doc = nlohmann::json::parse(m.scenario.dump());
   return trainsim::config::parse_scenario(trainsim::util::JsonNode(doc, "imported.json"),
                                           trainsim::config::default_data_dir());
@@ -68,7 +68,7 @@ torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py \
 }  // namespace
 
 TEST_CASE("Megatron's GPT-3 example becomes its scenario, with Megatron's defaults for what it leaves out") {
-  const MegatronImport m = import(kGpt3, "dgx-a100");
+  const ImportedScenario m = import(kGpt3, "dgx-a100");
   const auto& s = m.scenario;
   CHECK(s["gpus"] == 8 * 128);  // --nproc_per_node x --nnodes
   CHECK(s["model"]["layers"] == 96);
@@ -96,14 +96,14 @@ TEST_CASE("Megatron's GPT-3 example becomes its scenario, with Megatron's defaul
 
 TEST_CASE("a Llama 3.1 70B command reads as the shipped model and scenario") {
   // configs/llama3.1-70b-h100-1024.json written as Megatron arguments.
-  const MegatronImport m = import(R"(
+  const ImportedScenario m = import(R"(
     --num-layers 80 --hidden-size 8192 --ffn-hidden-size 28672 --num-attention-heads 64
     --group-query-attention --num-query-groups 8 --swiglu --normalization RMSNorm --disable-bias-linear
     --position-embedding-type rope --untie-embeddings-and-output-weights --vocab-size 128256
     --hidden-dropout 0 --attention-dropout 0
     --tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 --sequence-parallel --use-distributed-optimizer
     --micro-batch-size 1 --global-batch-size 1024 --seq-length 8192 --recompute-activations --bf16)",
-                                  "dgx-h100", 1024);
+                                    "dgx-h100", 1024);
   CHECK(m.notes.empty());
   const auto imported = parse(m);
   const auto shipped = trainsim::config::load_scenario(
@@ -126,11 +126,11 @@ TEST_CASE("a Llama 3.1 70B command reads as the shipped model and scenario") {
 }
 
 TEST_CASE("Megatron's defaults: the SwiGLU width, dropout, top-k, and one micro-batch per replica") {
-  const MegatronImport m = import(R"(
+  const ImportedScenario m = import(R"(
     --num-layers 4 --hidden-size 4096 --num-attention-heads 32 --swiglu --normalization RMSNorm
     --disable-bias-linear --position-embedding-type rope --vocab-size 32000 --num-experts 8 --moe-grouped-gemm
     --moe-token-dispatcher-type alltoall --expert-model-parallel-size 8 --seq-length 4096 --bf16)",
-                                  "dgx-h100", 16);
+                                    "dgx-h100", 16);
   // arguments.py: int(4h * 2/3 / 64) * 64 = int(10922.67 / 64) * 64 = 170 * 64.
   CHECK(m.scenario["model"]["moe_ffn_hidden"] == 10880);
   CHECK(m.scenario["model"]["experts_per_token"] == 2);
@@ -201,7 +201,7 @@ TEST_CASE("what cannot be read is one error naming the flag and its line") {
 }
 
 TEST_CASE("--model replaces the architecture flags") {
-  const MegatronImport m = import(
+  const ImportedScenario m = import(
       "--num-layers 80 --hidden-size 8192 --tensor-model-parallel-size 8 "
       "--pipeline-model-parallel-size 4 --seq-length 8192 --bf16 --global-batch-size 64 --micro-batch-size 1",
       "dgx-h100", 64, "llama3.1-70b");
@@ -220,7 +220,7 @@ TEST_CASE("hybrid ratios place the layers as Megatron-Core's allocate_layers doe
   // 1.33 (layer 4), 0.33 (MLP at 5), 2 (layer 7), 1 (8), 0 (MLP at 9) -> MM-*M-*MM-.
   CHECK(trainsim::config::allocate_hybrid_layers(10, 0.2, 0.3) == "MM-*M-*MM-");
   CHECK(trainsim::config::allocate_hybrid_layers(4, 0, 0) == "MMMM");
-  const MegatronImport m = import(
+  const ImportedScenario m = import(
       "python pretrain_mamba.py --num-layers 10 --hidden-size 256 --num-attention-heads 4 --vocab-size 1000 "
       "--seq-length 512 --bf16 --hybrid-attention-ratio 0.2 --hybrid-mlp-ratio 0.3 --ffn-hidden-size 1024 "
       "--squared-relu --normalization RMSNorm --disable-bias-linear --position-embedding-type none",

@@ -83,7 +83,7 @@ std::string describe(const Scenario& s) {
 Scenario round_trip(const nlohmann::json& doc, const Scenario& original, std::string* script = nullptr) {
   const auto exported = export_megatron(doc, original);
   if (script != nullptr) *script = exported.script;
-  trainsim::config::MegatronImportOptions o;
+  trainsim::config::ImportOptions o;
   o.source = "exported.sh";
   o.cluster = doc["cluster"].get<std::string>();
   const auto imported =
