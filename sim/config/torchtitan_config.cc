@@ -200,7 +200,8 @@ void apply_overrides(const std::vector<std::string>& words, Keys& keys) {
     std::replace(name.begin(), name.end(), '-', '_');
     const auto dot = name.rfind('.');
     if (dot == std::string::npos || dot == 0 || dot + 1 == name.size())
-      throw util::InputError("arguments", w, "is not a torchtitan option: its names are section.key (--training.steps 50)");
+      throw util::InputError("arguments", w,
+                             "is not a torchtitan option: its names are section.key (--training.steps 50)");
     const std::string where = fmt::format("argument --{}", name);
     if (value) {
       keys.set(name, *value, where, true);
@@ -219,9 +220,9 @@ struct Flavor {
   std::string_view name, flavor, model;
 };
 constexpr std::array kFlavors{
-    Flavor{"llama3", "8B", "llama3.1-8b"},    Flavor{"llama3", "70B", "llama3.1-70b"},
+    Flavor{"llama3", "8B", "llama3.1-8b"},     Flavor{"llama3", "70B", "llama3.1-70b"},
     Flavor{"llama3", "405B", "llama3.1-405b"}, Flavor{"llama2", "7B", "llama2-7b"},
-    Flavor{"llama2", "13B", "llama2-13b"},    Flavor{"llama2", "70B", "llama2-70b"},
+    Flavor{"llama2", "13B", "llama2-13b"},     Flavor{"llama2", "70B", "llama2-70b"},
 };
 
 std::string lower(std::string s) {
@@ -240,8 +241,9 @@ class Importer {
     const bool old_batch = k_.find({"training.batch_size"}) != nullptr;
     layout2025_ = k_.any_under("parallelism") || k_.any_under("compile") ||
                   k_.find({"training.local_batch_size"}) != nullptr || k_.find({"model.converters"}) != nullptr;
-    pipeline2025_ = layout2025_ && (!old_batch || k_.find({"parallelism.pipeline_parallel_microbatch_size"}) != nullptr ||
-                                    k_.find({"parallelism.pipeline_parallel_layers_per_stage"}) != nullptr);
+    pipeline2025_ =
+        layout2025_ && (!old_batch || k_.find({"parallelism.pipeline_parallel_microbatch_size"}) != nullptr ||
+                        k_.find({"parallelism.pipeline_parallel_layers_per_stage"}) != nullptr);
     // What the configuration was read as decides the defaults of the keys it leaves out.
     // The scenario's keys in the order the other importers write them.
     out_.scenario["model"] = nullptr;
@@ -298,16 +300,16 @@ class Importer {
       return;
     }
     if (!known_name) {
-      const std::string problem = fmt::format(
-          "torchtitan's model \"{}\" has no trainsim model (llama2 and llama3 have): give --model", name);
+      const std::string problem =
+          fmt::format("torchtitan's model \"{}\" has no trainsim model (llama2 and llama3 have): give --model", name);
       if (name_e == nullptr) throw util::InputError(o_.source, "model.name", problem);
       k_.fail(*name_e, problem);
     }
     std::string flavors;
     for (const Flavor& f : kFlavors)
       if (f.name == name) flavors += fmt::format("{}{}", flavors.empty() ? "" : ", ", f.flavor);
-    const std::string problem = fmt::format("flavor \"{}\" of {} has no trainsim model file ({} have): give --model",
-                                            flavor, name, flavors);
+    const std::string problem =
+        fmt::format("flavor \"{}\" of {} has no trainsim model file ({} have): give --model", flavor, name, flavors);
     if (flavor_e == nullptr) throw util::InputError(o_.source, "model.flavor (default debugmodel)", problem);
     k_.fail(*flavor_e, problem);
   }
@@ -328,8 +330,8 @@ class Importer {
                 *ep_e = nullptr;
     const std::int64_t replicate = degree(
         {"parallelism.data_parallel_replicate_degree", "training.data_parallel_replicate_degree"}, 1, &replicate_e);
-    shard_ = degree({"parallelism.data_parallel_shard_degree", "training.data_parallel_shard_degree"}, -1, &shard_e,
-                    true);
+    shard_ =
+        degree({"parallelism.data_parallel_shard_degree", "training.data_parallel_shard_degree"}, -1, &shard_e, true);
     tp_ = degree({"parallelism.tensor_parallel_degree", "training.tensor_parallel_degree"}, 1, &tp_e);
     pp_ = degree({"parallelism.pipeline_parallel_degree", "experimental.pipeline_parallel_degree"}, 1, &pp_e);
     cp_ = degree({"parallelism.context_parallel_degree", "experimental.context_parallel_degree"}, 1, &cp_e);
@@ -347,15 +349,16 @@ class Importer {
       gpus_ = o_.gpus;
       if (shard_ == -1) {
         if (gpus_ % others != 0)
-          throw util::InputError("--gpus", "",
-                                 fmt::format("{} GPUs are not a multiple of tp {} x pp {} x cp {} = {} (the configuration's "
-                                             "degrees)",
-                                             gpus_, tp_, pp_, cp_, others));
+          throw util::InputError(
+              "--gpus", "",
+              fmt::format("{} GPUs are not a multiple of tp {} x pp {} x cp {} = {} (the configuration's "
+                          "degrees)",
+                          gpus_, tp_, pp_, cp_, others));
         shard_ = gpus_ / others;
         note(fmt::format("data_parallel_shard_degree -1: the {} ranks left of {} GPUs (--gpus)", shard_, gpus_));
       } else if (shard_ * others != gpus_) {
-        k_.fail(*shard_e, fmt::format("dp_shard {} x tp {} x pp {} x cp {} = {} ranks, not the {} GPUs of --gpus", shard_,
-                                      tp_, pp_, cp_, shard_ * others, gpus_));
+        k_.fail(*shard_e, fmt::format("dp_shard {} x tp {} x pp {} x cp {} = {} ranks, not the {} GPUs of --gpus",
+                                      shard_, tp_, pp_, cp_, shard_ * others, gpus_));
       }
     } else {
       if (shard_ == -1) {
@@ -423,9 +426,10 @@ class Importer {
       accumulation_ = global / (local_ * dp);
       origin("training.global_batch", global_e);
       if (accumulation_ > 1)
-        note(fmt::format("global_batch_size {}: {} gradient-accumulation steps of local batch {} over {} data-parallel "
-                         "ranks",
-                         global, accumulation_, local_, dp));
+        note(
+            fmt::format("global_batch_size {}: {} gradient-accumulation steps of local batch {} over {} data-parallel "
+                        "ranks",
+                        global, accumulation_, local_, dp));
     } else {
       global_ = local_ * dp;
       origin("training.global_batch", local_e);
@@ -455,7 +459,8 @@ class Importer {
   // the schedule and the micro-batches.
   void pipeline() {
     ojson& t = out_.scenario["training"];
-    const Entry* sched_e = k_.find({"parallelism.pipeline_parallel_schedule", "experimental.pipeline_parallel_schedule"});
+    const Entry* sched_e =
+        k_.find({"parallelism.pipeline_parallel_schedule", "experimental.pipeline_parallel_schedule"});
     const Entry* csv_e =
         k_.find({"parallelism.pipeline_parallel_schedule_csv", "experimental.pipeline_parallel_schedule_csv"});
     const Entry* mbs_e = k_.find({"parallelism.pipeline_parallel_microbatch_size"});
@@ -484,12 +489,13 @@ class Importer {
       p["schedule"] = "interleaved";
       multi = true;
     } else {
-      k_.fail(*sched_e, fmt::format("schedule \"{}\" is not modelled (trainsim runs GPipe, 1F1B and Interleaved1F1B)",
-                                    sched));
+      k_.fail(*sched_e,
+              fmt::format("schedule \"{}\" is not modelled (trainsim runs GPipe, 1F1B and Interleaved1F1B)", sched));
     }
     origin("parallel.schedule", sched_e);
     if (csv_e != nullptr && !k_.text(*csv_e).empty())
-      k_.fail(*csv_e, "a schedule read from a CSV file is not modelled (trainsim runs GPipe, 1F1B and Interleaved1F1B)");
+      k_.fail(*csv_e,
+              "a schedule read from a CSV file is not modelled (trainsim runs GPipe, 1F1B and Interleaved1F1B)");
 
     // Micro-batches: the 2025 microbatch size (1 by default), or the December 2024 count (the
     // pipeline degree by default) splitting the local batch.
@@ -500,8 +506,9 @@ class Importer {
                 fmt::format("{} does not divide the local batch {}", mbs, local_));
       t["micro_batch"] = mbs;
       origin("training.micro_batch", mbs_e != nullptr ? mbs_e : local_e_);
-      note(fmt::format("pipeline: {} micro-batches of {} per schedule (local batch {} / pipeline_parallel_microbatch_size)",
-                       local_ / mbs, mbs, local_));
+      note(fmt::format(
+          "pipeline: {} micro-batches of {} per schedule (local batch {} / pipeline_parallel_microbatch_size)",
+          local_ / mbs, mbs, local_));
     } else {
       const std::int64_t n = nmb_e == nullptr ? pp_ : k_.integer(*nmb_e);
       if (n < 1 || local_ % n != 0)
@@ -514,9 +521,10 @@ class Importer {
                                         : "pipeline_parallel_microbatches"));
     }
     if (accumulation_ > 1)
-      note(fmt::format("torchtitan runs the pipeline schedule once per gradient-accumulation step ({}); trainsim runs "
-                       "one schedule of all the step's micro-batches, with one fill and drain instead of {}",
-                       accumulation_, accumulation_));
+      note(
+          fmt::format("torchtitan runs the pipeline schedule once per gradient-accumulation step ({}); trainsim runs "
+                      "one schedule of all the step's micro-batches, with one fill and drain instead of {}",
+                      accumulation_, accumulation_));
 
     // The layers per virtual stage.
     std::vector<std::int64_t> counts;
@@ -539,17 +547,18 @@ class Importer {
         if (per < 1) k_.fail(*per_stage_e, fmt::format("must be at least 1, got {}", per));
         stages = (layers_ + in_w + out_w + per - 1) / per;
         if (stages % pp_ != 0)
-          k_.fail(*per_stage_e, fmt::format("makes {} virtual stages, not a multiple of the pipeline degree {}", stages,
-                                            pp_));
+          k_.fail(*per_stage_e,
+                  fmt::format("makes {} virtual stages, not a multiple of the pipeline degree {}", stages, pp_));
         split_origin = per_stage_e;
       } else {
         split_origin = sched_e != nullptr ? sched_e : pp_e();
       }
       if (pipeline2025_) {
         counts = generate_fqn_per_model_part(stages, in_w, out_w, split_origin);
-        how = fmt::format("torchtitan's generate_llm_fqn_per_model_part over {} stages (the embedding and the output "
-                          "counted as {} and {} layers)",
-                          stages, in_w, out_w);
+        how = fmt::format(
+            "torchtitan's generate_llm_fqn_per_model_part over {} stages (the embedding and the output "
+            "counted as {} and {} layers)",
+            stages, in_w, out_w);
       } else {
         counts = generate_split_points(stages, split_origin);
         how = fmt::format("torchtitan's generate_split_points (before mid 2025) over {} stages", stages);
@@ -580,7 +589,9 @@ class Importer {
     note(fmt::format("pipeline_layout \"{}\": {}", layout, how));
   }
 
-  const Entry* pp_e() { return k_.find({"parallelism.pipeline_parallel_degree", "experimental.pipeline_parallel_degree"}); }
+  const Entry* pp_e() {
+    return k_.find({"parallelism.pipeline_parallel_degree", "experimental.pipeline_parallel_degree"});
+  }
 
   // torchtitan/distributed/pipeline_parallel.py (2025): the embedding and the output count as
   // `in_w` and `out_w` layers; the effective layers split evenly, the first stages one more while
@@ -592,9 +603,10 @@ class Importer {
     const std::int64_t base = effective / stages;
     const std::int64_t extra = effective % stages;
     if (base == 0 || in_w < 0 || out_w < 0 || in_w > base || out_w > base)
-      fail_at(blame, "parallelism.pipeline_parallel_degree", fmt::format("{} stages over {} layers (with the embedding as {} and the output as {}) leave a stage "
-                                 "without layers",
-                                 stages, layers_, in_w, out_w));
+      fail_at(blame, "parallelism.pipeline_parallel_degree",
+              fmt::format("{} stages over {} layers (with the embedding as {} and the output as {}) leave a stage "
+                          "without layers",
+                          stages, layers_, in_w, out_w));
     std::vector<std::int64_t> counts;
     std::int64_t placed = 0;
     for (std::int64_t i = 0; i < stages; ++i) {
@@ -612,7 +624,8 @@ class Importer {
   // layers / stages, the middle ones one more while the remainder lasts, the last what is left.
   std::vector<std::int64_t> generate_split_points(std::int64_t stages, const Entry* blame) const {
     if (stages > layers_)
-      fail_at(blame, "experimental.pipeline_parallel_degree", fmt::format("{} stages are more than the model's {} layers", stages, layers_));
+      fail_at(blame, "experimental.pipeline_parallel_degree",
+              fmt::format("{} stages are more than the model's {} layers", stages, layers_));
     const std::int64_t base = layers_ / stages;
     std::int64_t extra = layers_ % stages;
     std::vector<std::int64_t> counts{base};
@@ -634,8 +647,8 @@ class Importer {
     for (const std::string& point : k_.strings(e)) {
       const std::int64_t at = layer_index(e, point);
       if (at <= prev || at >= layers_)
-        k_.fail(e, fmt::format("split point \"{}\" must come after the previous one and before layer {}", point,
-                               layers_));
+        k_.fail(e,
+                fmt::format("split point \"{}\" must come after the previous one and before layer {}", point, layers_));
       counts.push_back(at - prev);
       prev = at;
     }
@@ -700,9 +713,10 @@ class Importer {
     // fp32 copy; trainsim's FSDP2 holds them in fp32 (16 bytes per parameter).
     const Entry* dtype_e = k_.find({"training.dtype"});
     if (dtype_e != nullptr && k_.text(*dtype_e) != "float32")
-      out_.not_modelled.push_back(fmt::format("training.dtype {} (trainsim keeps fp32 weights, gradients and AdamW "
-                                              "states)",
-                                              k_.text(*dtype_e)));
+      out_.not_modelled.push_back(
+          fmt::format("training.dtype {} (trainsim keeps fp32 weights, gradients and AdamW "
+                      "states)",
+                      k_.text(*dtype_e)));
     const Entry* reduce_e = k_.find({"training.mixed_precision_reduce"});
     const std::string reduce = reduce_e == nullptr ? "float32" : k_.text(*reduce_e);
     if (reduce != "float32" && reduce != "bfloat16")
@@ -773,11 +787,11 @@ class Importer {
       origin("training.recompute", mode_e);
       return;
     }
-    if (mode != "selective")
-      k_.fail(*mode_e, fmt::format("mode \"{}\" is not modelled (none, selective, full)", mode));
+    if (mode != "selective") k_.fail(*mode_e, fmt::format("mode \"{}\" is not modelled (none, selective, full)", mode));
     const std::string option = option_e == nullptr ? "2" : k_.text(*option_e);
     if (mode_e == nullptr || option_e == nullptr)
-      note(fmt::format("activation checkpointing: torchtitan's default{} {}", mode_e == nullptr ? " mode selective," : "",
+      note(fmt::format("activation checkpointing: torchtitan's default{} {}",
+                       mode_e == nullptr ? " mode selective," : "",
                        option_e == nullptr ? "selective_ac_option 2" : "selective_ac_option " + option));
     if (option == "op") {
       t["recompute"] = "selective";
@@ -811,9 +825,10 @@ class Importer {
     if (every > 1) {
       t["recompute_layers"] = per_chunk;
       origin("training.recompute_layers", blame);
-      note(fmt::format("selective_ac_option {}: one block in {} checkpointed whole -> recompute full of {} blocks per "
-                       "model chunk (recompute_layers; trainsim takes the chunk's first ones)",
-                       every, every, per_chunk));
+      note(
+          fmt::format("selective_ac_option {}: one block in {} checkpointed whole -> recompute full of {} blocks per "
+                      "model chunk (recompute_layers; trainsim takes the chunk's first ones)",
+                      every, every, per_chunk));
     }
   }
 
@@ -841,8 +856,9 @@ class Importer {
     // scaled_dot_product_attention's backend for bf16 on A100 and H100 is FlashAttention-2: PyTorch
     // made cuDNN's its first choice in 2.5.0 and took it back in 2.5.1 (pytorch/pytorch#138522).
     t["attention"] = "flash2";
-    note("attention flash2: scaled_dot_product_attention's FlashAttention-2 backend, PyTorch's choice for bf16 "
-         "(pytorch/pytorch#138522)");
+    note(
+        "attention flash2: scaled_dot_product_attention's FlashAttention-2 backend, PyTorch's choice for bf16 "
+        "(pytorch/pytorch#138522)");
 
     const auto flag = [this](std::initializer_list<std::string_view> names, std::string_view what) {
       const Entry* e = k_.find(names);
@@ -859,13 +875,14 @@ class Importer {
       out_.not_modelled.push_back("parallelism.disable_loss_parallel (trainsim computes the loss vocabulary-parallel)");
     const Entry* reshard_e = k_.find({"parallelism.fsdp_reshard_after_forward"});
     if (reshard_e != nullptr && k_.text(*reshard_e) != "default")
-      out_.not_modelled.push_back(fmt::format("parallelism.fsdp_reshard_after_forward {} (trainsim reshards after the "
-                                              "forward without pipelining, and keeps the weights with it)",
-                                              k_.text(*reshard_e)));
+      out_.not_modelled.push_back(
+          fmt::format("parallelism.fsdp_reshard_after_forward {} (trainsim reshards after the "
+                      "forward without pipelining, and keeps the weights with it)",
+                      k_.text(*reshard_e)));
     const Entry* norm_e = k_.find({"model.norm_type"});
     if (norm_e != nullptr && k_.text(*norm_e) != "rmsnorm")
-      out_.not_modelled.push_back(fmt::format("model.norm_type {} (trainsim runs torchtitan's eager RMSNorm)",
-                                              k_.text(*norm_e)));
+      out_.not_modelled.push_back(
+          fmt::format("model.norm_type {} (trainsim runs torchtitan's eager RMSNorm)", k_.text(*norm_e)));
     const Entry* attn_e = k_.find({"model.attn_type"});
     if (attn_e != nullptr && k_.text(*attn_e) != "sdpa")
       out_.not_modelled.push_back(fmt::format("model.attn_type {}", k_.text(*attn_e)));
@@ -878,15 +895,16 @@ class Importer {
     const Entry* impl_e = k_.find({"optimizer.implementation"});
     const Entry* fused_e = k_.find({"optimizer.fused"});
     if (impl_e != nullptr && k_.text(*impl_e) != "fused")
-      out_.not_modelled.push_back(fmt::format("optimizer.implementation {} (trainsim steps the fused AdamW)",
-                                              k_.text(*impl_e)));
+      out_.not_modelled.push_back(
+          fmt::format("optimizer.implementation {} (trainsim steps the fused AdamW)", k_.text(*impl_e)));
     if (fused_e != nullptr && !k_.boolean(*fused_e))
       out_.not_modelled.push_back("optimizer.fused false (trainsim steps the fused AdamW)");
     if (impl_e == nullptr && fused_e == nullptr && !layout2025_)
-      note("optimizer: December 2024 torchtitan steps the foreach AdamW unless optimizer.fused; trainsim steps the "
-           "fused one");
-    for (std::string_view key : {"experimental.custom_import", "experimental.custom_model_path",
-                                 "experimental.custom_args_module"}) {
+      note(
+          "optimizer: December 2024 torchtitan steps the foreach AdamW unless optimizer.fused; trainsim steps the "
+          "fused one");
+    for (std::string_view key :
+         {"experimental.custom_import", "experimental.custom_model_path", "experimental.custom_args_module"}) {
       const Entry* e = k_.find({key});
       if (e != nullptr && !k_.text(*e).empty()) out_.not_modelled.push_back(std::string(key));
     }
@@ -894,15 +912,27 @@ class Importer {
 
   // Keys never read: those of sections and names that leave a step unchanged, and the others.
   void leftovers() {
-    static constexpr std::array kNoEffectSections{"job.",        "profiling.",  "metrics.",           "checkpoint.",
-                                                  "comm.",       "lr_scheduler.", "validation.",      "memory_estimation.",
-                                                  "debug.",      "fault_tolerance."};
-    static constexpr std::array kNoEffectKeys{
-        "model.tokenizer_path",   "model.hf_assets_path",  "model.print_after_conversion", "optimizer.lr",
-        "optimizer.beta1",        "optimizer.beta2",       "optimizer.eps",                "optimizer.weight_decay",
-        "training.dataset",       "training.dataset_path", "training.max_norm",            "training.gc_freq",
-        "training.gc_debug",      "training.seed",         "training.deterministic",       "training.warmup_steps",
-        "training.use_cpu_offload_for_grads", "parallelism.pipeline_parallel_expert_parallel_overlap"};
+    static constexpr std::array kNoEffectSections{"job.",   "profiling.",      "metrics.",    "checkpoint.",
+                                                  "comm.",  "lr_scheduler.",   "validation.", "memory_estimation.",
+                                                  "debug.", "fault_tolerance."};
+    static constexpr std::array kNoEffectKeys{"model.tokenizer_path",
+                                              "model.hf_assets_path",
+                                              "model.print_after_conversion",
+                                              "optimizer.lr",
+                                              "optimizer.beta1",
+                                              "optimizer.beta2",
+                                              "optimizer.eps",
+                                              "optimizer.weight_decay",
+                                              "training.dataset",
+                                              "training.dataset_path",
+                                              "training.max_norm",
+                                              "training.gc_freq",
+                                              "training.gc_debug",
+                                              "training.seed",
+                                              "training.deterministic",
+                                              "training.warmup_steps",
+                                              "training.use_cpu_offload_for_grads",
+                                              "parallelism.pipeline_parallel_expert_parallel_overlap"};
     for (const std::string& key : k_.unread()) {
       const bool section = std::any_of(kNoEffectSections.begin(), kNoEffectSections.end(),
                                        [&key](const char* s) { return key.starts_with(s); });
@@ -929,8 +959,7 @@ ImportedScenario import_torchtitan(const std::string& toml_text, const std::vect
   try {
     table = toml::parse(toml_text, options.source);
   } catch (const toml::parse_error& e) {
-    throw util::InputError(options.source, fmt::format("line {}", e.source().begin.line),
-                           std::string(e.description()));
+    throw util::InputError(options.source, fmt::format("line {}", e.source().begin.line), std::string(e.description()));
   }
   Keys keys(options.source);
   flatten(table, "", keys);

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -201,6 +202,18 @@ TEST_CASE("torchtitan import: a December 2024 3D configuration gives torchtitan'
   CHECK(starts_with_any(m.notes, "optimizer: December 2024 torchtitan steps the foreach AdamW"));
   const auto scenario = parse(m);
   CHECK(scenario.parallel.layout_layers.size() == 16);
+
+  // The scenario of torchtitan's published 3D run (validation/sources/torchtitan.json, written by
+  // tools/gen-validation from the performance page), key for key but the token budget.
+  std::ifstream in(std::string(TRAINSIM_SOURCE_DIR) +
+                   "/validation/records/torchtitan_h100_t5_512gpu_3d_interleaved.json");
+  REQUIRE(in);
+  const auto record = nlohmann::json::parse(in)["scenario"];
+  auto imported = nlohmann::json::parse(m.scenario.dump());
+  imported["training"].erase("train_tokens");
+  CHECK(imported["parallel"] == record["parallel"]);
+  CHECK(imported["training"] == record["training"]);
+  CHECK(imported["model"] == record["model"]);
 }
 
 TEST_CASE("torchtitan import: the 2025 pipeline split weighs the embedding and the output as layers") {
@@ -218,10 +231,9 @@ TEST_CASE("torchtitan import: the 2025 pipeline split weighs the embedding and t
   // Interleaved with pipeline_parallel_layers_per_stage 6: ceil(34 / 6) = 6 virtual stages, 3 per
   // rank of pp 2; 34 = 6 x 5 + 4, so the first four stages take 6 effective layers: 6 - 1, 6, 6, 6,
   // then 5 and 5 - 1 (32 layers).
-  const std::string il =
-      with(kLlama8b, "tensor_parallel_degree = 1",
-           "pipeline_parallel_degree = 2\npipeline_parallel_schedule = \"Interleaved1F1B\"\n"
-           "pipeline_parallel_layers_per_stage = 6\npipeline_parallel_microbatch_size = 1");
+  const std::string il = with(kLlama8b, "tensor_parallel_degree = 1",
+                              "pipeline_parallel_degree = 2\npipeline_parallel_schedule = \"Interleaved1F1B\"\n"
+                              "pipeline_parallel_layers_per_stage = 6\npipeline_parallel_microbatch_size = 1");
   const ImportedScenario v = import(with(il, "local_batch_size = 2", "local_batch_size = 4"), 16);
   CHECK(v.scenario["parallel"]["pipeline_layout"] == "Et*5|t*6|t*6|t*6|t*5|t*4L");
   CHECK(v.scenario["parallel"]["virtual_stages"] == 3);
@@ -238,7 +250,8 @@ TEST_CASE("torchtitan import: the 2025 pipeline split weighs the embedding and t
            "pipeline_parallel_degree = 4\npipeline_parallel_split_points = [\"layers.10\", \"layers.20\", "
            "\"layers.26\"]");
   CHECK(import(split, 32).scenario["parallel"]["pipeline_layout"] == "Et*10|t*10|t*6|t*6L");
-  const ImportedScenario cli = import(pp, 32, {"--parallelism.pipeline_parallel_split_points", "layers.16,layers.17,layers.18"});
+  const ImportedScenario cli =
+      import(pp, 32, {"--parallelism.pipeline_parallel_split_points", "layers.16,layers.17,layers.18"});
   CHECK(cli.scenario["parallel"]["pipeline_layout"] == "Et*16|t*1|t*1|t*14L");
   // module_fqns_per_model_part: 4 stages of 8, 9, 9 and 6 layers over pp 2, interleaved.
   std::string parts = "[[\"tok_embeddings\"";
@@ -299,10 +312,12 @@ TEST_CASE("torchtitan import: command-line overrides, switches and their negatio
 
 TEST_CASE("torchtitan import: activation checkpointing every n-th block, context parallelism, Float8") {
   // selective_ac_option 2 (torchtitan's default): blocks 2, 4, ..., 32 checkpointed whole, 16 of 32.
-  const ImportedScenario every2 = import(with(kLlama8b, "selective_ac_option = \"op\"", "selective_ac_option = \"2\""), 8);
+  const ImportedScenario every2 =
+      import(with(kLlama8b, "selective_ac_option = \"op\"", "selective_ac_option = \"2\""), 8);
   CHECK(every2.scenario["training"]["recompute"] == "full");
   CHECK(every2.scenario["training"]["recompute_layers"] == 16);
-  const ImportedScenario every1 = import(with(kLlama8b, "selective_ac_option = \"op\"", "selective_ac_option = \"1\""), 8);
+  const ImportedScenario every1 =
+      import(with(kLlama8b, "selective_ac_option = \"op\"", "selective_ac_option = \"1\""), 8);
   CHECK(every1.scenario["training"]["recompute"] == "full");
   CHECK_FALSE(every1.scenario["training"].contains("recompute_layers"));
   const ImportedScenario defaults = import(with(kLlama8b, "mode = \"selective\"\nselective_ac_option = \"op\"", ""), 8);
@@ -313,9 +328,9 @@ TEST_CASE("torchtitan import: activation checkpointing every n-th block, context
   CHECK(cp.scenario["parallel"]["cp"] == 4);
   CHECK(cp.scenario["parallel"]["cp_comm_type"] == "allgather");
   CHECK(cp.scenario["training"]["global_batch"] == 4);  // 2 x 2 FSDP ranks: CP ranks share a batch
-  const ImportedScenario ring =
-      import(kLlama8b, 8, {"--parallelism.context_parallel_degree", "4", "--parallelism.context_parallel_rotate_method",
-                           "alltoall"});
+  const ImportedScenario ring = import(
+      kLlama8b, 8,
+      {"--parallelism.context_parallel_degree", "4", "--parallelism.context_parallel_rotate_method", "alltoall"});
   CHECK(ring.scenario["parallel"]["cp_comm_type"] == "p2p");
   parse(ring);
 
@@ -340,8 +355,9 @@ TEST_CASE("torchtitan import: activation checkpointing every n-th block, context
 }
 
 TEST_CASE("torchtitan import: what trainsim cannot represent is one error naming the line and the key") {
-  CHECK(error_of(kLlama8b) == "job.toml: line 26: parallelism.data_parallel_shard_degree: -1 takes the ranks left, "
-                              "and a torchtitan configuration does not say how many GPUs torchrun starts: give --gpus");
+  CHECK(error_of(kLlama8b) ==
+        "job.toml: line 26: parallelism.data_parallel_shard_degree: -1 takes the ranks left, "
+        "and a torchtitan configuration does not say how many GPUs torchrun starts: give --gpus");
   CHECK(error_of(with(kLlama8b, "data_parallel_shard_degree = -1", "data_parallel_shard_degree = 8"), 16) ==
         "job.toml: line 26: parallelism.data_parallel_shard_degree: dp_shard 8 x tp 1 x pp 1 x cp 1 = 8 ranks, not "
         "the 16 GPUs of --gpus");
@@ -360,12 +376,14 @@ TEST_CASE("torchtitan import: what trainsim cannot represent is one error naming
   CHECK(error_of(kLlama8b, 8, {"--training.mixed_precision_param", "float32"}) ==
         "job.toml: argument --training.mixed_precision_param: \"float32\" parameters are not modelled: trainsim's "
         "torchtitan computes in bfloat16 (or Float8)");
-  CHECK(error_of(kLlama8b, 16, {"--parallelism.pipeline_parallel_degree", "2", "--parallelism.pipeline_parallel_schedule",
-                                "ZBVZeroBubble"}) ==
+  CHECK(error_of(kLlama8b, 16,
+                 {"--parallelism.pipeline_parallel_degree", "2", "--parallelism.pipeline_parallel_schedule",
+                  "ZBVZeroBubble"}) ==
         "job.toml: argument --parallelism.pipeline_parallel_schedule: schedule \"ZBVZeroBubble\" is not modelled "
         "(trainsim runs GPipe, 1F1B and Interleaved1F1B)");
-  CHECK(error_of(kLlama8b, 16, {"--parallelism.pipeline_parallel_degree", "2",
-                                "--parallelism.pipeline_parallel_microbatch_size", "3"}) ==
+  CHECK(error_of(
+            kLlama8b, 16,
+            {"--parallelism.pipeline_parallel_degree", "2", "--parallelism.pipeline_parallel_microbatch_size", "3"}) ==
         "job.toml: argument --parallelism.pipeline_parallel_microbatch_size: 3 does not divide the local batch 2");
   CHECK(error_of(kLlama8b, 8, {"--parallelism.expert_parallel_degree", "2"}) ==
         "job.toml: argument --parallelism.expert_parallel_degree: expert parallelism needs a mixture-of-experts model; "
@@ -376,8 +394,9 @@ TEST_CASE("torchtitan import: what trainsim cannot represent is one error naming
   CHECK(error_of(kLlama8b, 8, {"--activation_checkpoint.selective_ac_option", "every"}) ==
         "job.toml: argument --activation_checkpoint.selective_ac_option: \"every\" is neither \"op\" nor a positive "
         "layer interval");
-  CHECK(error_of("[training]\nseq_len = = 4\n") == "job.toml: line 2: Error while parsing value: could not determine "
-                                                   "value type");
+  CHECK(error_of("[training]\nseq_len = = 4\n") ==
+        "job.toml: line 2: Error while parsing value: could not determine "
+        "value type");
   CHECK(error_of(with(kLlama8b, "tensor_parallel_degree = 1", "tensor_parallel_degree = \"two\""), 8) ==
         "job.toml: line 27: parallelism.tensor_parallel_degree: expects an integer, got \"two\"");
 }
