@@ -304,9 +304,10 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
   }
   if (auto v = node.find("distributed_optimizer_instances")) {
     p.dist_opt_instances = v->as_positive_int();
-    if (p.dist_opt_instances > 1 && p.zero != 1)
+    if (p.dist_opt_instances > 1 && p.zero != 1 && p.zero != 3)
       v->fail(
-          "applies to the distributed optimizer (zero 1) only, as Megatron's --num-distributed-optimizer-instances");
+          "applies to the distributed optimizer (zero 1, Megatron's --num-distributed-optimizer-instances) and to "
+          "fully sharded data parallelism (zero 3: hybrid sharding, HSDP) only");
   }
   if (auto v = node.find("first_stage_layers")) p.first_stage_layers = v->as_positive_int();
   if (auto v = node.find("last_stage_layers")) p.last_stage_layers = v->as_positive_int();
@@ -984,6 +985,11 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     if (m.moe())
       throw util::InputError(file, path,
                              "distributed optimizer instances with a mixture of experts are not supported yet");
+    if (p.zero == 3 && p.dp * p.cp == p.dist_opt_instances)
+      throw util::InputError(file, path,
+                             fmt::format("{} instances of one rank each shard nothing: that is plain data parallelism "
+                                         "(zero 0)",
+                                         p.dist_opt_instances));
   }
   // ZeRO shards over the DP x CP ranks; with one of them it changes nothing (Megatron accepts it),
   // but the precision-aware optimizer needs it on.

@@ -340,25 +340,31 @@ class Importer {
     k_.find({"parallelism.expert_tensor_parallel_degree"});  // experts only
     if (ep > 1)
       k_.fail(*ep_e, "expert parallelism needs a mixture-of-experts model; trainsim's torchtitan runs Llama models");
-    if (replicate > 1)
-      k_.fail(*replicate_e, fmt::format("{} replicas (DDP, or HSDP with a shard degree) are not modelled: trainsim's "
-                                        "torchtitan shards over every data-parallel rank with FSDP2; set it to 1",
+    if (replicate > 1 && shard_ == 1 && cp_ == 1)
+      k_.fail(*replicate_e, fmt::format("{} replicas without sharding (DDP) are not modelled: trainsim's torchtitan "
+                                        "shards with FSDP2 (give data_parallel_shard_degree above 1 for HSDP)",
                                         replicate));
-    const std::int64_t others = tp_ * pp_ * cp_;
+    const std::int64_t others = replicate * tp_ * pp_ * cp_;
     if (o_.gpus > 0) {
       gpus_ = o_.gpus;
       if (shard_ == -1) {
         if (gpus_ % others != 0)
           throw util::InputError(
               "--gpus", "",
-              fmt::format("{} GPUs are not a multiple of tp {} x pp {} x cp {} = {} (the configuration's "
-                          "degrees)",
-                          gpus_, tp_, pp_, cp_, others));
+              fmt::format("{} GPUs are not a multiple of dp_replicate {} x tp {} x pp {} x cp {} = {} "
+                          "(the configuration's degrees)",
+                          gpus_, replicate, tp_, pp_, cp_, others));
         shard_ = gpus_ / others;
         note(fmt::format("data_parallel_shard_degree -1: the {} ranks left of {} GPUs (--gpus)", shard_, gpus_));
+        if (replicate > 1 && shard_ == 1 && cp_ == 1)
+          k_.fail(*replicate_e, fmt::format("{} replicas leave no ranks to shard over (DDP): not modelled, trainsim's "
+                                            "torchtitan shards with FSDP2",
+                                            replicate));
       } else if (shard_ * others != gpus_) {
-        k_.fail(*shard_e, fmt::format("dp_shard {} x tp {} x pp {} x cp {} = {} ranks, not the {} GPUs of --gpus",
-                                      shard_, tp_, pp_, cp_, shard_ * others, gpus_));
+        k_.fail(*shard_e,
+                fmt::format("dp_replicate {} x dp_shard {} x tp {} x pp {} x cp {} = {} ranks, not the {} GPUs "
+                            "of --gpus",
+                            replicate, shard_, tp_, pp_, cp_, shard_ * others, gpus_));
       }
     } else {
       if (shard_ == -1) {
@@ -371,8 +377,10 @@ class Importer {
       }
       gpus_ = shard_ * others;
       origin("gpus", shard_e);
-      note(fmt::format("gpus {}: dp_shard {} x tp {} x pp {} x cp {}", gpus_, shard_, tp_, pp_, cp_));
+      note(fmt::format("gpus {}: dp_replicate {} x dp_shard {} x tp {} x pp {} x cp {}", gpus_, replicate, shard_, tp_,
+                       pp_, cp_));
     }
+    dp_ = replicate * shard_;
     out_.scenario["gpus"] = gpus_;
     ojson& p = out_.scenario["parallel"];
     p["tp"] = tp_;
@@ -382,6 +390,14 @@ class Importer {
     p["cp"] = cp_;
     origin("parallel.cp", cp_e);
     p["zero"] = 3;
+    if (replicate > 1) {
+      // HSDP: FSDP2 shards within each replica's dp_shard x cp ranks and all-reduces the shards
+      // across the replicas.
+      p["distributed_optimizer_instances"] = replicate;
+      origin("parallel.distributed_optimizer_instances", replicate_e);
+      note(fmt::format("HSDP: {} replicas of {}-way FSDP sharding -> distributed_optimizer_instances {}", replicate,
+                       shard_ * cp_, replicate));
+    }
     if (tp_ > 1) {
       // torchtitan's tensor-parallel plan for Llama shards the norms over the sequence.
       p["sequence_parallel"] = true;
@@ -415,7 +431,7 @@ class Importer {
     if (local_ < 1) k_.fail(*local_e, fmt::format("must be at least 1, got {}", local_));
     if (local_e == nullptr) note("local batch 8: torchtitan's default training.local_batch_size");
     local_e_ = local_e;
-    const std::int64_t dp = shard_;
+    const std::int64_t dp = dp_;
     const Entry* global_e = k_.find({"training.global_batch_size"});
     const std::int64_t global = global_e == nullptr ? -1 : k_.integer(*global_e);
     if (global > 0) {
@@ -945,7 +961,7 @@ class Importer {
   const ImportOptions& o_;
   ImportedScenario out_;
   bool layout2025_ = true, pipeline2025_ = true;
-  std::int64_t layers_ = 0, gpus_ = 0, shard_ = 1, tp_ = 1, pp_ = 1, cp_ = 1;
+  std::int64_t layers_ = 0, gpus_ = 0, shard_ = 1, dp_ = 1, tp_ = 1, pp_ = 1, cp_ = 1;
   std::int64_t local_ = 8, global_ = 8, seq_ = 2048, accumulation_ = 1;
   const Entry* local_e_ = nullptr;
   std::vector<std::int64_t> chunk_layers_;  // per virtual stage, with pipelining

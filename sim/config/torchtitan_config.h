@@ -10,7 +10,7 @@
 // trainsim model files) unless one is given; the GPU count from --gpus, or from the degrees when
 // none of them is -1. Keys that leave a step unchanged (logging, checkpoints, learning rate, data)
 // are listed, so are the ones the prediction does not take into account; a setting trainsim cannot
-// represent (DDP or HSDP replicas, float32 parameters, MXFP8, a schedule other than GPipe, 1F1B and
+// represent (DDP replicas, float32 parameters, MXFP8, a schedule other than GPipe, 1F1B and
 // Interleaved1F1B) is an InputError naming the file, the line and the key. docs/import-torchtitan.md
 // lists every key read.
 

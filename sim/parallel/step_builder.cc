@@ -172,9 +172,12 @@ StaticMemory static_memory(const config::Scenario& sc, const StagePlan& stage) {
   const std::int64_t optimizer_bytes = eager   ? workload::kEagerOptimizerBytes
                                        : titan ? workload::kTorchtitanOptimizerBytes
                                                : adam_states(sc).state_bytes();
+  // Hybrid sharding (zero 3 with instances) shards the weights and gradients within an instance too.
+  const std::int64_t shard_ranks = dp / par.dist_opt_instances;
   m.weights =
-      ((par.fsdp_units() ? shard(params, dp) : params + expert_params) + stage.frozen_params_per_rank) * weight_bytes;
-  m.gradients = (par.zero >= 2 ? shard(params, dp) : params + expert_params) * grad_bytes;
+      ((par.fsdp_units() ? shard(params, shard_ranks) : params + expert_params) + stage.frozen_params_per_rank) *
+      weight_bytes;
+  m.gradients = (par.zero >= 2 ? shard(params, shard_ranks) : params + expert_params) * grad_bytes;
   m.optimizer = (m.opt_params - m.cpu_params) * optimizer_bytes;
   m.host_bytes = m.cpu_params * kCpuAdamHostBytes;
   return m;
@@ -1623,7 +1626,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   if (eager)
     w.emit({workload::eager_adamw_step(sc.model, host)}, "optimizer", Saves::none);
   else if (titan)
-    w.emit({workload::torchtitan_optimizer_step(sc.model, dp, par.tp, host,
+    w.emit({workload::torchtitan_optimizer_step(sc.model, dp / instances, par.tp, host,
                                                 sc.training.precision == config::Precision::fp8)},
            "optimizer", Saves::none);
   else
@@ -2079,6 +2082,7 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
     // group); the ranks at the same place in each instance form an inter-instance group.
     const auto instances = static_cast<std::size_t>(par.dist_opt_instances);
     const std::uint32_t intra_id = plan.groups.kind_id("dp"), inter_id = plan.groups.kind_id("dp-inter");
+    const std::uint32_t gather_id = plan.groups.kind_id("dp-gather");
     std::vector<std::uint32_t> part;
     for (const auto& members : grid.groups("dp-cp")) {
       const std::size_t size = members.size() / instances;
@@ -2086,6 +2090,8 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
         part.assign(members.begin() + static_cast<std::ptrdiff_t>(i * size),
                     members.begin() + static_cast<std::ptrdiff_t>((i + 1) * size));
         add_group(part, intra_id, kDpGroup);
+        // Hybrid sharding: the units are gathered within the instance too.
+        if (par.fsdp_units()) add_group(part, gather_id, kDpGatherGroup);
       }
       for (std::size_t j = 0; j < size; ++j) {
         part.clear();
@@ -2103,7 +2109,7 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
       for (const auto& members : grid.expert_groups(kind, par.etp, par.ep)) add_group(members, kind_id, slot);
     }
   }
-  if (par.fsdp_units()) bind("dp-gather", kDpGatherGroup);
+  if (par.fsdp_units() && par.dist_opt_instances == 1) bind("dp-gather", kDpGatherGroup);
   if (shares_embedding(sc) && par.pp > 1) {
     const std::uint32_t kind_id = plan.groups.kind_id("embedding");
     for (const auto& pipeline : grid.groups("pp")) {

@@ -456,14 +456,17 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   if (p.moe_rank_capacity_factor > 0)
     ep_part +=
         fmt::format(" · sync-free experts {:g}{}", p.moe_rank_capacity_factor, p.moe_paged_stash ? " paged" : "");
-  out += fmt::format(
-      "layout        tp {} · pp {} · dp {} · cp {}{}{} · sequence parallel {} · zero {}{} · {}\n", p.tp, p.pp, p.dp,
-      p.cp,
-      p.cp_comm != config::ParallelSpec::CpComm::p2p ? fmt::format(" ({})", config::cp_comm_name(p.cp_comm))
-                                                     : std::string(),
-      ep_part, p.sequence_parallel && p.tp > 1 ? "on" : "off", p.zero,
-      p.dist_opt_instances > 1 ? fmt::format(" ({} optimizer instances)", p.dist_opt_instances) : std::string(),
-      schedule_name(p));
+  out +=
+      fmt::format("layout        tp {} · pp {} · dp {} · cp {}{}{} · sequence parallel {} · zero {}{} · {}\n", p.tp,
+                  p.pp, p.dp, p.cp,
+                  p.cp_comm != config::ParallelSpec::CpComm::p2p ? fmt::format(" ({})", config::cp_comm_name(p.cp_comm))
+                                                                 : std::string(),
+                  ep_part, p.sequence_parallel && p.tp > 1 ? "on" : "off", p.zero,
+                  p.dist_opt_instances <= 1 ? std::string()
+                  : p.zero >= 3 ? fmt::format(" (hybrid: {} replicas of {}-way sharding)", p.dist_opt_instances,
+                                              p.dp * p.cp / p.dist_opt_instances)
+                                : fmt::format(" ({} optimizer instances)", p.dist_opt_instances),
+                  schedule_name(p));
   out += fmt::format("batch         {} sequences of {} tokens = {} micro-batches of {} per pipeline · recompute {}{}\n",
                      sc.training.global_batch, sc.training.seq_len, sc.training.num_micro_batches,
                      sc.training.micro_batch, recompute_name(sc.training.recompute), modules_part(sc));

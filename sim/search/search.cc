@@ -94,7 +94,7 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
   }
   const bool fsdp = l.zero >= 3 || (l.zero == 2 && p.value("zero2_param_gather", "") == "per_unit");
   if (l.zero != 2) p.erase("zero2_param_gather");
-  if (l.zero != 1) p.erase("distributed_optimizer_instances");
+  if (l.zero != 1 && l.zero != 3) p.erase("distributed_optimizer_instances");
   if (!fsdp) p.erase("fsdp_prefetch");
   if (l.zero < 1 || fsdp) p.erase("overlap_param_gather");
   t["micro_batch"] = l.micro_batch;

@@ -352,6 +352,15 @@ TEST_CASE("torchtitan import: activation checkpointing every n-th block, context
   CHECK(contains(offload.not_modelled, "training.enable_cpu_offload (FSDP's CPU offload)"));
   CHECK(offload.unknown == std::vector<std::string>{"unknown.key"});
   CHECK(import(kLlama8b, 8, {}, "llama2-7b").scenario["model"] == "llama2-7b");
+
+  // HSDP: 4 replicas of the shard degree left (64 / 4 = 16-way sharding), as distributed optimizer
+  // instances over the 64 data-parallel ranks; the batch counts every one of them.
+  const ImportedScenario hsdp = import(kLlama8b, 64, {"--parallelism.data_parallel_replicate_degree", "4"});
+  CHECK(hsdp.scenario["parallel"]["distributed_optimizer_instances"] == 4);
+  CHECK(hsdp.scenario["training"]["global_batch"] == 2 * 64);
+  const auto h = parse(hsdp);
+  CHECK(h.parallel.dp == 64);
+  CHECK(h.parallel.dist_opt_instances == 4);
 }
 
 TEST_CASE("torchtitan import: what trainsim cannot represent is one error naming the line and the key") {
@@ -359,11 +368,16 @@ TEST_CASE("torchtitan import: what trainsim cannot represent is one error naming
         "job.toml: line 26: parallelism.data_parallel_shard_degree: -1 takes the ranks left, "
         "and a torchtitan configuration does not say how many GPUs torchrun starts: give --gpus");
   CHECK(error_of(with(kLlama8b, "data_parallel_shard_degree = -1", "data_parallel_shard_degree = 8"), 16) ==
-        "job.toml: line 26: parallelism.data_parallel_shard_degree: dp_shard 8 x tp 1 x pp 1 x cp 1 = 8 ranks, not "
-        "the 16 GPUs of --gpus");
-  CHECK(error_of(with(kLlama8b, "data_parallel_replicate_degree = 1", "data_parallel_replicate_degree = 2"), 16) ==
-        "job.toml: line 25: parallelism.data_parallel_replicate_degree: 2 replicas (DDP, or HSDP with a shard degree) "
-        "are not modelled: trainsim's torchtitan shards over every data-parallel rank with FSDP2; set it to 1");
+        "job.toml: line 26: parallelism.data_parallel_shard_degree: dp_replicate 1 x dp_shard 8 x tp 1 x pp 1 x cp 1 "
+        "= 8 ranks, not the 16 GPUs of --gpus");
+  // Replicas without sharding are DDP, which trainsim's torchtitan does not run.
+  const std::string ddp =
+      with(with(kLlama8b, "data_parallel_replicate_degree = 1", "data_parallel_replicate_degree = 8"),
+           "data_parallel_shard_degree = -1", "data_parallel_shard_degree = 1");
+  CHECK(error_of(ddp, 8) ==
+        "job.toml: line 25: parallelism.data_parallel_replicate_degree: 8 replicas without "
+        "sharding (DDP) are not modelled: trainsim's torchtitan shards with FSDP2 (give "
+        "data_parallel_shard_degree above 1 for HSDP)");
   CHECK(error_of(with(kLlama8b, "flavor = \"8B\"", "flavor = \"debugmodel\""), 8) ==
         "job.toml: line 8: model.flavor: flavor \"debugmodel\" of llama3 has no trainsim model file (8B, 70B, 405B "
         "have): give --model");

@@ -2141,8 +2141,9 @@ TEST_CASE("distributed optimizer instances: states sharded within an instance, t
   auto no_zero = two;
   no_zero["parallel"]["zero"] = 0;
   CHECK(refusal(no_zero) ==
-        "test.json: parallel.distributed_optimizer_instances: applies to the distributed optimizer (zero 1) only, as "
-        "Megatron's --num-distributed-optimizer-instances");
+        "test.json: parallel.distributed_optimizer_instances: applies to the distributed optimizer (zero 1, "
+        "Megatron's --num-distributed-optimizer-instances) and to fully sharded data parallelism (zero 3: hybrid "
+        "sharding, HSDP) only");
 }
 
 TEST_CASE("context parallelism's all-to-all and all-gather types: the collectives around each attention") {

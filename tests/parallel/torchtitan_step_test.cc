@@ -10,6 +10,7 @@
 #include "config/scenario.h"
 #include "engine/program.h"
 #include "hardware/compute_model.h"
+#include "network/collective.h"
 #include "parallel/step_builder.h"
 #include "parallel/step_runner.h"
 #include "util/json_node.h"
@@ -69,6 +70,56 @@ TEST_CASE("torchtitan step: FSDP2 keeps fp32 weights, gradients and AdamW moment
   // The fp32 weight shard and, at the peak, the bf16 units FSDP2 has gathered.
   CHECK(peak[parallel::kWeights] > 4 * shard);
   CHECK(peak[parallel::kWeights] < 4 * shard + 2 * sc.model.total_params());
+}
+
+TEST_CASE("torchtitan HSDP: sharded within a replica, the reduce-scattered shard all-reduced across replicas") {
+  // 16 GPUs as 2 replicas (distributed_optimizer_instances) of 8-way FSDP2: the fp32 state is an
+  // eighth of the model per rank, as on 8 GPUs without replicas, not a sixteenth; each unit is
+  // gathered among the replica's 8 consecutive ranks, and the shard of its reduce-scattered
+  // gradients (fp32, 4 bytes) is all-reduced with rank 8, the other replica's rank at the same place.
+  auto j = titan_scenario(16);
+  j["parallel"]["distributed_optimizer_instances"] = 2;
+  const auto sc = parse(j);
+  const auto r = parallel::simulate_step(sc);
+  const auto eight = parallel::simulate_step(parse(titan_scenario(8)));
+  const auto& peak = r.memory[r.peak_rank].peak_breakdown_bytes;
+  const auto& peak8 = eight.memory[eight.peak_rank].peak_breakdown_bytes;
+  CHECK(peak[parallel::kGradients] == peak8[parallel::kGradients]);
+  CHECK(peak[parallel::kOptimizer] == peak8[parallel::kOptimizer]);
+  CHECK(peak[parallel::kWeights] == peak8[parallel::kWeights]);
+
+  hardware::ComputeModel cm(sc.cluster.gpu);
+  const auto plan = parallel::build_step(sc, cm);
+  const auto& groups = plan.groups;
+  const auto gather = groups.placement(plan.bindings[0].group[parallel::kDpGatherGroup]);
+  const auto inter = groups.placement(plan.bindings[0].group[parallel::kDpInterGroup]);
+  CHECK(std::vector<std::uint32_t>(gather.begin(), gather.end()) == std::vector<std::uint32_t>{0, 1, 2, 3, 4, 5, 6, 7});
+  CHECK(std::vector<std::uint32_t>(inter.begin(), inter.end()) == std::vector<std::uint32_t>{0, 8});
+  std::int64_t rs = 0, ar = 0, reduce_scatters = 0, all_reduces = 0;
+  for (const auto& t : plan.programs[0].stream(parallel::kDpComm)) {
+    if (t.op == static_cast<std::uint16_t>(network::CollectiveOp::reduce_scatter)) {
+      rs += t.bytes;
+      ++reduce_scatters;
+    }
+    if (t.op == static_cast<std::uint16_t>(network::CollectiveOp::all_reduce)) {
+      ar += t.bytes;
+      ++all_reduces;
+    }
+  }
+  // One reduce-scatter per unit (4 blocks, the embedding, the output layer with the final norm), each
+  // followed by the all-reduce of its eighth.
+  CHECK(reduce_scatters == 6);
+  CHECK(all_reduces == 6);
+  CHECK(rs == 4 * sc.model.total_params());
+  CHECK(ar <= rs / 8 + 6 * 4 * 7);  // each unit's shard, rounded up to whole parameters
+  CHECK(ar >= rs / 8);
+
+  // One rank per replica shards nothing: that is plain data parallelism, refused.
+  auto ddp = titan_scenario(16);
+  ddp["parallel"]["distributed_optimizer_instances"] = 16;
+  CHECK_THROWS_WITH(parse(ddp),
+                    "test.json: parallel.distributed_optimizer_instances: 16 instances of one rank each "
+                    "shard nothing: that is plain data parallelism (zero 0)");
 }
 
 TEST_CASE("torchtitan step: each checkpointing mode adds exactly the kernels it runs again") {
