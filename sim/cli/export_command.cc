@@ -8,6 +8,7 @@
 #include "cli/report_commands.h"
 #include "config/megatron_export.h"
 #include "config/scenario.h"
+#include "config/torchtitan_export.h"
 #include "util/error.h"
 #include "util/json_node.h"
 
@@ -24,6 +25,16 @@ CLI::App* add_export_command(CLI::App& app, ExportArgs& args) {
   megatron->add_option("--set", args.sets, "Override a scenario key first: PATH=VALUE (repeatable), as run takes it")
       ->allow_extra_args(false);
   megatron->add_option("-o,--out", args.out, "Write the script to this file, executable (default: stdout)");
+
+  CLI::App* torchtitan = exp->add_subcommand(
+      "torchtitan",
+      "Write the torchtitan job configuration (TOML, with its launch command) that runs a torchtitan scenario; "
+      "`import torchtitan` reads it back");
+  torchtitan->add_option("scenario", args.scenario, "Scenario JSON file")->required();
+  torchtitan->add_option("--set", args.sets, "Override a scenario key first: PATH=VALUE (repeatable), as run takes it")
+      ->allow_extra_args(false);
+  torchtitan->add_option("-o,--out", args.out, "Write the TOML to this file (default: stdout)");
+  args.torchtitan_app = torchtitan;
   return exp;
 }
 
@@ -48,7 +59,26 @@ void write_megatron_script(const nlohmann::json& doc, const std::string& file, c
   fmt::print(stderr, "wrote {}\n", out);
 }
 
+void write_torchtitan_toml(const nlohmann::json& doc, const std::string& file, const std::string& out) {
+  const config::Scenario scenario = config::parse_scenario(util::JsonNode(doc, file), config::default_data_dir());
+  const config::TorchtitanExport exported = config::export_torchtitan(scenario);
+  for (const auto& n : exported.notes) fmt::print(stderr, "note: {}\n", n);
+  if (out.empty()) {
+    fmt::print("{}", exported.toml);
+    return;
+  }
+  std::ofstream f(out, std::ios::binary);
+  if (!f) throw util::InputError(out, "", "cannot write the file");
+  f << exported.toml;
+  if (!f) throw util::InputError(out, "", "cannot write the file");
+  fmt::print(stderr, "wrote {}\n", out);
+}
+
 int export_command(const ExportArgs& args) {
+  if (args.torchtitan_app != nullptr && args.torchtitan_app->parsed()) {
+    write_torchtitan_toml(scenario_doc(args.scenario, args.sets), args.scenario, args.out);
+    return 0;
+  }
   write_megatron_script(scenario_doc(args.scenario, args.sets), args.scenario, args.out);
   return 0;
 }

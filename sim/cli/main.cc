@@ -174,6 +174,7 @@ struct SearchArgs {
   std::string headroom = "0";
   std::string gpus, nodes;      // search at these GPU counts instead of the scenario's
   std::string megatron_script;  // write the fastest fitting layout's Megatron-LM launch script here
+  std::string torchtitan_toml;  // ... or its torchtitan job configuration
 };
 
 // The items of a comma-separated option value, as indices into `names`; an unknown or repeated item
@@ -276,19 +277,27 @@ int search_layouts(const SearchArgs& a) {
     const auto result = search::run_search(base, doc, axes, threads, data_dir, headroom, a.top);
     if (!result.root) return 0;
     print(result, base);  // rank 0 prints
-    if (!a.megatron_script.empty()) {
+    for (const auto& [option, file] :
+         {std::pair<std::string_view, const std::string&>{"--megatron-script", a.megatron_script},
+          {"--torchtitan-toml", a.torchtitan_toml}}) {
+      if (file.empty()) continue;
       if (result.fitting == 0 || result.ranked.empty())
-        throw util::InputError("--megatron-script", "", "no layout fits, so there is no script to write");
+        throw util::InputError(std::string(option), "", "no layout fits, so there is nothing to write");
       // The fastest layout that fits leads the ranking; its keys complete the scenario.
       nlohmann::json best = doc;
       best["parallel"] = result.ranked.front().parallel;
       best["training"] = result.ranked.front().training;
-      trainsim::cli::write_megatron_script(best, a.scenario_file, a.megatron_script);
+      if (option == "--megatron-script")
+        trainsim::cli::write_megatron_script(best, a.scenario_file, file);
+      else
+        trainsim::cli::write_torchtitan_toml(best, a.scenario_file, file);
     }
     return 0;
   }
   if (!a.megatron_script.empty())
     throw util::InputError("--megatron-script", "", "takes one GPU count: search without --gpus / --nodes lists");
+  if (!a.torchtitan_toml.empty())
+    throw util::InputError("--torchtitan-toml", "", "takes one GPU count: search without --gpus / --nodes lists");
   // Several GPU counts: the same search at each, then the best layout per count.
   std::vector<std::int64_t> counts =
       trainsim::cli::parse_int_list(a.gpus.empty() ? a.nodes : a.gpus, a.gpus.empty() ? "--nodes" : "--gpus", 1, true);
@@ -445,6 +454,9 @@ int main(int argc, char** argv) {
   search->add_option("--megatron-script", search_args.megatron_script,
                      "Write the fastest layout that fits as a Megatron-LM launch script to this file (as `export "
                      "megatron` writes it; one GPU count only)");
+  search->add_option("--torchtitan-toml", search_args.torchtitan_toml,
+                     "Write the fastest layout that fits of a torchtitan scenario as torchtitan's job configuration to "
+                     "this file (as `export torchtitan` writes it; one GPU count only)");
   search->add_option("--headroom", search_args.headroom,
                      "Share of GPU memory a layout must leave free to count as fitting: 5% or 0.05 (default 0)");
   search->add_option("--network", search_args.network,

@@ -381,16 +381,6 @@ class Exporter {
           t.document_tokens));
   }
 
-  // torchrun over the job's hosts: 4 GPUs per Grace-Blackwell compute tray (GB200 / GB300 NVL72:
-  // 18 trays of 2 superchips, 2 GPUs each), the node's GPUs otherwise.
-  std::pair<std::int64_t, std::int64_t> hosts() const {
-    const std::int64_t per_host = s_.cluster.gpu.grace_host ? 4 : s_.cluster.gpus_per_node;
-    if (s_.gpus <= per_host) return {s_.gpus, 1};
-    std::int64_t n = per_host;
-    while (s_.gpus % n != 0) --n;
-    return {n, s_.gpus / n};
-  }
-
   static void render_group(std::string& out, const Group& g) {
     if (g.args.empty()) return;
     std::vector<std::string> lines;
@@ -423,7 +413,7 @@ class Exporter {
   }
 
   std::string render() const {
-    const auto [per_host, nodes] = hosts();
+    const auto [per_host, nodes] = launch_hosts(s_);
     std::string out = "#!/bin/bash\n";
     out += fmt::format("# The Megatron-LM run of {}, written by `trainsim export megatron`.\n", s_.file);
     out += fmt::format("# {} GPUs: {} host{} of {} ({}, {}). Run this script on every host with NODE_RANK\n", s_.gpus,

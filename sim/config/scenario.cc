@@ -1378,6 +1378,14 @@ network::ClusterSpec load_cluster(const std::string& name_or_path, const fs::pat
       [&data_dir](const util::JsonNode& n, const std::string&) { return parse_topology(n, data_dir); });
 }
 
+std::pair<std::int64_t, std::int64_t> launch_hosts(const Scenario& s) {
+  const std::int64_t per_host = s.cluster.gpu.grace_host ? 4 : s.cluster.gpus_per_node;
+  if (s.gpus <= per_host) return {s.gpus, 1};
+  std::int64_t n = per_host;
+  while (s.gpus % n != 0) --n;
+  return {n, s.gpus / n};
+}
+
 workload::ModelSpec load_model(const std::string& name_or_path, const fs::path& data_dir, const std::string& what) {
   const nlohmann::json ref = name_or_path;
   const util::JsonNode node(ref, what);

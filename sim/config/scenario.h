@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "network/cluster.h"
@@ -261,6 +262,11 @@ network::ClusterSpec load_cluster(const std::string& name_or_path, const std::fi
 // A model by name (<data_dir>/models/NAME.json) or file path; errors name `what` as the file.
 workload::ModelSpec load_model(const std::string& name_or_path, const std::filesystem::path& data_dir,
                                const std::string& what);
+
+// torchrun's hosts for the scenario's GPUs: {GPUs per host, hosts}. 4 GPUs per Grace-Blackwell
+// compute tray (GB200 / GB300 NVL72: 18 trays of 2 superchips, 2 GPUs each), the node's GPUs
+// otherwise.
+std::pair<std::int64_t, std::int64_t> launch_hosts(const Scenario& scenario);
 
 // Model chunks per pipeline stage: virtual_stages with the interleaved schedule, else one.
 std::int64_t chunks_per_stage(const ParallelSpec& parallel);

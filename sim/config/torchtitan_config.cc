@@ -213,16 +213,10 @@ void apply_overrides(const std::vector<std::string>& words, Keys& keys) {
   }
 }
 
-// torchtitan's Llama flavors (torchtitan/models/llama3/__init__.py and llama2's: dim, n_layers,
-// n_heads, n_kv_heads, ffn_dim_multiplier and multiple_of give the widths; the tokenizers' 128,256
-// and 32,000 words the vocabularies) and the trainsim model files that hold the same architectures.
-struct Flavor {
-  std::string_view name, flavor, model;
-};
 constexpr std::array kFlavors{
-    Flavor{"llama3", "8B", "llama3.1-8b"},     Flavor{"llama3", "70B", "llama3.1-70b"},
-    Flavor{"llama3", "405B", "llama3.1-405b"}, Flavor{"llama2", "7B", "llama2-7b"},
-    Flavor{"llama2", "13B", "llama2-13b"},     Flavor{"llama2", "70B", "llama2-70b"},
+    TorchtitanFlavor{"llama3", "8B", "llama3.1-8b"},     TorchtitanFlavor{"llama3", "70B", "llama3.1-70b"},
+    TorchtitanFlavor{"llama3", "405B", "llama3.1-405b"}, TorchtitanFlavor{"llama2", "7B", "llama2-7b"},
+    TorchtitanFlavor{"llama2", "13B", "llama2-13b"},     TorchtitanFlavor{"llama2", "70B", "llama2-70b"},
 };
 
 std::string lower(std::string s) {
@@ -289,7 +283,7 @@ class Importer {
     const std::string name = name_e == nullptr ? "llama3" : k_.text(*name_e);
     const std::string flavor = flavor_e == nullptr ? "debugmodel" : k_.text(*flavor_e);
     bool known_name = false;
-    for (const Flavor& f : kFlavors) {
+    for (const TorchtitanFlavor& f : kFlavors) {
       if (f.name != name) continue;
       known_name = true;
       if (f.flavor != flavor) continue;
@@ -306,7 +300,7 @@ class Importer {
       k_.fail(*name_e, problem);
     }
     std::string flavors;
-    for (const Flavor& f : kFlavors)
+    for (const TorchtitanFlavor& f : kFlavors)
       if (f.name == name) flavors += fmt::format("{}{}", flavors.empty() ? "" : ", ", f.flavor);
     const std::string problem =
         fmt::format("flavor \"{}\" of {} has no trainsim model file ({} have): give --model", flavor, name, flavors);
@@ -968,6 +962,10 @@ class Importer {
 };
 
 }  // namespace
+
+std::span<const TorchtitanFlavor> torchtitan_flavors() {
+  return kFlavors;
+}
 
 ImportedScenario import_torchtitan(const std::string& toml_text, const std::vector<std::string>& overrides,
                                    const ImportOptions& options) {

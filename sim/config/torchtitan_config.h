@@ -14,12 +14,22 @@
 // Interleaved1F1B) is an InputError naming the file, the line and the key. docs/import-torchtitan.md
 // lists every key read.
 
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/import.h"
 
 namespace trainsim::config {
+
+// torchtitan's Llama flavors (torchtitan/models/llama3/__init__.py and llama2's: dim, n_layers,
+// n_heads, n_kv_heads, ffn_dim_multiplier and multiple_of give the widths; the tokenizers' 128,256
+// and 32,000 words the vocabularies) and the trainsim model files of the same architectures.
+struct TorchtitanFlavor {
+  std::string_view name, flavor, model;
+};
+std::span<const TorchtitanFlavor> torchtitan_flavors();
 
 // `overrides`: the words after the configuration, as torchtitan's command line takes them.
 ImportedScenario import_torchtitan(const std::string& toml_text, const std::vector<std::string>& overrides,

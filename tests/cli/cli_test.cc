@@ -1023,6 +1023,27 @@ log_freq = 10
   REQUIRE(sim.code == 0);
   CHECK(sim.out.find("software      torchtitan: FSDP2") != std::string::npos);
 
+  // export torchtitan writes the TOML back; imported, it is the same scenario; search writes its
+  // fastest layout's.
+  const fs::path toml_out = temp_dir() / "torchtitan_8b_back.toml";
+  Result e = run(fmt::format("export torchtitan '{}' -o '{}'", out.string(), toml_out.string()));
+  INFO("export stderr: " << e.err);
+  REQUIRE(e.code == 0);
+  Result again = run(fmt::format("import torchtitan '{}' --cluster dgx-h100 --gpus 16", toml_out.string()));
+  REQUIRE(again.code == 0);
+  CHECK(nlohmann::json::parse(again.out)["parallel"] == doc["parallel"]);
+  CHECK(nlohmann::json::parse(again.out)["training"]["global_batch"] == doc["training"]["global_batch"]);
+  const fs::path best = temp_dir() / "torchtitan_best.toml";
+  Result sr = run(fmt::format("search '{}' --top 1 --torchtitan-toml '{}'", out.string(), best.string()));
+  INFO("search stderr: " << sr.err);
+  REQUIRE(sr.code == 0);
+  Result best_back = run(fmt::format("import torchtitan '{}' --cluster dgx-h100 --gpus 16", best.string()));
+  CHECK(best_back.code == 0);
+  Result megatron = run("export torchtitan configs/llama3.1-8b-h200-64.json");
+  CHECK(megatron.code == 2);
+  CHECK(megatron.err.find("configs/llama3.1-8b-h200-64.json: training.framework: megatron is not a torchtitan step") ==
+        0);
+
   // A layout the model cannot take is blamed on the key that set it, in one line.
   Result b =
       run(fmt::format("import torchtitan '{}' --cluster dgx-h100 --gpus 24 -- "
