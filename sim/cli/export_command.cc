@@ -38,40 +38,42 @@ CLI::App* add_export_command(CLI::App& app, ExportArgs& args) {
   return exp;
 }
 
-void write_megatron_script(const nlohmann::json& doc, const std::string& file, const std::string& out) {
-  const config::Scenario scenario = config::parse_scenario(util::JsonNode(doc, file), config::default_data_dir());
-  const config::MegatronExport exported = config::export_megatron(doc, scenario);
-  for (const auto& n : exported.notes) fmt::print(stderr, "note: {}\n", n);
+namespace {
+
+// The notes on stderr, then `text` on stdout or into `out` (made executable when asked).
+void emit(const std::vector<std::string>& notes, const std::string& text, const std::string& out, bool executable) {
+  for (const auto& n : notes) fmt::print(stderr, "note: {}\n", n);
   if (out.empty()) {
-    fmt::print("{}", exported.script);
+    fmt::print("{}", text);
     return;
   }
   {
     std::ofstream f(out, std::ios::binary);
     if (!f) throw util::InputError(out, "", "cannot write the file");
-    f << exported.script;
+    f << text;
     if (!f) throw util::InputError(out, "", "cannot write the file");
   }
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::permissions(out, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec, fs::perm_options::add,
-                  ec);
+  if (executable) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::permissions(out, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec, fs::perm_options::add,
+                    ec);
+  }
   fmt::print(stderr, "wrote {}\n", out);
+}
+
+}  // namespace
+
+void write_megatron_script(const nlohmann::json& doc, const std::string& file, const std::string& out) {
+  const config::Scenario scenario = config::parse_scenario(util::JsonNode(doc, file), config::default_data_dir());
+  const config::MegatronExport exported = config::export_megatron(doc, scenario);
+  emit(exported.notes, exported.script, out, true);
 }
 
 void write_torchtitan_toml(const nlohmann::json& doc, const std::string& file, const std::string& out) {
   const config::Scenario scenario = config::parse_scenario(util::JsonNode(doc, file), config::default_data_dir());
   const config::TorchtitanExport exported = config::export_torchtitan(scenario);
-  for (const auto& n : exported.notes) fmt::print(stderr, "note: {}\n", n);
-  if (out.empty()) {
-    fmt::print("{}", exported.toml);
-    return;
-  }
-  std::ofstream f(out, std::ios::binary);
-  if (!f) throw util::InputError(out, "", "cannot write the file");
-  f << exported.toml;
-  if (!f) throw util::InputError(out, "", "cannot write the file");
-  fmt::print(stderr, "wrote {}\n", out);
+  emit(exported.notes, exported.toml, out, false);
 }
 
 int export_command(const ExportArgs& args) {

@@ -32,10 +32,9 @@ class Exporter {
 
   TorchtitanExport run() {
     if (s_.training.framework != Framework::torchtitan)
-      fail("training.framework",
-           fmt::format("{} is not a torchtitan step (training.framework \"torchtitan\"; --set "
-                       "training.framework=torchtitan predicts torchtitan's)",
-                       framework_name(s_.training.framework)));
+      fail("training.framework", fmt::format("{} is not a torchtitan step (training.framework \"torchtitan\"; --set "
+                                             "training.framework=torchtitan predicts torchtitan's)",
+                                             framework_name(s_.training.framework)));
     const TorchtitanFlavor& flavor = find_flavor();
     const ParallelSpec& p = s_.parallel;
     const TrainingSpec& t = s_.training;
@@ -53,9 +52,10 @@ class Exporter {
     if (hosts == 1)
       out += fmt::format("# run: NGPU={} CONFIG_FILE=job.toml ./run_train.sh\n", per_host);
     else
-      out += fmt::format("# run on each of the {} hosts: torchrun --nnodes {} --nproc_per_node {} --rdzv_backend c10d "
-                         "--rdzv_endpoint HOST:29500 -m torchtitan.train --job.config_file job.toml\n",
-                         hosts, hosts, per_host);
+      out += fmt::format(
+          "# run on each of the {} hosts: torchrun --nnodes {} --nproc_per_node {} --rdzv_backend c10d "
+          "--rdzv_endpoint HOST:29500 -m torchtitan.train --job.config_file job.toml\n",
+          hosts, hosts, per_host);
 
     out += fmt::format("\n[model]\nname = \"{}\"\nflavor = \"{}\"\n", flavor.name, flavor.flavor);
     if (t.precision == Precision::fp8) out += "converters = [\"float8\"]\n";
@@ -71,8 +71,9 @@ class Exporter {
           std::ceil(t.train_tokens / (static_cast<double>(t.global_batch) * static_cast<double>(t.seq_len)));
       out += fmt::format("steps = {:.0f}\n", steps);
     } else {
-      notes_.push_back("steps: the scenario has no token budget (training.train_tokens); torchtitan's default is "
-                       "10000");
+      notes_.push_back(
+          "steps: the scenario has no token budget (training.train_tokens); torchtitan's default is "
+          "10000");
     }
     out += "mixed_precision_param = \"bfloat16\"\n";
     out += fmt::format("mixed_precision_reduce = \"{}\"\n", t.grad_reduce_in_fp32 ? "float32" : "bfloat16");
@@ -95,8 +96,9 @@ class Exporter {
     out += "\n[activation_checkpoint]\n" + checkpointing();
 
     if (t.precision == Precision::fp8)
-      out += "\n[float8]\nenable_fsdp_float8_all_gather = true\nprecompute_float8_dynamic_scale_for_fsdp = true\n"
-             "filter_fqns = [\"output\"]\n";
+      out +=
+          "\n[float8]\nenable_fsdp_float8_all_gather = true\nprecompute_float8_dynamic_scale_for_fsdp = true\n"
+          "filter_fqns = [\"output\"]\n";
 
     out += "\n[optimizer]\nname = \"AdamW\"\nimplementation = \"fused\"\n";
     outside();
@@ -192,8 +194,9 @@ class Exporter {
     notes_.push_back(fmt::format("the cluster ({}, {} GPUs) is where torchrun starts the job, not in the configuration",
                                  s_.cluster.name, s_.gpus));
     if (t.attention == workload::AttentionImpl::flash)
-      notes_.push_back("attention flash (SDPA's cuDNN backend): torchtitan's scaled_dot_product_attention picks "
-                       "FlashAttention-2 unless the cuDNN backend is enabled in PyTorch; import reads flash2");
+      notes_.push_back(
+          "attention flash (SDPA's cuDNN backend): torchtitan's scaled_dot_product_attention picks "
+          "FlashAttention-2 unless the cuDNN backend is enabled in PyTorch; import reads flash2");
   }
 
   const Scenario& s_;
@@ -202,6 +205,8 @@ class Exporter {
 
 }  // namespace
 
-TorchtitanExport export_torchtitan(const Scenario& scenario) { return Exporter(scenario).run(); }
+TorchtitanExport export_torchtitan(const Scenario& scenario) {
+  return Exporter(scenario).run();
+}
 
 }  // namespace trainsim::config

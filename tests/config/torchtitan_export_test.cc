@@ -160,23 +160,26 @@ TEST_CASE("export torchtitan: what torchtitan cannot run as simulated is one err
                         {"gpus", 8},
                         {"parallel", {{"zero", 1}}},
                         {"training", {{"micro_batch", 1}, {"global_batch", 8}, {"seq_len", 8192}}}};
-  CHECK(error_of(doc) == "s.json: training.framework: megatron is not a torchtitan step (training.framework "
-                         "\"torchtitan\"; --set training.framework=torchtitan predicts torchtitan's) (trainsim export "
-                         "torchtitan)");
+  CHECK(error_of(doc) ==
+        "s.json: training.framework: megatron is not a torchtitan step (training.framework "
+        "\"torchtitan\"; --set training.framework=torchtitan predicts torchtitan's) (trainsim export "
+        "torchtitan)");
   doc["parallel"]["zero"] = 3;
   doc["training"]["framework"] = "torchtitan";
   doc["training"]["attention"] = "flash2";
   auto wide = doc;
   wide["model"] = "qwen2-7b";
-  CHECK(error_of(wide).starts_with("s.json: model: qwen2-7b has the widths of none of torchtitan's Llama flavors "
-                                   "(llama3 8B, llama3 70B, llama3 405B, llama2 7B, llama2 13B, llama2 70B)"));
+  CHECK(
+      error_of(wide).starts_with("s.json: model: qwen2-7b has the widths of none of torchtitan's Llama flavors "
+                                 "(llama3 8B, llama3 70B, llama3 405B, llama2 7B, llama2 13B, llama2 70B)"));
   // 5 of 32 blocks per chunk: no interval k checkpoints 32 / k = 5 of them.
   auto five = doc;
   five["training"]["recompute"] = "full";
   five["training"]["recompute_layers"] = 5;
-  CHECK(error_of(five) == "s.json: training.recompute_layers: 5 checkpointed blocks per chunk of the first stage's 32 "
-                          "has no torchtitan block interval (selective_ac_option checkpoints one block in k) (trainsim "
-                          "export torchtitan)");
+  CHECK(error_of(five) ==
+        "s.json: training.recompute_layers: 5 checkpointed blocks per chunk of the first stage's 32 "
+        "has no torchtitan block interval (selective_ac_option checkpoints one block in k) (trainsim "
+        "export torchtitan)");
   // 4 replicas (of 2 ranks each) cannot split the batch of 2 data-parallel ranks x cp 4.
   auto cp_replicas = doc;
   cp_replicas["parallel"] = {{"zero", 3}, {"cp", 4}, {"distributed_optimizer_instances", 4}};
