@@ -739,8 +739,11 @@ void check_torchtitan(const util::JsonNode& root, Scenario& s) {
   // cp_comm_type allgather) or around a ring (its "alltoall", cp_comm_type p2p).
   refuse(p.cp > 1 && p.cp_comm == ParallelSpec::CpComm::a2a, util::join_path(parallel_path, "cp_comm_type"),
          "context parallelism rotates by allgather or around the ring (p2p), not a2a");
-  refuse(p.zero != 3, util::join_path(parallel_path, "zero"),
-         fmt::format("shards with FSDP2: needs zero 3, got {}", p.zero));
+  // FSDP2: zero 3 reshards each block after its forward (reshard_after_forward True); zero 2 with
+  // per-unit gathers keeps it from the forward to its backward (False).
+  refuse(p.zero != 3 && !(p.zero == 2 && p.zero2_param_gather == ParallelSpec::Zero2Gather::per_unit),
+         util::join_path(parallel_path, "zero"),
+         fmt::format("shards with FSDP2: needs zero 3, or zero 2 with zero2_param_gather per_unit, got {}", p.zero));
   refuse(t.recompute == Recompute::selective && t.recompute_modules != workload::kRecomputeCoreAttn,
          util::join_path(training_path, "recompute_modules"),
          "has no recompute modules (recompute selective is its op-level policy)");

@@ -883,12 +883,27 @@ class Importer {
     const Entry* loss_e = k_.find({"parallelism.disable_loss_parallel", "training.disable_loss_parallel"});
     if (loss_e != nullptr && k_.boolean(*loss_e) && tp_ > 1)
       out_.not_modelled.push_back("parallelism.disable_loss_parallel (trainsim computes the loss vocabulary-parallel)");
+    // FSDP2's reshard_after_forward: "default" reshards without pipelining and keeps the weights
+    // gathered through the step with it, as trainsim's torchtitan does; "never" without pipelining
+    // keeps each block from its forward to its backward (zero 2 with per-unit gathers).
     const Entry* reshard_e = k_.find({"parallelism.fsdp_reshard_after_forward"});
-    if (reshard_e != nullptr && k_.text(*reshard_e) != "default")
+    const std::string reshard = reshard_e == nullptr ? "default" : k_.text(*reshard_e);
+    if (reshard != "default" && reshard != "always" && reshard != "never")
+      k_.fail(*reshard_e, fmt::format("\"{}\" is not a policy (default, always, never)", reshard));
+    if (reshard == "never" && pp_ == 1) {
+      ojson& p = out_.scenario["parallel"];
+      p["zero"] = 2;
+      p["zero2_param_gather"] = "per_unit";
+      origin("parallel.zero", reshard_e);
+      origin("parallel.zero2_param_gather", reshard_e);
+      note(
+          "fsdp_reshard_after_forward never: each block stays gathered from its forward to its backward -> zero 2 "
+          "with zero2_param_gather per_unit");
+    } else if (reshard == "always" && pp_ > 1) {
       out_.not_modelled.push_back(
-          fmt::format("parallelism.fsdp_reshard_after_forward {} (trainsim reshards after the "
-                      "forward without pipelining, and keeps the weights with it)",
-                      k_.text(*reshard_e)));
+          "parallelism.fsdp_reshard_after_forward always (with pipelining trainsim keeps each block gathered "
+          "through the step)");
+    }
     const Entry* norm_e = k_.find({"model.norm_type"});
     if (norm_e != nullptr && k_.text(*norm_e) != "rmsnorm")
       out_.not_modelled.push_back(

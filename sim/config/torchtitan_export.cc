@@ -87,6 +87,8 @@ class Exporter {
     if (p.cp > 1)
       out += fmt::format("context_parallel_rotate_method = \"{}\"\n",
                          p.cp_comm == ParallelSpec::CpComm::allgather ? "allgather" : "alltoall");
+    if (p.zero == 2)
+      out += "fsdp_reshard_after_forward = \"never\"  # each block kept from its forward to its backward\n";
     out += fmt::format("pipeline_parallel_degree = {}\n", p.pp);
     if (p.pp > 1) out += pipeline();
 

@@ -1353,6 +1353,10 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     for (std::int64_t l = 0; l < chunk_layers(c); ++l) {
       unit_needed(c, layer_unit(c, l), first_mb);
       enter_unit(c, order, i++, false);
+      // step_gather: the block's one copy out of its gather buffer, before its first forward.
+      if (step_gather && gather_params && first_mb)
+        w.emit({workload::torchtitan_copy_out(sc.model, par.tp, fp8_gather, sc.training.host_forward_s)}, "forward",
+               Saves::none);
       if (full_recompute(l)) w.alloc(ops.input_bytes);
       emit(layer_fwd(c, l), "forward", fwd_saves(l));
       leave_unit(c, layer_unit(c, l), false);
@@ -1806,10 +1810,16 @@ StepWorkload step_workload(const config::Scenario& sc, const hardware::ComputeMo
     ops.head_bwd = workload::eager_head_backward(sc.model, lc, host);
   }
   if (sc.training.framework == config::Framework::torchtitan) {
-    const workload::TorchtitanOptions o{sc.training.torch_compile,
-                                        sc.training.recompute == config::Recompute::selective,
-                                        {sc.training.host_forward_s, sc.training.host_backward_s},
-                                        sc.training.precision == config::Precision::fp8};
+    workload::TorchtitanOptions o{sc.training.torch_compile,
+                                  sc.training.recompute == config::Recompute::selective,
+                                  {sc.training.host_forward_s, sc.training.host_backward_s},
+                                  sc.training.precision == config::Precision::fp8};
+    // FSDP2 copies a block out of its gather buffer after each gather: before every forward, and
+    // before every backward when it reshards after the forward (zero 3). With pipelining it gathers
+    // each block once a step, and the step builder copies it then.
+    const bool gathers = par.fsdp_units() && par.dp * par.cp > 1 && par.pp == 1;
+    o.copy_out_forward = gathers;
+    o.copy_out_backward = gathers && par.zero >= 3;
     ops.fwd[kMainKind] = workload::torchtitan_layer_forward(sc.model, lc, o);
     ops.bwd[kMainKind] = workload::torchtitan_layer_backward(sc.model, lc, o);
     ops.emb_fwd = workload::torchtitan_embedding_forward(sc.model, lc, o);

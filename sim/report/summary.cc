@@ -437,8 +437,9 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   out += fmt::format("{} on {} x {} ({})\n", sc.model.name, sc.gpus, sc.cluster.gpu.name, sc.cluster.name);
   if (sc.training.framework == config::Framework::torchtitan)
     out += fmt::format(
-        "software      torchtitan: FSDP2 (fp32 master weights, bf16 compute, {} gradient reduce-scatter), {}{}\n",
+        "software      torchtitan: FSDP2 (fp32 master weights, bf16 compute, {} gradient reduce-scatter{}), {}{}\n",
         sc.training.grad_reduce_in_fp32 ? "fp32" : "bf16",
+        sc.parallel.zero == 2 ? ", weights kept from forward to backward" : "",
         sc.training.torch_compile ? "torch.compile'd blocks" : "eager blocks",
         sc.training.precision == config::Precision::fp8 ? ", Float8 linears" : "");
   if (sc.training.framework == config::Framework::pytorch_eager)

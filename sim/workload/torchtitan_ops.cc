@@ -142,14 +142,6 @@ Op attention(const Dims& x, const LayerConfig& c, bool backward, double host) {
   return op;
 }
 
-// FSDP2's copy of a gathered unit out of the all-gather buffer into its parameters (`bytes` each
-// element read and written).
-Op copy_out(const std::string& name, double bytes, double host) {
-  Op op = kernel(name, bytes, bytes, host);
-  op.skip_in_recompute = true;
-  return op;
-}
-
 // Float8's forward cast of a GEMM input of `bytes` bf16 bytes: an amax reduction and a scale-and-cast
 // kernel writing its e4m3 copy.
 void float8_cast_input(std::vector<Op>& ops, const std::string& p, double bytes, double host) {
@@ -182,6 +174,13 @@ struct Block {
 };
 
 }  // namespace
+
+Op torchtitan_copy_out(const ModelSpec& m, std::int64_t tp, bool float8, double host_s) {
+  const auto bytes = static_cast<double>(torchtitan_block_gather_bytes(m, tp, float8));
+  Op op = kernel("fsdp_copy_out", bytes, bytes, host_s);
+  op.skip_in_recompute = true;
+  return op;
+}
 
 std::vector<Op> torchtitan_layer_forward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o) {
   const Dims x = dims(m, c);
@@ -269,7 +268,7 @@ std::vector<Op> torchtitan_layer_forward(const ModelSpec& m, const LayerConfig& 
     b.push(kernel("ffn_residual_add", 2 * a, a, hf));
   }
   std::vector<Op> ops;
-  ops.push_back(copy_out("fsdp_copy_out", static_cast<double>(torchtitan_block_gather_bytes(m, c.tp, o.float8)), hf));
+  if (o.copy_out_forward) ops.push_back(torchtitan_copy_out(m, c.tp, o.float8, hf));
   if (o.sac) {
     // What autograd saves is dropped and saved again by the recompute; what the policy keeps is held
     // by the last op: the block's input and the kept outputs (wq, wv, w1, w2's partial output, the
@@ -293,7 +292,7 @@ std::vector<Op> torchtitan_layer_backward(const ModelSpec& m, const LayerConfig&
   const double row = x.Ts * kFp32, w = x.h * kBf16, freqs = x.sl * x.hd / 2 * 8;
   const bool tp = x.tp > 1;
   std::vector<Op> ops;
-  ops.push_back(copy_out("fsdp_copy_out", static_cast<double>(torchtitan_block_gather_bytes(m, c.tp, o.float8)), hb));
+  if (o.copy_out_backward) ops.push_back(torchtitan_copy_out(m, c.tp, o.float8, hb));
   auto linear = [&](const std::string& name, double n, double k) {
     if (o.float8) float8_cast_grad(ops, name, x.T * n * kBf16, n * k, hb);
     ops.push_back(gemm(name + "_dgrad", x.T, k, n, hb));

@@ -59,7 +59,16 @@ struct TorchtitanOptions {
   bool sac = false;      // torchtitan's selective (op) activation checkpointing
   EagerHost host;        // CPU time per kernel issued
   bool float8 = false;   // torchao Float8 linears (needs compile)
+  // FSDP2's copy-out of the block's gathered weights before its forward and (resharded after the
+  // forward) again before its backward; off where no gather precedes the pass (no data parallelism,
+  // weights kept from the forward, or gathered once a step with pipelining: see torchtitan_copy_out).
+  bool copy_out_forward = true;
+  bool copy_out_backward = true;
 };
+
+// FSDP2's copy of one gathered block out of the all-gather buffer into its parameters (each byte of
+// the block's gathered weights read and written once).
+Op torchtitan_copy_out(const ModelSpec& m, std::int64_t tp, bool float8, double host_s);
 
 std::vector<Op> torchtitan_layer_forward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o);
 std::vector<Op> torchtitan_layer_backward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o);

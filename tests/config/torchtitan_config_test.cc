@@ -353,6 +353,18 @@ TEST_CASE("torchtitan import: activation checkpointing every n-th block, context
   CHECK(offload.unknown == std::vector<std::string>{"unknown.key"});
   CHECK(import(kLlama8b, 8, {}, "llama2-7b").scenario["model"] == "llama2-7b");
 
+  // reshard_after_forward never keeps each block from its forward to its backward: zero 2 per unit.
+  const ImportedScenario kept = import(kLlama8b, 8, {"--parallelism.fsdp_reshard_after_forward", "never"});
+  CHECK(kept.scenario["parallel"]["zero"] == 2);
+  CHECK(kept.scenario["parallel"]["zero2_param_gather"] == "per_unit");
+  CHECK(kept.not_modelled.empty());
+  parse(kept);
+  const ImportedScenario always_pp =
+      import(kLlama8b, 16,
+             {"--parallelism.fsdp_reshard_after_forward", "always", "--parallelism.pipeline_parallel_degree", "2"});
+  CHECK(always_pp.scenario["parallel"]["zero"] == 3);
+  CHECK(always_pp.not_modelled.size() == 1);
+
   // HSDP: 4 replicas of the shard degree left (64 / 4 = 16-way sharding), as distributed optimizer
   // instances over the 64 data-parallel ranks; the batch counts every one of them.
   const ImportedScenario hsdp = import(kLlama8b, 64, {"--parallelism.data_parallel_replicate_degree", "4"});

@@ -152,6 +152,14 @@ TEST_CASE("export torchtitan: hybrid sharding, the ring, every other block check
   gpipe["training"]["global_batch"] = 256;
   gpipe["training"]["grad_reduce_in_fp32"] = false;
   round_trip(gpipe, "gpipe");
+
+  // FSDP2 without resharding after the forward.
+  auto kept = ring;
+  kept["parallel"] = {{"zero", 2}, {"zero2_param_gather", "per_unit"}};
+  kept["training"]["global_batch"] = 64;
+  round_trip(kept, "kept");
+  CHECK(export_torchtitan(parse(kept, "kept")).toml.find("fsdp_reshard_after_forward = \"never\"") !=
+        std::string::npos);
 }
 
 TEST_CASE("export torchtitan: what torchtitan cannot run as simulated is one error naming the key") {

@@ -171,6 +171,7 @@ class LabelCounter : public parallel::StepObserver {
     const std::string& name = program.label_name(task.label);
     for (const char* prefix : {"fsdp_param_all_gather", "grad_reduce_scatter"})
       if (name.rfind(prefix, 0) == 0) ++counts[prefix];
+    if (name.find("fsdp_copy_out") != std::string::npos) ++counts["fsdp_copy_out"];
   }
 };
 
@@ -186,6 +187,8 @@ TEST_CASE("torchtitan with pipeline parallelism: FSDP2 gathers each unit once a 
   // 3 units (embedding, 2 layers): one gather and one reduce-scatter each, for 4 micro-batches.
   CHECK(counter.counts["fsdp_param_all_gather"] == 3);
   CHECK(counter.counts["grad_reduce_scatter"] == 3);
+  // FSDP2 copies a block out of its gather buffer after the gather: once a step, for 2 blocks.
+  CHECK(counter.counts["fsdp_copy_out"] == 2);
   // Without pipeline parallelism every micro-batch gathers each unit for its forward and again for
   // its backward, and reduce-scatters it: 6 units (embedding, 4 layers, output layer), 1 micro-batch.
   LabelCounter flat;
@@ -201,4 +204,37 @@ TEST_CASE("torchtitan with pipeline parallelism: FSDP2 gathers each unit once a 
   const auto& peak = r.memory[0].peak_breakdown_bytes;
   CHECK(peak[parallel::kGradients] <= 4 * ((stage0 + 3) / 4) + 4 * stage0);
   CHECK(peak[parallel::kGradients] > 4 * ((stage0 + 3) / 4));
+}
+
+TEST_CASE("torchtitan reshard_after_forward False (zero 2 per unit): one gather and one copy-out per block") {
+  // 8 GPUs, one micro-batch: zero 3 gathers the 6 units before their forward and again before their
+  // backward, and copies each of the 4 blocks out after both gathers; zero 2 with per-unit gathers
+  // (FSDP2's reshard_after_forward False) keeps them from the forward to the backward: one gather
+  // each, one copy-out per block. Nothing else differs, so the step's kernels differ by 4 copy-outs.
+  const auto three = parse(titan_scenario(8));
+  auto j = titan_scenario(8);
+  j["parallel"] = {{"zero", 2}, {"zero2_param_gather", "per_unit"}};
+  const auto two = parse(j);
+  LabelCounter c3, c2;
+  (void)parallel::simulate_step(three, {}, &c3);
+  (void)parallel::simulate_step(two, {}, &c2);
+  CHECK(c3.counts["fsdp_param_all_gather"] == 12);
+  CHECK(c2.counts["fsdp_param_all_gather"] == 6);
+  CHECK(c3.counts["fsdp_copy_out"] == 8);
+  CHECK(c2.counts["fsdp_copy_out"] == 4);
+  const hardware::ComputeModel cm(three.cluster.gpu);
+  const double copy = cm.time_s(workload::torchtitan_copy_out(three.model, 1, false, three.training.host_forward_s));
+  const auto k3 = parallel::build_step(three, cm).stages[0].kernel_s;
+  const auto k2 = parallel::build_step(two, cm).stages[0].kernel_s;
+  CHECK(k3[parallel::kMemoryKernels] - k2[parallel::kMemoryKernels] == Approx(4 * copy).epsilon(1e-9));
+  CHECK(k3[parallel::kGemmKernels] == k2[parallel::kGemmKernels]);
+  // One GPU gathers nothing, so it copies nothing.
+  LabelCounter c1;
+  (void)parallel::simulate_step(parse(titan_scenario(1)), {}, &c1);
+  CHECK(c1.counts["fsdp_copy_out"] == 0);
+  // Other ZeRO stages are not FSDP2's.
+  j["parallel"] = {{"zero", 1}};
+  CHECK_THROWS_WITH(parse(j),
+                    "test.json: parallel.zero: torchtitan shards with FSDP2: needs zero 3, or zero 2 "
+                    "with zero2_param_gather per_unit, got 1");
 }
