@@ -1272,6 +1272,23 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   // its backward; SHARD_GRAD_OP (zero 2 per_unit) keeps them from the forward to the end of the
   // backward.
   const bool reshard_after_forward = par.zero >= 3;
+  // Units kept gathered from their forward to their backward even so. torchtitan (December 2024)
+  // shards each block, then the whole model: the embedding, the final norm and the output layer
+  // form FSDP2's root unit, which FSDP2 never reshards after the forward (fully_shard's lazy_init:
+  // it would be gathered again at once), and the last block is sharded with
+  // reshard_after_forward False (torchtitan's apply_fsdp). With pipelining every unit is held for
+  // the step anyway (step_gather).
+  auto kept = [&](std::int64_t c, std::size_t u) {
+    if (!reshard_after_forward) return true;
+    if (!titan || pp > 1) return false;
+    return (has_head(c) && u == head_unit(c)) || (has_embedding(c) && u == emb_unit(c)) ||
+           (chunk_layers(c) > 0 && u == layer_unit(c, chunk_layers(c) - 1));
+  };
+  // torchtitan: FSDP2 copies a unit out of its all-gather buffer into its parameters after each
+  // gather, on the compute stream before the unit runs (foreach_all_gather_copy_out).
+  std::vector<std::vector<bool>> copy_pending(static_cast<std::size_t>(v));
+  for (std::int64_t c = 0; c < v; ++c)
+    copy_pending[static_cast<std::size_t>(c)].assign(chunks[static_cast<std::size_t>(c)].unit_params.size(), false);
   std::vector<std::optional<Dep>> pass_gathers;
   // step_gather: each chunk's units' gathers, held for the whole step.
   std::vector<std::vector<std::optional<Dep>>> step_gathers(static_cast<std::size_t>(v));
@@ -1296,16 +1313,28 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       t.mem_alloc_bytes = bytes;
       t.mem_category = kWeights;
       slot = w.side(t);
+      copy_pending[static_cast<std::size_t>(c)][u] = titan;
     }
     return *slot;
   };
   // Before unit order[i] of a pass: its gather (issued now if not prefetched) and the next one's.
-  // in_backward: the unit's backward pass, whose gather SHARD_GRAD_OP does not need (nor free).
+  // in_backward: the unit's backward pass, which a unit kept since its forward does not gather for
+  // (nor free).
   auto enter_unit = [&](std::int64_t c, const std::vector<std::size_t>& order, std::size_t i, bool in_backward) {
-    if (!gather_params || (in_backward && !reshard_after_forward)) return;
-    const Dep mine = gather(c, order[i]);
-    if (par.fsdp_prefetch && i + 1 < order.size()) gather(c, order[i + 1]);
-    w.after(mine);
+    if (!gather_params) return;
+    auto needs_gather = [&](std::size_t u) { return !(in_backward && kept(c, u)); };
+    const std::size_t u = order[i];
+    std::optional<Dep> mine;
+    if (needs_gather(u)) mine = gather(c, u);
+    if (par.fsdp_prefetch && i + 1 < order.size() && needs_gather(order[i + 1])) gather(c, order[i + 1]);
+    if (!mine) return;
+    w.after(*mine);
+    if (copy_pending[static_cast<std::size_t>(c)][u]) {
+      copy_pending[static_cast<std::size_t>(c)][u] = false;
+      w.emit({workload::torchtitan_copy_out(static_cast<double>(gather_bytes(c, u)),
+                                            in_backward ? sc.training.host_backward_s : sc.training.host_forward_s)},
+             in_backward ? "backward" : "forward", Saves::none);
+    }
   };
   auto leave_unit = [&](std::int64_t c, std::size_t u, bool in_backward, bool last_mb = false) {
     if (step_gather) {
@@ -1318,8 +1347,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       }
       return;
     }
-    if (gather_params && (in_backward || reshard_after_forward))
-      w.release(gather_bytes(c, u), kWeights, "fsdp_free_params");
+    if (gather_params && (in_backward || !kept(c, u))) w.release(gather_bytes(c, u), kWeights, "fsdp_free_params");
   };
   auto start_pass = [&](std::int64_t c) {
     pass_gathers.assign(chunks[static_cast<std::size_t>(c)].unit_params.size(), std::nullopt);
@@ -1353,10 +1381,6 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     for (std::int64_t l = 0; l < chunk_layers(c); ++l) {
       unit_needed(c, layer_unit(c, l), first_mb);
       enter_unit(c, order, i++, false);
-      // step_gather: the block's one copy out of its gather buffer, before its first forward.
-      if (step_gather && gather_params && first_mb)
-        w.emit({workload::torchtitan_copy_out(sc.model, par.tp, fp8_gather, sc.training.host_forward_s)}, "forward",
-               Saves::none);
       if (full_recompute(l)) w.alloc(ops.input_bytes);
       emit(layer_fwd(c, l), "forward", fwd_saves(l));
       leave_unit(c, layer_unit(c, l), false);
@@ -1810,16 +1834,11 @@ StepWorkload step_workload(const config::Scenario& sc, const hardware::ComputeMo
     ops.head_bwd = workload::eager_head_backward(sc.model, lc, host);
   }
   if (sc.training.framework == config::Framework::torchtitan) {
-    workload::TorchtitanOptions o{sc.training.torch_compile,
-                                  sc.training.recompute == config::Recompute::selective,
-                                  {sc.training.host_forward_s, sc.training.host_backward_s},
-                                  sc.training.precision == config::Precision::fp8};
-    // FSDP2 copies a block out of its gather buffer after each gather: before every forward, and
-    // before every backward when it reshards after the forward (zero 3). With pipelining it gathers
-    // each block once a step, and the step builder copies it then.
-    const bool gathers = par.fsdp_units() && par.dp * par.cp > 1 && par.pp == 1;
-    o.copy_out_forward = gathers;
-    o.copy_out_backward = gathers && par.zero >= 3;
+    const workload::TorchtitanOptions o{sc.training.torch_compile,
+                                        sc.training.recompute == config::Recompute::selective,
+                                        {sc.training.host_forward_s, sc.training.host_backward_s},
+                                        sc.training.precision == config::Precision::fp8};
+
     ops.fwd[kMainKind] = workload::torchtitan_layer_forward(sc.model, lc, o);
     ops.bwd[kMainKind] = workload::torchtitan_layer_backward(sc.model, lc, o);
     ops.emb_fwd = workload::torchtitan_embedding_forward(sc.model, lc, o);

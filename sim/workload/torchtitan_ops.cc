@@ -175,8 +175,7 @@ struct Block {
 
 }  // namespace
 
-Op torchtitan_copy_out(const ModelSpec& m, std::int64_t tp, bool float8, double host_s) {
-  const auto bytes = static_cast<double>(torchtitan_block_gather_bytes(m, tp, float8));
+Op torchtitan_copy_out(double bytes, double host_s) {
   Op op = kernel("fsdp_copy_out", bytes, bytes, host_s);
   op.skip_in_recompute = true;
   return op;
@@ -268,7 +267,6 @@ std::vector<Op> torchtitan_layer_forward(const ModelSpec& m, const LayerConfig& 
     b.push(kernel("ffn_residual_add", 2 * a, a, hf));
   }
   std::vector<Op> ops;
-  if (o.copy_out_forward) ops.push_back(torchtitan_copy_out(m, c.tp, o.float8, hf));
   if (o.sac) {
     // What autograd saves is dropped and saved again by the recompute; what the policy keeps is held
     // by the last op: the block's input and the kept outputs (wq, wv, w1, w2's partial output, the
@@ -292,7 +290,6 @@ std::vector<Op> torchtitan_layer_backward(const ModelSpec& m, const LayerConfig&
   const double row = x.Ts * kFp32, w = x.h * kBf16, freqs = x.sl * x.hd / 2 * 8;
   const bool tp = x.tp > 1;
   std::vector<Op> ops;
-  if (o.copy_out_backward) ops.push_back(torchtitan_copy_out(m, c.tp, o.float8, hb));
   auto linear = [&](const std::string& name, double n, double k) {
     if (o.float8) float8_cast_grad(ops, name, x.T * n * kBf16, n * k, hb);
     ops.push_back(gemm(name + "_dgrad", x.T, k, n, hb));

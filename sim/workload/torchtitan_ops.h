@@ -20,8 +20,9 @@
 // embedding, the final norm, the output layer and the loss stay eager (torchtitan compiles blocks).
 //
 // FSDP2 (fully_shard per block, bf16 param_dtype): each gathered unit is copied out of the
-// all-gather buffer into its parameters on the compute stream (split_with_sizes_copy), before its
-// forward and again before its backward; the unsharded gradients are fresh tensors each backward
+// all-gather buffer into its parameters on the compute stream (split_with_sizes_copy) after each
+// gather (torchtitan_copy_out, which the step builder issues: before the forward, and before the
+// backward of a unit resharded after its forward); the unsharded gradients are fresh tensors each backward
 // (no accumulation kernel), reduce-scattered by the step builder. The all-gather's copy-in and the
 // reduce-scatter's copy-in run on FSDP2's communication streams and are not modelled, nor is the
 // CPU time of FSDP2's hooks.
@@ -59,16 +60,11 @@ struct TorchtitanOptions {
   bool sac = false;      // torchtitan's selective (op) activation checkpointing
   EagerHost host;        // CPU time per kernel issued
   bool float8 = false;   // torchao Float8 linears (needs compile)
-  // FSDP2's copy-out of the block's gathered weights before its forward and (resharded after the
-  // forward) again before its backward; off where no gather precedes the pass (no data parallelism,
-  // weights kept from the forward, or gathered once a step with pipelining: see torchtitan_copy_out).
-  bool copy_out_forward = true;
-  bool copy_out_backward = true;
 };
 
-// FSDP2's copy of one gathered block out of the all-gather buffer into its parameters (each byte of
-// the block's gathered weights read and written once).
-Op torchtitan_copy_out(const ModelSpec& m, std::int64_t tp, bool float8, double host_s);
+// FSDP2's copy of a gathered unit out of the all-gather buffer into its parameters, `bytes` (the
+// unit's gathered weights) read and written once; the step builder issues one after each gather.
+Op torchtitan_copy_out(double bytes, double host_s);
 
 std::vector<Op> torchtitan_layer_forward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o);
 std::vector<Op> torchtitan_layer_backward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o);

@@ -187,13 +187,16 @@ TEST_CASE("torchtitan with pipeline parallelism: FSDP2 gathers each unit once a 
   // 3 units (embedding, 2 layers): one gather and one reduce-scatter each, for 4 micro-batches.
   CHECK(counter.counts["fsdp_param_all_gather"] == 3);
   CHECK(counter.counts["grad_reduce_scatter"] == 3);
-  // FSDP2 copies a block out of its gather buffer after the gather: once a step, for 2 blocks.
-  CHECK(counter.counts["fsdp_copy_out"] == 2);
+  // FSDP2 copies a unit out of its gather buffer after the gather: once a step, for 3 units.
+  CHECK(counter.counts["fsdp_copy_out"] == 3);
   // Without pipeline parallelism every micro-batch gathers each unit for its forward and again for
-  // its backward, and reduce-scatters it: 6 units (embedding, 4 layers, output layer), 1 micro-batch.
+  // its backward, but FSDP2's root unit (embedding, final norm, output layer) and the last block,
+  // which torchtitan keeps from their forward to their backward; and it reduce-scatters each: 6
+  // units (embedding, 4 layers, output layer), 1 micro-batch: 6 + 3 gathers, each copied out.
   LabelCounter flat;
   (void)parallel::simulate_step(parse(titan_scenario(8)), {}, &flat);
-  CHECK(flat.counts["fsdp_param_all_gather"] == 2 * 6);
+  CHECK(flat.counts["fsdp_param_all_gather"] == 6 + 3);
+  CHECK(flat.counts["fsdp_copy_out"] == 6 + 3);
   CHECK(flat.counts["grad_reduce_scatter"] == 6);
   // The unsharded gradients of stage 0's units accumulate over the micro-batches in the reduce dtype
   // (fp32) beside the sharded fp32 ones: at the peak, up to 4 bytes per parameter of the stage on top
@@ -206,11 +209,12 @@ TEST_CASE("torchtitan with pipeline parallelism: FSDP2 gathers each unit once a 
   CHECK(peak[parallel::kGradients] > 4 * ((stage0 + 3) / 4));
 }
 
-TEST_CASE("torchtitan reshard_after_forward False (zero 2 per unit): one gather and one copy-out per block") {
-  // 8 GPUs, one micro-batch: zero 3 gathers the 6 units before their forward and again before their
-  // backward, and copies each of the 4 blocks out after both gathers; zero 2 with per-unit gathers
-  // (FSDP2's reshard_after_forward False) keeps them from the forward to the backward: one gather
-  // each, one copy-out per block. Nothing else differs, so the step's kernels differ by 4 copy-outs.
+TEST_CASE("torchtitan reshard_after_forward False (zero 2 per unit): one gather and one copy-out per unit") {
+  // 8 GPUs, one micro-batch: zero 3 gathers the 6 units before their forward and the first 3 blocks
+  // again before their backward (the root unit and the last block are kept), copying each out after
+  // each gather; zero 2 with per-unit gathers (FSDP2's reshard_after_forward False) keeps every unit
+  // from the forward to the backward: one gather and one copy-out each. Nothing else differs, so
+  // the step's kernels differ by 3 block copy-outs.
   const auto three = parse(titan_scenario(8));
   auto j = titan_scenario(8);
   j["parallel"] = {{"zero", 2}, {"zero2_param_gather", "per_unit"}};
@@ -218,15 +222,17 @@ TEST_CASE("torchtitan reshard_after_forward False (zero 2 per unit): one gather 
   LabelCounter c3, c2;
   (void)parallel::simulate_step(three, {}, &c3);
   (void)parallel::simulate_step(two, {}, &c2);
-  CHECK(c3.counts["fsdp_param_all_gather"] == 12);
+  CHECK(c3.counts["fsdp_param_all_gather"] == 9);
   CHECK(c2.counts["fsdp_param_all_gather"] == 6);
-  CHECK(c3.counts["fsdp_copy_out"] == 8);
-  CHECK(c2.counts["fsdp_copy_out"] == 4);
+  CHECK(c3.counts["fsdp_copy_out"] == 9);
+  CHECK(c2.counts["fsdp_copy_out"] == 6);
   const hardware::ComputeModel cm(three.cluster.gpu);
-  const double copy = cm.time_s(workload::torchtitan_copy_out(three.model, 1, false, three.training.host_forward_s));
+  const double copy = cm.time_s(
+      workload::torchtitan_copy_out(static_cast<double>(workload::torchtitan_block_gather_bytes(three.model, 1, false)),
+                                    three.training.host_backward_s));
   const auto k3 = parallel::build_step(three, cm).stages[0].kernel_s;
   const auto k2 = parallel::build_step(two, cm).stages[0].kernel_s;
-  CHECK(k3[parallel::kMemoryKernels] - k2[parallel::kMemoryKernels] == Approx(4 * copy).epsilon(1e-9));
+  CHECK(k3[parallel::kMemoryKernels] - k2[parallel::kMemoryKernels] == Approx(3 * copy).epsilon(1e-9));
   CHECK(k3[parallel::kGemmKernels] == k2[parallel::kGemmKernels]);
   // One GPU gathers nothing, so it copies nothing.
   LabelCounter c1;

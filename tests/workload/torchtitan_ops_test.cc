@@ -85,18 +85,23 @@ TEST_CASE("torchtitan block: eager launches every element-wise op, Inductor one 
     for (const Op& op : ops) n += op.kernels;
     return n;
   };
-  // FSDP2's copy-out 1; two fp32 RMSNorms 8 each; wq, wk, wv, wo, w1, w3, w2 7; the rotary
-  // embedding of q and k 3 each; repeat_kv of k and v 2; attention 1; two residual adds; silu, mul.
-  CHECK(kernels(eager) == 1 + 16 + 7 + 6 + 2 + 1 + 2 + 2);
-  // Copy-out; norm, add+norm, rope_q, rope_k+repeat, repeat_v, silu·mul, the last add: 7 fused;
-  // 7 GEMMs; attention.
-  CHECK(kernels(compiled) == 1 + 7 + 7 + 1);
+  // Two fp32 RMSNorms 8 each; wq, wk, wv, wo, w1, w3, w2 7; the rotary embedding of q and k 3
+  // each; repeat_kv of k and v 2; attention 1; two residual adds; silu, mul. (FSDP2's copy-out
+  // after each gather is the step builder's.)
+  CHECK(kernels(eager) == 16 + 7 + 6 + 2 + 1 + 2 + 2);
+  // Norm, add+norm, rope_q, rope_k+repeat, repeat_v, silu·mul, the last add: 7 fused; 7 GEMMs;
+  // attention.
+  CHECK(kernels(compiled) == 7 + 7 + 1);
   // The eager query rotation: bf16 -> fp32 (read 2Tq, write 4Tq), complex product (read 4Tq and the
   // complex64 [s, hd/2] table, write 4Tq), back to bf16 (read 4Tq, write 2Tq).
   CHECK(find(eager, "rope_q_complex_mul").bytes == Approx(8 * T * q + 1024 * 64 * 8));
   CHECK(find(eager, "repeat_kv_k").bytes == Approx(2 * T * kv + 2 * T * q));
-  // The copy-out reads and writes one block's bf16 parameters.
-  CHECK(find(eager, "fsdp_copy_out").bytes == Approx(4 * (h * (q + 2 * kv) + q * h + 3 * f * h + 2 * h)));
+  // The copy-out of a block reads and writes its bf16 parameters, the bytes it is gathered in.
+  const double block_bytes = 2.0 * static_cast<double>(h * (q + 2 * kv) + q * h + 3 * f * h + 2 * h);
+  CHECK(static_cast<double>(torchtitan_block_gather_bytes(tiny_llama3(), 1, false)) == block_bytes);
+  const Op copy = torchtitan_copy_out(block_bytes, 0);
+  CHECK(copy.bytes == Approx(2 * block_bytes));
+  CHECK(copy.skip_in_recompute);
 }
 
 TEST_CASE("torchtitan block: what the forward saves, without checkpointing and under the op policy") {
@@ -125,7 +130,6 @@ TEST_CASE("torchtitan block: what the forward saves, without checkpointing and u
       CHECK(find(sac, name).discards == kRecomputeTorchtitanOp);
     }
     for (const char* name : {"wk", "wo", "w3"}) CHECK(find(sac, name).rerun == kRecomputeTorchtitanOp);
-    CHECK(find(sac, "fsdp_copy_out").rerun == 0);
     CHECK(saved(sac) - kept.saved_bytes ==
           saved(torchtitan_layer_forward(tiny_llama3(), config(), options(compile, false))));
   }
@@ -170,7 +174,7 @@ TEST_CASE("torchtitan Float8: FP8 GEMMs in the blocks, the casts around them, fp
         static_cast<std::int64_t>(2 * A + F - kept));
   // The blocks' linears are gathered and copied out in fp8, the norms in bf16.
   const double linear = h * (q + 2 * kv) + q * h + 3 * f * h;
-  CHECK(find(fwd, "fsdp_copy_out").bytes == Approx(2 * (linear + 2 * 2 * h)));
+  CHECK(static_cast<double>(torchtitan_block_gather_bytes(tiny_llama3(), 1, true)) == linear + 2 * 2 * h);
   CHECK(static_cast<double>(torchtitan_block_linear_params(tiny_llama3(), 1)) == linear);
   // Backward: per linear its gradient's amax and e5m2 cast (both layouts), its fp8 weight transposed.
   const Op& go = find(bwd, "w2_grad_to_float8");
