@@ -1420,6 +1420,19 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       if (step_gather && first_bwd)
         w.reserve(chunks[static_cast<std::size_t>(c)].unit_params[u] * grad_bytes, kGradients, "fsdp_unsharded_grads");
     };
+    // torchtitan: FSDP2's gradient kernels after a unit's backward, before its reduce-scatter (with
+    // pipelining, the accumulation every micro-batch and the copy-in after the last one).
+    auto fsdp_grads = [&](std::size_t u) {
+      if (!titan || !gather_params) return;
+      const auto n = static_cast<double>(chunks[static_cast<std::size_t>(c)].unit_params[u]);
+      const auto reduce = static_cast<double>(grad_bytes);
+      const double host_s = sc.training.host_backward_s;
+      std::vector<Op> kernels;
+      if (step_gather) kernels.push_back(workload::torchtitan_grad_accumulate(n, first_bwd, reduce, host_s));
+      if (!step_gather || last_mb)
+        kernels.push_back(workload::torchtitan_reduce_scatter_copy_in(n, step_gather ? reduce : 2.0, reduce, host_s));
+      w.emit(kernels, "backward", Saves::none);
+    };
     const auto order = backward_order(c);
     std::size_t i = 0;
     // Emits one unit's backward and frees what its forward saved (all of it, or all but what the
@@ -1439,6 +1452,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       grads_from_first(head_unit(c));
       unit(ops.head_bwd, head_split, sum_saved(ops.head_fwd));
       leave_unit(c, head_unit(c), true, last_mb);
+      fsdp_grads(head_unit(c));
       if (!input_only) unit_done(c, head_unit(c), last_mb);
     }
     for (std::int64_t l = chunk_layers(c) - 1; l >= 0; --l) {
@@ -1450,6 +1464,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
         emit(layer_fwd(c, l), "recompute", Saves::all, /*recomputing=*/true);
       unit(layer_bwd(c, l), layer_split(c, l), layer_free(c, l));
       leave_unit(c, layer_unit(c, l), true, last_mb);
+      fsdp_grads(layer_unit(c, l));
       if (!input_only) unit_done(c, layer_unit(c, l), last_mb);
     }
     if (has_embedding(c)) {
@@ -1457,6 +1472,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       grads_from_first(emb_unit(c));
       unit(ops.emb_bwd, emb_split, sum_saved(ops.emb_fwd));
       leave_unit(c, emb_unit(c), true, last_mb);
+      fsdp_grads(emb_unit(c));
       if (!input_only) unit_done(c, emb_unit(c), last_mb);
     }
     if (!(first && c == 0))

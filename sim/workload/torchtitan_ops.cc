@@ -181,6 +181,19 @@ Op torchtitan_copy_out(double bytes, double host_s) {
   return op;
 }
 
+Op torchtitan_reduce_scatter_copy_in(double params, double grad_bytes, double reduce_bytes, double host_s) {
+  // The input buffer it fills is held while the copy runs (and then by the reduce-scatter).
+  return kernel("fsdp_reduce_scatter_copy_in", params * grad_bytes, params * reduce_bytes, host_s, 0, 1,
+                params * reduce_bytes);
+}
+
+Op torchtitan_grad_accumulate(double params, bool first, double reduce_bytes, double host_s) {
+  if (first)
+    return kernel("fsdp_grad_to_reduce_dtype", reduce_bytes > kBf16 ? params * kBf16 : 0,
+                  reduce_bytes > kBf16 ? params * reduce_bytes : 0, host_s, 0, reduce_bytes > kBf16 ? 1 : 0);
+  return kernel("fsdp_grad_accumulate", params * (reduce_bytes + kBf16), params * reduce_bytes, host_s);
+}
+
 std::vector<Op> torchtitan_layer_forward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o) {
   const Dims x = dims(m, c);
   const double hf = o.host.forward_s;

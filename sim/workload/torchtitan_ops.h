@@ -23,9 +23,11 @@
 // all-gather buffer into its parameters on the compute stream (split_with_sizes_copy) after each
 // gather (torchtitan_copy_out, which the step builder issues: before the forward, and before the
 // backward of a unit resharded after its forward); the unsharded gradients are fresh tensors each backward
-// (no accumulation kernel), reduce-scattered by the step builder. The all-gather's copy-in and the
-// reduce-scatter's copy-in run on FSDP2's communication streams and are not modelled, nor is the
-// CPU time of FSDP2's hooks.
+// (no accumulation kernel), reduce-scattered by the step builder after the copy into the
+// reduce-scatter's input buffer (torchtitan_reduce_scatter_copy_in, on the compute stream; with
+// pipelining after each micro-batch's accumulation, torchtitan_grad_accumulate). The all-gather's
+// copy-in (the shard's cast to bf16, on FSDP2's all-gather stream) is not modelled, nor is the CPU
+// time of FSDP2's hooks.
 //
 // Float8 (torchao's Float8Linear with tensorwise dynamic scaling, compiled, as torchtitan's float8
 // converter swaps it into every linear of the blocks; the output layer stays bf16): each GEMM runs on
@@ -65,6 +67,15 @@ struct TorchtitanOptions {
 // FSDP2's copy of a gathered unit out of the all-gather buffer into its parameters, `bytes` (the
 // unit's gathered weights) read and written once; the step builder issues one after each gather.
 Op torchtitan_copy_out(double bytes, double host_s);
+
+// FSDP2's gradient kernels on the compute stream after a unit's backward (`params` of it, its
+// gradients computed in bf16): the reduce-scatter's copy-in of `grad_bytes`-byte gradients into the
+// `reduce_bytes`-byte input buffer (foreach_reduce_scatter_copy_in; bf16 gradients, or with
+// pipelining the accumulated ones); and with pipelining each micro-batch's accumulation of its bf16
+// gradients into the unsharded reduce-dtype ones (to_accumulated_grad_if_needed: the first
+// micro-batch's a cast, none when the reduce dtype is bf16; then +=).
+Op torchtitan_reduce_scatter_copy_in(double params, double grad_bytes, double reduce_bytes, double host_s);
+Op torchtitan_grad_accumulate(double params, bool first, double reduce_bytes, double host_s);
 
 std::vector<Op> torchtitan_layer_forward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o);
 std::vector<Op> torchtitan_layer_backward(const ModelSpec& m, const LayerConfig& c, const TorchtitanOptions& o);

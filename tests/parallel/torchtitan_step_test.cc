@@ -244,3 +244,36 @@ TEST_CASE("torchtitan reshard_after_forward False (zero 2 per unit): one gather 
                     "test.json: parallel.zero: torchtitan shards with FSDP2: needs zero 3, or zero 2 "
                     "with zero2_param_gather per_unit, got 1");
 }
+
+TEST_CASE("torchtitan FSDP2 kernels: a copy-out after each gather, a reduce-scatter copy-in after each backward") {
+  // One micro-batch of the 4-layer model on 8 GPUs against 1 (which FSDP2 does not shard): the
+  // memory-bound kernels differ by FSDP2's. Units: the embedding (V·h), 4 blocks, the output layer
+  // with the final norm (V·h + h). Gathers: 6 before the forward, 3 blocks again before the backward
+  // (the root unit and the last block are kept), each copied out (bf16: 2 bytes read and written per
+  // parameter). After each of the 6 backwards the bf16 gradients are copied into the fp32
+  // reduce-scatter buffer (2 bytes read, 4 written per parameter).
+  const auto one = parse(titan_scenario(1));
+  const auto eight = parse(titan_scenario(8));
+  const hardware::ComputeModel cm(eight.cluster.gpu);
+  const double h = 1024, q = 1024, kv = 256, f = 2816, V = 32000;
+  const double layer = h * (q + 2 * kv) + q * h + 3 * f * h + 2 * h, emb = V * h, head = V * h + h;
+  const double host_f = eight.training.host_forward_s, host_b = eight.training.host_backward_s;
+  double expected = 0;
+  for (double units : {emb, layer, layer, layer, layer, head})
+    expected += cm.time_s(workload::torchtitan_copy_out(2 * units, host_f)) +
+                cm.time_s(workload::torchtitan_reduce_scatter_copy_in(units, 2, 4, host_b));
+  expected += 3 * cm.time_s(workload::torchtitan_copy_out(2 * layer, host_b));
+  const auto k1 = parallel::build_step(one, cm).stages[0].kernel_s;
+  const auto k8 = parallel::build_step(eight, cm).stages[0].kernel_s;
+  CHECK(k8[parallel::kMemoryKernels] - k1[parallel::kMemoryKernels] == Approx(expected).epsilon(1e-9));
+  CHECK(k8[parallel::kGemmKernels] == k1[parallel::kGemmKernels]);
+  // The copy-in's bytes: 2 read and 4 written per parameter, its 4-byte buffer held meanwhile.
+  const auto copy_in = workload::torchtitan_reduce_scatter_copy_in(layer, 2, 4, 0);
+  CHECK(copy_in.bytes == Approx(6 * layer));
+  CHECK(copy_in.workspace_bytes == static_cast<std::int64_t>(4 * layer));
+  // With pipelining, the first micro-batch's gradients are cast to the fp32 accumulator, the others
+  // added to it (4 + 2 read, 4 written); with bf16 reduction the first needs no kernel.
+  CHECK(workload::torchtitan_grad_accumulate(layer, true, 4, 0).bytes == Approx(6 * layer));
+  CHECK(workload::torchtitan_grad_accumulate(layer, false, 4, 0).bytes == Approx(10 * layer));
+  CHECK(workload::torchtitan_grad_accumulate(layer, true, 2, 0).kernels == 0);
+}
