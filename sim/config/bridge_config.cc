@@ -107,6 +107,7 @@ constexpr auto kKeys = std::to_array<Key>({
     {"model.moe_shared_expert_overlap", "moe-shared-expert-overlap", Kind::on, "model.num_moe_experts"},
     {"model.cp_comm_type", "cp-comm-type", Kind::list},
     {"ddp.num_distributed_optimizer_instances", "num-distributed-optimizer-instances", Kind::value},
+    {"ddp.outer_dp_sharding_strategy", "outer-dp-sharding-strategy", Kind::value},
     {"ddp.grad_reduce_in_fp32", "grad-reduce-in-bf16", Kind::off},
     // Megatron-Bridge's mixed-precision set-up writes its own value over ddp's.
     {"mixed_precision.grad_reduce_in_fp32", "grad-reduce-in-bf16", Kind::off},

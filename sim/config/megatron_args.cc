@@ -523,6 +523,13 @@ class Importer {
                                                                : "use-custom-fsdp");
       if (f_.get("data-parallel-sharding-strategy") == nullptr)
         note("Megatron FSDP without --data-parallel-sharding-strategy: its default optim_grads_params (zero 3)");
+      // With --num-distributed-optimizer-instances, the outer strategy no_shard (its default) is HSDP:
+      // replicas of the inner sharding, as trainsim's instances with zero 3. optim (HFSDP) also
+      // shards the optimizer states across the replicas.
+      if (const auto outer = f_.value("outer-dp-sharding-strategy"); outer && *outer != "no_shard")
+        out_.not_modelled.push_back(fmt::format(
+            "--outer-dp-sharding-strategy {} (simulated as no_shard: each replica holds its shard's optimizer states)",
+            *outer));
     } else if (f_.on("use-torch-fsdp2")) {
       put(p, "parallel", "zero", 3, "use-torch-fsdp2");
     }
