@@ -135,11 +135,11 @@ CLI::App* add_import_command(CLI::App& app, ImportArgs& args) {
       "torchtitan",
       "Read a torchtitan job's TOML configuration (with its command-line overrides after --) and write the scenario "
       "it runs");
-  torchtitan
-      ->add_option("config", args.torchtitan_file,
-                   "The job's TOML (or - for stdin); torchtitan overrides may follow --: `llama3_8b.toml --cluster X "
-                   "--gpus 8 -- --training.steps 50 --parallelism.tensor_parallel_degree 2`")
-      ->required();
+  torchtitan->add_option(
+      "config", args.torchtitan_file,
+      "The job's TOML (or - for stdin); torchtitan overrides may follow --: `llama3_8b.toml --cluster X "
+      "--gpus 8 -- --training.steps 50 --parallelism.tensor_parallel_degree 2`. Without it, the "
+      "--job.config_file among the overrides (torchtitan's own command line after --)");
   torchtitan->add_option("--cluster", args.cluster, "Topology name (topologies/NAME.json) or file")->required();
   torchtitan
       ->add_option("--gpus", args.gpus,
@@ -167,7 +167,18 @@ int split_passthrough_args(int argc, char** argv, ImportArgs& args) {
 int import_command(const ImportArgs& args) {
   if (args.torchtitan_app != nullptr && args.torchtitan_app->parsed()) {
     config::ImportOptions options = import_options(args);
-    const std::string text = read_input(args.torchtitan_file, options.source);
+    std::string file = args.torchtitan_file;
+    // torchtitan's own command line names its configuration with --job.config_file.
+    for (std::size_t i = 0; file.empty() && i < args.passthrough.size(); ++i) {
+      const std::string& w = args.passthrough[i];
+      for (std::string_view flag : {"--job.config_file", "--job.config-file"}) {
+        if (w == flag && i + 1 < args.passthrough.size()) file = args.passthrough[i + 1];
+        if (w.starts_with(std::string(flag) + "=")) file = w.substr(flag.size() + 1);
+      }
+    }
+    if (file.empty())
+      throw util::InputError("import torchtitan", "", "give the job's TOML, or --job.config_file FILE after --");
+    const std::string text = read_input(file, options.source);
     const config::ImportedScenario imported = config::import_torchtitan(text, args.passthrough, options);
     return finish(imported, options, args.out, {}, 0, "not a torchtitan key trainsim knows, skipped");
   }

@@ -1023,6 +1023,18 @@ log_freq = 10
   REQUIRE(sim.code == 0);
   CHECK(sim.out.find("software      torchtitan: FSDP2") != std::string::npos);
 
+  // torchtitan's own command line: the configuration as --job.config_file among the overrides.
+  Result own =
+      run(fmt::format("import torchtitan --cluster dgx-h100 --gpus 16 -- --job.config_file '{}' "
+                      "--parallelism.tensor_parallel_degree 2 --parallelism.enable_async_tensor_parallel",
+                      job.string()));
+  INFO("stderr: " << own.err);
+  REQUIRE(own.code == 0);
+  CHECK(nlohmann::json::parse(own.out) == doc);
+  Result none = run("import torchtitan --cluster dgx-h100 --gpus 16");
+  CHECK(none.code == 2);
+  CHECK(none.err == "import torchtitan: give the job's TOML, or --job.config_file FILE after --\n");
+
   // export torchtitan writes the TOML back; imported, it is the same scenario; search writes its
   // fastest layout's.
   const fs::path toml_out = temp_dir() / "torchtitan_8b_back.toml";
