@@ -1854,7 +1854,6 @@ StepWorkload step_workload(const config::Scenario& sc, const hardware::ComputeMo
                                         sc.training.recompute == config::Recompute::selective,
                                         {sc.training.host_forward_s, sc.training.host_backward_s},
                                         sc.training.precision == config::Precision::fp8};
-
     ops.fwd[kMainKind] = workload::torchtitan_layer_forward(sc.model, lc, o);
     ops.bwd[kMainKind] = workload::torchtitan_layer_backward(sc.model, lc, o);
     ops.emb_fwd = workload::torchtitan_embedding_forward(sc.model, lc, o);
