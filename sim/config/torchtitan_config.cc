@@ -76,10 +76,6 @@ class Keys {
     }
     fail(e, fmt::format("expects an integer, got {}", e.value.dump()));
   }
-  std::int64_t integer(std::initializer_list<std::string_view> names, std::int64_t fallback) {
-    const Entry* e = find(names);
-    return e == nullptr ? fallback : integer(*e);
-  }
 
   bool boolean(const Entry& e) const {
     if (e.value.is_boolean()) return e.value.get<bool>();
@@ -90,19 +86,11 @@ class Keys {
     }
     fail(e, fmt::format("expects true or false, got {}", e.value.dump()));
   }
-  bool boolean(std::initializer_list<std::string_view> names, bool fallback) {
-    const Entry* e = find(names);
-    return e == nullptr ? fallback : boolean(*e);
-  }
 
   std::string text(const Entry& e) const {
     if (e.value.is_string()) return e.value.get<std::string>();
     if (e.value.is_number_integer()) return std::to_string(e.value.get<std::int64_t>());
     fail(e, fmt::format("expects a string, got {}", e.value.dump()));
-  }
-  std::string text(std::initializer_list<std::string_view> names, std::string fallback) {
-    const Entry* e = find(names);
-    return e == nullptr ? fallback : text(*e);
   }
 
   // A list of strings: a TOML array, or one string of comma-separated items (as torchtitan's
@@ -320,14 +308,13 @@ class Importer {
   }
 
   void degrees() {
-    const Entry *replicate_e = nullptr, *shard_e = nullptr, *tp_e = nullptr, *pp_e = nullptr, *cp_e = nullptr,
-                *ep_e = nullptr;
+    const Entry *replicate_e = nullptr, *shard_e = nullptr, *tp_e = nullptr, *cp_e = nullptr, *ep_e = nullptr;
     const std::int64_t replicate = degree(
         {"parallelism.data_parallel_replicate_degree", "training.data_parallel_replicate_degree"}, 1, &replicate_e);
     shard_ =
         degree({"parallelism.data_parallel_shard_degree", "training.data_parallel_shard_degree"}, -1, &shard_e, true);
     tp_ = degree({"parallelism.tensor_parallel_degree", "training.tensor_parallel_degree"}, 1, &tp_e);
-    pp_ = degree({"parallelism.pipeline_parallel_degree", "experimental.pipeline_parallel_degree"}, 1, &pp_e);
+    pp_ = degree({"parallelism.pipeline_parallel_degree", "experimental.pipeline_parallel_degree"}, 1, &pp_e_);
     cp_ = degree({"parallelism.context_parallel_degree", "experimental.context_parallel_degree"}, 1, &cp_e);
     const std::int64_t ep =
         degree({"parallelism.expert_parallel_degree", "experimental.expert_parallel_degree"}, 1, &ep_e);
@@ -380,7 +367,7 @@ class Importer {
     p["tp"] = tp_;
     origin("parallel.tp", tp_e);
     p["pp"] = pp_;
-    origin("parallel.pp", pp_e);
+    origin("parallel.pp", pp_e_);
     p["cp"] = cp_;
     origin("parallel.cp", cp_e);
     p["zero"] = 3;
@@ -561,7 +548,7 @@ class Importer {
                   fmt::format("makes {} virtual stages, not a multiple of the pipeline degree {}", stages, pp_));
         split_origin = per_stage_e;
       } else {
-        split_origin = sched_e != nullptr ? sched_e : pp_e();
+        split_origin = sched_e != nullptr ? sched_e : pp_e_;
       }
       if (pipeline2025_) {
         counts = generate_fqn_per_model_part(stages, in_w, out_w, split_origin);
@@ -597,10 +584,6 @@ class Importer {
     origin("parallel.pipeline_layout", split_origin);
     chunk_layers_ = counts;
     note(fmt::format("pipeline_layout \"{}\": {}", layout, how));
-  }
-
-  const Entry* pp_e() {
-    return k_.find({"parallelism.pipeline_parallel_degree", "experimental.pipeline_parallel_degree"});
   }
 
   // torchtitan/distributed/pipeline_parallel.py (2025): the embedding and the output count as
@@ -857,12 +840,8 @@ class Importer {
     const Entry* backend_e = k_.find({"compile.backend"});
     if (compile && backend_e != nullptr && k_.text(*backend_e) != "inductor")
       out_.not_modelled.push_back(fmt::format("compile.backend {}", k_.text(*backend_e)));
-    if (compile) {
-      t["torch_compile"] = true;
-      origin("training.torch_compile", compile_e);
-    } else if (compile_e != nullptr) {
-      origin("training.torch_compile", compile_e);
-    }
+    if (compile) t["torch_compile"] = true;
+    origin("training.torch_compile", compile_e);
     // scaled_dot_product_attention's backend for bf16 on A100 and H100 is FlashAttention-2: PyTorch
     // made cuDNN's its first choice in 2.5.0 and took it back in 2.5.1 (pytorch/pytorch#138522).
     t["attention"] = "flash2";
@@ -973,6 +952,7 @@ class Importer {
   std::int64_t layers_ = 0, gpus_ = 0, shard_ = 1, dp_ = 1, tp_ = 1, pp_ = 1, cp_ = 1;
   std::int64_t local_ = 8, global_ = 8, seq_ = 2048, accumulation_ = 1;
   const Entry* local_e_ = nullptr;
+  const Entry* pp_e_ = nullptr;             // the pipeline degree's key, when written
   std::vector<std::int64_t> chunk_layers_;  // per virtual stage, with pipelining
 };
 
