@@ -14,6 +14,7 @@
 #include <initializer_list>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -53,7 +54,14 @@ int run_command(const std::string& scenario_file, const std::vector<std::string>
   spdlog::info("simulating {} ranks", scenario.gpus);
   parallel::BuildOptions options;
   options.all_ranks = all_ranks;
-  const auto result = cli::simulate_with_outputs(scenario, options, outputs);
+  const auto result = [&] {
+    try {
+      return cli::simulate_with_outputs(scenario, options, outputs);
+    } catch (const std::range_error& e) {
+      // A model so large that one kernel or the step outlasts the simulated clock is the input's doing.
+      throw util::InputError(scenario_file, "", fmt::format("the step cannot be simulated: {}", e.what()));
+    }
+  }();
   spdlog::info("{} tasks in {} programs, {} events", result.tasks, scenario.parallel.pp, result.events);
   if (json)
     fmt::print("{}\n", report::to_json(scenario, result).dump(2));

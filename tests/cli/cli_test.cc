@@ -460,6 +460,13 @@ TEST_CASE("bad input: one line naming file, JSON path and problem; exit code 2")
     j["training"]["precision"] = "fp8";
     CHECK(rejected(j).find("training.precision: NVIDIA A100 SXM4 80GB has no FP8 tensor cores") != std::string::npos);
   }
+  SECTION("a model so wide that its step outlasts the simulated clock (int64 picoseconds, about 106 days)") {
+    auto j = good_scenario();
+    j["model"] = {{"name", "wide"}, {"hidden", 1000000000}, {"heads", 20},
+                  {"kv_heads", 20}, {"ffn_hidden", 10240},  {"layers", 32},
+                  {"vocab", 50368}, {"mlp", "gelu"},        {"tied_embeddings", true}};
+    CHECK(rejected(j).find(": the step cannot be simulated: ") != std::string::npos);
+  }
 }
 
 TEST_CASE("an inline model and a Hugging Face config.json work where a model name does") {
