@@ -177,7 +177,7 @@ struct SearchArgs {
   std::size_t top = 10;
   int threads = 0;  // 0: one per hardware thread
   bool json = false, markdown = false;
-  std::string tp, pp, cp, ep, vp, micro_batch, recompute, zero, a2a_overlap, dispatcher, precision;
+  std::string tp, pp, cp, ep, vp, micro_batch, recompute, zero, hsdp, a2a_overlap, dispatcher, precision;
   std::string network;  // overrides the scenario's network model
   std::string headroom = "0";
   std::string gpus, nodes;      // search at these GPU counts instead of the scenario's
@@ -231,6 +231,7 @@ int search_layouts(const SearchArgs& a) {
     for (const auto z : axes.zero)
       if (z > 3) throw util::InputError("--zero", "", fmt::format("must be 0, 1, 2 or 3, got {}", z));
   }
+  if (!a.hsdp.empty()) axes.hsdp_nodes = trainsim::cli::parse_int_list(a.hsdp, "--hsdp", 0, false);
   auto moe_only = [&](const char* option) {
     if (!base.model.moe())
       throw util::InputError(option, "", fmt::format("{} is not a mixture-of-experts model", base.model.name));
@@ -449,6 +450,8 @@ int main(int argc, char** argv) {
                      "Precisions, of bf16, fp16, fp8, nvfp4 (default: the scenario's); a GPU without FP8 or FP4 "
                      "rejects those layouts");
   search->add_option("--zero", search_args.zero, "ZeRO stages (default: the scenario's)");
+  search->add_option("--hsdp", search_args.hsdp,
+                     "With zero 3: hybrid-sharding spans to try, in nodes per replica (0: plain FSDP; default 0,1)");
   search->add_option("--a2a-overlap", search_args.a2a_overlap,
                      "Mixture of experts: the all-to-all overlap off and/or on (default: the scenario's)");
   search->add_option("--dispatcher", search_args.dispatcher,

@@ -95,6 +95,14 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
   const bool fsdp = l.zero >= 3 || (l.zero == 2 && p.value("zero2_param_gather", "") == "per_unit");
   if (l.zero != 2) p.erase("zero2_param_gather");
   if (l.zero != 1 && l.zero != 3) p.erase("distributed_optimizer_instances");
+  // Zero 3's replicas are the search's HSDP axis (zero 1 keeps the scenario's partial distributed
+  // optimizer).
+  if (l.zero == 3) {
+    if (l.replicas > 1)
+      p["distributed_optimizer_instances"] = l.replicas;
+    else
+      p.erase("distributed_optimizer_instances");
+  }
   if (!fsdp) p.erase("fsdp_prefetch");
   if (l.zero < 1 || fsdp) p.erase("overlap_param_gather");
   t["micro_batch"] = l.micro_batch;
@@ -139,6 +147,18 @@ std::vector<Candidate> enumerate(const Axes& a, const config::Scenario& base, co
   const std::vector<bool> flexes = a.moe_flex_dispatch.empty() ? std::vector<bool>{false} : a.moe_flex_dispatch;
   const std::vector<config::Precision> precisions =
       a.precision.empty() ? std::vector<config::Precision>{base.training.precision} : a.precision;
+  const std::vector<std::int64_t> no_hsdp = {0};
+  const std::int64_t node = base.cluster.gpus_per_node;
+  // The replica count of an HSDP span (nodes) for a zero 3 layout; 0 where the span does not apply:
+  // it must hold whole tp x cp groups, split the data-parallel ranks into at least two replicas, and
+  // leave each replica more than one rank to shard over.
+  auto replicas_of = [node](std::int64_t span, std::int64_t tp, std::int64_t cp, std::int64_t dp) -> std::int64_t {
+    const std::int64_t gpus = span * node;
+    if (gpus % (tp * cp) != 0) return 0;
+    const std::int64_t shard = gpus / (tp * cp);  // data-parallel ranks per replica
+    if (dp % shard != 0 || dp / shard < 2 || shard * cp < 2) return 0;
+    return dp / shard;
+  };
   for (const auto tp : a.tp)
     for (const auto pp : a.pp)
       for (const auto cp : a.cp)
@@ -148,23 +168,38 @@ std::vector<Candidate> enumerate(const Axes& a, const config::Scenario& base, co
             for (const auto mb : a.micro_batch)
               for (const auto rc : a.recompute)
                 for (const auto z : a.zero)
-                  for (const bool overlap : overlaps)
-                    for (const bool flex : flexes)
-                      for (const config::Precision precision : precisions) {
-                        // Where the overlap (the flex dispatcher) cannot apply, the layout runs without
-                        // it: once, if "off" ("alltoall") is on the axis too.
-                        const bool applies = ep > 1 && (pp == 1 || vs > 1) && rc != config::Recompute::full;
-                        if (overlap && !applies && overlaps.size() > 1) continue;
-                        const bool flex_applies = ep > 1 && base.parallel.etp == 1;
-                        if (flex && !flex_applies && flexes.size() > 1) continue;
-                        Candidate c;
-                        c.layout = {tp,       pp, cp, ep, 0, vs, mb, z, rc, overlap && applies, flex && flex_applies,
-                                    precision};
-                        const std::int64_t model_parallel = tp * pp * cp;
-                        c.layout.dp = base.gpus % model_parallel == 0 ? base.gpus / model_parallel : 0;
-                        fill_keys(c, doc, base.model);
-                        out.push_back(std::move(c));
-                      }
+                  for (const auto span : z == 3 && !a.hsdp_nodes.empty() ? a.hsdp_nodes : no_hsdp)
+                    for (const bool overlap : overlaps)
+                      for (const bool flex : flexes)
+                        for (const config::Precision precision : precisions) {
+                          // Where the overlap (the flex dispatcher) cannot apply, the layout runs
+                          // without it: once, if "off" ("alltoall") is on the axis too.
+                          const bool applies = ep > 1 && (pp == 1 || vs > 1) && rc != config::Recompute::full;
+                          if (overlap && !applies && overlaps.size() > 1) continue;
+                          const bool flex_applies = ep > 1 && base.parallel.etp == 1;
+                          if (flex && !flex_applies && flexes.size() > 1) continue;
+                          Candidate c;
+                          c.layout.tp = tp;
+                          c.layout.pp = pp;
+                          c.layout.cp = cp;
+                          c.layout.ep = ep;
+                          c.layout.virtual_stages = vs;
+                          c.layout.micro_batch = mb;
+                          c.layout.zero = z;
+                          c.layout.recompute = rc;
+                          c.layout.moe_a2a_overlap = overlap && applies;
+                          c.layout.moe_flex_dispatch = flex && flex_applies;
+                          c.layout.precision = precision;
+                          const std::int64_t model_parallel = tp * pp * cp;
+                          c.layout.dp = base.gpus % model_parallel == 0 ? base.gpus / model_parallel : 0;
+                          if (span > 0) {
+                            c.layout.replicas = replicas_of(span, tp, cp, c.layout.dp);
+                            if (c.layout.replicas == 0) continue;
+                            c.layout.hsdp_nodes = span;
+                          }
+                          fill_keys(c, doc, base.model);
+                          out.push_back(std::move(c));
+                        }
           }
   return out;
 }
@@ -223,10 +258,18 @@ std::string ep_cell(const Layout& l) {
   return fmt::format("{}{}{}", l.ep, l.moe_flex_dispatch ? "f" : "", l.moe_a2a_overlap ? "*" : "");
 }
 
+// The zero cell of the tables: "3h1" is zero 3 with hybrid sharding, each replica over 1 node.
+std::string zero_cell(const Layout& l) {
+  return l.hsdp_nodes > 0 ? fmt::format("{}h{}", l.zero, l.hsdp_nodes) : fmt::format("{}", l.zero);
+}
+
 std::string layout_name(const Layout& l, bool moe, bool precision = false) {
-  return fmt::format("tp {} · pp {} · cp {}{} · dp {} · vp {} · mbs {} · recompute {} · zero {}{}", l.tp, l.pp, l.cp,
+  return fmt::format("tp {} · pp {} · cp {}{} · dp {} · vp {} · mbs {} · recompute {} · zero {}{}{}", l.tp, l.pp, l.cp,
                      moe ? fmt::format(" · ep {}", ep_cell(l)) : std::string(), l.dp, l.virtual_stages, l.micro_batch,
                      recompute_name(l.recompute), l.zero,
+                     l.hsdp_nodes > 0 ? fmt::format(" (hybrid: {} replicas of {} node{})", l.replicas, l.hsdp_nodes,
+                                                    l.hsdp_nodes == 1 ? "" : "s")
+                                      : std::string(),
                      precision ? fmt::format(" · {}", report::precision_name(l.precision)) : std::string());
 }
 
@@ -367,6 +410,13 @@ Axes default_axes(const config::Scenario& base) {
   a.moe_a2a_overlap = {base.parallel.moe_a2a_overlap};
   a.moe_flex_dispatch = {base.parallel.moe_flex_dispatch};
   a.zero = {base.parallel.zero};
+  // Hybrid sharding for the zero 3 layouts (those of the scenario's zero, or of --zero 3): plain and
+  // within a node, and the scenario's own span where it uses HSDP over whole nodes.
+  a.hsdp_nodes = {0, 1};
+  const std::int64_t instances = base.parallel.zero == 3 ? base.parallel.dist_opt_instances : 1;
+  const std::int64_t span_gpus = instances > 1 ? base.gpus / base.parallel.pp / instances : 0;
+  if (span_gpus > 0 && span_gpus % base.cluster.gpus_per_node == 0 && span_gpus / base.cluster.gpus_per_node > 1)
+    a.hsdp_nodes.push_back(span_gpus / base.cluster.gpus_per_node);
   if (base.model.moe()) a.ep = divisors(base.model.experts, 1, 64);
   return a;
 }
@@ -598,7 +648,7 @@ std::vector<std::string> cells(const Candidate& c, std::size_t rank, const Colum
                                   fmt::format("{}", l.virtual_stages),
                                   fmt::format("{}", l.micro_batch),
                                   recompute_name(l.recompute),
-                                  fmt::format("{}", l.zero),
+                                  zero_cell(l),
                                   fmt::format("{:.3f}", m.step_time_s),
                                   fmt::format("{:.1f}", m.tokens_per_s_per_gpu),
                                   fmt::format("{:.1f}%", 100 * m.mfu),
@@ -655,14 +705,16 @@ std::string to_text(const Result& r, const config::Scenario& base, std::size_t t
   const Columns cols = columns(r, base);
   out += '\n';  // appended apart: GCC 12's -Wrestrict misfires on "\n" + std::string here (-DTRAINSIM_MPI=OFF)
   out += text_row(heads(cols), cols);
-  bool overlap = false, flex = false;
+  bool overlap = false, flex = false, hsdp = false;
   for (std::size_t i = 0; i < shown; ++i) {
     out += text_row(cells(r.ranked[i], i + 1, cols), cols);
     overlap = overlap || r.ranked[i].layout.moe_a2a_overlap;
     flex = flex || r.ranked[i].layout.moe_flex_dispatch;
+    hsdp = hsdp || r.ranked[i].layout.hsdp_nodes > 0;
   }
   if (flex) out += "(ep nf: with the flex token dispatcher, parallel.moe_token_dispatcher)\n";
   if (overlap) out += "(ep n*: with the all-to-all overlap, parallel.moe_a2a_overlap)\n";
+  if (hsdp) out += "(zero 3hs: hybrid sharding, replicas of s nodes each, parallel.distributed_optimizer_instances)\n";
   const Candidate& best = r.ranked.front();
   out += fmt::format("\nbest layout as scenario keys:\n  \"parallel\": {},\n  \"training\": {}\n", best.parallel.dump(),
                      best.training.dump());
@@ -721,6 +773,10 @@ nlohmann::json layout_json(const Layout& l) {
                       {"precision", report::precision_name(l.precision)}};
   if (l.moe_a2a_overlap) j["moe_a2a_overlap"] = true;
   if (l.moe_flex_dispatch) j["moe_token_dispatcher"] = "flex";
+  if (l.hsdp_nodes > 0) {
+    j["hsdp_nodes"] = l.hsdp_nodes;
+    j["distributed_optimizer_instances"] = l.replicas;
+  }
   return j;
 }
 
@@ -843,7 +899,7 @@ std::string to_text(const std::vector<Result>& results, const std::vector<config
     out += fmt::format(
         "{:>6} {:>3} {:>3} {:>3}{} {:>5} {:>3} {:>4}  {:<9} {:>4}{} {:>9.3f} {:>12.1f} {:>5.1f}% {:>7.1f}%{}\n",
         row.gpus, l.tp, l.pp, l.cp, moe ? fmt::format(" {:>3}", ep_cell(l)) : std::string(), l.dp, l.virtual_stages,
-        l.micro_batch, recompute_name(l.recompute), l.zero,
+        l.micro_batch, recompute_name(l.recompute), zero_cell(l),
         precision ? fmt::format(" {:>5}", report::precision_name(l.precision)) : std::string(), m.step_time_s,
         m.tokens_per_s_per_gpu, 100 * m.mfu, 100 * row.scaling_efficiency, days);
   }

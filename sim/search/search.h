@@ -38,6 +38,12 @@ struct Axes {
   std::vector<bool> moe_flex_dispatch;
   // training.precision (empty: the scenario's). A GPU without FP8 or FP4 rejects those layouts.
   std::vector<config::Precision> precision;
+  // Hybrid sharding (HSDP) of the zero 3 layouts: the nodes each replica spans (its parameters,
+  // gradients and optimizer states sharded over that replica's data-parallel ranks, the replicas
+  // all-reducing the sharded gradients; parallel.distributed_optimizer_instances = the replica
+  // count). 0: one replica over every data-parallel rank (plain FSDP). A span that leaves fewer than
+  // two replicas, or one rank per replica, is skipped for that layout. Empty: {0}.
+  std::vector<std::int64_t> hsdp_nodes;
 };
 
 // The defaults for a scenario (README.md, "trainsim search"): tp 1, 2, 4, 8 within a node; pp every
@@ -47,11 +53,14 @@ struct Axes {
 // micro-batch 1, 2, 4, 8; recompute none, selective, full; zero as the scenario sets it; ep 1 for a
 // dense model, every divisor of the experts up to 64 for a mixture of experts (with etp as the
 // scenario sets it, else 1, as Megatron-Bridge's MoE recipes run); the all-to-all overlap and the
-// token dispatcher and the precision as the scenario sets them.
+// token dispatcher and the precision as the scenario sets them; for zero 3 layouts, HSDP spans of 0
+// (plain FSDP) and 1 node (each replica sharded within a node), and the scenario's own span.
 Axes default_axes(const config::Scenario& base);
 
 struct Layout {
   std::int64_t tp = 1, pp = 1, cp = 1, ep = 1, dp = 1, virtual_stages = 1, micro_batch = 1, zero = 0;
+  // Zero 3 with hybrid sharding: the nodes each replica spans and the replica count (0 and 1: off).
+  std::int64_t hsdp_nodes = 0, replicas = 1;
   config::Recompute recompute = config::Recompute::none;
   bool moe_a2a_overlap = false;
   bool moe_flex_dispatch = false;

@@ -143,6 +143,56 @@ TEST_CASE("search: settings tied to one layout are adjusted to each candidate") 
   }
 }
 
+TEST_CASE("search: zero 3 layouts also run hybrid-sharded (HSDP), each replica over whole nodes") {
+  // torchtitan's Llama 3.1 8B on 32 GPUs (4 nodes of 8). A replica spanning s nodes holds 8s/(tp*cp)
+  // data-parallel ranks; spans that leave one replica (4 nodes) are not HSDP and are skipped.
+  nlohmann::json doc = {
+      {"model", "llama3.1-8b"},
+      {"cluster", "grand-teton-h100"},
+      {"gpus", 32},
+      {"parallel", {{"zero", 3}}},
+      {"training", {{"framework", "torchtitan"}, {"attention", "flash2"}, {"global_batch", 64}, {"seq_len", 8192}}}};
+  const auto base = parse(doc);
+  search::Axes a = search::default_axes(base);
+  CHECK(a.hsdp_nodes == std::vector<std::int64_t>{0, 1});
+  a.tp = {1, 2};
+  a.pp = {1};
+  a.cp = {1, 2};
+  a.virtual_stages = {1};
+  a.micro_batch = {1};
+  a.recompute = {config::Recompute::selective};
+  a.hsdp_nodes = {0, 1, 2, 4};
+  const auto r = search::run_search(base, doc, a, 2, kData);
+  CHECK(r.rejected == 0);
+  REQUIRE(r.ranked.size() == 12);  // 4 layouts x (plain, 1 node, 2 nodes)
+  for (const auto& c : r.ranked) {
+    const search::Layout& l = c.layout;
+    INFO("tp " << l.tp << " cp " << l.cp << " hsdp " << l.hsdp_nodes);
+    if (l.hsdp_nodes == 0) {
+      CHECK_FALSE(c.parallel.contains("distributed_optimizer_instances"));
+      continue;
+    }
+    // dp / (ranks per replica): 8 GPUs per node.
+    const std::int64_t shard = l.hsdp_nodes * 8 / (l.tp * l.cp);
+    CHECK(l.replicas == l.dp / shard);
+    CHECK(c.parallel.at("distributed_optimizer_instances") == l.replicas);
+    // The keys run as the search ran them, and sharding over fewer ranks holds more memory.
+    nlohmann::json d = doc;
+    d["parallel"] = c.parallel;
+    d["training"] = c.training;
+    CHECK(parallel::simulate_step(parse(d)).step_time_s == c.metrics.step_time_s);
+    const auto plain = std::find_if(r.ranked.begin(), r.ranked.end(), [&](const search::Candidate& o) {
+      return o.layout.tp == l.tp && o.layout.cp == l.cp && o.layout.hsdp_nodes == 0;
+    });
+    REQUIRE(plain != r.ranked.end());
+    CHECK(c.metrics.peak_gib > plain->metrics.peak_gib);
+  }
+  const std::string text = search::to_text(r, base, 0);
+  CHECK(text.find("3h1") != std::string::npos);
+  CHECK(text.find("3h2") != std::string::npos);
+  CHECK(text.find("3h4") == std::string::npos);
+}
+
 TEST_CASE("search: pipelines that do not divide the layers place the embedding and the loss as layers") {
   // Llama 3.1 405B has 126 layers: pp 16 splits 126 + 2 = 128 slots into 8 per stage (Megatron-Core's
   // account-for-embedding/loss-in-pipeline-split); pp 7 divides 126 and splits evenly.
