@@ -179,17 +179,9 @@ std::vector<Candidate> enumerate(const Axes& a, const config::Scenario& base, co
                           const bool flex_applies = ep > 1 && base.parallel.etp == 1;
                           if (flex && !flex_applies && flexes.size() > 1) continue;
                           Candidate c;
-                          c.layout.tp = tp;
-                          c.layout.pp = pp;
-                          c.layout.cp = cp;
-                          c.layout.ep = ep;
-                          c.layout.virtual_stages = vs;
-                          c.layout.micro_batch = mb;
-                          c.layout.zero = z;
-                          c.layout.recompute = rc;
-                          c.layout.moe_a2a_overlap = overlap && applies;
-                          c.layout.moe_flex_dispatch = flex && flex_applies;
-                          c.layout.precision = precision;
+                          c.layout = {
+                              tp,       pp, cp, ep, 0, vs, mb, z, 0, 1, rc, overlap && applies, flex && flex_applies,
+                              precision};
                           const std::int64_t model_parallel = tp * pp * cp;
                           c.layout.dp = base.gpus % model_parallel == 0 ? base.gpus / model_parallel : 0;
                           if (span > 0) {
