@@ -1035,9 +1035,6 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
 
   check_experts(root, s);
   if (m.sliding_window > 0) {
-    if (p.cp > 1)
-      throw util::InputError(file, util::join_path(parallel_path, "cp"),
-                             "context parallelism with sliding-window attention is not supported yet");
     if (s.training.attention == workload::AttentionImpl::softmax)
       throw util::InputError(file, util::join_path(training_path, "attention"),
                              "sliding-window attention runs fused (flash, flash2 or flash1), not softmax");
@@ -1048,9 +1045,13 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
   }
 
   if (m.mla()) {
-    if (p.cp > 1)
-      throw util::InputError(file, util::join_path(parallel_path, "cp"),
-                             "context parallelism with multi-head latent attention is not supported yet");
+    // Transformer Engine's context parallelism takes Q/K and V head dims that differ on its ring
+    // only (its tests: "MLA CP currently only support KV P2P").
+    if (p.cp > 1 && p.cp_comm != ParallelSpec::CpComm::p2p)
+      throw util::InputError(file, util::join_path(parallel_path, "cp_comm_type"),
+                             fmt::format("context parallelism with multi-head latent attention runs on Transformer "
+                                         "Engine's p2p ring only, not {}",
+                                         cp_comm_name(p.cp_comm)));
     if (s.training.attention == workload::AttentionImpl::softmax)
       throw util::InputError(file, util::join_path(training_path, "attention"),
                              "multi-head latent attention runs fused (flash, flash2 or flash1), not softmax");

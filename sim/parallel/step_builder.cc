@@ -987,8 +987,13 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   // attention work, on blocks of s/cp tokens. The backward passes K/V and their gradients around
   // the ring (twice the bytes) and sends the accumulated dK/dV home at the end.
   const std::int64_t cp = par.cp;
-  const std::int64_t kv_bytes = cp > 1 ? ops.ring_kv_bytes : 0;
+  // The keys and values of the op's heads (a sliding-window model's attention op runs a share of
+  // them, workload::AttentionShape::head_share).
+  auto share_of = [](const Op& op, std::int64_t bytes) {
+    return static_cast<std::int64_t>(static_cast<double>(bytes) * op.attention.head_share);
+  };
   auto ring_attention = [&](const Op& op, std::string_view phase, Saves saves) {
+    const std::int64_t kv_bytes = share_of(op, ops.ring_kv_bytes);
     const bool bwd = op.attention.backward;
     Op step = op;
     step.time_memo_s = -1;
@@ -1019,7 +1024,6 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   // (the forward's and again the backward's) and the rank's queries attend to all of them; the
   // backward reduce-scatters dK and dV. Either does the attention work of the rank's queries, as
   // the ring does.
-  const std::int64_t q_bytes = cp > 1 ? ops.cp_q_bytes : 0;
   auto cp_comm_op = [](const char* name, workload::Comm what, std::int64_t bytes) {
     Op c;
     c.name = name;
@@ -1029,13 +1033,15 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     c.comm_bytes = bytes;
     return c;
   };
-  auto collective_attention = [&](const Op& op, std::string_view phase, Saves saves) {
+  auto collective_attention = [&](const Op& op, std::string_view phase, Saves saves, bool all_gather) {
+    const std::int64_t kv_bytes = share_of(op, ops.ring_kv_bytes), q_bytes = share_of(op, ops.cp_q_bytes);
     const bool bwd = op.attention.backward;
     std::vector<Op> list;
     Op core = op;
     core.time_memo_s = -1;
-    if (par.cp_comm == config::ParallelSpec::CpComm::a2a) {
-      core.attention.seq_q = core.attention.seq_kv = op.attention.seq_q * cp;
+    if (!all_gather) {
+      core.attention.seq_q = op.attention.seq_q * cp;
+      if (op.attention.window == 0) core.attention.seq_kv = core.attention.seq_q;  // a window stays one
       core.attention.batch_heads = op.attention.batch_heads / cp;
       using workload::Comm;
       if (bwd) {
@@ -1052,6 +1058,36 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     }
     w.emit(list, phase, saves);
   };
+  // Sliding-window attention under context parallelism (the op's queries each see `window` keys).
+  // allgather and a2a as above, the attention on the window. p2p: Transformer Engine's halo
+  // exchange (AttnFuncWithCPAndKVP2PSWA): of the 2·cp chunks of L = s/(2·cp) tokens, the rank holds
+  // chunks r and 2·cp − 1 − r and fetches, for each, the min(W, a·L) keys and values before chunk a
+  // from their owners, attends per chunk over [halo, chunk], and in the backward sends the halo's
+  // dK and dV back, where they are added. The program is the CP group's, so it moves the largest
+  // halo any rank does. A window wider than (cp − 1)·L moves more than an all-gather would, and TE
+  // all-gathers instead.
+  auto windowed_attention = [&](const Op& op, std::string_view phase, Saves saves) {
+    const std::int64_t s = sc.training.seq_len, chunk = s / (2 * cp), window = op.attention.window;
+    if (par.cp_comm == config::ParallelSpec::CpComm::a2a) return collective_attention(op, phase, saves, false);
+    if (par.cp_comm == config::ParallelSpec::CpComm::allgather || window > (cp - 1) * chunk)
+      return collective_attention(op, phase, saves, true);
+    std::int64_t halo = 0;
+    for (std::int64_t r = 0; r < cp; ++r)
+      halo = std::max(halo, std::min(window, r * chunk) + std::min(window, (2 * cp - 1 - r) * chunk));
+    // ring_kv_bytes holds the K/V of the rank's s/cp tokens.
+    const std::int64_t bytes = share_of(op, ops.ring_kv_bytes) / (s / cp) * halo;
+    Op core = op;
+    core.time_memo_s = -1;
+    if (!op.attention.backward) {
+      w.side(p2p(TaskKind::send, kCpSend, kCpNext, bytes, "send_kv_halo"));
+      w.after(w.side(p2p(TaskKind::recv, kCpRecv, kCpPrev, bytes, "recv_kv_halo")));
+      w.emit({core}, phase, saves);
+      return;
+    }
+    w.emit({core}, phase, saves);
+    w.side(p2p(TaskKind::send, kCpSend, kCpNext, bytes, "send_kv_halo_grad"));
+    w.after(w.side(p2p(TaskKind::recv, kCpRecv, kCpPrev, bytes, "recv_kv_halo_grad")));
+  };
   // Emits a list of ops (a layer's forward or backward, or with `recomputing` what selective
   // recompute runs again), with ring attention in place of each attention op when cp > 1.
   auto emit = [&](const std::vector<Op>& list, std::string_view phase, Saves saves, bool recomputing = false) {
@@ -1067,10 +1103,13 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       }
       w.emit(run, phase, saves, recomputing);
       run.clear();
-      if (par.cp_comm == config::ParallelSpec::CpComm::p2p)
-        ring_attention(op, phase, recomputing ? Saves::all : saves);
+      const Saves kept = recomputing ? Saves::all : saves;
+      if (op.attention.window > 0)
+        windowed_attention(op, phase, kept);
+      else if (par.cp_comm == config::ParallelSpec::CpComm::p2p)
+        ring_attention(op, phase, kept);
       else
-        collective_attention(op, phase, recomputing ? Saves::all : saves);
+        collective_attention(op, phase, kept, par.cp_comm == config::ParallelSpec::CpComm::allgather);
     }
     w.emit(run, phase, saves, recomputing);
   };

@@ -139,7 +139,7 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
   }
   x.window = m.sliding_window;
   x.windowed = m.windowed_fraction();
-  TRAINSIM_ASSERT(x.windowed == 0 || (c.cp == 1 && c.attention != AttentionImpl::softmax));
+  TRAINSIM_ASSERT(x.windowed == 0 || c.attention != AttentionImpl::softmax);
   if (m.moe()) {
     x.moe = true;
     x.experts = static_cast<double>(m.experts);
@@ -179,7 +179,7 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
     if (m.moe_latent > 0) x.he = x.latent = static_cast<double>(m.moe_latent);
   }
   if (m.mla()) {
-    TRAINSIM_ASSERT(c.cp == 1 && c.attention != AttentionImpl::softmax && x.windowed == 0);
+    TRAINSIM_ASSERT(c.attention != AttentionImpl::softmax && x.windowed == 0);
     x.mla = true;
     x.ql = static_cast<double>(m.q_lora_rank);
     x.kvl = static_cast<double>(m.kv_lora_rank);
@@ -293,15 +293,18 @@ Op flash_part(const Dims& x, const LayerConfig& c, bool backward, double share, 
                   static_cast<std::int64_t>(x.hd),
                   c.causal,
                   backward,
-                  c.attention};
+                  c.attention,
+                  windowed ? window : 0,
+                  share};
   // FlashAttention's count: 4·b·s²·heads·hd forward, halved when causal; backward 2.5× forward.
   // With context parallelism each rank's sl = s/cp queries meet all s keys, causal work balanced
   // over the ranks (Megatron's 2·cp chunks): 1/cp of the whole. A causal window of W keys: query i
-  // sees min(i + 1, W) of them, W·s − W(W − 1)/2 pairs in all.
+  // sees min(i + 1, W) of them, W·s − W(W − 1)/2 pairs in all, again 1/cp of them on each context-
+  // parallel rank (its two chunks' queries each see at most W keys).
   double fwd = 4 * x.b * x.sl * x.s * heads * x.hd * (c.causal ? 0.5 : 1.0);
   if (windowed) {
     const double w = static_cast<double>(window);
-    fwd = 4 * x.b * heads * x.hd * (w * x.s - w * (w - 1) / 2);
+    fwd = 4 * x.b * heads * x.hd * (w * x.s - w * (w - 1) / 2) * (x.sl / x.s);
   }
   // Packed (no context parallelism): s / L documents, each causal over its own L tokens (or within
   // the window inside it).
@@ -1085,6 +1088,8 @@ std::vector<Op> layer_backward(const ModelSpec& model, const LayerConfig& c, Lay
 
 std::int64_t ring_attention_kv_bytes(const ModelSpec& m, const LayerConfig& c) {
   const Dims x = dims(m, c);
+  // Multi-head latent attention: K of the query-key head dim (nope + rope), V of the value head dim.
+  if (x.mla) return to_bytes(x.tokens * x.heads * (x.qk + x.v) * x.d);
   return to_bytes(2 * x.tokens * x.kv * x.d);
 }
 

@@ -74,6 +74,11 @@ struct AttentionShape {
   bool causal = true;
   bool backward = false;
   AttentionImpl impl = AttentionImpl::flash;
+  // Sliding-window attention: the keys each query sees (0: the whole sequence); and the share of the
+  // layer's heads the op runs (a model alternating windowed and full layers runs each layer as both
+  // parts, workload/ops.cc flash()), which scales the keys and values context parallelism moves.
+  std::int64_t window = 0;
+  double head_share = 1;
 };
 
 struct Op {

@@ -783,7 +783,7 @@ TEST_CASE("segment_gpus: the job's ranks in NVLink blocks of that many GPUs, eac
   CHECK(error(0) == "s.json: segment_gpus: must be a positive integer, got 0");
 }
 
-TEST_CASE("sliding-window models: context parallelism and unfused attention are refused") {
+TEST_CASE("sliding-window models: unfused attention is refused; context parallelism runs") {
   json j = {{"model",
              {{"name", "swa"},
               {"layers", 4},
@@ -806,8 +806,11 @@ TEST_CASE("sliding-window models: context parallelism and unfused attention are 
     }
     return std::string("no error");
   };
-  CHECK(error() == "s.json: parallel.cp: context parallelism with sliding-window attention is not supported yet");
-  j["parallel"]["cp"] = 1;
+  for (const char* comm : {"p2p", "allgather", "a2a"}) {
+    j["parallel"]["cp_comm_type"] = comm;
+    CHECK(error() == "no error");
+  }
+  j["parallel"] = {{"cp", 1}};
   j["training"]["attention"] = "softmax";
   CHECK(error() ==
         "s.json: training.attention: sliding-window attention runs fused (flash, flash2 or flash1), not softmax");
@@ -877,9 +880,11 @@ TEST_CASE("pipeline_layout: Megatron-Core's layout string places the layers, one
   CHECK(error(both) ==
         "s.json: parallel.pipeline_layout: cannot be combined with first_stage_layers / "
         "last_stage_layers / account_for_*_in_pipeline_split");
-  // MLA has no context-parallel or unfused path yet.
-  CHECK(error({{"cp", 2}, {"ep", 4}}) ==
-        "s.json: parallel.cp: context parallelism with multi-head latent attention is not supported yet");
+  // MLA runs context parallelism on Transformer Engine's ring only.
+  CHECK(error({{"cp", 2}, {"ep", 4}}) == "no error");
+  CHECK(error({{"cp", 2}, {"ep", 4}, {"cp_comm_type", "allgather"}}) ==
+        "s.json: parallel.cp_comm_type: context parallelism with multi-head latent attention runs on Transformer "
+        "Engine's p2p ring only, not allgather");
 }
 
 TEST_CASE("hybrid Mamba models: what Megatron-Core and trainsim refuse, one line each") {

@@ -2191,6 +2191,103 @@ TEST_CASE("context parallelism's all-to-all and all-gather types: the collective
   CHECK(refusal(one) == "test.json: parallel.cp_comm_type: applies with cp > 1 only");
 }
 
+TEST_CASE("context parallelism with sliding-window attention: the halo exchange, or the collectives on the window") {
+  // cp_scenario's model (tp 2: 8 of its 32 heads... 4 key/value heads of 128 per rank) at cp 2 and
+  // 16384 tokens, every other layer attending within 1024 tokens: each layer runs half its heads
+  // full (the ring as before, half the bytes) and half windowed. p2p: of the 4 chunks of L = 4096
+  // tokens, rank 1 holds chunks 1 and 2 and needs the 1024 keys before each, 2048 tokens of K and V
+  // for the windowed half of the heads, each pass: 2 · 2048 · 4 · 128 · 2 B · 1/2 = 2 MiB; rank 0
+  // needs less (chunk 0 has nothing before it), and the program moves the largest halo.
+  auto j = cp_scenario(2, 16384);
+  j["model"]["sliding_window"] = 1024;
+  j["model"]["sliding_window_pattern"] = 2;
+  auto plan_of = [&](const nlohmann::json& k) {
+    const auto s = scenario(k);
+    hardware::ComputeModel cm(s.cluster.gpu);
+    return parallel::build_step(s, cm);
+  };
+  const std::int64_t layers_and_micro_batches = 8 * 2, mib = 1 << 20;  // global batch 2 on one replica
+  {
+    const auto plan = plan_of(j);
+    const auto& p = plan.programs[0];
+    CHECK(count(p, parallel::kCpSend, "send_kv_halo") == layers_and_micro_batches);
+    CHECK(count(p, parallel::kCpSend, "send_kv_halo_grad") == layers_and_micro_batches);
+    CHECK(count(p, parallel::kCpSend, "send_kv") == layers_and_micro_batches);  // the full half's ring: 1 hop
+    const std::int64_t block = 2 * 8192 * (4 * 128) * 2 / 2;                    // s/cp tokens, half the heads
+    for (const auto& t : p.stream(parallel::kCpSend)) {
+      const std::string name = p.label_name(t.label);
+      if (name.rfind("send_kv_halo", 0) == 0) CHECK(t.bytes == 2 * mib);
+      if (name == "send_kv") CHECK(t.bytes == block);
+    }
+  }
+  // allgather: the windowed half's K and V gathered whole (8 MiB a rank) like the full half's.
+  {
+    auto k = j;
+    k["parallel"]["cp_comm_type"] = "allgather";
+    const auto plan = plan_of(k);
+    const auto& p = plan.programs[0];
+    std::int64_t gathered = 0;
+    for (const auto& t : p.stream(parallel::kCpSend))
+      if (t.kind == engine::TaskKind::collective &&
+          t.op == static_cast<std::uint16_t>(network::CollectiveOp::all_gather))
+        gathered += t.bytes;
+    CHECK(count(p, parallel::kCpSend, "send_kv_halo") == 0);
+    // Per layer and pass (forward, backward): both halves, 2 ranks' K and V of 8192 tokens, half the heads each.
+    CHECK(gathered == layers_and_micro_batches * 2 * 2 * (2 * 2 * 8192 * 4 * 128 * 2 / 2));
+  }
+  // A window wider than (cp − 1)·L = 4096 tokens: Transformer Engine all-gathers instead.
+  {
+    auto k = j;
+    k["model"]["sliding_window"] = 6000;
+    const auto plan = plan_of(k);
+    const auto& p = plan.programs[0];
+    CHECK(count(p, parallel::kCpSend, "send_kv_halo") == 0);
+    int gathers = 0;
+    for (const auto& t : p.stream(parallel::kCpSend))
+      gathers += t.kind == engine::TaskKind::collective &&
+                 t.op == static_cast<std::uint16_t>(network::CollectiveOp::all_gather);
+    CHECK(gathers == layers_and_micro_batches * 2);  // the windowed half's, forward and backward
+  }
+  // Each type does the same attention work; the windowed kernels are 1/cp of cp 1's.
+  workload::LayerConfig one, two;
+  one.seq_len = two.seq_len = 16384;
+  one.tp = two.tp = 2;
+  one.sequence_parallel = two.sequence_parallel = true;
+  two.cp = 2;
+  const auto sc = scenario(j);
+  auto windowed_flops = [&](const workload::LayerConfig& c) {
+    double f = 0;
+    for (const auto& op : workload::layer_forward(sc.model, c))
+      if (op.kind == workload::OpKind::attention && op.attention.window > 0) f += op.flops;
+    return f;
+  };
+  CHECK(windowed_flops(two) == Approx(windowed_flops(one) / 2));
+  for (const char* type : {"p2p", "allgather", "a2a"}) {
+    auto k = j;
+    k["parallel"]["cp_comm_type"] = type;
+    const auto r = parallel::simulate_step(scenario(k));
+    CHECK(r.step_time_s > 0);
+  }
+}
+
+TEST_CASE("context parallelism with multi-head latent attention: the ring moves K of the query-key head dim") {
+  // configs/deepseek-v3-gb200-256.json at cp 2: each K/V block holds the rank's 2048 tokens of 128
+  // heads, K of 128 + 64 dims and V of 128: 2048 · 128 · (192 + 128) · 2 B.
+  auto j = util::read_json_file(std::string(TRAINSIM_SOURCE_DIR) + "/configs/deepseek-v3-gb200-256.json");
+  j["parallel"]["cp"] = 2;
+  const auto s = scenario(j);
+  hardware::ComputeModel cm(s.cluster.gpu);
+  const auto plan = parallel::build_step(s, cm);
+  const auto& p = plan.programs[0];
+  REQUIRE(count(p, parallel::kCpSend, "send_kv") > 0);
+  for (const auto& t : p.stream(parallel::kCpSend))
+    if (p.label_name(t.label) == "send_kv") CHECK(t.bytes == 2048 * 128 * (192 + 128) * 2);
+  j["parallel"]["cp_comm_type"] = "a2a";
+  CHECK(refusal(j) ==
+        "test.json: parallel.cp_comm_type: context parallelism with multi-head latent attention runs on Transformer "
+        "Engine's p2p ring only, not a2a");
+}
+
 TEST_CASE("shared expert overlap: the shared expert beside the token all-to-alls, the routed experts after them") {
   // DeepSeek-V3 on 256 GB200 with the alltoall dispatcher (configs/deepseek-v3-gb200-256.json): with
   // the overlap the shared expert's forward runs beside each dispatch all-to-all and its backward
