@@ -1103,9 +1103,11 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
   if (s.training.document_tokens > 0 && m.hybrid())
     throw util::InputError(file, util::join_path(training_path, "document_tokens"),
                            "packed sequences in a hybrid model are not supported yet");
-  if (s.training.document_tokens > 0 && p.cp > 1)
+  if (s.training.document_tokens > 0 && p.cp > 1 && s.training.document_tokens % (2 * p.cp) != 0)
     throw util::InputError(file, util::join_path(training_path, "document_tokens"),
-                           "packed sequences with context parallelism are not supported yet");
+                           fmt::format("{} tokens per document do not split into 2·cp = {} chunks (Transformer "
+                                       "Engine's packed context parallelism splits each document so)",
+                                       s.training.document_tokens, 2 * p.cp));
   // LoRA: dense models under Megatron's distributed optimizer (Megatron-Bridge's PEFT runs).
   if (s.training.lora) {
     const std::string path = util::join_path(training_path, "peft");

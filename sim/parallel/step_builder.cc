@@ -999,7 +999,9 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     step.time_memo_s = -1;
     step.flops /= static_cast<double>(cp);
     step.bytes /= static_cast<double>(cp);
-    step.attention.seq_q = step.attention.seq_kv = op.attention.seq_q;
+    // Each step's kernel: the rank's queries against one block of s/cp keys (with packed documents,
+    // each document's 1/cp in it).
+    step.attention.seq_kv = std::min(op.attention.seq_kv / cp, op.attention.seq_q);
     std::optional<Dep> arrived;
     for (std::int64_t j = 0; j < cp; ++j) {
       if (arrived) w.after(*arrived);
@@ -1041,7 +1043,8 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     core.time_memo_s = -1;
     if (!all_gather) {
       core.attention.seq_q = op.attention.seq_q * cp;
-      if (op.attention.window == 0) core.attention.seq_kv = core.attention.seq_q;  // a window stays one
+      // The whole sequence's keys, or a window, or a packed document's.
+      core.attention.seq_kv = std::min(op.attention.seq_kv, core.attention.seq_q);
       core.attention.batch_heads = op.attention.batch_heads / cp;
       using workload::Comm;
       if (bwd) {

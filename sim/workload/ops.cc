@@ -306,13 +306,14 @@ Op flash_part(const Dims& x, const LayerConfig& c, bool backward, double share, 
     const double w = static_cast<double>(window);
     fwd = 4 * x.b * heads * x.hd * (w * x.s - w * (w - 1) / 2) * (x.sl / x.s);
   }
-  // Packed (no context parallelism): s / L documents, each causal over its own L tokens (or within
-  // the window inside it).
+  // Packed: s / L documents, each causal over its own L tokens (or within the window inside it);
+  // with context parallelism each document is split over the ranks as the sequence is (Transformer
+  // Engine's THD format: 2·cp chunks of each), 1/cp of the work on each.
   if (packed) {
     const double l = static_cast<double>(span);
     const double w = static_cast<double>(window);
     const double pairs = windowed ? w * l - w * (w - 1) / 2 : l * l * (c.causal ? 0.5 : 1.0);
-    fwd = 4 * x.b * heads * x.hd * (x.s / l) * pairs;
+    fwd = 4 * x.b * heads * x.hd * (x.s / l) * pairs * (x.sl / x.s);
   }
   op.flops = backward ? 2.5 * fwd : fwd;
   const double lse = 4 * x.b * heads * x.sl;  // fp32 logsumexp per query row

@@ -2270,6 +2270,40 @@ TEST_CASE("context parallelism with sliding-window attention: the halo exchange,
   }
 }
 
+TEST_CASE("context parallelism with packed sequences: each document split over the ranks, 1/cp of its attention") {
+  // cp_scenario at 16384 tokens packed with documents of 2048: (s/L)·L²/2 causal pairs, half of them
+  // on each of 2 CP ranks; the ring still passes the rank's whole K/V block, its kernels on blocks of
+  // L/cp = 1024 keys.
+  auto j = cp_scenario(2, 16384);
+  j["training"]["document_tokens"] = 2048;
+  const auto sc = scenario(j);
+  workload::LayerConfig one, two;
+  one.seq_len = two.seq_len = 16384;
+  one.document_tokens = two.document_tokens = 2048;
+  one.tp = two.tp = 2;
+  one.sequence_parallel = two.sequence_parallel = true;
+  two.cp = 2;
+  auto attention_flops = [&](const workload::LayerConfig& c) {
+    double f = 0;
+    for (const auto& op : workload::layer_forward(sc.model, c))
+      if (op.kind == workload::OpKind::attention) f += op.flops;
+    return f;
+  };
+  const double heads = 32.0 / 2, hd = 128, s = 16384, l = 2048;
+  CHECK(attention_flops(one) == Approx(4 * heads * hd * (s / l) * l * l / 2));
+  CHECK(attention_flops(two) == Approx(attention_flops(one) / 2));
+  for (const char* type : {"p2p", "allgather", "a2a"}) {
+    auto k = j;
+    k["parallel"]["cp_comm_type"] = type;
+    const auto r = parallel::simulate_step(scenario(k));
+    CHECK(r.step_time_s > 0);
+  }
+  // Packing cuts the attention time at the same layout.
+  auto whole = j;
+  whole["training"].erase("document_tokens");
+  CHECK(parallel::simulate_step(sc).step_time_s < parallel::simulate_step(scenario(whole)).step_time_s);
+}
+
 TEST_CASE("context parallelism with multi-head latent attention: the ring moves K of the query-key head dim") {
   // configs/deepseek-v3-gb200-256.json at cp 2: each K/V block holds the rank's 2048 tokens of 128
   // heads, K of 128 + 64 dims and V of 128: 2048 · 128 · (192 + 128) · 2 B.
