@@ -846,10 +846,12 @@ void check_experts(const util::JsonNode& root, Scenario& s) {
   if (p.tp > 1 && !p.sequence_parallel)
     throw util::InputError(file, util::join_path(parallel_path, "sequence_parallel"),
                            "mixture-of-experts layers with tp > 1 need sequence_parallel (Megatron-Core requires it)");
-  if (p.zero >= 2)
-    throw util::InputError(
-        file, util::join_path(parallel_path, "zero"),
-        fmt::format("zero {} with a mixture-of-experts model is not supported yet (use 0 or 1)", p.zero));
+  // Megatron FSDP (zero 3) and its optim_grads (zero 2) shard the routed experts over the expert
+  // data-parallel ranks; PyTorch FSDP's per-unit zero 2 is not Megatron's.
+  if (p.zero == 2 && p.zero2_param_gather == ParallelSpec::Zero2Gather::per_unit)
+    throw util::InputError(file, util::join_path(parallel_path, "zero2_param_gather"),
+                           "per_unit (PyTorch FSDP's SHARD_GRAD_OP) with a mixture-of-experts model is not supported "
+                           "(Megatron FSDP's optim_grads is after_optimizer)");
   if (s.training.framework != Framework::megatron)
     throw util::InputError(
         file, util::join_path(util::join_path(root.path(), "training"), "framework"),

@@ -174,10 +174,12 @@ StaticMemory static_memory(const config::Scenario& sc, const StagePlan& stage) {
                                                : adam_states(sc).state_bytes();
   // Hybrid sharding (zero 3 with instances) shards the weights and gradients within an instance too.
   const std::int64_t shard_ranks = dp / par.dist_opt_instances;
-  m.weights =
-      ((par.fsdp_units() ? shard(params, shard_ranks) : params + expert_params) + stage.frozen_params_per_rank) *
-      weight_bytes;
-  m.gradients = (par.zero >= 2 ? shard(params, shard_ranks) : params + expert_params) * grad_bytes;
+  // A mixture of experts' routed experts are sharded over the expert data-parallel ranks.
+  m.weights = ((par.fsdp_units() ? shard(params, shard_ranks) + shard(expert_params, edp) : params + expert_params) +
+               stage.frozen_params_per_rank) *
+              weight_bytes;
+  m.gradients =
+      (par.zero >= 2 ? shard(params, shard_ranks) + shard(expert_params, edp) : params + expert_params) * grad_bytes;
   m.optimizer = (m.opt_params - m.cpu_params) * optimizer_bytes;
   m.host_bytes = m.cpu_params * kCpuAdamHostBytes;
   return m;
@@ -1227,6 +1229,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   // one gather per unit and step, one reduce-scatter after the last micro-batch's backward.
   const bool step_gather = titan && pp > 1 && par.fsdp_units();
   const bool sharded_grads = par.zero >= 2 && dp > 1 && !step_gather;
+  const bool sharded_expert_grads = par.zero >= 2 && edp > 1;
   // The expert buffer's unit of chunk c's unit u: the head's multi-token prediction experts (its
   // first unit), then each layer with routed experts in backward order; none for the other units or
   // a dense model.
@@ -1257,7 +1260,8 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
                               : rs);
     }
     const auto eu = expert_unit(c, u);
-    if (!overlap_expert_grad || !last_micro_batch || !eu) return;
+    // Sharded expert gradients (zero 2, FSDP) are reduce-scattered every micro-batch, as the dense ones.
+    if (!eu || !(sharded_expert_grads || (overlap_expert_grad && last_micro_batch))) return;
     const ChunkBuckets& eb = expert_chunks[static_cast<std::size_t>(c)];
     if (!eb.closes_bucket[*eu]) return;
     const std::size_t b = eb.bucket_of[*eu];
@@ -1268,7 +1272,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   // runs bucket by bucket ahead of the next step's forward; in this steady-state step it is issued
   // at the start and each layer's first forward waits for its bucket.
   const bool overlap_gather = par.overlap_param_gather && par.zero >= 1 && !par.fsdp_units() && dp > 1;
-  const bool overlap_expert_gather = par.overlap_param_gather && par.zero >= 1 && edp > 1;
+  const bool overlap_expert_gather = par.overlap_param_gather && par.zero >= 1 && !par.fsdp_units() && edp > 1;
   auto issue_gathers = [&](std::vector<ChunkBuckets>& buffers, std::uint8_t slot, const char* name) {
     for (ChunkBuckets& cb : buffers)
       for (std::size_t b = cb.bucket_params.size(); b-- > 0;)
@@ -1346,6 +1350,12 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     const bool layer = u >= first_layer && u < first_layer + static_cast<std::size_t>(chunk_layers(c));
     return fp8_gather && layer ? workload::torchtitan_block_gather_bytes(sc.model, par.tp, true) : bytes;
   };
+  // A unit's routed experts (Megatron FSDP with a mixture of experts): gathered over the expert
+  // data-parallel group, after the unit's other parameters on the same stream.
+  auto expert_gather_bytes = [&](std::int64_t c, std::size_t u) -> std::int64_t {
+    const auto eu = expert_unit(c, u);
+    return eu && edp > 1 ? expert_chunks[static_cast<std::size_t>(c)].unit_params[*eu] * kWeightBytes : 0;
+  };
   auto gather = [&](std::int64_t c, std::size_t u) {
     auto& slot = step_gather ? step_gathers[static_cast<std::size_t>(c)][u] : pass_gathers[u];
     if (!slot) {
@@ -1355,6 +1365,14 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       t.mem_alloc_bytes = bytes;
       t.mem_category = kWeights;
       slot = w.side(t);
+      if (const std::int64_t experts = expert_gather_bytes(c, u); experts > 0) {
+        Task e =
+            dp_collective(network::CollectiveOp::all_gather, kEdpGatherGroup, experts, "fsdp_expert_param_all_gather");
+        e.stream = kDpGather;
+        e.mem_alloc_bytes = experts;
+        e.mem_category = kWeights;
+        slot = w.side(e);
+      }
       copy_pending[static_cast<std::size_t>(c)][u] = titan;
     }
     return *slot;
@@ -1389,7 +1407,8 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       }
       return;
     }
-    if (gather_params && (in_backward || !kept(c, u))) w.release(gather_bytes(c, u), kWeights, "fsdp_free_params");
+    if (gather_params && (in_backward || !kept(c, u)))
+      w.release(gather_bytes(c, u) + expert_gather_bytes(c, u), kWeights, "fsdp_free_params");
   };
   auto start_pass = [&](std::int64_t c) {
     pass_gathers.assign(chunks[static_cast<std::size_t>(c)].unit_params.size(), std::nullopt);
@@ -1686,7 +1705,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
                           "grad_all_reduce_across_instances"),
             true);
   }
-  if (edp > 1 && !overlap_expert_grad && expert_params > 0)
+  if (edp > 1 && !overlap_expert_grad && !sharded_expert_grads && expert_params > 0)
     w.add(dp_collective(grad_op, kEdpGroup, expert_params * grad_bytes, expert_grad_name), true);
   for (const Dep& d : grad_deps) w.after(d);
   if (!lora && shares_embedding(sc) && pp > 1 && (first || last)) {
@@ -1724,7 +1743,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   }
   if (dp > 1 && par.zero >= 1 && !par.fsdp_units() && !overlap_gather)
     w.add(dp_collective(network::CollectiveOp::all_gather, kDpGroup, params * kWeightBytes, "param_all_gather"), true);
-  if (edp > 1 && par.zero >= 1 && !overlap_expert_gather && expert_params > 0)
+  if (edp > 1 && par.zero >= 1 && !par.fsdp_units() && !overlap_expert_gather && expert_params > 0)
     w.add(dp_collective(network::CollectiveOp::all_gather, kEdpGroup, expert_params * kWeightBytes,
                         "expert_param_all_gather"),
           true);
@@ -2193,6 +2212,11 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
     for (auto [kind, slot] : {std::pair{"ep", kEpGroup}, std::pair{"etp", kEtpGroup}, std::pair{"edp", kEdpGroup}}) {
       const std::uint32_t kind_id = plan.groups.kind_id(kind);
       for (const auto& members : grid.expert_groups(kind, par.etp, par.ep)) add_group(members, kind_id, slot);
+    }
+    if (par.fsdp_units()) {
+      const std::uint32_t kind_id = plan.groups.kind_id("edp-gather");
+      for (const auto& members : grid.expert_groups("edp", par.etp, par.ep))
+        add_group(members, kind_id, kEdpGatherGroup);
     }
   }
   if (par.fsdp_units() && par.dist_opt_instances == 1) bind("dp-gather", kDpGatherGroup);

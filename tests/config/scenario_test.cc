@@ -687,8 +687,12 @@ TEST_CASE("expert-parallel layouts: Megatron-Core's rules, one line each") {
         "s.json: parallel.sequence_parallel: mixture-of-experts layers with tp > 1 need sequence_parallel "
         "(Megatron-Core requires it)");
   CHECK(error({{"etp", 3}}) == "s.json: parallel.etp: 3 does not divide moe_ffn_hidden (512)");
-  CHECK(error({{"ep", 4}, {"zero", 3}}) ==
-        "s.json: parallel.zero: zero 3 with a mixture-of-experts model is not supported yet (use 0 or 1)");
+  // Megatron FSDP and its optim_grads shard the experts too; PyTorch FSDP's per-unit zero 2 is refused.
+  CHECK(error({{"ep", 4}, {"zero", 3}}) == "no error");
+  CHECK(error({{"ep", 4}, {"zero", 2}}) == "no error");
+  CHECK(error({{"ep", 4}, {"zero", 2}, {"zero2_param_gather", "per_unit"}}) ==
+        "s.json: parallel.zero2_param_gather: per_unit (PyTorch FSDP's SHARD_GRAD_OP) with a mixture-of-experts model "
+        "is not supported (Megatron FSDP's optim_grads is after_optimizer)");
   auto lora = make({{"ep", 8}});
   lora["training"]["peft"] = "lora";
   try {

@@ -892,6 +892,62 @@ TEST_CASE("MoE memory: experts held E/ep per rank, their optimizer states sharde
   CHECK(r.memory[0].peak_breakdown_bytes[parallel::kOptimizer] == 12 * ((dense + 15) / 16 + (experts + 3) / 4));
 }
 
+TEST_CASE("MoE with Megatron FSDP (zero 3) and optim_grads (zero 2): experts sharded over expert dp") {
+  // 16 GPUs, tp 1, ep 4: dense parameters shard over dp 16, experts over expert dp 4. 4 micro-batches.
+  auto j = moe_scenario(16, 1, 1, 4, 1);
+  const auto dense_of = [](const config::Scenario& sc) {
+    return 8 * workload::layer_params_per_rank(sc.model, 1) + workload::embedding_params_per_rank(sc.model, 1) +
+           workload::head_params_per_rank(sc.model, 1);
+  };
+  const std::int64_t experts = 8 * 8 * 3 * 1024 * 512, layer_experts = experts / 8;
+  auto bytes_of = [](const engine::Program& p, int stream, const std::string& label) {
+    std::vector<std::int64_t> out;
+    for (const auto& t : p.stream(stream))
+      if (p.label_name(t.label).rfind(label, 0) == 0) out.push_back(t.bytes);
+    return out;
+  };
+  const auto r1 = parallel::simulate_step(scenario(j));
+  j["parallel"]["zero"] = 2;
+  const auto sc2 = scenario(j);
+  const auto r2 = parallel::simulate_step(sc2);
+  j["parallel"]["zero"] = 3;
+  const auto sc3 = scenario(j);
+  const auto r3 = parallel::simulate_step(sc3);
+  const std::int64_t dense = dense_of(sc3);
+  // zero 2: fp32 gradients sharded; zero 3: the 16-bit weights too (the peak adds a unit's gathers).
+  CHECK(r2.memory[0].peak_breakdown_bytes[parallel::kGradients] == 4 * ((dense + 15) / 16 + (experts + 3) / 4));
+  CHECK(r1.memory[0].peak_breakdown_bytes[parallel::kWeights] == 2 * (dense + experts));
+  CHECK(r3.memory[0].peak_breakdown_bytes[parallel::kWeights] > 2 * ((dense + 15) / 16 + (experts + 3) / 4));
+  CHECK(r3.memory[0].peak_breakdown_bytes[parallel::kWeights] < r1.memory[0].peak_breakdown_bytes[parallel::kWeights]);
+  CHECK(r3.memory[0].peak_bytes < r2.memory[0].peak_bytes);
+  CHECK(r2.memory[0].peak_bytes < r1.memory[0].peak_bytes);
+  hardware::ComputeModel cm(sc3.cluster.gpu);
+  const auto plan3 = parallel::build_step(sc3, cm);
+  const auto& p3 = plan3.programs[0];
+  // zero 3: each layer's experts gathered (bf16, over expert dp) before its forward and its backward,
+  // every micro-batch; each layer's expert gradients reduce-scattered every micro-batch; nothing
+  // gathered after the optimizer.
+  const auto gathers = bytes_of(p3, parallel::kDpGather, "fsdp_expert_param_all_gather");
+  CHECK(gathers.size() == 8 * 4 * 2);
+  for (const auto b : gathers) CHECK(b == 2 * layer_experts);
+  const auto reduced = bytes_of(p3, parallel::kDpComm, "expert_grad_reduce_scatter");
+  CHECK(reduced.size() == 8 * 4);
+  for (const auto b : reduced) CHECK(b == 4 * layer_experts);
+  CHECK(bytes_of(p3, parallel::kDpComm, "expert_param_all_gather").empty());
+  // zero 2: the expert gradients reduce-scattered every micro-batch too, the updated experts
+  // all-gathered after the optimizer.
+  const auto plan2 = parallel::build_step(sc2, cm);
+  std::int64_t reduced2 = 0;
+  for (const auto b : bytes_of(plan2.programs[0], parallel::kDpComm, "expert_grad_reduce_scatter")) reduced2 += b;
+  CHECK(reduced2 == 4 * 4 * experts);
+  CHECK(bytes_of(plan2.programs[0], parallel::kDpComm, "expert_param_all_gather") ==
+        std::vector<std::int64_t>{2 * experts});
+  // A symmetric run stays exact.
+  parallel::BuildOptions all;
+  all.all_ranks = true;
+  CHECK(parallel::simulate_step(sc3, all).step_time_s == r3.step_time_s);
+}
+
 TEST_CASE("MoE: token dispatch is slower across nodes than inside one (ep 16 vs ep 8 on the same work)") {
   // Per rank the same tokens and expert work; ep 16 spans two 8-GPU nodes, so half of every
   // all-to-all crosses the NICs.
