@@ -987,9 +987,15 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
           file, path,
           fmt::format("{} does not divide the dp*cp = {}*{} = {} ranks the optimizer is sharded over",
                       p.dist_opt_instances, p.dp, p.cp, p.dp * p.cp));
-    if (m.moe())
-      throw util::InputError(file, path,
-                             "distributed optimizer instances with a mixture of experts are not supported yet");
+    // A mixture of experts' routed experts: their expert data-parallel ranks form as many instances
+    // (Megatron-Core's intra- and inter-partial expert data-parallel groups).
+    const std::int64_t stage_ranks = p.tp * p.cp * p.dp, expert_ranks = p.ep * (p.etp > 0 ? p.etp : p.tp);
+    if (m.moe() && stage_ranks % expert_ranks == 0 && (stage_ranks / expert_ranks) % p.dist_opt_instances != 0)
+      throw util::InputError(
+          file, path,
+          fmt::format("{} does not divide the {} expert data-parallel ranks (tp*cp*dp/(ep*etp) = "
+                      "{}*{}*{}/({}*{})) the experts' optimizer is sharded over",
+                      p.dist_opt_instances, stage_ranks / expert_ranks, p.tp, p.cp, p.dp, p.ep, expert_ranks / p.ep));
     if (p.zero == 3 && p.dp * p.cp == p.dist_opt_instances)
       throw util::InputError(file, path,
                              fmt::format("{} instances of one rank each shard nothing: that is plain data parallelism "

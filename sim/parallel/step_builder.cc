@@ -156,9 +156,10 @@ StaticMemory static_memory(const config::Scenario& sc, const StagePlan& stage) {
   const std::int64_t params = stage.params_per_rank;
   const std::int64_t expert_params = stage.expert_params_per_rank;
   const std::int64_t dp = par.dp * par.cp;
-  const std::int64_t edp = sc.model.moe() ? par.expert_dp() : 1;
+  // Distributed optimizer instances shard within an instance only (the experts' within their expert
+  // data-parallel instance).
+  const std::int64_t edp = sc.model.moe() ? par.expert_dp() / par.dist_opt_instances : 1;
   StaticMemory m;
-  // Distributed optimizer instances shard the states within an instance only.
   m.opt_params =
       par.zero >= 1 ? shard(params, dp / par.dist_opt_instances) + shard(expert_params, edp) : params + expert_params;
   const config::OptimizerSpec& opt = sc.training.optimizer;
@@ -1140,7 +1141,8 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   // param_and_grad_buffer start_grad_sync with num_distributed_optimizer_instances > 1).
   const std::int64_t instances = par.dist_opt_instances, intra = dp / instances;
   const bool moe = sc.model.moe();
-  const std::int64_t edp = moe ? par.expert_dp() : 1;
+  // The experts' data-parallel ranks, and those of one instance.
+  const std::int64_t edp = moe ? par.expert_dp() : 1, edp_intra = moe ? edp / instances : 1;
   // LoRA: the units hold their adapters only (no gradient reaches the frozen embedding and head).
   const bool lora = sc.training.lora;
   std::array<std::int64_t, kLayerKinds> kind_params{};
@@ -1265,8 +1267,15 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     const ChunkBuckets& eb = expert_chunks[static_cast<std::size_t>(c)];
     if (!eb.closes_bucket[*eu]) return;
     const std::size_t b = eb.bucket_of[*eu];
-    grad_deps.push_back(w.side(dp_collective(grad_op, kEdpGroup, eb.bucket_params[b] * grad_bytes,
-                                             fmt::format("{} bucket {}", expert_grad_name, eb.first_bucket_id + b))));
+    const Dep rs = w.side(dp_collective(grad_op, kEdpGroup, eb.bucket_params[b] * grad_bytes,
+                                        fmt::format("{} bucket {}", expert_grad_name, eb.first_bucket_id + b)));
+    grad_deps.push_back(instances > 1 ? w.chain(dp_collective(network::CollectiveOp::all_reduce, kEdpInterGroup,
+                                                              shard(eb.bucket_params[b], edp_intra) * grad_bytes,
+                                                              fmt::format("expert_grad_all_reduce_across_instances "
+                                                                          "bucket {}",
+                                                                          eb.first_bucket_id + b)),
+                                                rs)
+                                      : rs);
   };
   // With --overlap-param-gather the distributed optimizer's all-gather of the updated parameters
   // runs bucket by bucket ahead of the next step's forward; in this steady-state step it is issued
@@ -1354,7 +1363,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   // data-parallel group, after the unit's other parameters on the same stream.
   auto expert_gather_bytes = [&](std::int64_t c, std::size_t u) -> std::int64_t {
     const auto eu = expert_unit(c, u);
-    return eu && edp > 1 ? expert_chunks[static_cast<std::size_t>(c)].unit_params[*eu] * kWeightBytes : 0;
+    return eu && edp_intra > 1 ? expert_chunks[static_cast<std::size_t>(c)].unit_params[*eu] * kWeightBytes : 0;
   };
   auto gather = [&](std::int64_t c, std::size_t u) {
     auto& slot = step_gather ? step_gathers[static_cast<std::size_t>(c)][u] : pass_gathers[u];
@@ -1705,8 +1714,13 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
                           "grad_all_reduce_across_instances"),
             true);
   }
-  if (edp > 1 && !overlap_expert_grad && !sharded_expert_grads && expert_params > 0)
+  if (edp > 1 && !overlap_expert_grad && !sharded_expert_grads && expert_params > 0) {
     w.add(dp_collective(grad_op, kEdpGroup, expert_params * grad_bytes, expert_grad_name), true);
+    if (instances > 1)
+      w.add(dp_collective(network::CollectiveOp::all_reduce, kEdpInterGroup,
+                          shard(expert_params, edp_intra) * grad_bytes, "expert_grad_all_reduce_across_instances"),
+            true);
+  }
   for (const Dep& d : grad_deps) w.after(d);
   if (!lora && shares_embedding(sc) && pp > 1 && (first || last)) {
     const std::int64_t emb = workload::embedding_params_per_rank(sc.model, par.tp);
@@ -2209,14 +2223,30 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
   }
   if (par.cp > 1) bind("cp", kCpGroup);
   if (sc.model.moe()) {
-    for (auto [kind, slot] : {std::pair{"ep", kEpGroup}, std::pair{"etp", kEtpGroup}, std::pair{"edp", kEdpGroup}}) {
+    for (auto [kind, slot] : {std::pair{"ep", kEpGroup}, std::pair{"etp", kEtpGroup}}) {
       const std::uint32_t kind_id = plan.groups.kind_id(kind);
       for (const auto& members : grid.expert_groups(kind, par.etp, par.ep)) add_group(members, kind_id, slot);
     }
-    if (par.fsdp_units()) {
-      const std::uint32_t kind_id = plan.groups.kind_id("edp-gather");
-      for (const auto& members : grid.expert_groups("edp", par.etp, par.ep))
-        add_group(members, kind_id, kEdpGatherGroup);
+    // Expert data parallelism, in distributed optimizer instances as the dense ranks are: consecutive
+    // ranks of each expert dp group form one; the same place in each, the inter-instance group.
+    const auto instances = static_cast<std::size_t>(par.dist_opt_instances);
+    const std::uint32_t intra_id = plan.groups.kind_id("edp"), inter_id = plan.groups.kind_id("edp-inter");
+    const std::uint32_t gather_id = plan.groups.kind_id("edp-gather");
+    std::vector<std::uint32_t> part;
+    for (const auto& members : grid.expert_groups("edp", par.etp, par.ep)) {
+      const std::size_t size = members.size() / instances;
+      for (std::size_t i = 0; i < instances; ++i) {
+        part.assign(members.begin() + static_cast<std::ptrdiff_t>(i * size),
+                    members.begin() + static_cast<std::ptrdiff_t>((i + 1) * size));
+        add_group(part, intra_id, kEdpGroup);
+        if (par.fsdp_units()) add_group(part, gather_id, kEdpGatherGroup);
+      }
+      if (instances == 1) continue;
+      for (std::size_t j = 0; j < size; ++j) {
+        part.clear();
+        for (std::size_t i = 0; i < instances; ++i) part.push_back(members[i * size + j]);
+        add_group(part, inter_id, kEdpInterGroup);
+      }
     }
   }
   if (par.fsdp_units() && par.dist_opt_instances == 1) bind("dp-gather", kDpGatherGroup);

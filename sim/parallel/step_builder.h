@@ -45,9 +45,10 @@ enum GroupSlot : std::uint8_t {
   kEpGroup = 4,
   kEtpGroup = 5,
   kEdpGroup = 6,
-  kCpGroup = 7,        // context parallelism's collectives (a Mamba mixer's all-to-alls)
-  kDpInterGroup = 8,   // distributed optimizer instances: the same shard's ranks across the instances
-  kEdpGatherGroup = 9  // the expert dp group again, for FSDP's expert all-gathers on the gather stream
+  kCpGroup = 7,         // context parallelism's collectives (a Mamba mixer's all-to-alls)
+  kDpInterGroup = 8,    // distributed optimizer instances: the same shard's ranks across the instances
+  kEdpGatherGroup = 9,  // the expert dp group again, for FSDP's expert all-gathers on the gather stream
+  kEdpInterGroup = 10   // distributed optimizer instances: the same expert shard's ranks across the instances
 };
 enum PeerSlot : std::uint8_t { kPrevStage = 0, kNextStage = 1, kCpPrev = 2, kCpNext = 3 };
 // Memory categories.

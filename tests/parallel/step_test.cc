@@ -948,6 +948,39 @@ TEST_CASE("MoE with Megatron FSDP (zero 3) and optim_grads (zero 2): experts sha
   CHECK(parallel::simulate_step(sc3, all).step_time_s == r3.step_time_s);
 }
 
+TEST_CASE("MoE with distributed optimizer instances: experts sharded within an instance, all-reduced across") {
+  // 16 GPUs, ep 4: expert dp 4 in 2 instances of 2, dense dp 16 in 2 of 8. Every expert
+  // reduce-scatter (within the instance) is followed by an all-reduce of its shard across the
+  // instances; the Adam states are sharded over the instance's ranks.
+  auto j = moe_scenario(16, 1, 1, 4, 1);
+  j["parallel"]["distributed_optimizer_instances"] = 2;
+  const auto sc = scenario(j);
+  const std::int64_t dense = 8 * workload::layer_params_per_rank(sc.model, 1) +
+                             workload::embedding_params_per_rank(sc.model, 1) +
+                             workload::head_params_per_rank(sc.model, 1);
+  const std::int64_t experts = 8 * 8 * 3 * 1024 * 512;
+  const auto r = parallel::simulate_step(sc);
+  CHECK(r.memory[0].peak_breakdown_bytes[parallel::kOptimizer] == 12 * ((dense + 7) / 8 + (experts + 1) / 2));
+  hardware::ComputeModel cm(sc.cluster.gpu);
+  const auto plan = parallel::build_step(sc, cm);
+  const auto& p = plan.programs[0];
+  std::int64_t scattered = 0, reduced = 0;
+  for (const auto& t : p.stream(parallel::kDpComm)) {
+    const std::string name = p.label_name(t.label);
+    if (name.rfind("expert_grad_reduce_scatter", 0) == 0) scattered += t.bytes;
+    if (name.rfind("expert_grad_all_reduce_across_instances", 0) == 0) reduced += t.bytes;
+  }
+  CHECK(scattered == 4 * experts);  // fp32 gradients, once a step (no overlap: one bucket)
+  CHECK(reduced == 4 * ((experts + 1) / 2));
+  parallel::BuildOptions all;
+  all.all_ranks = true;
+  CHECK(parallel::simulate_step(sc, all).step_time_s == r.step_time_s);
+  j["parallel"]["distributed_optimizer_instances"] = 8;  // divides dp 16, not expert dp 4
+  CHECK(refusal(j) ==
+        "test.json: parallel.distributed_optimizer_instances: 8 does not divide the 4 expert data-parallel ranks "
+        "(tp*cp*dp/(ep*etp) = 1*1*16/(4*1)) the experts' optimizer is sharded over");
+}
+
 TEST_CASE("MoE: token dispatch is slower across nodes than inside one (ep 16 vs ep 8 on the same work)") {
   // Per rank the same tokens and expert work; ep 16 spans two 8-GPU nodes, so half of every
   // all-to-all crosses the NICs.
