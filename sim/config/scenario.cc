@@ -208,9 +208,25 @@ network::ClusterSpec parse_topology(const util::JsonNode& node, const fs::path& 
   return c;
 }
 
+// The most parameters trainsim models (a thousand times the largest published models): beyond it
+// its byte counts, int64 products of parameters and sizes, would overflow.
+constexpr double kMaxModelParams = 1e15;
+
 workload::ModelSpec parse_model_any(const util::JsonNode& node, const std::string& fallback_name) {
-  if (workload::is_hf_config(node)) return workload::parse_hf_config(node, fallback_name);
-  return workload::parse_model(node);
+  workload::ModelSpec m =
+      workload::is_hf_config(node) ? workload::parse_hf_config(node, fallback_name) : workload::parse_model(node);
+  // An upper estimate in floating point (the model's own counts are int64 and would overflow first):
+  // the attention and MLP matrices of every layer, every expert, the Mamba projections, and the
+  // embedding and output layer.
+  auto d = [](std::int64_t v) { return static_cast<double>(v); };
+  const double h = d(m.hidden), head = d(m.head_dim > 0 ? m.head_dim : m.hidden / std::max<std::int64_t>(m.heads, 1));
+  const double attention = h * head * (2 * d(m.heads) + 2 * d(m.kv_heads)) + h * d(m.q_lora_rank + m.kv_lora_rank);
+  const double mlp = 3 * h * (d(m.ffn_hidden) + d(m.experts) * d(m.moe_ffn_hidden) + d(m.shared_expert_ffn_hidden));
+  const double mamba = h * d(m.mamba_in_proj() + m.mamba_inner());
+  const double estimate = d(m.layers + m.mtp_layers) * (attention + mlp + mamba) + 2 * d(m.vocab) * h;
+  if (!(estimate <= kMaxModelParams))
+    node.fail(fmt::format("about {:.3g} parameters, beyond the {:.0e} trainsim models", estimate, kMaxModelParams));
+  return m;
 }
 
 ParallelSpec parse_parallel(const util::JsonNode& node) {

@@ -460,11 +460,24 @@ TEST_CASE("bad input: one line naming file, JSON path and problem; exit code 2")
     j["training"]["precision"] = "fp8";
     CHECK(rejected(j).find("training.precision: NVIDIA A100 SXM4 80GB has no FP8 tensor cores") != std::string::npos);
   }
-  SECTION("a model so wide that its step outlasts the simulated clock (int64 picoseconds, about 106 days)") {
+  SECTION("a model too large to count: about 10^20 parameters") {
     auto j = good_scenario();
     j["model"] = {{"name", "wide"}, {"hidden", 1000000000}, {"heads", 20},
                   {"kv_heads", 20}, {"ffn_hidden", 10240},  {"layers", 32},
                   {"vocab", 50368}, {"mlp", "gelu"},        {"tied_embeddings", true}};
+    CHECK(rejected(j).find(": model: about 1.28e+20 parameters, beyond the 1e+15 trainsim models") !=
+          std::string::npos);
+  }
+  SECTION("a step that outlasts the simulated clock (int64 picoseconds, about 106 days)") {
+    auto j = good_scenario();
+    // About 2·10^14 parameters on one GPU: 2048 sequences of 16384 tokens take ~6·10^7 s.
+    j["model"] = {{"name", "slow"}, {"hidden", 2000000},     {"heads", 32},
+                  {"kv_heads", 32}, {"ffn_hidden", 8000000}, {"layers", 4},
+                  {"vocab", 50368}, {"mlp", "gelu"},         {"tied_embeddings", true}};
+    j["gpus"] = 1;
+    j["parallel"] = {{"tp", 1}, {"pp", 1}};
+    j["training"]["global_batch"] = 2048;
+    j["training"]["seq_len"] = 16384;
     CHECK(rejected(j).find(": the step cannot be simulated: ") != std::string::npos);
   }
 }
