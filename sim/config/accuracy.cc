@@ -29,8 +29,9 @@ std::optional<PublishedAccuracy> published_accuracy(const Scenario& sc, const st
   if (!std::filesystem::is_regular_file(file, ec)) return std::nullopt;
   const nlohmann::json doc = util::read_json_file(file.string());
   const util::JsonNode root(doc, file.string());
-  root.reject_unknown({"note", "step_time_by_kind"});
+  root.reject_unknown({"note", "step_time_by_kind", "reserved_over_allocated_by_kind"});
   const util::JsonNode groups = root.at("step_time_by_kind");
+  std::optional<PublishedAccuracy> out;
   for (const std::string& g : accuracy_groups(sc)) {
     const auto node = groups.find(g);
     if (!node) continue;
@@ -40,22 +41,47 @@ std::optional<PublishedAccuracy> published_accuracy(const Scenario& sc, const st
     a.runs = static_cast<int>(node->at("runs").as_positive_int());
     a.mape = node->at("mape").as_nonnegative_number();
     a.mean_error = node->at("mean_error").as_number();
-    if (a.runs >= kMinAccuracyRuns) return a;
+    if (a.runs >= kMinAccuracyRuns) {
+      out = a;
+      break;
+    }
   }
-  return std::nullopt;
+  if (!out) return out;
+  const auto reserved = root.find("reserved_over_allocated_by_kind");
+  if (!reserved) return out;
+  for (const std::string& g : accuracy_groups(sc)) {
+    const auto node = reserved->find(g);
+    if (!node) continue;
+    node->reject_unknown({"runs", "min", "max"});
+    const int runs = static_cast<int>(node->at("runs").as_positive_int());
+    if (runs < kMinAccuracyRuns) continue;
+    out->reserved_runs = runs;
+    out->reserved_min = node->at("min").as_nonnegative_number();
+    out->reserved_max = node->at("max").as_nonnegative_number();
+    break;
+  }
+  return out;
 }
 
 nlohmann::json accuracy_json(const std::vector<PublishedAccuracy>& groups) {
   // To 0.01% (1e-4): the file holds what a summary line quotes, not the last bits of a build's
   // floating point, so the Release and the sanitized Debug builds write the same file.
   auto rounded = [](double x) { return std::round(x * 1e4) / 1e4; };
-  nlohmann::json by = nlohmann::json::object();
-  for (const PublishedAccuracy& a : groups)
+  nlohmann::json by = nlohmann::json::object(), reserved = nlohmann::json::object();
+  for (const PublishedAccuracy& a : groups) {
     by[a.group] = {{"runs", a.runs}, {"mape", rounded(a.mape)}, {"mean_error", rounded(a.mean_error)}};
-  return {{"note",
-           "Step-time error of trainsim's predictions of the published runs in validation/records, by kind "
-           "of run; written by `trainsim validate --accuracy validation/accuracy.json`"},
-          {"step_time_by_kind", by}};
+    if (a.reserved_runs > 0)
+      reserved[a.group] = {
+          {"runs", a.reserved_runs}, {"min", rounded(a.reserved_min)}, {"max", rounded(a.reserved_max)}};
+  }
+  nlohmann::json out = {{"note",
+                         "Step-time error of trainsim's predictions of the published runs in validation/records, by "
+                         "kind of run, and where runs logged PyTorch's reserved memory peak its ratio to the "
+                         "allocated peak trainsim predicts; written by `trainsim validate --accuracy "
+                         "validation/accuracy.json`"},
+                        {"step_time_by_kind", by}};
+  if (!reserved.empty()) out["reserved_over_allocated_by_kind"] = reserved;
+  return out;
 }
 
 }  // namespace trainsim::config

@@ -25,11 +25,13 @@ std::vector<std::string> accuracy_groups(const Scenario& scenario);
 inline constexpr int kMinAccuracyRuns = 5;
 
 // The most specific group of `scenario` with at least kMinAccuracyRuns runs in
-// <data_dir>/validation/accuracy.json; nothing when the file or such a group is missing. A malformed
-// file is an InputError naming it.
+// <data_dir>/validation/accuracy.json; nothing when the file or such a group is missing. Its
+// reserved-memory ratios come from the most specific group with at least kMinAccuracyRuns such runs
+// (none: reserved_runs 0). A malformed file is an InputError naming it.
 std::optional<PublishedAccuracy> published_accuracy(const Scenario& scenario, const std::filesystem::path& data_dir);
 
-// The file's JSON for a set of groups ({"step_time_by_kind": {group: {runs, mape, mean_error}}}).
+// The file's JSON for a set of groups ({"step_time_by_kind": {group: {runs, mape, mean_error}},
+// "reserved_over_allocated_by_kind": {group: {runs, min, max}}} for the groups with reserved_runs).
 nlohmann::json accuracy_json(const std::vector<PublishedAccuracy>& groups);
 
 }  // namespace trainsim::config

@@ -231,6 +231,11 @@ struct PublishedAccuracy {
   int runs = 0;
   double mape = 0;        // mean |predicted - measured| / measured
   double mean_error = 0;  // mean signed error: < 0, the runs were predicted fast on average
+  // PyTorch's caching allocator: where the group's published runs logged their reserved memory
+  // peak (torchtitan's max_reserved_gib), its ratio to the allocated peak trainsim predicts, lowest
+  // and highest over reserved_runs runs (0: none published).
+  int reserved_runs = 0;
+  double reserved_min = 0, reserved_max = 0;
 };
 
 struct Scenario {

@@ -395,11 +395,16 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
     out["scenario"]["lora_rank"] = sc.training.lora_rank;
     out["scenario"]["lora_targets"] = config::lora_target_names(sc.training);
   }
-  if (sc.accuracy)
+  if (sc.accuracy) {
     out["accuracy"] = {{"group", sc.accuracy->group},
                        {"runs", sc.accuracy->runs},
                        {"mape", sc.accuracy->mape},
                        {"mean_error", sc.accuracy->mean_error}};
+    if (sc.accuracy->reserved_runs > 0)
+      out["memory"]["reserved_gib"] = {{"min", sc.accuracy->reserved_min * m.peak_gib},
+                                       {"max", sc.accuracy->reserved_max * m.peak_gib},
+                                       {"runs", sc.accuracy->reserved_runs}};
+  }
   if (const config::OptimizerSpec& o = sc.training.optimizer; o.non_default()) {
     nlohmann::json opt = {{"use_precision_aware_optimizer", o.use_precision_aware_optimizer}};
     if (o.use_precision_aware_optimizer) {
@@ -553,7 +558,21 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
     }
     out += fmt::format("network       flow model, {} flows: {}\n", r.network->flows, tiers);
   }
-  if (m.fits)
+  // PyTorch's caching allocator holds more than the allocated peak: where the scenario's kind of run
+  // has published reserved peaks, the range of their ratio to trainsim's allocated peak.
+  const config::PublishedAccuracy* reserved = sc.accuracy && sc.accuracy->reserved_runs > 0 ? &*sc.accuracy : nullptr;
+  if (reserved)
+    out += fmt::format(
+        "reserved      {:.1f}–{:.1f} GiB: PyTorch's caching allocator reserved {:.2f}–{:.2f}x the allocated peak "
+        "trainsim predicts on {} published runs of this kind (torchtitan's max_reserved_gib)\n",
+        reserved->reserved_min * m.peak_gib, reserved->reserved_max * m.peak_gib, reserved->reserved_min,
+        reserved->reserved_max, reserved->reserved_runs);
+  if (m.fits && reserved && reserved->reserved_max * m.peak_gib > m.capacity_gib)
+    out += fmt::format(
+        "fits          yes by the allocated peak; at the published runs' highest ratio the allocator would want "
+        "{:.1f} GiB of {:.1f} GiB\n",
+        reserved->reserved_max * m.peak_gib, m.capacity_gib);
+  else if (m.fits)
     out += "fits          yes\n";
   else if (!m.host_fits)
     out += fmt::format(

@@ -230,11 +230,15 @@ Summary summarize(const std::vector<Outcome>& outcomes) {
       q.worst_id = id;
     }
   };
+  // Reserved over allocated memory, by kind of run (the groups step time has too).
+  std::map<std::string, std::vector<double>> reserved_ratios;
   for (const Outcome& o : outcomes) {
     ++s.records;
     if (!o.skipped.empty()) ++s.skipped;
     for (const Comparison& c : o.comparisons) {
       add(by[c.quantity], c.quantity, c.error(), o.record->id);
+      if (c.quantity == "memory_reserved_gib" && c.predicted > 0)
+        for (const std::string& g : o.kind_groups) reserved_ratios[g].push_back(c.measured / c.predicted);
       if (c.quantity == "step_time_s") {
         // By source (the id's prefix), mixture-of-experts runs apart from dense ones ("mbridge-moe"),
         // hybrid Mamba models apart from both ("mbridge-hybrid"), NVFP4 runs apart from the others
@@ -268,6 +272,11 @@ Summary summarize(const std::vector<Outcome>& outcomes) {
   for (auto& [name, k] : by_kind) {
     k.mape /= k.runs;
     k.mean_error /= k.runs;
+    if (const auto r = reserved_ratios.find(name); r != reserved_ratios.end()) {
+      k.reserved_runs = static_cast<int>(r->second.size());
+      k.reserved_min = *std::min_element(r->second.begin(), r->second.end());
+      k.reserved_max = *std::max_element(r->second.begin(), r->second.end());
+    }
     s.step_time_by_kind.push_back(k);
   }
   return s;

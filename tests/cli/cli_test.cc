@@ -128,6 +128,23 @@ TEST_CASE("a torchtitan run says its software, quotes torchtitan's published run
   CHECK(out["scenario"]["framework"] == "torchtitan");
   CHECK(out["scenario"]["torch_compile"] == true);
   CHECK(out["accuracy"]["group"] == "torchtitan/hopper");
+  // The caching allocator's reserved peak, from the published runs' ratio to the allocated peak.
+  const auto& ratio = accuracy["reserved_over_allocated_by_kind"]["torchtitan/hopper"];
+  const double peak = out["memory"]["peak_gib"].get<double>();
+  CHECK(out["memory"]["reserved_gib"]["max"].get<double>() == Approx(ratio["max"].get<double>() * peak));
+  CHECK(out["memory"]["reserved_gib"]["runs"] == ratio["runs"]);
+  CHECK(text.out.find(fmt::format("reserved      {:.1f}–{:.1f} GiB: PyTorch's caching allocator reserved "
+                                  "{:.2f}–{:.2f}x the allocated peak",
+                                  ratio["min"].get<double>() * peak, ratio["max"].get<double>() * peak,
+                                  ratio["min"].get<double>(), ratio["max"].get<double>())) != std::string::npos);
+  // Where the highest ratio would overflow the GPU, "fits" says so (8B at 262144 tokens over cp 8).
+  const fs::path cp8 =
+      fs::path(TRAINSIM_SOURCE_DIR) / "validation" / "records" / "torchtitan_h100_t2_8gpu_fsdp1_cp8.json";
+  const auto record = nlohmann::json::parse(slurp(cp8));
+  Result tight = run(fmt::format("run '{}'", write("tight.json", record["scenario"].dump()).string()));
+  REQUIRE(tight.code == 0);
+  CHECK(tight.out.find("fits          yes by the allocated peak; at the published runs' highest ratio the allocator "
+                       "would want ") != std::string::npos);
   Result exported = run("export megatron configs/llama3.1-70b-torchtitan-h100-256.json");
   CHECK(exported.code == 2);
   CHECK(exported.err.find("training.framework: torchtitan is a PyTorch training step, not a Megatron-LM run") !=
