@@ -2196,28 +2196,32 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
     for (const auto& members : grid.groups(grid_kind)) add_group(members, kind_id, slot);
   };
   bind("tp", kTpGroup);
-  if (par.dist_opt_instances > 1) {
-    // Megatron's instances: consecutive ranks of each DP x CP group form one (its intra-instance
-    // group); the ranks at the same place in each instance form an inter-instance group.
+  // Megatron's distributed optimizer instances: consecutive ranks of each group form one (its
+  // intra-instance group, `intra`; under FSDP also the gathers', `gather`); the ranks at the same place
+  // in each instance form an inter-instance group (`inter`), where there is more than one instance.
+  auto add_instances = [&](const std::vector<std::vector<std::uint32_t>>& groups, const std::string& kind,
+                           GroupSlot intra, GroupSlot gather, GroupSlot inter) {
     const auto instances = static_cast<std::size_t>(par.dist_opt_instances);
-    const std::uint32_t intra_id = plan.groups.kind_id("dp"), inter_id = plan.groups.kind_id("dp-inter");
-    const std::uint32_t gather_id = plan.groups.kind_id("dp-gather");
+    const std::uint32_t intra_id = plan.groups.kind_id(kind);
     std::vector<std::uint32_t> part;
-    for (const auto& members : grid.groups("dp-cp")) {
+    for (const auto& members : groups) {
       const std::size_t size = members.size() / instances;
       for (std::size_t i = 0; i < instances; ++i) {
         part.assign(members.begin() + static_cast<std::ptrdiff_t>(i * size),
                     members.begin() + static_cast<std::ptrdiff_t>((i + 1) * size));
-        add_group(part, intra_id, kDpGroup);
-        // Hybrid sharding: the units are gathered within the instance too.
-        if (par.fsdp_units()) add_group(part, gather_id, kDpGatherGroup);
+        add_group(part, intra_id, intra);
+        if (par.fsdp_units()) add_group(part, plan.groups.kind_id(kind + "-gather"), gather);
       }
+      if (instances == 1) continue;
       for (std::size_t j = 0; j < size; ++j) {
         part.clear();
         for (std::size_t i = 0; i < instances; ++i) part.push_back(members[i * size + j]);
-        add_group(part, inter_id, kDpInterGroup);
+        add_group(part, plan.groups.kind_id(kind + "-inter"), inter);
       }
     }
+  };
+  if (par.dist_opt_instances > 1) {
+    add_instances(grid.groups("dp-cp"), "dp", kDpGroup, kDpGatherGroup, kDpInterGroup);
   } else {
     bind("dp", kDpGroup);
   }
@@ -2227,27 +2231,8 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
       const std::uint32_t kind_id = plan.groups.kind_id(kind);
       for (const auto& members : grid.expert_groups(kind, par.etp, par.ep)) add_group(members, kind_id, slot);
     }
-    // Expert data parallelism, in distributed optimizer instances as the dense ranks are: consecutive
-    // ranks of each expert dp group form one; the same place in each, the inter-instance group.
-    const auto instances = static_cast<std::size_t>(par.dist_opt_instances);
-    const std::uint32_t intra_id = plan.groups.kind_id("edp"), inter_id = plan.groups.kind_id("edp-inter");
-    const std::uint32_t gather_id = plan.groups.kind_id("edp-gather");
-    std::vector<std::uint32_t> part;
-    for (const auto& members : grid.expert_groups("edp", par.etp, par.ep)) {
-      const std::size_t size = members.size() / instances;
-      for (std::size_t i = 0; i < instances; ++i) {
-        part.assign(members.begin() + static_cast<std::ptrdiff_t>(i * size),
-                    members.begin() + static_cast<std::ptrdiff_t>((i + 1) * size));
-        add_group(part, intra_id, kEdpGroup);
-        if (par.fsdp_units()) add_group(part, gather_id, kEdpGatherGroup);
-      }
-      if (instances == 1) continue;
-      for (std::size_t j = 0; j < size; ++j) {
-        part.clear();
-        for (std::size_t i = 0; i < instances; ++i) part.push_back(members[i * size + j]);
-        add_group(part, inter_id, kEdpInterGroup);
-      }
-    }
+    // Expert data parallelism, in distributed optimizer instances as the dense ranks are.
+    add_instances(grid.expert_groups("edp", par.etp, par.ep), "edp", kEdpGroup, kEdpGatherGroup, kEdpInterGroup);
   }
   if (par.fsdp_units() && par.dist_opt_instances == 1) bind("dp-gather", kDpGatherGroup);
   if (shares_embedding(sc) && par.pp > 1) {

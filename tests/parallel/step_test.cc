@@ -2280,6 +2280,20 @@ TEST_CASE("context parallelism's all-to-all and all-gather types: the collective
   CHECK(refusal(one) == "test.json: parallel.cp_comm_type: applies with cp > 1 only");
 }
 
+namespace {
+
+// The scenario simulates with each of Transformer Engine's context-parallel types.
+void runs_with_every_cp_type(const nlohmann::json& j) {
+  for (const char* type : {"p2p", "allgather", "a2a"}) {
+    auto k = j;
+    k["parallel"]["cp_comm_type"] = type;
+    INFO(type);
+    CHECK(parallel::simulate_step(scenario(k)).step_time_s > 0);
+  }
+}
+
+}  // namespace
+
 TEST_CASE("context parallelism with sliding-window attention: the halo exchange, or the collectives on the window") {
   // cp_scenario's model (tp 2: 8 of its 32 heads... 4 key/value heads of 128 per rank) at cp 2 and
   // 16384 tokens, every other layer attending within 1024 tokens: each layer runs half its heads
@@ -2351,12 +2365,7 @@ TEST_CASE("context parallelism with sliding-window attention: the halo exchange,
     return f;
   };
   CHECK(windowed_flops(two) == Approx(windowed_flops(one) / 2));
-  for (const char* type : {"p2p", "allgather", "a2a"}) {
-    auto k = j;
-    k["parallel"]["cp_comm_type"] = type;
-    const auto r = parallel::simulate_step(scenario(k));
-    CHECK(r.step_time_s > 0);
-  }
+  runs_with_every_cp_type(j);
 }
 
 TEST_CASE("context parallelism with packed sequences: each document split over the ranks, 1/cp of its attention") {
@@ -2381,12 +2390,7 @@ TEST_CASE("context parallelism with packed sequences: each document split over t
   const double heads = 32.0 / 2, hd = 128, s = 16384, l = 2048;
   CHECK(attention_flops(one) == Approx(4 * heads * hd * (s / l) * l * l / 2));
   CHECK(attention_flops(two) == Approx(attention_flops(one) / 2));
-  for (const char* type : {"p2p", "allgather", "a2a"}) {
-    auto k = j;
-    k["parallel"]["cp_comm_type"] = type;
-    const auto r = parallel::simulate_step(scenario(k));
-    CHECK(r.step_time_s > 0);
-  }
+  runs_with_every_cp_type(j);
   // Packing cuts the attention time at the same layout.
   auto whole = j;
   whole["training"].erase("document_tokens");
