@@ -17,23 +17,24 @@ namespace trainsim::cli {
 CLI::App* add_export_command(CLI::App& app, ExportArgs& args) {
   CLI::App* exp = app.add_subcommand("export", "Write the command that runs a scenario in another tool");
   exp->require_subcommand(1);
-  CLI::App* megatron = exp->add_subcommand(
-      "megatron",
-      "Write the Megatron-LM launch script (torchrun, pretrain_gpt.py or pretrain_mamba.py and their flags) that "
-      "runs a scenario; `import megatron` reads it back");
-  megatron->add_option("scenario", args.scenario, "Scenario JSON file")->required();
-  megatron->add_option("--set", args.sets, "Override a scenario key first: PATH=VALUE (repeatable), as run takes it")
-      ->allow_extra_args(false);
-  megatron->add_option("-o,--out", args.out, "Write the script to this file, executable (default: stdout)");
-
-  CLI::App* torchtitan = exp->add_subcommand(
-      "torchtitan",
-      "Write the torchtitan job configuration (TOML, with its launch command) that runs a torchtitan scenario; "
-      "`import torchtitan` reads it back");
-  torchtitan->add_option("scenario", args.scenario, "Scenario JSON file")->required();
-  torchtitan->add_option("--set", args.sets, "Override a scenario key first: PATH=VALUE (repeatable), as run takes it")
-      ->allow_extra_args(false);
-  torchtitan->add_option("-o,--out", args.out, "Write the TOML to this file (default: stdout)");
+  // Each tool's subcommand: the scenario, --set as run takes it, and where the output goes.
+  auto tool = [&](const char* name, const char* what, const char* out) {
+    CLI::App* sub = exp->add_subcommand(name, what);
+    sub->add_option("scenario", args.scenario, "Scenario JSON file")->required();
+    sub->add_option("--set", args.sets, "Override a scenario key first: PATH=VALUE (repeatable), as run takes it")
+        ->allow_extra_args(false);
+    sub->add_option("-o,--out", args.out, out);
+    return sub;
+  };
+  tool("megatron",
+       "Write the Megatron-LM launch script (torchrun, pretrain_gpt.py or pretrain_mamba.py and their flags) that "
+       "runs a scenario; `import megatron` reads it back",
+       "Write the script to this file, executable (default: stdout)");
+  CLI::App* torchtitan =
+      tool("torchtitan",
+           "Write the torchtitan job configuration (TOML, with its launch command) that runs a torchtitan scenario; "
+           "`import torchtitan` reads it back",
+           "Write the TOML to this file (default: stdout)");
   args.torchtitan_app = torchtitan;
   return exp;
 }
