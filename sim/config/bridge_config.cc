@@ -53,6 +53,8 @@ constexpr auto kKeys = std::to_array<Key>({
     {"model.moe_shared_expert_intermediate_size", "moe-shared-expert-intermediate-size", Kind::value,
      "model.num_moe_experts"},
     {"model.moe_latent_size", "moe-latent-size", Kind::value, "model.num_moe_experts"},
+    {"model.moe_router_num_groups", "moe-router-num-groups", Kind::value, "model.num_moe_experts"},
+    {"model.moe_router_group_topk", "moe-router-group-topk", Kind::value, "model.num_moe_experts"},
     {"model.moe_grouped_gemm", "moe-grouped-gemm", Kind::on, "model.num_moe_experts"},
     {"model.multi_latent_attention", "multi-latent-attention", Kind::on},
     {"model.q_lora_rank", "q-lora-rank", Kind::value, "model.multi_latent_attention"},

@@ -722,6 +722,15 @@ class Importer {
     if (auto shared = f_.integer("moe-shared-expert-intermediate-size"))
       put(m, "model", "shared_expert_ffn_hidden", *shared, "moe-shared-expert-intermediate-size");
     if (auto latent = f_.integer("moe-latent-size")) put(m, "model", "moe_latent", *latent, "moe-latent-size");
+    // Group-limited routing: both flags, or neither (Megatron-Core asserts the pair).
+    const auto groups = f_.integer("moe-router-num-groups"), group_topk = f_.integer("moe-router-group-topk");
+    if (groups.has_value() != group_topk.has_value())
+      f_.fail(*f_.get(groups ? "moe-router-num-groups" : "moe-router-group-topk"),
+              groups ? "needs --moe-router-group-topk" : "needs --moe-router-num-groups");
+    if (groups) {
+      put(m, "model", "router_groups", *groups, "moe-router-num-groups");
+      put(m, "model", "router_group_topk", *group_topk, "moe-router-group-topk");
+    }
     // --moe-layer-freq: 1 (every layer), or a pattern; trainsim's MoE models have dense layers first only.
     std::int64_t dense = 0;
     if (auto freq = f_.value("moe-layer-freq")) {

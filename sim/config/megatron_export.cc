@@ -130,6 +130,10 @@ class Exporter {
       if (m_.shared_expert_ffn_hidden > 0)
         add(g, "--moe-shared-expert-intermediate-size", {num(m_.shared_expert_ffn_hidden)});
       if (m_.moe_latent > 0) add(g, "--moe-latent-size", {num(m_.moe_latent)});
+      if (m_.router_groups > 0) {
+        add(g, "--moe-router-num-groups", {num(m_.router_groups)});
+        add(g, "--moe-router-group-topk", {num(m_.router_group_topk)}, "group-limited routing");
+      }
       if (!hybrid && m_.first_dense_layers > 0)
         add(g, "--moe-layer-freq",
             {fmt::format("([0]*{}+[1]*{})", m_.first_dense_layers, m_.layers - m_.first_dense_layers)},

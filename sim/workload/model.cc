@@ -30,6 +30,20 @@ void validate(const ModelSpec& m, const util::JsonNode& node) {
   }
 }
 
+// Group-limited routing: `groups` and `topk` name the keys (the file's own, or a Hugging Face
+// config's n_group / topk_group) for the errors.
+void read_router_groups(ModelSpec& m, const util::JsonNode& groups, const util::JsonNode& topk) {
+  m.router_groups = groups.as_positive_int();
+  m.router_group_topk = topk.as_positive_int();
+  if (m.experts % m.router_groups != 0)
+    groups.fail(fmt::format("does not divide the {} experts into equal groups", m.experts));
+  if (m.router_group_topk > m.router_groups) topk.fail(fmt::format("exceeds the {} groups", m.router_groups));
+  const std::int64_t reachable = m.router_group_topk * (m.experts / m.router_groups);
+  if (reachable < m.experts_per_token)
+    topk.fail(fmt::format("leaves {} groups of {} experts = {}, fewer than the {} experts each token visits",
+                          m.router_group_topk, m.experts / m.router_groups, reachable, m.experts_per_token));
+}
+
 MlpKind parse_mlp(const util::JsonNode& node) {
   std::string s = node.as_string();
   if (s == "gelu") return MlpKind::gelu;
@@ -212,6 +226,7 @@ ModelSpec ModelSpec::dense_variant() const {
   d.experts = d.experts_per_token = d.moe_ffn_hidden = d.shared_expert_ffn_hidden = 0;
   d.first_dense_layers = 0;
   d.moe_latent = 0;
+  d.router_groups = d.router_group_topk = 0;
   return d;
 }
 
@@ -319,6 +334,8 @@ ModelSpec parse_model(const util::JsonNode& node) {
                        "v_head_dim",
                        "mtp_layers",
                        "moe_latent",
+                       "router_groups",
+                       "router_group_topk",
                        "hybrid_pattern",
                        "mamba_heads",
                        "mamba_head_dim",
@@ -384,6 +401,14 @@ ModelSpec parse_model(const util::JsonNode& node) {
     m.moe_ffn_hidden = node.at("moe_ffn_hidden").as_positive_int();
     if (auto sh = node.find("shared_expert_ffn_hidden")) m.shared_expert_ffn_hidden = sh->as_positive_int();
     if (auto lat = node.find("moe_latent")) m.moe_latent = lat->as_positive_int();
+    auto groups = node.find("router_groups"), group_topk = node.find("router_group_topk");
+    if (groups || group_topk) {
+      if (!groups) group_topk->fail("needs router_groups");
+      if (!group_topk) groups->fail("needs router_group_topk");
+      if (m.experts_per_token > m.experts)
+        node.at("experts_per_token").fail(fmt::format("exceeds experts ({})", m.experts));
+      read_router_groups(m, *groups, *group_topk);
+    }
     if (m.hybrid()) {
       // A hybrid model's ffn_hidden is its '-' layers' (read above).
     } else if (auto k = node.find("first_dense_layers")) {
@@ -396,8 +421,8 @@ ModelSpec parse_model(const util::JsonNode& node) {
           "widths are moe_ffn_hidden and shared_expert_ffn_hidden");
     }
   } else {
-    for (const char* key :
-         {"experts_per_token", "moe_ffn_hidden", "shared_expert_ffn_hidden", "first_dense_layers", "moe_latent"}) {
+    for (const char* key : {"experts_per_token", "moe_ffn_hidden", "shared_expert_ffn_hidden", "first_dense_layers",
+                            "moe_latent", "router_groups", "router_group_topk"}) {
       if (auto k = node.find(key)) k->fail("only a mixture-of-experts model (with \"experts\") takes this key");
     }
     if (!m.hybrid()) m.ffn_hidden = node.at("ffn_hidden").as_positive_int();
@@ -550,6 +575,10 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
       if (m.first_dense_layers >= m.layers) k->fail(fmt::format("must be below num_hidden_layers ({})", m.layers));
     }
     if (m.first_dense_layers == 0) m.ffn_hidden = 0;
+    // Node-limited routing (DeepSeek-V3: n_group 8, topk_group 4); Kimi K2's 1 and 1 limit nothing.
+    auto groups = node.find("n_group"), group_topk = node.find("topk_group");
+    if (groups && !groups->json().is_null() && group_topk && !group_topk->json().is_null())
+      read_router_groups(m, *groups, *group_topk);
   } else if (auto k = node.find("first_k_dense_replace"); k && k->json().is_number() && k->json().get<double>() > 0) {
     k->fail("applies only with n_routed_experts");
   }

@@ -56,6 +56,13 @@ struct ModelSpec {
   std::int64_t experts_per_token = 0;
   std::int64_t moe_ffn_hidden = 0;
   std::int64_t shared_expert_ffn_hidden = 0;
+  // Group-limited routing (DeepSeek-V3's node-limited routing: HF n_group / topk_group, Megatron's
+  // --moe-router-num-groups / --moe-router-group-topk): the experts form router_groups groups of
+  // consecutive experts, and each token picks its experts_per_token experts within the
+  // router_group_topk groups it scores highest. 0: no limit. With Megatron-Core's contiguous expert
+  // placement a group is a node's (or a rank's) experts, so a token reaches fewer of them.
+  std::int64_t router_groups = 0;
+  std::int64_t router_group_topk = 0;
   // A mixture-of-experts model whose first first_dense_layers layers keep a dense MLP of ffn_hidden
   // (DeepSeek's first_k_dense_replace; Megatron's --moe-layer-freq with leading zeros).
   std::int64_t first_dense_layers = 0;

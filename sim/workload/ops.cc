@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -81,17 +82,52 @@ double misses_group(double experts, double k, double group) {
   return p;
 }
 
+// The chance that a token misses every expert of one destination unit (a rank, or a node) holding
+// experts [first, first + size). Without group-limited routing the token's k experts are drawn
+// uniformly from all E. With it (ModelSpec::router_groups G, router_group_topk M; groups of E/G
+// consecutive experts) the token first picks M of the G groups, all alike under balanced routing,
+// then its k experts uniformly among the M·E/G experts of those groups: the chance sums, over the
+// number t of the unit's experts inside the picked groups, P(t) · C(M·E/G − t, k) / C(M·E/G, k),
+// with P(t) counted over the C(G, M) picks (groups[j][t]: picks of j groups holding t of the
+// unit's experts).
+double misses_unit(const ModelSpec& m, double first, double size) {
+  const double e = static_cast<double>(m.experts), k = static_cast<double>(m.experts_per_token);
+  if (m.router_groups <= 1 || m.router_group_topk >= m.router_groups) return misses_group(e, k, size);
+  const auto g = static_cast<std::size_t>(m.router_groups), pick = static_cast<std::size_t>(m.router_group_topk);
+  const double width = e / static_cast<double>(g);
+  const auto most = static_cast<std::size_t>(std::ceil(size));
+  std::vector<std::vector<double>> picks(pick + 1, std::vector<double>(most + 1, 0));
+  picks[0][0] = 1;
+  for (std::size_t i = 0; i < g; ++i) {
+    const double lo = std::max(first, static_cast<double>(i) * width);
+    const double hi = std::min(first + size, static_cast<double>(i + 1) * width);
+    const auto overlap = static_cast<std::size_t>(std::lround(std::max(0.0, hi - lo)));
+    for (std::size_t j = std::min(i + 1, pick); j >= 1; --j)
+      for (std::size_t t = overlap; t <= most; ++t) picks[j][t] += picks[j - 1][t - overlap];
+  }
+  double all = 0, missed = 0;
+  for (std::size_t t = 0; t <= most; ++t) {
+    all += picks[pick][t];
+    missed += picks[pick][t] * misses_group(static_cast<double>(pick) * width, k, static_cast<double>(t));
+  }
+  return missed / all;
+}
+
 // Flex dispatch (DeepEP, HybridEP): the copies of one token a rank sends, sized so that the
 // all-to-all's cost model charges what the kernels move. Inside one node a token goes once to each
-// rank holding any of its experts: ep·(1 - miss(E/ep)) copies. Across nodes it crosses once to each
-// node holding any of its experts and is forwarded over NVLink there; the cost model sends
-// (N - 1)/N of an all-to-all's bytes over the NICs, so N·(1 - miss(E/N)) copies (its expected
-// distinct nodes) put exactly the node-deduplicated traffic on them. (NVLink forwarding is then
-// undercounted; the NICs bound the time.)
+// rank holding any of its experts: the sum over the ep ranks of 1 - miss(rank). Across nodes it
+// crosses once to each node holding any of its experts and is forwarded over NVLink there; the cost
+// model sends (N - 1)/N of an all-to-all's bytes over the NICs, so the expected distinct nodes,
+// the sum over the N nodes of 1 - miss(node), put exactly the node-deduplicated traffic on them.
+// (NVLink forwarding is then undercounted; the NICs bound the time.) Group-limited routing confines
+// a token to fewer nodes (misses_unit).
 double flex_copies_per_token(const ModelSpec& m, const LayerConfig& c) {
-  const double e = static_cast<double>(m.experts), k = static_cast<double>(m.experts_per_token);
-  const double groups = static_cast<double>(c.ep_nodes > 1 ? c.ep_nodes : c.ep);
-  return groups * (1 - misses_group(e, k, e / groups));
+  const double e = static_cast<double>(m.experts);
+  const std::int64_t units = c.ep_nodes > 1 ? c.ep_nodes : c.ep;
+  const double size = e / static_cast<double>(units);
+  double copies = 0;
+  for (std::int64_t u = 0; u < units; ++u) copies += 1 - misses_unit(m, static_cast<double>(u) * size, size);
+  return copies;
 }
 
 Dims dims(const ModelSpec& m, const LayerConfig& c) {

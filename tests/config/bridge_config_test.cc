@@ -75,6 +75,8 @@ model:
   moe_ffn_hidden_size: 2880
   moe_grouped_gemm: true
   moe_layer_freq: 1
+  moe_router_group_topk: null
+  moe_router_num_groups: null
   moe_router_topk: 4
   moe_token_dispatcher_type: alltoall
   normalization: RMSNorm
@@ -137,6 +139,16 @@ TEST_CASE("a Megatron-Bridge MoE configuration reads as its scenario") {
   CHECK(s["training"]["cuda_graph_scope"] == nlohmann::ordered_json::array({"attn", "moe_router", "moe_preprocess"}));
   CHECK(s["training"]["train_tokens"] == 100.0 * 512 * 4096);
   CHECK(m.origin.at("parallel.ep") == "line 32: model.expert_model_parallel_size 64");
+  CHECK(!s["model"].contains("router_groups"));  // null: no group-limited routing
+}
+
+TEST_CASE("a Megatron-Bridge MoE configuration's group-limited routing reads as router_groups") {
+  std::string yaml = kMoe;
+  yaml.replace(yaml.find("moe_router_group_topk: null"), 27, "moe_router_group_topk: 2");
+  yaml.replace(yaml.find("moe_router_num_groups: null"), 27, "moe_router_num_groups: 8");
+  const auto& s = import(yaml).scenario;
+  CHECK(s["model"]["router_groups"] == 8);
+  CHECK(s["model"]["router_group_topk"] == 2);
 }
 
 TEST_CASE("Megatron-Bridge keys: layouts as lists, dtypes as torch objects, errors naming the key and line") {

@@ -335,3 +335,20 @@ TEST_CASE("--moe-shared-expert-overlap: read with expert parallelism and a share
                       [](const std::string& n) { return n.find("--moe-shared-expert-overlap") != std::string::npos; }));
   }
 }
+
+TEST_CASE("--moe-router-num-groups and --moe-router-group-topk: group-limited routing, the pair or an error") {
+  const std::string moe =
+      "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 8 --hidden-size 2048 --num-attention-heads 16 "
+      "--swiglu --vocab-size 32000 --seq-length 4096 --bf16 --num-experts 64 --moe-router-topk 8 "
+      "--moe-ffn-hidden-size 1408 --moe-grouped-gemm --moe-token-dispatcher-type alltoall";
+  const auto limited = import(moe + " --moe-router-num-groups 8 --moe-router-group-topk 4");
+  CHECK(limited.scenario["model"]["router_groups"] == 8);
+  CHECK(limited.scenario["model"]["router_group_topk"] == 4);
+  const auto m = parse(limited).model;
+  CHECK((m.router_groups == 8 && m.router_group_topk == 4));
+  CHECK(!import(moe).scenario["model"].contains("router_groups"));
+  CHECK(error_of(moe + " --moe-router-num-groups 8", 8) ==
+        "train.sh: line 1: --moe-router-num-groups: needs --moe-router-group-topk");
+  CHECK(error_of(moe + " --moe-router-group-topk 4", 8) ==
+        "train.sh: line 1: --moe-router-group-topk: needs --moe-router-num-groups");
+}

@@ -42,8 +42,9 @@ std::string describe(const Scenario& s) {
                      m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn_hidden, m.vocab,
                      static_cast<int>(m.mlp), m.tied_embeddings, m.dropout);
   out += fmt::format("window {} pattern {} qk_norm {}\n", m.sliding_window, m.sliding_window_pattern, m.qk_norm);
-  out += fmt::format("experts {} k {} moe_ffn {} shared {} dense {} latent {}\n", m.experts, m.experts_per_token,
-                     m.moe_ffn_hidden, m.shared_expert_ffn_hidden, m.first_dense_layers, m.moe_latent);
+  out += fmt::format("experts {} k {} moe_ffn {} shared {} dense {} latent {} groups {} of {}\n", m.experts,
+                     m.experts_per_token, m.moe_ffn_hidden, m.shared_expert_ffn_hidden, m.first_dense_layers,
+                     m.moe_latent, m.router_group_topk, m.router_groups);
   out += fmt::format("mla q {} kv {} rope {} v {} mtp {}\n", m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim,
                      m.v_head_dim, m.mtp_layers);
   out += fmt::format("hybrid {} mamba {} {} {} {} {} {}\n", m.hybrid_pattern, m.mamba_heads, m.mamba_head_dim,

@@ -97,7 +97,8 @@ TEST_CASE("model JSON defaults and validation") {
         "m.json: colour: unknown key (expected one of: name, layers, hidden, heads, kv_heads, ffn_hidden, "
         "vocab, mlp, tied_embeddings, head_dim, dropout, experts, experts_per_token, moe_ffn_hidden, "
         "shared_expert_ffn_hidden, sliding_window, sliding_window_pattern, qk_norm, first_dense_layers, q_lora_rank, "
-        "kv_lora_rank, qk_rope_head_dim, v_head_dim, mtp_layers, moe_latent, hybrid_pattern, mamba_heads, "
+        "kv_lora_rank, qk_rope_head_dim, v_head_dim, mtp_layers, moe_latent, router_groups, router_group_topk, "
+        "hybrid_pattern, mamba_heads, "
         "mamba_head_dim, mamba_state, mamba_groups, mamba_conv, mamba_chunk)");
   CHECK(error_of([] {
           parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 8,
@@ -321,7 +322,8 @@ TEST_CASE("DeepSeek-V3: its Hugging Face config reads as models/deepseek-v3.json
       "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1,
       "num_experts_per_tok": 8, "first_k_dense_replace": 3, "moe_layer_freq": 1, "q_lora_rank": 1536,
       "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
-      "num_nextn_predict_layers": 1, "vocab_size": 129280, "hidden_act": "silu", "tie_word_embeddings": false})");
+      "num_nextn_predict_layers": 1, "vocab_size": 129280, "hidden_act": "silu", "tie_word_embeddings": false,
+      "n_group": 8, "topk_group": 4})");
   nlohmann::json j =
       nlohmann::json::parse(std::ifstream(std::filesystem::path(TRAINSIM_SOURCE_DIR) / "models" / "deepseek-v3.json"));
   const ModelSpec m = parse_model(JsonNode(j, "deepseek-v3.json"));
@@ -330,6 +332,8 @@ TEST_CASE("DeepSeek-V3: its Hugging Face config reads as models/deepseek-v3.json
   CHECK(hf.shared_expert_ffn_hidden == 2048);
   CHECK(hf.mtp_layers == 1);
   CHECK(hf.mla());
+  CHECK((hf.router_groups == 8 && hf.router_group_topk == 4));
+  CHECK((m.router_groups == 8 && m.router_group_topk == 4));
   // The model card: 671B parameters in the main model; the MTP module adds 11.6B of its own (the card's
   // "14B" counts its copies of the embedding and output layer, 2 x 129280 x 7168 = 1.85B, as well).
   CHECK(static_cast<double>(m.main_params()) == Approx(671e9).epsilon(0.002));
@@ -491,4 +495,31 @@ TEST_CASE("qk_norm: a model key, set by Qwen3 configs, refused where there is no
         }) ==
         "m.json: qk_norm: applies to models with a QKV projection (not multi-head latent attention or hybrid "
         "models)");
+}
+
+// Group-limited routing: G groups of E/G consecutive experts, each token within M of them. The
+// groups must split the experts evenly and reach the token's k experts; the two keys go together
+// and only with experts.
+TEST_CASE("Group-limited routing: router_groups and router_group_topk, checked") {
+  auto moe = [](const std::string& extra) {
+    return parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4, "vocab": 100,
+                     "mlp": "swiglu", "experts": 32, "experts_per_token": 8, "moe_ffn_hidden": 32)" +
+                 extra + "}");
+  };
+  const ModelSpec m = moe(R"(, "router_groups": 8, "router_group_topk": 2)");
+  CHECK((m.router_groups == 8 && m.router_group_topk == 2));
+  CHECK(moe("").router_groups == 0);
+  CHECK(error_of([&] { moe(R"(, "router_groups": 6, "router_group_topk": 2)"); }) ==
+        "m.json: router_groups: does not divide the 32 experts into equal groups");
+  CHECK(error_of([&] { moe(R"(, "router_groups": 4, "router_group_topk": 5)"); }) ==
+        "m.json: router_group_topk: exceeds the 4 groups");
+  // 1 of 8 groups of 4 experts cannot hold a token's 8 experts.
+  CHECK(error_of([&] { moe(R"(, "router_groups": 8, "router_group_topk": 1)"); }) ==
+        "m.json: router_group_topk: leaves 1 groups of 4 experts = 4, fewer than the 8 experts each token visits");
+  CHECK(error_of([&] { moe(R"(, "router_groups": 8)"); }) == "m.json: router_groups: needs router_group_topk");
+  CHECK(error_of([&] { moe(R"(, "router_group_topk": 2)"); }) == "m.json: router_group_topk: needs router_groups");
+  CHECK(error_of([] {
+          parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4, "ffn_hidden": 256,
+                    "vocab": 100, "mlp": "gelu", "router_groups": 8})");
+        }) == "m.json: router_groups: only a mixture-of-experts model (with \"experts\") takes this key");
 }

@@ -655,6 +655,43 @@ TEST_CASE("MoE layer with the flex dispatcher: all-to-alls move one copy per des
   }
 }
 
+// Group-limited routing (DeepSeek-V3's node-limited routing) with the flex dispatcher: the 32
+// experts form 8 groups of 4 and each token takes its 4 experts within 2 groups. Inside one node
+// (ep 8, a group per rank) the token reaches both groups' ranks unless all 4 experts fall in one
+// group, C(4,4)/C(8,4) = 1/70 for each: 2 - 2/70 = 69/35 copies (3.4455 unlimited, above). Across 2
+// nodes (ep 16, 4 groups per node) the 2 groups share a node with probability 2·C(4,2)/C(8,2) = 3/7,
+// one copy; otherwise 69/35 as before: 3/7 + (4/7)·(69/35) = 381/245 copies (1.8988 unlimited).
+TEST_CASE("MoE layer with the flex dispatcher and group-limited routing: fewer destinations per token") {
+  ModelSpec m = moe_model();
+  m.router_groups = 8;
+  m.router_group_topk = 2;
+  LayerConfig c;
+  c.seq_len = 2048;
+  c.moe_flex_dispatch = true;
+  const double R = 2048, h = 1024;
+  for (auto [ep, nodes, copies] : {std::tuple{8, 1, 69.0 / 35}, std::tuple{16, 2, 381.0 / 245}}) {
+    c.ep = ep;
+    c.ep_nodes = nodes;
+    INFO("ep " << ep << " nodes " << nodes);
+    for (const Op& op : layer_forward(m, c))
+      if (op.kind == OpKind::tp_comm && op.group == CommGroup::ep)
+        CHECK(op.comm_bytes == static_cast<std::int64_t>(R * copies * h * 2));
+  }
+  // Every group picked (8 of 8) limits nothing: uniform routing's 8·(1 - C(28,4)/C(32,4)) at ep 8.
+  m.router_group_topk = 8;
+  c.ep = 8;
+  c.ep_nodes = 1;
+  for (const Op& op : layer_forward(m, c))
+    if (op.kind == OpKind::tp_comm && op.group == CommGroup::ep)
+      CHECK(op.comm_bytes == static_cast<std::int64_t>(R * 8 * (1 - 20475.0 / 35960) * h * 2));
+  // The alltoall dispatcher sends one copy per expert whatever the groups: R·k rows.
+  m.router_group_topk = 2;
+  c.moe_flex_dispatch = false;
+  for (const Op& op : layer_forward(m, c))
+    if (op.kind == OpKind::tp_comm && op.group == CommGroup::ep)
+      CHECK(op.comm_bytes == static_cast<std::int64_t>(R * 4 * h * 2));
+}
+
 // Expert tensor parallelism: the R·k copies each rank receives are all-gathered over its etp ranks
 // (etp·R·k rows), each of which runs F/etp of every local expert; the ETP all-gather and
 // reduce-scatter carry etp·R·k·h·2 bytes.
