@@ -244,9 +244,10 @@ int search_layouts(const SearchArgs& a) {
   }
   if (!a.dispatcher.empty()) {
     moe_only("--dispatcher");
-    axes.moe_flex_dispatch.clear();
-    for (const std::size_t i : parse_choice_list(a.dispatcher, "--dispatcher", "value", {"alltoall", "flex"}))
-      axes.moe_flex_dispatch.push_back(i == 1);
+    axes.moe_dispatcher.clear();
+    for (const std::size_t i :
+         parse_choice_list(a.dispatcher, "--dispatcher", "value", {"alltoall", "allgather", "flex"}))
+      axes.moe_dispatcher.push_back(static_cast<config::MoeDispatcher>(i));
   }
   if (!a.precision.empty()) {
     constexpr std::array<config::Precision, 4> kPrecisions = {config::Precision::bf16, config::Precision::fp16,
@@ -454,8 +455,9 @@ int main(int argc, char** argv) {
                      "With zero 3: hybrid-sharding spans to try, in nodes per replica (0: plain FSDP; default 0,1)");
   search->add_option("--a2a-overlap", search_args.a2a_overlap,
                      "Mixture of experts: the all-to-all overlap off and/or on (default: the scenario's)");
-  search->add_option("--dispatcher", search_args.dispatcher,
-                     "Mixture of experts: the token dispatcher, alltoall and/or flex (default: the scenario's)");
+  search->add_option(
+      "--dispatcher", search_args.dispatcher,
+      "Mixture of experts: the token dispatcher, alltoall, allgather and/or flex (default: the scenario's)");
   auto* search_gpus = search->add_option(
       "--gpus", search_args.gpus,
       "Search at each of these GPU counts (increasing: 256,512,1024) instead of the scenario's, then list the best "

@@ -992,16 +992,11 @@ class Importer {
     if (f_.on("moe-enable-deepep")) dispatcher = "flex";
     f_.on("moe-flex-dispatcher-backend");
     if (f_.get("num-experts") != nullptr) {
-      if (dispatcher == "allgather") {
-        if (f_.get("moe-token-dispatcher-type") == nullptr)
-          note(
-              "no --moe-token-dispatcher-type: Megatron's default allgather dispatcher is not modelled; simulated "
-              "with alltoall");
-        else
-          out_.not_modelled.push_back("--moe-token-dispatcher-type allgather (simulated with alltoall)");
-      } else if (dispatcher == "alltoall" || dispatcher == "flex") {
-        if (dispatcher == "flex") put(p, "parallel", "moe_token_dispatcher", "flex", "moe-token-dispatcher-type");
-      } else {
+      if (dispatcher == "allgather" || dispatcher == "flex") {
+        if (dispatcher == "allgather" && f_.get("moe-token-dispatcher-type") == nullptr)
+          note("moe_token_dispatcher allgather: Megatron's default --moe-token-dispatcher-type");
+        put(p, "parallel", "moe_token_dispatcher", dispatcher, "moe-token-dispatcher-type");
+      } else if (dispatcher != "alltoall") {
         f_.fail(*f_.get("moe-token-dispatcher-type"),
                 fmt::format("unknown dispatcher \"{}\" (alltoall, flex or allgather)", dispatcher));
       }

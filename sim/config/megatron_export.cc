@@ -220,11 +220,10 @@ class Exporter {
     }
     if (p.tp_comm_overlap) add(g, "--tp-comm-overlap");
     if (m_.moe()) {
-      if (p.moe_flex_dispatch) {
+      if (p.moe_flex_dispatch())
         add(g, "--moe-token-dispatcher-type", {"flex"}, "DeepEP or HybridEP");
-      } else {
-        add(g, "--moe-token-dispatcher-type", {"alltoall"});
-      }
+      else
+        add(g, "--moe-token-dispatcher-type", {std::string(dispatcher_name(p.moe_dispatcher))});
       if (p.moe_capacity_factor > 0) add(g, "--moe-expert-capacity-factor", {num(p.moe_capacity_factor)});
       if (p.moe_pad_to_capacity) add(g, "--moe-pad-expert-input-to-capacity");
       if (p.moe_rank_capacity_factor > 0)

@@ -350,7 +350,7 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
       v->fail("needs moe_a2a_overlap (Megatron-Core delays the experts' weight gradients within combined 1F1B)");
   }
   if (auto v = node.find("moe_token_dispatcher"))
-    p.moe_flex_dispatch = parse_choice(*v, Choices{{"alltoall", "flex"}, {"allgather"}}) == 1;
+    p.moe_dispatcher = static_cast<MoeDispatcher>(parse_choice(*v, Choices{{"alltoall", "allgather", "flex"}, {}}));
   if (auto v = node.find("moe_expert_capacity_factor")) p.moe_capacity_factor = v->as_positive_number();
   if (auto v = node.find("moe_pad_expert_input_to_capacity")) {
     p.moe_pad_to_capacity = v->as_bool();
@@ -914,6 +914,10 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     if (p.ep == 1) throw util::InputError(file, path, "needs ep > 1 (it overlaps the token all-to-alls)");
     if (p.moe_a2a_overlap)
       throw util::InputError(file, path, "not with moe_a2a_overlap, which overlaps the all-to-alls already");
+    if (p.moe_dispatcher == MoeDispatcher::allgather)
+      throw util::InputError(file, path,
+                             "needs the alltoall or flex token dispatcher (Megatron-Core; allgather has no all-to-alls "
+                             "to overlap)");
   }
   // Transformer Engine's all-to-all context parallelism splits every rank's query and key/value heads
   // over the CP ranks.
@@ -1149,7 +1153,10 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     throw util::InputError(
         file, util::join_path(training_path, "framework"),
         fmt::format("{} with multi-token prediction is not supported yet", framework_name(s.training.framework)));
-  if (p.moe_flex_dispatch) {
+  if (p.moe_dispatcher == MoeDispatcher::allgather && !m.moe())
+    throw util::InputError(file, util::join_path(parallel_path, "moe_token_dispatcher"),
+                           "\"allgather\" needs a mixture-of-experts model");
+  if (p.moe_flex_dispatch()) {
     const std::string path = util::join_path(parallel_path, "moe_token_dispatcher");
     if (!m.moe() || p.ep < 2)
       throw util::InputError(file, path, "\"flex\" needs a mixture-of-experts model with ep > 1");
@@ -1168,10 +1175,12 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
                              fmt::format("{:g} exceeds experts / experts_per_token = {}/{} = {:g}, where each expert's "
                                          "capacity already holds every token of a rank",
                                          p.moe_capacity_factor, m.experts, m.experts_per_token, most));
-    if (p.moe_flex_dispatch)
+    if (p.moe_flex_dispatch())
       throw util::InputError(file, path,
                              "works with the alltoall token dispatcher only (Megatron-Core: the flex dispatcher "
                              "drops no tokens)");
+    if (p.moe_dispatcher == MoeDispatcher::allgather)
+      throw util::InputError(file, path, "works with the alltoall token dispatcher only (Megatron-Core)");
   }
   // Routing imbalance: the busiest rank of an expert-parallel group receives at most, for each token,
   // min(k, its local experts) copies, against a mean of k x local / experts.
@@ -1195,7 +1204,7 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
   if (p.moe_rank_capacity_factor > 0) {
     const std::string path = util::join_path(parallel_path, "moe_expert_rank_capacity_factor");
     if (!m.moe()) throw util::InputError(file, path, "needs a mixture-of-experts model");
-    if (!p.moe_flex_dispatch)
+    if (!p.moe_flex_dispatch())
       throw util::InputError(file, path,
                              "needs the flex token dispatcher (moe_token_dispatcher \"flex\": Megatron-Core sizes "
                              "HybridEP's buffers with it)");
@@ -1216,6 +1225,7 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
       if (bad) throw util::InputError(file, path, why);
     };
     refuse(!m.moe() || p.ep < 2, "needs a mixture-of-experts model with ep > 1");
+    refuse(p.moe_dispatcher == MoeDispatcher::allgather, "needs the alltoall or flex token dispatcher (Megatron-Core)");
     refuse(p.pp > 1 && p.schedule != Schedule::interleaved,
            "needs the interleaved schedule when pp > 1 (Megatron-Core: virtual pipeline stages)");
     refuse(p.pp == 1 && p.schedule != Schedule::one_f_one_b, "needs schedule 1f1b when pp is 1");
@@ -1345,6 +1355,18 @@ Scenario parse_scenario_in(const util::JsonNode& root, const fs::path& data_dir,
 fs::path default_data_dir() {
   if (const char* env = std::getenv("TRAINSIM_DATA_DIR"); env != nullptr && *env != '\0') return fs::path(env);
   return fs::path(TRAINSIM_SOURCE_DIR);
+}
+
+std::string_view dispatcher_name(MoeDispatcher d) {
+  switch (d) {
+    case MoeDispatcher::alltoall:
+      return "alltoall";
+    case MoeDispatcher::allgather:
+      return "allgather";
+    case MoeDispatcher::flex:
+      return "flex";
+  }
+  return "alltoall";
 }
 
 std::string_view framework_name(Framework f) {

@@ -26,6 +26,14 @@ enum class Schedule : std::uint8_t { one_f_one_b, gpipe, interleaved, zb_h1 };
 // arguments.py for bf16); fp16 keeps them in fp16 unless told otherwise. Both use the 16-bit peak.
 // fp8: Transformer Engine FP8 for the layers' linear GEMMs, bf16 elsewhere (gradients as bf16's).
 // nvfp4: Transformer Engine's NVFP4 recipe for the same GEMMs (Blackwell), bf16 elsewhere.
+// Megatron-Core's --moe-token-dispatcher-type. alltoall: NCCL all-to-alls of one copy per routed
+// expert. allgather (Megatron-LM's default): every token of the expert tensor x expert parallel
+// group all-gathered to every rank of it, each rank's experts picking theirs, and the outputs
+// reduce-scattered back. flex (DeepEP / HybridEP): one copy per destination rank inside a node, per
+// destination node across nodes.
+enum class MoeDispatcher : std::uint8_t { alltoall, allgather, flex };
+std::string_view dispatcher_name(MoeDispatcher d);
+
 enum class Precision : std::uint8_t { bf16, fp16, fp8, nvfp4 };
 // Which software runs the step. megatron: Megatron-LM / Transformer Engine with fused kernels (every
 // published run of validation/). pytorch_eager: a Llama-style model in eager PyTorch on one GPU,
@@ -120,10 +128,9 @@ struct ParallelSpec {
   // With moe_a2a_overlap: Megatron-Core's --delay-wgrad-compute, the backward experts' weight
   // gradients after the backward dispatch all-to-all is launched.
   bool delay_wgrad_compute = false;
-  // Megatron-Core's --moe-token-dispatcher-type: alltoall (NCCL all-to-all of one copy per routed
-  // expert) or flex (DeepEP / HybridEP: one copy per destination rank inside a node, per
-  // destination node across nodes).
-  bool moe_flex_dispatch = false;
+  // Megatron-Core's --moe-token-dispatcher-type (MoeDispatcher).
+  MoeDispatcher moe_dispatcher = MoeDispatcher::alltoall;
+  bool moe_flex_dispatch() const { return moe_dispatcher == MoeDispatcher::flex; }
   // Megatron-Core's --moe-shared-expert-overlap: the shared expert's forward beside the dispatch
   // all-to-all, its backward beside the combine's backward all-to-all.
   bool moe_shared_expert_overlap = false;

@@ -68,6 +68,8 @@ std::vector<std::vector<std::uint32_t>> RankGrid::expert_groups(std::string_view
     size = etp, stride = 1;
   } else if (kind == "ep") {
     size = ep, stride = etp;
+  } else if (kind == "ep-etp") {
+    size = ep * etp, stride = 1;
   } else {
     TRAINSIM_ASSERT(kind == "edp");
     size = edp, stride = etp * ep;

@@ -362,10 +362,11 @@ class StageWriter {
     Task t;
     t.stream = op.group == workload::CommGroup::tp ? kTpComm : op.group == workload::CommGroup::cp ? kCpSend : kEpComm;
     t.kind = TaskKind::collective;
-    t.slot = op.group == workload::CommGroup::ep    ? kEpGroup
-             : op.group == workload::CommGroup::etp ? kEtpGroup
-             : op.group == workload::CommGroup::cp  ? kCpGroup
-                                                    : kTpGroup;
+    t.slot = op.group == workload::CommGroup::ep       ? kEpGroup
+             : op.group == workload::CommGroup::etp    ? kEtpGroup
+             : op.group == workload::CommGroup::ep_etp ? kEpEtpGroup
+             : op.group == workload::CommGroup::cp     ? kCpGroup
+                                                       : kTpGroup;
     t.op = static_cast<std::uint16_t>(collective_of(op.comm));
     t.bytes = op.comm_bytes;
     t.label = label_of(phase, op.name, op.name);
@@ -1847,7 +1848,8 @@ StepWorkload step_workload(const config::Scenario& sc, const hardware::ComputeMo
   lc.etp = par.etp;
   // An expert-parallel group is ep ranks etp apart (Megatron-Core's expert rank order, etp
   // innermost): ep·etp consecutive ranks, on this many nodes (NVLink domains).
-  lc.moe_flex_dispatch = par.moe_flex_dispatch;
+  lc.moe_flex_dispatch = par.moe_flex_dispatch();
+  lc.moe_allgather_dispatch = par.moe_dispatcher == config::MoeDispatcher::allgather;
   lc.moe_shared_expert_overlap = par.moe_shared_expert_overlap;
   lc.moe_capacity_factor = par.moe_capacity_factor;
   lc.moe_pad_to_capacity = par.moe_pad_to_capacity;
@@ -2007,6 +2009,8 @@ double time_floor_s(const config::Scenario& sc, const StepWorkload& wl) {
         } else if (op.group == workload::CommGroup::etp) {
           if (par.moe_a2a_overlap) continue;
           size = par.etp;
+        } else if (op.group == workload::CommGroup::ep_etp) {
+          size = par.ep * par.etp;
         } else if (op.group == workload::CommGroup::cp) {
           size = par.cp;
           stride = par.tp;
@@ -2230,6 +2234,11 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
     for (auto [kind, slot] : {std::pair{"ep", kEpGroup}, std::pair{"etp", kEtpGroup}}) {
       const std::uint32_t kind_id = plan.groups.kind_id(kind);
       for (const auto& members : grid.expert_groups(kind, par.etp, par.ep)) add_group(members, kind_id, slot);
+    }
+    if (par.moe_dispatcher == config::MoeDispatcher::allgather) {
+      const std::uint32_t kind_id = plan.groups.kind_id("ep-etp");
+      for (const auto& members : grid.expert_groups("ep-etp", par.etp, par.ep))
+        add_group(members, kind_id, kEpEtpGroup);
     }
     // Expert data parallelism, in distributed optimizer instances as the dense ranks are.
     add_instances(grid.expert_groups("edp", par.etp, par.ep), "edp", kEdpGroup, kEdpGatherGroup, kEdpInterGroup);

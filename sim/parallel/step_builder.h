@@ -48,7 +48,8 @@ enum GroupSlot : std::uint8_t {
   kCpGroup = 7,         // context parallelism's collectives (a Mamba mixer's all-to-alls)
   kDpInterGroup = 8,    // distributed optimizer instances: the same shard's ranks across the instances
   kEdpGatherGroup = 9,  // the expert dp group again, for FSDP's expert all-gathers on the gather stream
-  kEdpInterGroup = 10   // distributed optimizer instances: the same expert shard's ranks across the instances
+  kEdpInterGroup = 10,  // distributed optimizer instances: the same expert shard's ranks across the instances
+  kEpEtpGroup = 11      // the allgather token dispatcher's ep x etp ranks (Megatron-Core's tp_ep_group)
 };
 enum PeerSlot : std::uint8_t { kPrevStage = 0, kNextStage = 1, kCpPrev = 2, kCpNext = 3 };
 // Memory categories.

@@ -362,7 +362,8 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
     out["scenario"]["recompute_modules"] = config::recompute_module_names(sc.training.recompute_modules);
   if (p.moe_a2a_overlap) out["scenario"]["moe_a2a_overlap"] = true;
   if (p.delay_wgrad_compute) out["scenario"]["delay_wgrad_compute"] = true;
-  if (p.moe_flex_dispatch) out["scenario"]["moe_token_dispatcher"] = "flex";
+  if (p.moe_dispatcher != config::MoeDispatcher::alltoall)
+    out["scenario"]["moe_token_dispatcher"] = config::dispatcher_name(p.moe_dispatcher);
   if (sc.training.moe_load_imbalance != 1) out["scenario"]["moe_load_imbalance"] = sc.training.moe_load_imbalance;
   if (p.moe_capacity_factor > 0) {
     out["scenario"]["moe_expert_capacity_factor"] = p.moe_capacity_factor;
@@ -451,7 +452,8 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
     out += "software      eager PyTorch on one GPU: pure bf16, fused AdamW\n";
   std::string ep_part;
   if (sc.model.moe()) ep_part = fmt::format(" · ep {} · etp {}", p.ep, p.etp);
-  if (p.moe_flex_dispatch) ep_part += " · flex dispatch";
+  if (p.moe_dispatcher != config::MoeDispatcher::alltoall)
+    ep_part += fmt::format(" · {} dispatch", config::dispatcher_name(p.moe_dispatcher));
   if (p.moe_a2a_overlap)
     ep_part += p.delay_wgrad_compute ? " · all-to-all overlap, delayed wgrad" : " · all-to-all overlap";
   if (p.moe_capacity_factor > 0)

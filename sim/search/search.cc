@@ -124,14 +124,17 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
     p.erase("moe_a2a_overlap");
     p.erase("delay_wgrad_compute");  // it goes with the overlap
   }
-  // The shared expert's overlap with the all-to-alls needs them (ep > 1), and not the combined 1F1B.
-  if (l.ep == 1 || c.layout.moe_a2a_overlap) p.erase("moe_shared_expert_overlap");
+  // The shared expert's overlap with the all-to-alls needs them (ep > 1, not the allgather
+  // dispatcher), and not the combined 1F1B.
+  if (l.ep == 1 || c.layout.moe_a2a_overlap || l.moe_dispatcher == config::MoeDispatcher::allgather)
+    p.erase("moe_shared_expert_overlap");
   // The token dispatcher as the layout says (enumerate sets flex only where it applies: ep > 1, etp 1),
-  // and the sync-free experts, which need it, with it.
-  if (l.moe_flex_dispatch) {
-    p["moe_token_dispatcher"] = "flex";
-  } else {
+  // and the sync-free experts, which need flex, with it.
+  if (l.moe_dispatcher != config::MoeDispatcher::alltoall)
+    p["moe_token_dispatcher"] = config::dispatcher_name(l.moe_dispatcher);
+  else
     p.erase("moe_token_dispatcher");
+  if (l.moe_dispatcher != config::MoeDispatcher::flex) {
     p.erase("moe_expert_rank_capacity_factor");
     p.erase("moe_paged_stash");
   }
@@ -144,7 +147,8 @@ std::vector<Candidate> enumerate(const Axes& a, const config::Scenario& base, co
   const std::vector<std::int64_t> no_ep = {1};
   const auto& eps = base.model.moe() && !a.ep.empty() ? a.ep : no_ep;
   const std::vector<bool> overlaps = a.moe_a2a_overlap.empty() ? std::vector<bool>{false} : a.moe_a2a_overlap;
-  const std::vector<bool> flexes = a.moe_flex_dispatch.empty() ? std::vector<bool>{false} : a.moe_flex_dispatch;
+  const std::vector<config::MoeDispatcher> dispatchers =
+      a.moe_dispatcher.empty() ? std::vector<config::MoeDispatcher>{config::MoeDispatcher::alltoall} : a.moe_dispatcher;
   const std::vector<config::Precision> precisions =
       a.precision.empty() ? std::vector<config::Precision>{base.training.precision} : a.precision;
   const std::vector<std::int64_t> no_hsdp = {0};
@@ -170,18 +174,25 @@ std::vector<Candidate> enumerate(const Axes& a, const config::Scenario& base, co
                 for (const auto z : a.zero)
                   for (const auto span : z == 3 && !a.hsdp_nodes.empty() ? a.hsdp_nodes : no_hsdp)
                     for (const bool overlap : overlaps)
-                      for (const bool flex : flexes)
+                      for (const config::MoeDispatcher dispatcher : dispatchers)
                         for (const config::Precision precision : precisions) {
-                          // Where the overlap (the flex dispatcher) cannot apply, the layout runs
-                          // without it: once, if "off" ("alltoall") is on the axis too.
-                          const bool applies = ep > 1 && (pp == 1 || vs > 1) && rc != config::Recompute::full;
-                          if (overlap && !applies && overlaps.size() > 1) continue;
+                          // Where the flex dispatcher cannot apply, the layout runs with alltoall:
+                          // once, if alltoall is on the axis too.
                           const bool flex_applies = ep > 1 && base.parallel.etp == 1;
-                          if (flex && !flex_applies && flexes.size() > 1) continue;
+                          const bool flex = dispatcher == config::MoeDispatcher::flex;
+                          if (flex && !flex_applies &&
+                              std::ranges::count(dispatchers, config::MoeDispatcher::alltoall) > 0)
+                            continue;
+                          const config::MoeDispatcher used =
+                              flex && !flex_applies ? config::MoeDispatcher::alltoall : dispatcher;
+                          // Where the overlap cannot apply (Megatron-Core: ep > 1, pp 1 or virtual
+                          // stages, no full recompute, alltoall or flex), the layout runs without it:
+                          // once, if "off" is on the axis too.
+                          const bool applies = ep > 1 && (pp == 1 || vs > 1) && rc != config::Recompute::full &&
+                                               used != config::MoeDispatcher::allgather;
+                          if (overlap && !applies && overlaps.size() > 1) continue;
                           Candidate c;
-                          c.layout = {
-                              tp,       pp, cp, ep, 0, vs, mb, z, 0, 1, rc, overlap && applies, flex && flex_applies,
-                              precision};
+                          c.layout = {tp, pp, cp, ep, 0, vs, mb, z, 0, 1, rc, overlap && applies, used, precision};
                           const std::int64_t model_parallel = tp * pp * cp;
                           c.layout.dp = base.gpus % model_parallel == 0 ? base.gpus / model_parallel : 0;
                           if (span > 0) {
@@ -247,7 +258,10 @@ void parallel_for(std::size_t n, int threads, const Job& job) {
 // The ep cell of the tables: "f" marks the flex token dispatcher (parallel.moe_token_dispatcher),
 // "*" the all-to-all overlap (parallel.moe_a2a_overlap).
 std::string ep_cell(const Layout& l) {
-  return fmt::format("{}{}{}", l.ep, l.moe_flex_dispatch ? "f" : "", l.moe_a2a_overlap ? "*" : "");
+  const char* dispatcher = l.moe_dispatcher == config::MoeDispatcher::flex        ? "f"
+                           : l.moe_dispatcher == config::MoeDispatcher::allgather ? "g"
+                                                                                  : "";
+  return fmt::format("{}{}{}", l.ep, dispatcher, l.moe_a2a_overlap ? "*" : "");
 }
 
 // The zero cell of the tables: "3h1" is zero 3 with hybrid sharding, each replica over 1 node.
@@ -400,7 +414,7 @@ Axes default_axes(const config::Scenario& base) {
   a.micro_batch = {1, 2, 4, 8};
   a.recompute = {config::Recompute::none, config::Recompute::selective, config::Recompute::full};
   a.moe_a2a_overlap = {base.parallel.moe_a2a_overlap};
-  a.moe_flex_dispatch = {base.parallel.moe_flex_dispatch};
+  a.moe_dispatcher = {base.parallel.moe_dispatcher};
   a.zero = {base.parallel.zero};
   // Hybrid sharding for the zero 3 layouts (those of the scenario's zero, or of --zero 3): plain and
   // within a node, and the scenario's own span where it uses HSDP over whole nodes.
@@ -697,14 +711,16 @@ std::string to_text(const Result& r, const config::Scenario& base, std::size_t t
   const Columns cols = columns(r, base);
   out += '\n';  // appended apart: GCC 12's -Wrestrict misfires on "\n" + std::string here (-DTRAINSIM_MPI=OFF)
   out += text_row(heads(cols), cols);
-  bool overlap = false, flex = false, hsdp = false;
+  bool overlap = false, flex = false, allgather = false, hsdp = false;
   for (std::size_t i = 0; i < shown; ++i) {
     out += text_row(cells(r.ranked[i], i + 1, cols), cols);
     overlap = overlap || r.ranked[i].layout.moe_a2a_overlap;
-    flex = flex || r.ranked[i].layout.moe_flex_dispatch;
+    flex = flex || r.ranked[i].layout.moe_dispatcher == config::MoeDispatcher::flex;
+    allgather = allgather || r.ranked[i].layout.moe_dispatcher == config::MoeDispatcher::allgather;
     hsdp = hsdp || r.ranked[i].layout.hsdp_nodes > 0;
   }
   if (flex) out += "(ep nf: with the flex token dispatcher, parallel.moe_token_dispatcher)\n";
+  if (allgather) out += "(ep ng: with the allgather token dispatcher, parallel.moe_token_dispatcher)\n";
   if (overlap) out += "(ep n*: with the all-to-all overlap, parallel.moe_a2a_overlap)\n";
   if (hsdp) out += "(zero 3hs: hybrid sharding, replicas of s nodes each, parallel.distributed_optimizer_instances)\n";
   const Candidate& best = r.ranked.front();
@@ -764,7 +780,8 @@ nlohmann::json layout_json(const Layout& l) {
                       {"zero", l.zero},
                       {"precision", report::precision_name(l.precision)}};
   if (l.moe_a2a_overlap) j["moe_a2a_overlap"] = true;
-  if (l.moe_flex_dispatch) j["moe_token_dispatcher"] = "flex";
+  if (l.moe_dispatcher != config::MoeDispatcher::alltoall)
+    j["moe_token_dispatcher"] = config::dispatcher_name(l.moe_dispatcher);
   if (l.hsdp_nodes > 0) {
     j["hsdp_nodes"] = l.hsdp_nodes;
     j["distributed_optimizer_instances"] = l.replicas;

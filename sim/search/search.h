@@ -33,9 +33,9 @@ struct Axes {
   // parallel.moe_a2a_overlap off and/or on (a mixture-of-experts model's layouts where it applies;
   // empty: off).
   std::vector<bool> moe_a2a_overlap;
-  // parallel.moe_token_dispatcher alltoall (false) and/or flex (true) (layouts with ep > 1 and etp 1;
-  // empty: alltoall).
-  std::vector<bool> moe_flex_dispatch;
+  // parallel.moe_token_dispatcher: alltoall, allgather and/or flex (flex on layouts with ep > 1 and
+  // etp 1; empty: alltoall).
+  std::vector<config::MoeDispatcher> moe_dispatcher;
   // training.precision (empty: the scenario's). A GPU without FP8 or FP4 rejects those layouts.
   std::vector<config::Precision> precision;
   // Hybrid sharding (HSDP) of the zero 3 layouts: the nodes each replica spans (its parameters,
@@ -63,7 +63,7 @@ struct Layout {
   std::int64_t hsdp_nodes = 0, replicas = 1;
   config::Recompute recompute = config::Recompute::none;
   bool moe_a2a_overlap = false;
-  bool moe_flex_dispatch = false;
+  config::MoeDispatcher moe_dispatcher = config::MoeDispatcher::alltoall;
   config::Precision precision = config::Precision::bf16;
 };
 

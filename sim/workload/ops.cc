@@ -56,6 +56,8 @@ struct Dims {
   double cap_rows = 0, kept_rows = 0;
   bool paged_stash = false;
   bool flex = false;            // the flex dispatcher (DeepEP / HybridEP)
+  bool allgather = false;       // the allgather dispatcher
+  double group_tokens = 0;      // allgather: the tokens of the ep x etp group, region·ep·etp
   bool shared_overlap = false;  // --moe-shared-expert-overlap (LayerConfig)
   // The width tokens enter and leave the routed experts at: the hidden state, or a latent MoE's
   // latent (then `latent` > 0).
@@ -211,6 +213,8 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
     x.expert_rows = x.moe_rows / x.local_experts;
     x.a2a_rows = (c.moe_flex_dispatch ? x.region * flex_copies_per_token(m, c) : x.routed) * (received / x.routed);
     x.flex = c.moe_flex_dispatch;
+    x.allgather = c.moe_allgather_dispatch;
+    x.group_tokens = x.region * x.ep * x.etp;
     x.shared_overlap = c.moe_shared_expert_overlap;
     if (m.moe_latent > 0) x.he = x.latent = static_cast<double>(m.moe_latent);
   }
@@ -457,6 +461,61 @@ double paged_stash_bytes(const Dims& x, double gemm_in_d) {
          act(x.moe_rows, x.fe, gemm_in_d);
 }
 
+// Megatron-Core's allgather token dispatcher (MoEAllGatherTokenDispatcher), over the G = ep·etp
+// ranks of its tp_ep group, whose G·R tokens (region R each) every rank then holds:
+// dispatch: the routing map (a byte per token and expert), the routing probabilities (fp32, as the
+// router computes them) and the hidden states are all-gathered (comm bytes: the output, as
+// nccl-tests counts an all-gather); the CPU waits for the local experts' token counts (.cpu()
+// after the gather; none when nothing is gathered, before the permutation); the permutation
+// gathers the moe_rows rows of the rank's experts out of them.
+// combine: the expert outputs are added back into a zeroed G·R-row buffer (unpermute), cast to the
+// probabilities' fp32 and reduce-scattered over the group in fp32, then cast back to the rank's R
+// rows (token_combine). The backward mirrors it: the output gradient all-gathered in fp32 and cast
+// down, the moe_rows rows gathered for the experts, their input gradients and the probabilities'
+// added into zeroed G·R-row buffers and reduce-scattered (hidden states in the compute dtype,
+// probabilities in fp32).
+void allgather_dispatch(std::vector<Op>& ops, const Dims& x) {
+  const double g = x.group_tokens;
+  if (x.ep * x.etp > 1)
+    ops.push_back(comm("moe_dispatch_all_gather", Comm::all_gather, act(g, x.he, x.d) + g * x.experts * (4 + 1),
+                       CommGroup::ep_etp));
+  ops.back().host_sync = !x.drop_and_pad && x.cap_rows == 0;
+  const std::size_t permute = ops.size();
+  ops.push_back(memory("moe_permute", 2 * act(x.moe_rows, x.he, x.d)));
+  graph(ops, permute, kGraphMoePreprocess);
+}
+
+void allgather_combine(std::vector<Op>& ops, const Dims& x) {
+  const double g = x.group_tokens;
+  const bool gathered = x.ep * x.etp > 1;
+  ops.push_back(memory("moe_unpermute",
+                       act(g, x.he, x.d) + 2 * act(x.moe_rows, x.he, x.d) + (gathered ? act(g, x.he, x.d + 4) : 0)));
+  if (!gathered) return;
+  ops.push_back(comm("moe_combine_reduce_scatter", Comm::reduce_scatter, act(g, x.he, 4), CommGroup::ep_etp));
+  ops.push_back(memory("moe_combine_cast", act(x.region, x.he, 4 + x.d)));
+}
+
+void allgather_combine_backward(std::vector<Op>& ops, const Dims& x) {
+  const double g = x.group_tokens;
+  const bool gathered = x.ep * x.etp > 1;
+  if (gathered) {
+    ops.push_back(memory("moe_combine_cast_backward", act(x.region, x.he, x.d + 4)));
+    ops.push_back(comm("moe_combine_grad_all_gather", Comm::all_gather, act(g, x.he, 4), CommGroup::ep_etp));
+  }
+  ops.push_back(
+      memory("moe_unpermute_backward", (gathered ? act(g, x.he, 4 + x.d) : 0) + 2 * act(x.moe_rows, x.he, x.d)));
+}
+
+void allgather_dispatch_backward(std::vector<Op>& ops, const Dims& x) {
+  const double g = x.group_tokens;
+  const std::size_t preprocess = ops.size();
+  ops.push_back(memory("moe_permute_backward", act(g, x.he, x.d) + 2 * act(x.moe_rows, x.he, x.d) + g * x.experts * 4));
+  graph(ops, preprocess, kGraphMoePreprocess);
+  if (x.ep * x.etp > 1)
+    ops.push_back(comm("moe_dispatch_grad_reduce_scatter", Comm::reduce_scatter, act(g, x.he, x.d) + g * x.experts * 4,
+                       CommGroup::ep_etp));
+}
+
 void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   const double d = x.d;
   const double routed = x.routed;  // token copies this rank sends (and receives)
@@ -476,33 +535,40 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   if (x.latent > 0)
     ops.push_back(
         gemm("moe_latent_down_proj", x.region, x.latent, x.h, d, gemm_in_d < d ? act(x.region, x.h, gemm_in_d) : 0));
-  const std::size_t preprocess = ops.size();
-  ops.push_back(memory("moe_permute", act(x.region, x.he, d) + act(routed, x.he, d)));
-  graph(ops, preprocess, kGraphMoePreprocess);
-  // Dropless, the alltoall dispatcher copies the token counts to the CPU and waits for them before
-  // the dispatch all-to-all (before the permutation without expert parallelism; token_dispatcher.py's
-  // cuda_sync_point); the flex dispatcher's CPU waits for the counts its notify step exchanges
-  // before it launches the dispatch's data movement (DeepEP's dispatch, HybridEP's blocking
-  // dispatch; fused_a2a.py), which the model takes at the same point. The backward reuses the counts.
-  // Dropping and padding to the capacity makes every count known in advance: no wait (the
-  // dispatcher's "no_sync" point).
-  // Sync-free experts size every buffer ahead: no wait either.
-  ops[x.ep > 1 ? preprocess : preprocess - 1].host_sync = !x.drop_and_pad && x.cap_rows == 0;
-  if (x.ep > 1)
-    ops.push_back(comm("moe_dispatch_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.he, d), CommGroup::ep));
-  // --moe-shared-expert-overlap: the shared expert runs here, beside the dispatch all-to-all; the
-  // routed experts wait for the tokens.
-  const bool shared_overlap = x.shared_overlap && x.fsh > 0 && x.ep > 1;
-  if (shared_overlap) {
-    ops.back().comm_side = true;
-    const std::size_t shared = ops.size();
-    tp_mlp_forward(ops, x, shared_expert(x), gemm_in_d < d ? act(x.region, x.h, gemm_in_d) : 0, gemm_in_d);
-    tag(ops, shared, kRecomputeSharedExperts);
-    graph(ops, shared, kGraphMoeRouter);
+  bool shared_overlap = false;
+  std::size_t after_dispatch = 0;
+  if (x.allgather) {
+    allgather_dispatch(ops, x);
+    after_dispatch = ops.size();
+  } else {
+    const std::size_t preprocess = ops.size();
+    ops.push_back(memory("moe_permute", act(x.region, x.he, d) + act(routed, x.he, d)));
+    graph(ops, preprocess, kGraphMoePreprocess);
+    // Dropless, the alltoall dispatcher copies the token counts to the CPU and waits for them before
+    // the dispatch all-to-all (before the permutation without expert parallelism; token_dispatcher.py's
+    // cuda_sync_point); the flex dispatcher's CPU waits for the counts its notify step exchanges
+    // before it launches the dispatch's data movement (DeepEP's dispatch, HybridEP's blocking
+    // dispatch; fused_a2a.py), which the model takes at the same point. The backward reuses the counts.
+    // Dropping and padding to the capacity makes every count known in advance: no wait (the
+    // dispatcher's "no_sync" point).
+    // Sync-free experts size every buffer ahead: no wait either.
+    ops[x.ep > 1 ? preprocess : preprocess - 1].host_sync = !x.drop_and_pad && x.cap_rows == 0;
+    if (x.ep > 1)
+      ops.push_back(comm("moe_dispatch_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.he, d), CommGroup::ep));
+    // --moe-shared-expert-overlap: the shared expert runs here, beside the dispatch all-to-all; the
+    // routed experts wait for the tokens.
+    shared_overlap = x.shared_overlap && x.fsh > 0 && x.ep > 1;
+    if (shared_overlap) {
+      ops.back().comm_side = true;
+      const std::size_t shared = ops.size();
+      tp_mlp_forward(ops, x, shared_expert(x), gemm_in_d < d ? act(x.region, x.h, gemm_in_d) : 0, gemm_in_d);
+      tag(ops, shared, kRecomputeSharedExperts);
+      graph(ops, shared, kGraphMoeRouter);
+    }
+    after_dispatch = ops.size();
+    if (x.etp > 1)
+      ops.push_back(comm("moe_dispatch_all_gather", Comm::all_gather, act(x.moe_rows, x.he, d), CommGroup::etp));
   }
-  const std::size_t after_dispatch = ops.size();
-  if (x.etp > 1)
-    ops.push_back(comm("moe_dispatch_all_gather", Comm::all_gather, act(x.moe_rows, x.he, d), CommGroup::etp));
   const double fc1_width = x.swiglu ? 2 * x.fe : x.fe;
   const double kept = x.kept_rows;
   ops.push_back(
@@ -526,11 +592,15 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
     ops.push_back(memory("moe_paged_stash", 2 * stash, 0, 3));
     ops.back().workspace_bytes = to_bytes(stash * x.cap_rows / x.moe_rows);
   }
-  if (x.etp > 1)
-    ops.push_back(comm("moe_combine_reduce_scatter", Comm::reduce_scatter, act(x.moe_rows, x.he, d), CommGroup::etp));
-  if (x.ep > 1)
-    ops.push_back(comm("moe_combine_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.he, d), CommGroup::ep));
-  ops.push_back(memory("moe_unpermute", act(routed, x.he, d) + act(x.region, x.he, d)));
+  if (x.allgather) {
+    allgather_combine(ops, x);
+  } else {
+    if (x.etp > 1)
+      ops.push_back(comm("moe_combine_reduce_scatter", Comm::reduce_scatter, act(x.moe_rows, x.he, d), CommGroup::etp));
+    if (x.ep > 1)
+      ops.push_back(comm("moe_combine_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.he, d), CommGroup::ep));
+    ops.push_back(memory("moe_unpermute", act(routed, x.he, d) + act(x.region, x.he, d)));
+  }
   if (x.latent > 0)
     ops.push_back(gemm("moe_latent_up_proj", x.region, x.h, x.latent, d, act(x.region, x.latent, gemm_in_d)));
   if (x.fsh > 0) {
@@ -554,7 +624,7 @@ void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   const double d = x.d;
   const double routed = x.routed;
   // --moe-shared-expert-overlap: the shared expert's backward runs beside the combine all-to-all's.
-  const bool shared_overlap = x.shared_overlap && x.fsh > 0 && x.ep > 1;
+  const bool shared_overlap = x.shared_overlap && x.fsh > 0 && x.ep > 1 && !x.allgather;
   auto shared_backward = [&] {
     const std::size_t shared = ops.size();
     tp_mlp_backward(ops, x, shared_expert(x), act(x.region, x.h, gemm_in_d), gemm_in_d);
@@ -565,16 +635,22 @@ void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
     ops.push_back(gemm("moe_latent_up_proj_dgrad", x.region, x.latent, x.h, d));
     ops.push_back(wgrad("moe_latent_up_proj_wgrad", x.latent, x.h, x.region, d, act(x.region, x.latent, gemm_in_d)));
   }
-  ops.push_back(memory("moe_unpermute_backward", act(x.region, x.he, d) + act(routed, x.he, d)));
-  if (x.ep > 1)
-    ops.push_back(comm("moe_combine_grad_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.he, d), CommGroup::ep));
-  if (shared_overlap) {
-    ops.back().comm_side = true;
-    shared_backward();
+  std::size_t after_combine = 0;
+  if (x.allgather) {
+    allgather_combine_backward(ops, x);
+    after_combine = ops.size();
+  } else {
+    ops.push_back(memory("moe_unpermute_backward", act(x.region, x.he, d) + act(routed, x.he, d)));
+    if (x.ep > 1)
+      ops.push_back(comm("moe_combine_grad_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.he, d), CommGroup::ep));
+    if (shared_overlap) {
+      ops.back().comm_side = true;
+      shared_backward();
+    }
+    after_combine = ops.size();
+    if (x.etp > 1)
+      ops.push_back(comm("moe_combine_grad_all_gather", Comm::all_gather, act(x.moe_rows, x.he, d), CommGroup::etp));
   }
-  const std::size_t after_combine = ops.size();
-  if (x.etp > 1)
-    ops.push_back(comm("moe_combine_grad_all_gather", Comm::all_gather, act(x.moe_rows, x.he, d), CommGroup::etp));
   const double fc1_width = x.swiglu ? 2 * x.fe : x.fe;
   if (x.paged_stash) {
     // Paged stashing: the kept tensors copied back from their pages before the experts' backward.
@@ -591,14 +667,18 @@ void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   ops.push_back(grouped(gemm("experts_fc1_dgrad", x.expert_rows, x.he, fc1_width, d, 0, x.local_experts)));
   ops.push_back(grouped(wgrad("experts_fc1_wgrad", x.he, fc1_width, x.expert_rows, d, act(x.moe_rows, x.he, gemm_in_d),
                               x.local_experts)));
-  if (x.etp > 1)
-    ops.push_back(
-        comm("moe_dispatch_grad_reduce_scatter", Comm::reduce_scatter, act(x.moe_rows, x.he, d), CommGroup::etp));
-  if (x.ep > 1)
-    ops.push_back(comm("moe_dispatch_grad_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.he, d), CommGroup::ep));
-  const std::size_t preprocess = ops.size();
-  ops.push_back(memory("moe_permute_backward", act(routed, x.he, d) + act(x.region, x.he, d)));
-  graph(ops, preprocess, kGraphMoePreprocess);
+  if (x.allgather) {
+    allgather_dispatch_backward(ops, x);
+  } else {
+    if (x.etp > 1)
+      ops.push_back(
+          comm("moe_dispatch_grad_reduce_scatter", Comm::reduce_scatter, act(x.moe_rows, x.he, d), CommGroup::etp));
+    if (x.ep > 1)
+      ops.push_back(comm("moe_dispatch_grad_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.he, d), CommGroup::ep));
+    const std::size_t preprocess = ops.size();
+    ops.push_back(memory("moe_permute_backward", act(routed, x.he, d) + act(x.region, x.he, d)));
+    graph(ops, preprocess, kGraphMoePreprocess);
+  }
   if (x.latent > 0) {
     ops.push_back(gemm("moe_latent_down_proj_dgrad", x.region, x.h, x.latent, d));
     ops.push_back(wgrad("moe_latent_down_proj_wgrad", x.h, x.latent, x.region, d, act(x.region, x.h, gemm_in_d)));

@@ -26,7 +26,9 @@ enum class Comm : std::uint8_t { none, all_reduce, all_gather, reduce_scatter, a
 // The group a tp_comm op runs over: the tensor-parallel group, the expert-parallel group (token
 // dispatch and combine), the expert tensor-parallel group, or the context-parallel group (a Mamba
 // mixer's all-to-alls between sequence and head sharding).
-enum class CommGroup : std::uint8_t { tp, ep, etp, cp };
+// ep_etp: the expert tensor x expert parallel group (Megatron-Core's tp_ep_group), over which the
+// allgather token dispatcher gathers and scatters.
+enum class CommGroup : std::uint8_t { tp, ep, etp, cp, ep_etp };
 
 // How the attention core runs: one fused flash kernel (scores never stored) -- `flash`, the fastest
 // fused kernel of the GPU as Megatron / Transformer Engine use it (cuDNN or FlashAttention-3 on
@@ -160,6 +162,9 @@ struct LayerConfig {
   // (once to every rank, inside one node) that holds any of its experts, not once per expert.
   // ep_nodes: the nodes (NVLink domains) one expert-parallel group spans.
   bool moe_flex_dispatch = false;
+  // Megatron-Core's allgather token dispatcher (moe_forward): every rank of the ep x etp group gets
+  // all of the group's tokens, its experts pick theirs, the outputs are reduce-scattered back.
+  bool moe_allgather_dispatch = false;
   // Megatron-Core's --moe-shared-expert-overlap: the shared expert's forward runs beside the dispatch
   // all-to-all and its backward beside the combine's (Op::comm_side / comm_join).
   bool moe_shared_expert_overlap = false;

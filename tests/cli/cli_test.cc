@@ -751,7 +751,7 @@ TEST_CASE("search: ranks the layouts that fit, prints the winner's keys, agrees 
   bad("configs/llama3.1-8b-h200-64.json --dispatcher flex",
       "--dispatcher: llama3.1-8b is not a mixture-of-experts model");
   bad("configs/qwen3-30b-a3b-h100-16.json --dispatcher alltoall,deepep",
-      "--dispatcher: unknown value \"deepep\" (expected a list of alltoall, flex)");
+      "--dispatcher: unknown value \"deepep\" (expected a list of alltoall, allgather, flex)");
   bad("configs/qwen3-30b-a3b-h100-16.json --dispatcher flex,flex", "--dispatcher: flex is listed twice");
   bad("configs/llama3.1-8b-h200-64.json --precision bf16,fp32",
       "--precision: unknown precision \"fp32\" (expected a list of bf16, fp16, fp8, nvfp4)");

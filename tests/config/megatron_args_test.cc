@@ -352,3 +352,20 @@ TEST_CASE("--moe-router-num-groups and --moe-router-group-topk: group-limited ro
   CHECK(error_of(moe + " --moe-router-group-topk 4", 8) ==
         "train.sh: line 1: --moe-router-group-topk: needs --moe-router-num-groups");
 }
+
+TEST_CASE("--moe-token-dispatcher-type: allgather, Megatron's default, read as such") {
+  const std::string moe =
+      "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 8 --hidden-size 2048 --num-attention-heads 16 "
+      "--swiglu --vocab-size 32000 --seq-length 4096 --bf16 --num-experts 8 --moe-router-topk 2 "
+      "--moe-ffn-hidden-size 1408 --moe-grouped-gemm --expert-model-parallel-size 8";
+  const auto by_default = import(moe);
+  CHECK(by_default.scenario["parallel"]["moe_token_dispatcher"] == "allgather");
+  CHECK(std::any_of(by_default.notes.begin(), by_default.notes.end(), [](const std::string& n) {
+    return n.find("Megatron's default --moe-token-dispatcher-type") != std::string::npos;
+  }));
+  CHECK(parse(by_default).parallel.moe_dispatcher == trainsim::config::MoeDispatcher::allgather);
+  const auto named = import(moe + " --moe-token-dispatcher-type allgather");
+  CHECK(named.scenario["parallel"]["moe_token_dispatcher"] == "allgather");
+  CHECK(named.not_modelled.empty());
+  CHECK(!import(moe + " --moe-token-dispatcher-type alltoall").scenario["parallel"].contains("moe_token_dispatcher"));
+}

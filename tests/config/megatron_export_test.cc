@@ -62,9 +62,10 @@ std::string describe(const Scenario& s) {
   std::string layout;
   for (auto n : p.layout_layers) layout += fmt::format("{} ", n);
   out += fmt::format("layout {}\n", layout);
-  out += fmt::format("flex {} capacity {} pad {} rank_capacity {} paged {} prefetch {} zero2 {}\n", p.moe_flex_dispatch,
-                     p.moe_capacity_factor, p.moe_pad_to_capacity, p.moe_rank_capacity_factor, p.moe_paged_stash,
-                     p.fsdp_prefetch, static_cast<int>(p.zero2_param_gather));
+  out += fmt::format("dispatcher {} capacity {} pad {} rank_capacity {} paged {} prefetch {} zero2 {}\n",
+                     static_cast<int>(p.moe_dispatcher), p.moe_capacity_factor, p.moe_pad_to_capacity,
+                     p.moe_rank_capacity_factor, p.moe_paged_stash, p.fsdp_prefetch,
+                     static_cast<int>(p.zero2_param_gather));
   out += fmt::format("mbs {} gbs {} seq {} recompute {} modules {} layers {} attention {} precision {}\n",
                      t.micro_batch, t.global_batch, t.seq_len, static_cast<int>(t.recompute), t.recompute_modules,
                      t.recompute_layers, static_cast<int>(t.attention), static_cast<int>(t.precision));

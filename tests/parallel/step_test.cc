@@ -1445,8 +1445,55 @@ TEST_CASE("flex dispatcher: fewer token copies cross the NICs, and it is refused
   j = moe_scenario(32, 2, 2, 4, 2);
   j["parallel"]["moe_token_dispatcher"] = "flex";
   CHECK(refusal(j) == "test.json: parallel.moe_token_dispatcher: \"flex\" with etp > 1 is not supported yet");
+}
+
+// Megatron-Core's allgather token dispatcher, over 8 ranks of one node (ep 8, etp 1; 2,048 tokens
+// of hidden 1024 per rank, 32 experts, top 4): every rank all-gathers the group's 8·2048 tokens with
+// their routing map (a byte per expert) and fp32 probabilities, 8·2048·(1024·2 + 32·5) bytes, and
+// reduce-scatters the outputs in fp32, 8·2048·1024·4; the backward all-gathers the output gradient
+// in fp32 and reduce-scatters the input gradient (bf16) with the probabilities' (fp32),
+// 8·2048·(1024·2 + 32·4). Nothing overlaps them: the EP time of each of the 8 layers and 4
+// micro-batches is the four collectives' over the group. The experts run the same rows as with
+// alltoall (4·2048 per rank), so their GEMMs take the same time.
+TEST_CASE("allgather dispatcher: the group's tokens gathered and scattered, and refused where Megatron refuses it") {
+  auto j = moe_scenario(8, 1, 1, 8, 1);
+  const auto a2a = parallel::simulate_step(scenario(j));
   j["parallel"]["moe_token_dispatcher"] = "allgather";
-  CHECK(refusal(j).find("not supported yet") != std::string::npos);
+  const auto sc = scenario(j);
+  REQUIRE(sc.training.num_micro_batches == 4);
+  const auto ag = parallel::simulate_step(sc);
+  network::AnalyticalNetwork net(sc.cluster);
+  std::vector<std::uint32_t> group(8);
+  for (std::uint32_t r = 0; r < 8; ++r) group[r] = r;
+  const double tokens = 8.0 * 2048, h = 1024, e = 32;
+  auto time = [&](network::CollectiveOp op, double bytes) {
+    return net.collective_time_s(op, static_cast<std::int64_t>(bytes), group);
+  };
+  const double per_layer = time(network::CollectiveOp::all_gather, tokens * (h * 2 + e * 5)) +
+                           time(network::CollectiveOp::reduce_scatter, tokens * h * 4) +
+                           time(network::CollectiveOp::all_gather, tokens * h * 4) +
+                           time(network::CollectiveOp::reduce_scatter, tokens * (h * 2 + e * 4));
+  CHECK(ag.mean.ep_exposed_s == Approx(8 * 4 * per_layer).epsilon(1e-6));
+  CHECK(ag.mean.ep_exposed_s > a2a.mean.ep_exposed_s);
+  const auto gemm = [](const parallel::StepResult& r) { return r.stage_kernel_s[0][parallel::kGemmKernels]; };
+  CHECK(gemm(ag) == Approx(gemm(a2a)).epsilon(1e-9));
+  // A symmetric run gives the full run's step time (the ep x etp groups bound on every rank).
+  parallel::BuildOptions all;
+  all.all_ranks = true;
+  auto k = moe_scenario(32, 2, 2, 4, 2);
+  k["parallel"]["moe_token_dispatcher"] = "allgather";
+  const auto etp = scenario(k);
+  CHECK(parallel::simulate_step(etp).step_time_s == parallel::simulate_step(etp, all).step_time_s);
+  // Megatron-Core allows neither the combined 1F1B, the shared expert's overlap nor a capacity
+  // factor with it.
+  j["parallel"]["moe_a2a_overlap"] = true;
+  CHECK(refusal(j) ==
+        "test.json: parallel.moe_a2a_overlap: needs the alltoall or flex token dispatcher (Megatron-Core)");
+  j["parallel"].erase("moe_a2a_overlap");
+  j["parallel"]["moe_expert_capacity_factor"] = 1.0;
+  CHECK(refusal(j) ==
+        "test.json: parallel.moe_expert_capacity_factor: works with the alltoall token dispatcher "
+        "only (Megatron-Core)");
 }
 
 namespace {

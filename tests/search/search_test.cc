@@ -274,23 +274,47 @@ TEST_CASE("search: a mixture-of-experts model adds the ep axis, filtered by the 
   CHECK(search::to_text(ro, base, 0).find("(ep n*: with the all-to-all overlap") != std::string::npos);
   // The token dispatcher as an axis: every layout has ep > 1 here, so all eight come once more with
   // flex (ep 32 rejected again); across the two nodes of ep 16 flex sends fewer copies over the NICs.
-  CHECK(search::default_axes(base).moe_flex_dispatch == std::vector<bool>{false});
+  CHECK(search::default_axes(base).moe_dispatcher ==
+        std::vector<config::MoeDispatcher>{config::MoeDispatcher::alltoall});
   a.moe_a2a_overlap = {};
-  a.moe_flex_dispatch = {false, true};
+  a.moe_dispatcher = {config::MoeDispatcher::alltoall, config::MoeDispatcher::flex};
   const auto rf = search::run_search(base, doc, a, 2, kData);
   CHECK(rf.enumerated == 2 * 4 * 2);
   CHECK(rf.rejected == 3 * 2);
   for (const auto& c : rf.ranked)
-    CHECK(c.parallel.value("moe_token_dispatcher", "alltoall") == (c.layout.moe_flex_dispatch ? "flex" : "alltoall"));
+    CHECK(c.parallel.value("moe_token_dispatcher", "alltoall") == config::dispatcher_name(c.layout.moe_dispatcher));
   const auto by = [&](std::int64_t ep, bool flex) {
     return std::find_if(rf.ranked.begin(), rf.ranked.end(),
                         [&](const auto& c) {
-                          return c.layout.pp == 1 && c.layout.ep == ep && c.layout.moe_flex_dispatch == flex;
+                          return c.layout.pp == 1 && c.layout.ep == ep &&
+                                 (c.layout.moe_dispatcher == config::MoeDispatcher::flex) == flex;
                         })
         ->metrics.step_time_s;
   };
   CHECK(by(16, true) < by(16, false));
   CHECK(search::to_text(rf, base, 0).find("(ep nf: with the flex token dispatcher") != std::string::npos);
+  // The allgather dispatcher too: every layout once more (it applies at any ep), its scenario keys
+  // naming it; each moves the group's tokens, more than top 4's all-to-alls, so it runs slower, and
+  // with the overlap on the axis it runs without it (Megatron-Core refuses the pair).
+  a.moe_dispatcher = {config::MoeDispatcher::alltoall, config::MoeDispatcher::allgather};
+  a.moe_a2a_overlap = {true};
+  const auto rg = search::run_search(base, doc, a, 2, kData);
+  CHECK(rg.enumerated == 2 * 4 * 2);
+  for (const auto& c : rg.ranked) {
+    CHECK(c.parallel.value("moe_token_dispatcher", "alltoall") == config::dispatcher_name(c.layout.moe_dispatcher));
+    if (c.layout.moe_dispatcher == config::MoeDispatcher::allgather) CHECK(!c.parallel.contains("moe_a2a_overlap"));
+  }
+  const auto with = [&](config::MoeDispatcher dispatcher) {
+    return std::find_if(rg.ranked.begin(), rg.ranked.end(),
+                        [&](const auto& c) {
+                          return c.layout.pp == 2 && c.layout.ep == 8 && c.layout.moe_dispatcher == dispatcher;
+                        })
+        ->metrics.step_time_s;
+  };
+  CHECK(with(config::MoeDispatcher::allgather) > with(config::MoeDispatcher::alltoall));
+  CHECK(search::to_text(rg, base, 0).find("(ep ng: with the allgather token dispatcher") != std::string::npos);
+  a.moe_a2a_overlap = {};
+  a.moe_dispatcher = {config::MoeDispatcher::alltoall, config::MoeDispatcher::flex};
   // ep 1 has no dispatch: the flex value does not double it.
   a.ep = {1, 8};
   a.pp = {1};

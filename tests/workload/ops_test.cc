@@ -692,6 +692,49 @@ TEST_CASE("MoE layer with the flex dispatcher and group-limited routing: fewer d
       CHECK(op.comm_bytes == static_cast<std::int64_t>(R * 4 * h * 2));
 }
 
+// The allgather dispatcher over ep 4 × etp 2 = 8 ranks, tp 2 with SP (R = 4096/2 tokens per rank,
+// hidden 1024, 32 experts, top 4): the forward all-gathers the 8·R tokens with a byte of routing map
+// and 4 of probability per expert, 8R·(1024·2 + 32·5) bytes, over the ep x etp group, and
+// reduce-scatters the outputs in fp32, 8R·1024·4; the backward all-gathers the output gradient in
+// fp32 and reduce-scatters 8R·(1024·2 + 32·4). No all-to-all, no separate ETP collective; the experts
+// run the alltoall dispatcher's rows, etp·R·k = 2·2048·4, and the CPU waits after the gather.
+TEST_CASE("MoE layer with the allgather dispatcher: the ep x etp group's tokens gathered and scattered") {
+  const ModelSpec m = moe_model(1024);
+  LayerConfig c;
+  c.seq_len = 4096;
+  c.tp = 2;
+  c.sequence_parallel = true;
+  c.ep = 4;
+  c.etp = 2;
+  c.moe_allgather_dispatch = true;
+  const double G = 8, R = 2048, h = 1024, E = 32;
+  const auto fwd = layer_forward(m, c), bwd = layer_backward(m, c);
+  auto moe_comms = [](const std::vector<Op>& ops) {
+    std::vector<const Op*> out;
+    for (const Op& op : ops)
+      if (op.kind == OpKind::tp_comm && op.group != CommGroup::tp) out.push_back(&op);
+    return out;
+  };
+  const auto f = moe_comms(fwd), b = moe_comms(bwd);
+  REQUIRE(f.size() == 2);
+  REQUIRE(b.size() == 2);
+  for (const Op* op : {f[0], f[1], b[0], b[1]}) CHECK(op->group == CommGroup::ep_etp);
+  CHECK((f[0]->comm == Comm::all_gather && f[0]->comm_bytes == static_cast<std::int64_t>(G * R * (h * 2 + E * 5))));
+  CHECK(f[0]->host_sync);
+  CHECK((f[1]->comm == Comm::reduce_scatter && f[1]->comm_bytes == static_cast<std::int64_t>(G * R * h * 4)));
+  CHECK((b[0]->comm == Comm::all_gather && b[0]->comm_bytes == static_cast<std::int64_t>(G * R * h * 4)));
+  CHECK((b[1]->comm == Comm::reduce_scatter && b[1]->comm_bytes == static_cast<std::int64_t>(G * R * (h * 2 + E * 4))));
+  for (const Op& op : fwd)
+    if (op.name == "experts_fc1") CHECK(op.gemm.m * 32 / 4 == static_cast<std::int64_t>(2 * R * 4));  // 8 local experts
+  // Without expert parallelism nothing is gathered: the permutations only.
+  c.tp = 1;
+  c.sequence_parallel = false;
+  c.ep = 1;
+  c.etp = 1;
+  CHECK(moe_comms(layer_forward(m, c)).empty());
+  CHECK(moe_comms(layer_backward(m, c)).empty());
+}
+
 // Expert tensor parallelism: the R·k copies each rank receives are all-gathered over its etp ranks
 // (etp·R·k rows), each of which runs F/etp of every local expert; the ETP all-gather and
 // reduce-scatter carry etp·R·k·h·2 bytes.
