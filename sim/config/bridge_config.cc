@@ -431,7 +431,7 @@ class Reader {
       }
     }
     activation();
-    // moe_layer_freq: 1, or one 0/1 per layer.
+    // moe_layer_freq: N (every N-th layer), or one 0/1 per layer.
     const YAML::Node freq = lookup("model.moe_layer_freq");
     if (set_in_file("model.num_moe_experts") && freq.IsDefined() && !freq.IsNull()) {
       ++read_;

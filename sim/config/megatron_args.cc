@@ -731,26 +731,35 @@ class Importer {
       put(m, "model", "router_groups", *groups, "moe-router-num-groups");
       put(m, "model", "router_group_topk", *group_topk, "moe-router-group-topk");
     }
-    // --moe-layer-freq: 1 (every layer), or a pattern; trainsim's MoE models have dense layers first only.
+    // --moe-layer-freq: N (layer i has experts when i mod N is 0; 1: every layer), or a list pattern:
+    // dense layers first become first_dense_layers, any other pattern moe_layer_freq's list.
     std::int64_t dense = 0;
+    bool dense_anywhere = false;
     if (auto freq = f_.value("moe-layer-freq")) {
       const Flag& flag = *f_.get("moe-layer-freq");
-      if (*freq != "1") {
-        const auto pattern = layer_pattern(*freq);
-        if (!pattern) f_.fail(flag, fmt::format("\"{}\" is not 1 or a list pattern like ([0]*3+[1]*58)", *freq));
-        if (static_cast<std::int64_t>(pattern->size()) != layers_)
-          f_.fail(flag, fmt::format("the pattern has {} layers, the model {}", pattern->size(), layers_));
-        while (dense < layers_ && (*pattern)[static_cast<std::size_t>(dense)] == 0) ++dense;
-        if (std::find(pattern->begin() + dense, pattern->end(), 0) != pattern->end() || dense == layers_)
-          f_.fail(flag,
-                  "trainsim models dense layers only before the mixture-of-experts ones (DeepSeek's "
-                  "first_k_dense_replace)");
+      std::optional<std::vector<int>> pattern;
+      std::int64_t every = 0;
+      if (const auto [end, ec] = std::from_chars(freq->data(), freq->data() + freq->size(), every);
+          ec == std::errc() && end == freq->data() + freq->size()) {
+        if (every < 1) f_.fail(flag, fmt::format("must be at least 1, got {}", every));
+        pattern.emplace();
+        for (std::int64_t i = 0; i < layers_; ++i) pattern->push_back(i % every == 0 ? 1 : 0);
+      } else {
+        pattern = layer_pattern(*freq);
+        if (!pattern) f_.fail(flag, fmt::format("\"{}\" is not N or a list pattern like ([0]*3+[1]*58)", *freq));
+      }
+      if (static_cast<std::int64_t>(pattern->size()) != layers_)
+        f_.fail(flag, fmt::format("the pattern has {} layers, the model {}", pattern->size(), layers_));
+      while (dense < layers_ && (*pattern)[static_cast<std::size_t>(dense)] == 0) ++dense;
+      if (dense == layers_) f_.fail(flag, "leaves no layer with experts");
+      if (std::find(pattern->begin() + dense, pattern->end(), 0) != pattern->end()) {
+        dense_anywhere = true;
+        dense = 0;
+        put(m, "model", "moe_layer_freq", *pattern, "moe-layer-freq");
       }
     }
-    if (dense > 0) {
-      put(m, "model", "first_dense_layers", dense, "moe-layer-freq");
-      put(m, "model", "ffn_hidden", ffn, ffn_given ? "ffn-hidden-size" : "");
-    }
+    if (dense > 0) put(m, "model", "first_dense_layers", dense, "moe-layer-freq");
+    if (dense > 0 || dense_anywhere) put(m, "model", "ffn_hidden", ffn, ffn_given ? "ffn-hidden-size" : "");
     if (!pattern_.empty() && !m.contains("ffn_hidden") && pattern_.find('-') != std::string::npos)
       put(m, "model", "ffn_hidden", ffn, ffn_given ? "ffn-hidden-size" : "");
     if (!f_.on("moe-grouped-gemm"))

@@ -134,6 +134,11 @@ class Exporter {
         add(g, "--moe-router-num-groups", {num(m_.router_groups)});
         add(g, "--moe-router-group-topk", {num(m_.router_group_topk)}, "group-limited routing");
       }
+      if (!hybrid && !m_.moe_layer_pattern.empty()) {
+        std::string list;
+        for (const char c : m_.moe_layer_pattern) list += fmt::format("{}{}", list.empty() ? "" : ",", c);
+        add(g, "--moe-layer-freq", {"[" + list + "]"}, "the layers with experts (1) and dense (0)");
+      }
       if (!hybrid && m_.first_dense_layers > 0)
         add(g, "--moe-layer-freq",
             {fmt::format("([0]*{}+[1]*{})", m_.first_dense_layers, m_.layers - m_.first_dense_layers)},

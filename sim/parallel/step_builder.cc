@@ -637,10 +637,10 @@ std::int64_t sum_saved(const std::vector<Op>& ops) {
 }
 
 // The kinds of layer (LayerOps::fwd / bwd index): the model's own transformer layer (a mixture-of-
-// experts layer for a MoE model), a MoE model's first_dense_layers layers, and a hybrid model's
-// blocks ('M', '*', '-', 'E'; the transformer kind then serves its multi-token prediction layers);
-// then the same kinds with their GEMMs in BF16 (kBaseKinds further on: the layers
-// training.bf16_layers_at_start / _at_end keep out of FP8 and NVFP4).
+// experts layer for a MoE model), a MoE model's dense layers (first_dense_layers, moe_layer_pattern), and a hybrid
+// model's blocks ('M', '*', '-', 'E'; the transformer kind then serves its multi-token prediction layers); then the
+// same kinds with their GEMMs in BF16 (kBaseKinds further on: the layers training.bf16_layers_at_start / _at_end keep
+// out of FP8 and NVFP4).
 enum LayerKind : std::uint8_t {
   kMainKind,
   kDenseKind,
@@ -674,8 +674,7 @@ LayerKind layer_kind(const config::Scenario& sc, std::int64_t layer) {
     case workload::LayerBlock::transformer:
       break;
   }
-  return static_cast<LayerKind>((sc.model.moe() && layer < sc.model.first_dense_layers ? kDenseKind : kMainKind) +
-                                bf16);
+  return static_cast<LayerKind>((sc.model.moe() && !sc.model.moe_layer(layer) ? kDenseKind : kMainKind) + bf16);
 }
 
 workload::LayerBlock kind_block(LayerKind k) {

@@ -30,6 +30,21 @@ void validate(const ModelSpec& m, const util::JsonNode& node) {
   }
 }
 
+// Sets the model's MoE layers from one flag per layer (true: routed experts), in canonical form:
+// nothing when every layer has experts, first_dense_layers when the dense layers all come first.
+// `node` names the key for the errors.
+void set_moe_layers(ModelSpec& m, const std::vector<bool>& moe, const util::JsonNode& node) {
+  const auto first = std::find(moe.begin(), moe.end(), true);
+  if (first == moe.end()) node.fail("leaves no layer with experts");
+  m.first_dense_layers = 0;
+  m.moe_layer_pattern.clear();
+  if (std::find(first, moe.end(), false) == moe.end()) {
+    m.first_dense_layers = first - moe.begin();
+    return;
+  }
+  for (const bool e : moe) m.moe_layer_pattern += e ? '1' : '0';
+}
+
 // Group-limited routing: `groups` and `topk` name the keys (the file's own, or a Hugging Face
 // config's n_group / topk_group) for the errors.
 void read_router_groups(ModelSpec& m, const util::JsonNode& groups, const util::JsonNode& topk) {
@@ -225,6 +240,7 @@ ModelSpec ModelSpec::dense_variant() const {
   ModelSpec d = *this;
   d.experts = d.experts_per_token = d.moe_ffn_hidden = d.shared_expert_ffn_hidden = 0;
   d.first_dense_layers = 0;
+  d.moe_layer_pattern.clear();
   d.moe_latent = 0;
   d.router_groups = d.router_group_topk = 0;
   return d;
@@ -292,9 +308,16 @@ std::int64_t ModelSpec::main_params() const {
     for (std::int64_t l = 0; l < layers; ++l) n += params_per_block(block(l));
     return n;
   }
-  const std::int64_t dense = moe() ? first_dense_layers : 0;
+  const std::int64_t dense = moe() ? layers - moe_layer_count() : 0;
   const std::int64_t dense_layers = dense > 0 ? dense * dense_variant().params_per_layer() : 0;
   return dense_layers + (layers - dense) * params_per_layer() + embedding_params() + output + norm_params(*this);
+}
+
+std::int64_t ModelSpec::moe_layer_count() const {
+  if (hybrid()) return static_cast<std::int64_t>(std::count(hybrid_pattern.begin(), hybrid_pattern.end(), 'E'));
+  if (!moe()) return 0;
+  if (moe_layer_pattern.empty()) return layers - first_dense_layers;
+  return static_cast<std::int64_t>(std::count(moe_layer_pattern.begin(), moe_layer_pattern.end(), '1'));
 }
 
 std::int64_t ModelSpec::mtp_params() const {
@@ -336,6 +359,7 @@ ModelSpec parse_model(const util::JsonNode& node) {
                        "moe_latent",
                        "router_groups",
                        "router_group_topk",
+                       "moe_layer_freq",
                        "hybrid_pattern",
                        "mamba_heads",
                        "mamba_head_dim",
@@ -392,6 +416,7 @@ ModelSpec parse_model(const util::JsonNode& node) {
     if (auto f = node.find("ffn_hidden"); f && !m.hybrid_has('-'))
       f->fail("hybrid_pattern has no '-' (MLP) layer for it");
     if (auto k = node.find("first_dense_layers")) k->fail("a hybrid model places its dense layers in hybrid_pattern");
+    if (auto k = node.find("moe_layer_freq")) k->fail("a hybrid model places its expert layers in hybrid_pattern");
     if (auto k = node.find("kv_lora_rank"))
       k->fail("multi-head latent attention in a hybrid model is not supported yet");
   }
@@ -411,18 +436,42 @@ ModelSpec parse_model(const util::JsonNode& node) {
     }
     if (m.hybrid()) {
       // A hybrid model's ffn_hidden is its '-' layers' (read above).
+    } else if (auto freq = node.find("moe_layer_freq")) {
+      if (node.has("first_dense_layers"))
+        freq->fail("cannot be combined with first_dense_layers (the pattern says which layers are dense)");
+      // Megatron-Core's --moe-layer-freq: N (layer i has experts when i mod N is 0), or one 0 / 1 per layer.
+      std::vector<bool> moe(static_cast<std::size_t>(m.layers));
+      if (freq->json().is_array()) {
+        if (static_cast<std::int64_t>(freq->json().size()) != m.layers)
+          freq->fail(fmt::format("has {} entries for the model's {} layers", freq->json().size(), m.layers));
+        for (std::size_t i = 0; i < moe.size(); ++i) {
+          const auto& entry = freq->json()[i];
+          if (!entry.is_number_integer() || (entry.get<std::int64_t>() != 0 && entry.get<std::int64_t>() != 1))
+            freq->fail(fmt::format("entry {} is {}: each entry is 0 (a dense MLP) or 1 (experts)", i, entry.dump()));
+          moe[i] = entry.get<std::int64_t>() == 1;
+        }
+      } else {
+        const std::int64_t n = freq->as_positive_int();
+        for (std::size_t i = 0; i < moe.size(); ++i) moe[i] = static_cast<std::int64_t>(i) % n == 0;
+      }
+      set_moe_layers(m, moe, *freq);
+      if (m.moe_layer_count() < m.layers)
+        m.ffn_hidden = node.at("ffn_hidden").as_positive_int();  // the dense layers' MLP
+      else if (auto f = node.find("ffn_hidden"))
+        f->fail("every layer has experts (moe_layer_freq): no dense MLP takes it");
     } else if (auto k = node.find("first_dense_layers")) {
       m.first_dense_layers = k->as_positive_int();
       if (m.first_dense_layers >= m.layers) k->fail(fmt::format("must be below layers ({})", m.layers));
       m.ffn_hidden = node.at("ffn_hidden").as_positive_int();  // the dense layers' MLP
     } else if (auto f = node.find("ffn_hidden")) {
       f->fail(
-          "a mixture-of-experts model has no dense MLP unless first_dense_layers says which layers keep one; its "
+          "a mixture-of-experts model has no dense MLP unless first_dense_layers or moe_layer_freq says which "
+          "layers keep one; its "
           "widths are moe_ffn_hidden and shared_expert_ffn_hidden");
     }
   } else {
     for (const char* key : {"experts_per_token", "moe_ffn_hidden", "shared_expert_ffn_hidden", "first_dense_layers",
-                            "moe_latent", "router_groups", "router_group_topk"}) {
+                            "moe_latent", "router_groups", "router_group_topk", "moe_layer_freq"}) {
       if (auto k = node.find(key)) k->fail("only a mixture-of-experts model (with \"experts\") takes this key");
     }
     if (!m.hybrid()) m.ffn_hidden = node.at("ffn_hidden").as_positive_int();
@@ -484,18 +533,6 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
     return parse_hf_config(*text, fallback_name);
   }
   if (node.has("hybrid_override_pattern")) return parse_hf_nemotron_h(node, fallback_name);
-  // Mixture-of-experts layouts trainsim does not model: Qwen-MoE's dense or sparse-every-k layers,
-  // DeepSeek's MoE layers on every k-th layer, per-layer attention kinds other than below.
-  if (auto freq = node.find("moe_layer_freq"); freq && freq->json().is_number() && freq->json().get<double>() != 1) {
-    freq->fail("mixture-of-experts layers on only some layers are not supported yet (every layer must be sparse)");
-  }
-  if (auto step = node.find("decoder_sparse_step");
-      step && step->json().is_number() && step->json().get<double>() != 1) {
-    step->fail("mixture-of-experts layers on only some layers are not supported yet (every layer must be sparse)");
-  }
-  if (auto dense = node.find("mlp_only_layers"); dense && dense->json().is_array() && !dense->json().empty()) {
-    dense->fail("dense layers among mixture-of-experts layers are not supported yet");
-  }
   // Per-layer attention kinds (GPT-OSS, Gemma 3, ...): full and sliding-window layers in a pattern
   // that repeats every N layers with the N-th full; anything else is refused.
   std::int64_t window_pattern = 0;  // 0: no sliding layers listed; 1: all windowed; N: every N-th full
@@ -554,7 +591,21 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
     if (auto sh = node.find("shared_expert_intermediate_size"); sh && !sh->json().is_null()) {
       m.shared_expert_ffn_hidden = sh->as_nonnegative_int();
     }
-    m.ffn_hidden = 0;
+    // Qwen2-MoE's sparse layers: layer i has experts when (i + 1) mod decoder_sparse_step is 0 and it
+    // is not among mlp_only_layers; the others keep a dense MLP of intermediate_size.
+    std::int64_t step = 1;
+    if (auto st = node.find("decoder_sparse_step"); st && !st->json().is_null()) step = st->as_positive_int();
+    std::vector<bool> sparse(static_cast<std::size_t>(m.layers));
+    for (std::size_t i = 0; i < sparse.size(); ++i) sparse[i] = (static_cast<std::int64_t>(i) + 1) % step == 0;
+    if (auto dense = node.find("mlp_only_layers"); dense && dense->json().is_array()) {
+      for (const auto& l : dense->json()) {
+        if (!l.is_number_integer() || l.get<std::int64_t>() < 0 || l.get<std::int64_t>() >= m.layers)
+          dense->fail(fmt::format("{} is not a layer index below num_hidden_layers ({})", l.dump(), m.layers));
+        sparse[static_cast<std::size_t>(l.get<std::int64_t>())] = false;
+      }
+    }
+    set_moe_layers(m, sparse, node.find("decoder_sparse_step").value_or(node));
+    if (m.moe_layer_count() == m.layers) m.ffn_hidden = 0;
     break;
   }
   // DeepSeek-V2/V3 and Kimi K2 (model_type deepseek_v2, deepseek_v3, kimi_k2): n_routed_experts of
@@ -574,7 +625,16 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
       m.first_dense_layers = k->as_nonnegative_int();
       if (m.first_dense_layers >= m.layers) k->fail(fmt::format("must be below num_hidden_layers ({})", m.layers));
     }
-    if (m.first_dense_layers == 0) m.ffn_hidden = 0;
+    // moe_layer_freq: of the layers after them, those whose index is a multiple of it have experts.
+    if (auto freq = node.find("moe_layer_freq"); freq && !freq->json().is_null() && freq->as_positive_int() > 1) {
+      std::vector<bool> moe(static_cast<std::size_t>(m.layers));
+      for (std::size_t i = 0; i < moe.size(); ++i) {
+        const auto l = static_cast<std::int64_t>(i);
+        moe[i] = l >= m.first_dense_layers && l % freq->as_positive_int() == 0;
+      }
+      set_moe_layers(m, moe, *freq);
+    }
+    if (m.moe_layer_count() == m.layers) m.ffn_hidden = 0;
     // Node-limited routing (DeepSeek-V3: n_group 8, topk_group 4); Kimi K2's 1 and 1 limit nothing.
     auto groups = node.find("n_group"), group_topk = node.find("topk_group");
     if (groups && !groups->json().is_null() && group_topk && !group_topk->json().is_null())
@@ -671,7 +731,7 @@ double model_flops_per_sequence(const ModelSpec& m, std::int64_t seq_len) {
                  (2 * 2 * h * h + linear + core + (m.moe() ? moe_mlp : dense_mlp) + logits_per_token);
     return 3 * s * per_token;
   }
-  const double moe_layers = m.moe() ? static_cast<double>(m.layers - m.first_dense_layers) : 0;
+  const double moe_layers = static_cast<double>(m.moe_layer_count());
   const double dense_layers = static_cast<double>(m.layers) - moe_layers;
   const double layer_mlp = m.moe() ? moe_mlp : dense_mlp;
   double per_token = static_cast<double>(m.layers) * (linear + core) + moe_layers * moe_mlp + dense_layers * dense_mlp +

@@ -66,6 +66,11 @@ struct ModelSpec {
   // A mixture-of-experts model whose first first_dense_layers layers keep a dense MLP of ffn_hidden
   // (DeepSeek's first_k_dense_replace; Megatron's --moe-layer-freq with leading zeros).
   std::int64_t first_dense_layers = 0;
+  // Or experts on any layers (Megatron-Core's --moe-layer-freq N or list, Qwen2-MoE's
+  // decoder_sparse_step and mlp_only_layers): one character per layer, '1' routed experts, '0' a
+  // dense MLP of ffn_hidden. Empty: every layer from first_dense_layers on. Never all '1', nor
+  // '0's then '1's (first_dense_layers says those).
+  std::string moe_layer_pattern;
   // Multi-head latent attention (DeepSeek-V2/V3, Kimi K2; kv_lora_rank > 0): queries come from a
   // q_lora_rank latent (0: straight from the hidden state), keys and values from a kv_lora_rank
   // latent, each normed and projected up per head. Query and key heads are head_dim (without
@@ -112,14 +117,19 @@ struct ModelSpec {
   bool hybrid_has(char c) const { return hybrid_pattern.find(c) != std::string::npos; }
   // Whether some layer has a dense MLP: a hybrid model's '-' layers, a dense model's layers, a MoE
   // model's first_dense_layers.
-  bool has_dense_mlp() const { return hybrid() ? hybrid_has('-') : !moe() || first_dense_layers > 0; }
+  bool has_dense_mlp() const { return hybrid() ? hybrid_has('-') : !moe() || moe_layer_count() < layers; }
   // The block layer `layer` (0-based) is: its hybrid pattern's, or a transformer layer.
   LayerBlock block(std::int64_t layer) const;
   // Whether layer `layer` (0-based) has routed experts: a MoE model's transformer layers after its
   // first_dense_layers, or a hybrid model's 'E' layers.
   bool moe_layer(std::int64_t layer) const {
-    return hybrid() ? block(layer) == LayerBlock::moe : moe() && layer >= first_dense_layers;
+    if (hybrid()) return block(layer) == LayerBlock::moe;
+    if (!moe()) return false;
+    return moe_layer_pattern.empty() ? layer >= first_dense_layers
+                                     : moe_layer_pattern[static_cast<std::size_t>(layer)] == '1';
   }
+  // The layers with routed experts.
+  std::int64_t moe_layer_count() const;
   // The inner width of a Mamba mixer (heads x head_dim) and its input projection's output width:
   // z and x (inner each), B and C (groups x state each) and one dt per head.
   std::int64_t mamba_inner() const { return mamba_heads * mamba_head_dim; }

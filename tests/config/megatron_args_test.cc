@@ -192,9 +192,11 @@ TEST_CASE("what cannot be read is one error naming the flag and its line") {
         "train.sh: the vocabulary size is not in the command (--tokenizer-type HuggingFaceTokenizer): give it with "
         "--vocab N");
   CHECK(error_of("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 100 --seq-length 8 --bf16 "
-                 "--num-experts 4 --moe-layer-freq [0,1]*2") ==
-        "train.sh: line 1: --moe-layer-freq: trainsim models dense layers only before the mixture-of-experts ones "
-        "(DeepSeek's first_k_dense_replace)");
+                 "--num-experts 4 --moe-layer-freq [0,0,0,0]") ==
+        "train.sh: line 1: --moe-layer-freq: leaves no layer with experts");
+  CHECK(error_of("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 100 --seq-length 8 --bf16 "
+                 "--num-experts 4 --moe-layer-freq [0,1]*3") ==
+        "train.sh: line 1: --moe-layer-freq: the pattern has 6 layers, the model 4");
   CHECK(error_of("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 100 --seq-length 8 --bf16", 0) ==
         "train.sh: the GPU count is not in the command: give it with --gpus N (or launch with "
         "torchrun's --nproc-per-node and --nnodes)");
@@ -368,4 +370,20 @@ TEST_CASE("--moe-token-dispatcher-type: allgather, Megatron's default, read as s
   CHECK(named.scenario["parallel"]["moe_token_dispatcher"] == "allgather");
   CHECK(named.not_modelled.empty());
   CHECK(!import(moe + " --moe-token-dispatcher-type alltoall").scenario["parallel"].contains("moe_token_dispatcher"));
+}
+
+TEST_CASE("--moe-layer-freq: N, dense layers first, or any pattern") {
+  const std::string cmd =
+      "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 4 --hidden-size 2048 --num-attention-heads 16 "
+      "--swiglu --vocab-size 32000 --seq-length 4096 --bf16 --num-experts 8 --moe-router-topk 2 "
+      "--moe-ffn-hidden-size 1408 --ffn-hidden-size 8192 --moe-grouped-gemm --moe-token-dispatcher-type alltoall";
+  // N: layer i has experts when i mod N is 0 (Megatron-Core's moe_layer_freq int).
+  const auto every2 = import(cmd + " --moe-layer-freq 2");
+  CHECK(every2.scenario["model"]["moe_layer_freq"] == nlohmann::ordered_json::array({1, 0, 1, 0}));
+  CHECK(every2.scenario["model"]["ffn_hidden"] == 8192);
+  CHECK(parse(every2).model.moe_layer_pattern == "1010");
+  CHECK(import(cmd + " --moe-layer-freq ([0]*1+[1]*3)").scenario["model"]["first_dense_layers"] == 1);
+  CHECK(import(cmd + " --moe-layer-freq [0,1,1,0]").scenario["model"]["moe_layer_freq"] ==
+        nlohmann::ordered_json::array({0, 1, 1, 0}));
+  CHECK(!import(cmd + " --moe-layer-freq 1").scenario["model"].contains("moe_layer_freq"));
 }

@@ -2479,3 +2479,31 @@ TEST_CASE("shared expert overlap: the shared expert beside the token all-to-alls
   CHECK(refusal(j) ==
         "test.json: parallel.moe_shared_expert_overlap: needs ep > 1 (it overlaps the token all-to-alls)");
 }
+
+// Experts on every other layer (Megatron-Core's --moe-layer-freq 2): layers 0, 2, 4 and 6 of 8 run
+// the experts and their token all-to-alls, the others a dense MLP of 2048 (the same FLOPs per token
+// as top 4 of experts of 512 here: 3·1024·2048 = 4·3·1024·512). Nothing overlaps the all-to-alls on
+// one pipeline stage, so half the MoE layers expose half the all-to-all time; the parameters are four
+// layers' experts and four dense MLPs; a pipelined run's symmetric simulation gives the full one's
+// step time.
+TEST_CASE("MoE on every other layer: half the all-to-alls, dense MLPs between") {
+  auto all = moe_scenario(8, 1, 1, 8, 1);
+  auto half = all;
+  half["model"]["moe_layer_freq"] = 2;
+  half["model"]["ffn_hidden"] = 2048;
+  const auto a = parallel::simulate_step(scenario(all));
+  const auto sc = scenario(half);
+  CHECK(sc.model.moe_layer_pattern == "10101010");
+  const auto h = parallel::simulate_step(sc);
+  CHECK(h.mean.ep_exposed_s == Approx(a.mean.ep_exposed_s / 2).epsilon(1e-6));
+  const auto& m = sc.model;
+  CHECK(m.main_params() ==
+        4 * m.params_per_layer() + 4 * m.dense_variant().params_per_layer() + 2 * m.embedding_params() + m.hidden);
+  auto piped = moe_scenario(16, 1, 2, 8, 1);
+  piped["model"]["moe_layer_freq"] = nlohmann::json::array({0, 1, 1, 0, 0, 1, 1, 0});
+  piped["model"]["ffn_hidden"] = 2048;
+  const auto ps = scenario(piped);
+  parallel::BuildOptions full;
+  full.all_ranks = true;
+  CHECK(parallel::simulate_step(ps).step_time_s == parallel::simulate_step(ps, full).step_time_s);
+}

@@ -98,7 +98,7 @@ TEST_CASE("model JSON defaults and validation") {
         "vocab, mlp, tied_embeddings, head_dim, dropout, experts, experts_per_token, moe_ffn_hidden, "
         "shared_expert_ffn_hidden, sliding_window, sliding_window_pattern, qk_norm, first_dense_layers, q_lora_rank, "
         "kv_lora_rank, qk_rope_head_dim, v_head_dim, mtp_layers, moe_latent, router_groups, router_group_topk, "
-        "hybrid_pattern, mamba_heads, "
+        "moe_layer_freq, hybrid_pattern, mamba_heads, "
         "mamba_head_dim, mamba_state, mamba_groups, mamba_conv, mamba_chunk)");
   CHECK(error_of([] {
           parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 8,
@@ -174,20 +174,20 @@ TEST_CASE("Hugging Face errors name the JSON path") {
       "num_experts_per_tok": 9})");
         }) == "config.json: num_experts_per_tok: exceeds num_local_experts (8)");
   CHECK(error_of([] {
-          parse_hf(R"({"model_type": "deepseek_v3", "num_hidden_layers": 4, "hidden_size": 64,
-      "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 10, "n_routed_experts": 8,
-      "num_experts_per_tok": 2, "moe_intermediate_size": 16, "moe_layer_freq": 2})");
-        }) ==
-        "config.json: moe_layer_freq: mixture-of-experts layers on only some layers are not supported yet "
-        "(every layer must be sparse)");
-  CHECK(error_of([] {
           parse_hf(R"({"model_type": "deepseek_v2", "num_hidden_layers": 4, "hidden_size": 64,
       "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 10, "kv_lora_rank": 16,
       "qk_rope_head_dim": 8, "v_head_dim": 16})");
         }) == "config.json: qk_nope_head_dim: missing required key");
-  CHECK(error_of([] { parse_hf(R"({"model_type": "qwen2_moe", "decoder_sparse_step": 2})"); }) ==
-        "config.json: decoder_sparse_step: mixture-of-experts layers on only some layers are not supported yet "
-        "(every layer must be sparse)");
+  CHECK(error_of([] {
+          parse_hf(R"({"model_type": "qwen2_moe", "num_hidden_layers": 4, "hidden_size": 64,
+      "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 10, "num_experts": 8,
+      "num_experts_per_tok": 2, "moe_intermediate_size": 16, "decoder_sparse_step": 5})");
+        }) == "config.json: decoder_sparse_step: leaves no layer with experts");
+  CHECK(error_of([] {
+          parse_hf(R"({"model_type": "qwen2_moe", "num_hidden_layers": 4, "hidden_size": 64,
+      "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 10, "num_experts": 8,
+      "num_experts_per_tok": 2, "moe_intermediate_size": 16, "mlp_only_layers": [4]})");
+        }) == "config.json: mlp_only_layers: 4 is not a layer index below num_hidden_layers (4)");
   CHECK(error_of([] { parse_hf(R"({"model_type": "x", "layer_types": ["chunked_attention"]})"); }) ==
         "config.json: layer_types: chunked_attention layers are not supported yet (full_attention and "
         "sliding_attention only)");
@@ -239,8 +239,8 @@ TEST_CASE("trainsim's model format takes experts instead of ffn_hidden") {
           parse(R"({"name": "moe", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4, "ffn_hidden": 256,
             "vocab": 100, "mlp": "swiglu", "experts": 8, "experts_per_token": 2, "moe_ffn_hidden": 32})");
         }) ==
-        "m.json: ffn_hidden: a mixture-of-experts model has no dense MLP unless first_dense_layers says "
-        "which layers keep one; its widths are moe_ffn_hidden and shared_expert_ffn_hidden");
+        "m.json: ffn_hidden: a mixture-of-experts model has no dense MLP unless first_dense_layers or "
+        "moe_layer_freq says which layers keep one; its widths are moe_ffn_hidden and shared_expert_ffn_hidden");
   CHECK(error_of([] {
           parse(R"({"name": "d", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4, "ffn_hidden": 256,
             "vocab": 100, "mlp": "swiglu", "moe_ffn_hidden": 32})");
@@ -522,4 +522,55 @@ TEST_CASE("Group-limited routing: router_groups and router_group_topk, checked")
           parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4, "ffn_hidden": 256,
                     "vocab": 100, "mlp": "gelu", "router_groups": 8})");
         }) == "m.json: router_groups: only a mixture-of-experts model (with \"experts\") takes this key");
+}
+
+// Experts on some layers only (Megatron-Core's --moe-layer-freq, Qwen2-MoE's decoder_sparse_step and
+// mlp_only_layers, DeepSeek's moe_layer_freq): dense layers anywhere, with their MLP of ffn_hidden.
+// Four layers of hidden 64: attention 4·64², norms 2·64; a dense SwiGLU MLP 3·64·256; experts 8·3·64·32
+// with the router 64·8.
+TEST_CASE("moe_layer_freq: experts on every N-th layer or on a listed pattern; the HF equivalents") {
+  auto moe = [](const std::string& extra) {
+    return parse(R"({"name": "x", "layers": 4, "hidden": 64, "heads": 4, "kv_heads": 4, "vocab": 100,
+                     "mlp": "swiglu", "experts": 8, "experts_per_token": 2, "moe_ffn_hidden": 32)" +
+                 extra + "}");
+  };
+  const std::int64_t attention = 4 * 64 * 64 + 2 * 64, dense = 3 * 64 * 256, experts = 8 * 3 * 64 * 32 + 64 * 8;
+  const std::int64_t outside = 2 * 100 * 64 + 64;  // embedding, output layer, final norm
+  const ModelSpec every2 = moe(R"(, "moe_layer_freq": 2, "ffn_hidden": 256)");
+  CHECK(every2.moe_layer_pattern == "1010");  // Megatron: layer i when i mod 2 is 0
+  CHECK((every2.moe_layer(0) && !every2.moe_layer(1) && every2.moe_layer(2) && !every2.moe_layer(3)));
+  CHECK(every2.moe_layer_count() == 2);
+  CHECK(every2.has_dense_mlp());
+  CHECK(every2.total_params() == 4 * attention + 2 * dense + 2 * experts + outside);
+  // A list; dense layers first only is first_dense_layers, and all experts is the default.
+  CHECK(moe(R"(, "moe_layer_freq": [0, 1, 1, 0], "ffn_hidden": 256)").moe_layer_pattern == "0110");
+  const ModelSpec first = moe(R"(, "moe_layer_freq": [0, 0, 1, 1], "ffn_hidden": 256)");
+  CHECK((first.moe_layer_pattern.empty() && first.first_dense_layers == 2));
+  const ModelSpec all = moe(R"(, "moe_layer_freq": 1)");
+  CHECK((all.moe_layer_pattern.empty() && all.first_dense_layers == 0 && !all.has_dense_mlp()));
+  CHECK(error_of([&] { moe(R"(, "moe_layer_freq": 2)"); }) == "m.json: ffn_hidden: missing required key");
+  CHECK(error_of([&] { moe(R"(, "moe_layer_freq": 1, "ffn_hidden": 256)"); }) ==
+        "m.json: ffn_hidden: every layer has experts (moe_layer_freq): no dense MLP takes it");
+  CHECK(error_of([&] { moe(R"(, "moe_layer_freq": [0, 1], "ffn_hidden": 256)"); }) ==
+        "m.json: moe_layer_freq: has 2 entries for the model's 4 layers");
+  CHECK(error_of([&] { moe(R"(, "moe_layer_freq": [0, 1, 2, 1], "ffn_hidden": 256)"); }) ==
+        "m.json: moe_layer_freq: entry 2 is 2: each entry is 0 (a dense MLP) or 1 (experts)");
+  CHECK(error_of([&] { moe(R"(, "moe_layer_freq": [0, 0, 0, 0], "ffn_hidden": 256)"); }) ==
+        "m.json: moe_layer_freq: leaves no layer with experts");
+  CHECK(error_of([&] { moe(R"(, "moe_layer_freq": 2, "first_dense_layers": 1, "ffn_hidden": 256)"); }) ==
+        "m.json: moe_layer_freq: cannot be combined with first_dense_layers (the pattern says which layers are "
+        "dense)");
+  // Qwen2-MoE: layer i sparse when (i + 1) mod decoder_sparse_step is 0 and not in mlp_only_layers.
+  const ModelSpec qwen = parse_hf(R"({"model_type": "qwen2_moe", "num_hidden_layers": 4, "hidden_size": 64,
+      "num_attention_heads": 4, "intermediate_size": 256, "vocab_size": 100, "num_experts": 8,
+      "num_experts_per_tok": 2, "moe_intermediate_size": 32, "decoder_sparse_step": 2, "mlp_only_layers": [3],
+      "tie_word_embeddings": false})");
+  CHECK(qwen.moe_layer_pattern == "0100");
+  CHECK(qwen.ffn_hidden == 256);
+  // DeepSeek-V2 style: after first_k_dense_replace, the layers whose index is a multiple of moe_layer_freq.
+  const ModelSpec ds = parse_hf(R"({"model_type": "deepseek_v2", "num_hidden_layers": 4, "hidden_size": 64,
+      "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 10, "n_routed_experts": 8,
+      "num_experts_per_tok": 2, "moe_intermediate_size": 16, "first_k_dense_replace": 1, "moe_layer_freq": 2})");
+  CHECK(ds.moe_layer_pattern == "0010");
+  CHECK(ds.ffn_hidden == 128);
 }
