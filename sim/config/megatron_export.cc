@@ -187,6 +187,8 @@ class Exporter {
         fail("parallel.schedule", "Megatron-LM has no GPipe schedule (its pipeline runs 1F1B or interleaved 1F1B)");
       case Schedule::zb_h1:
         fail("parallel.schedule", "Megatron-LM has no zero-bubble (ZB-H1) schedule");
+      case Schedule::dualpipev:
+        fail("parallel.schedule", "Megatron-LM has no DualPipe schedule (its combined 1F1B is moe_a2a_overlap)");
     }
     if (p.first_stage_layers > 0) add(g, "--decoder-first-pipeline-num-layers", {num(p.first_stage_layers)});
     if (p.last_stage_layers > 0) add(g, "--decoder-last-pipeline-num-layers", {num(p.last_stage_layers)});

@@ -268,24 +268,30 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
   if (auto v = node.find("etp")) p.etp = v->as_positive_int();
   if (auto v = node.find("sequence_parallel")) p.sequence_parallel = v->as_bool();
   if (auto v = node.find("schedule")) {
-    constexpr std::array<Schedule, 4> kSchedule = {Schedule::one_f_one_b, Schedule::gpipe, Schedule::interleaved,
-                                                   Schedule::zb_h1};
-    p.schedule = kSchedule[parse_choice(*v, Choices{{"1f1b", "gpipe", "interleaved", "zb-h1"}, {}})];
+    constexpr std::array<Schedule, 5> kSchedule = {Schedule::one_f_one_b, Schedule::gpipe, Schedule::interleaved,
+                                                   Schedule::zb_h1, Schedule::dualpipev};
+    p.schedule = kSchedule[parse_choice(*v, Choices{{"1f1b", "gpipe", "interleaved", "zb-h1", "dualpipev"}, {}})];
   }
   if (auto v = node.find("virtual_stages")) {
     p.virtual_stages = v->as_positive_int();
-    if (p.virtual_stages > 1 && p.schedule != Schedule::interleaved)
+    if (p.schedule == Schedule::dualpipev) {
+      if (p.virtual_stages != 2)
+        v->fail("dualpipev places 2 virtual stages on each rank (in a V): give 2 or leave it out");
+    } else if (p.virtual_stages > 1 && p.schedule != Schedule::interleaved) {
       v->fail(fmt::format("{} virtual stages need \"schedule\": \"interleaved\"", p.virtual_stages));
+    }
   }
+  if (p.schedule == Schedule::dualpipev) p.virtual_stages = 2;
   if (p.schedule == Schedule::interleaved && p.virtual_stages < 2)
     node.at("schedule").fail("the interleaved schedule needs virtual_stages >= 2 (Megatron: VPP 1 disables it)");
   if (auto v = node.find("zero")) {
     p.zero = v->as_nonnegative_int();
     if (p.zero > 3) v->fail(fmt::format("must be 0, 1, 2 or 3, got {}", p.zero));
-    if (p.zero == 3 && p.schedule == Schedule::zb_h1)
+    if (p.zero == 3 && (p.schedule == Schedule::zb_h1 || p.schedule == Schedule::dualpipev))
       v->fail(
-          "zero 3 with the zb-h1 schedule is not supported yet (its weight-gradient passes would re-gather "
-          "each layer)");
+          fmt::format("zero 3 with the {} schedule is not supported yet (its weight-gradient passes would "
+                      "re-gather each layer)",
+                      p.schedule == Schedule::zb_h1 ? "zb-h1" : "dualpipev"));
   }
   if (auto v = node.find("zero2_param_gather")) {
     constexpr std::array<ParallelSpec::Zero2Gather, 2> kGather = {ParallelSpec::Zero2Gather::after_optimizer,
@@ -294,7 +300,8 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
     if (p.zero != 2) v->fail("applies to zero 2 only");
     if (p.zero2_param_gather == ParallelSpec::Zero2Gather::per_unit) {
       if (p.pp > 1) v->fail("per_unit (PyTorch FSDP SHARD_GRAD_OP) with pipeline parallelism is not supported yet");
-      if (p.schedule == Schedule::zb_h1) v->fail("per_unit with the zb-h1 schedule is not supported yet");
+      if (p.schedule == Schedule::zb_h1 || p.schedule == Schedule::dualpipev)
+        v->fail("per_unit with the zb-h1 or dualpipev schedule is not supported yet");
     }
   }
   const bool fsdp_units = p.fsdp_units();
@@ -977,9 +984,21 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
       throw util::InputError(file, path,
                              fmt::format("the other {} stages cannot split the remaining {} layers evenly", rest_stages,
                                          m.layers - fixed));
-  } else if (m.layers % p.pp != 0) {
+  } else if (p.schedule != Schedule::dualpipev && m.layers % p.pp != 0) {  // (dualpipev: checked below)
     throw util::InputError(file, util::join_path(parallel_path, "pp"),
                            fmt::format("{} does not divide layers ({})", p.pp, m.layers));
+  }
+  if (p.schedule == Schedule::dualpipev) {
+    const std::string path = util::join_path(parallel_path, "schedule");
+    if (p.pp < 2) throw util::InputError(file, path, "dualpipev needs pp >= 2");
+    if (p.first_stage_layers > 0 || p.last_stage_layers > 0 || accounted)
+      throw util::InputError(file, path,
+                             "dualpipev splits the layers evenly over its 2 x pp virtual stages, or as "
+                             "pipeline_layout says (not first/last_stage_layers or account_for_*)");
+    if (!laid_out && m.layers % (2 * p.pp) != 0)
+      throw util::InputError(file, util::join_path(parallel_path, "pp"),
+                             fmt::format("2 x pp = {} virtual stages do not divide layers ({}); give a pipeline_layout",
+                                         2 * p.pp, m.layers));
   }
   if (p.schedule == Schedule::interleaved) {
     if (p.pp < 2)
@@ -1287,6 +1306,12 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
                            fmt::format("gives {} micro-batches per pipeline; trainsim simulates at most {} (raise "
                                        "micro_batch or the data parallelism)",
                                        t.num_micro_batches, kMaxMicroBatches));
+  // DualPipeV needs at least two micro-batches per virtual stage pair (deepseek-ai/DualPipe's assert:
+  // num_chunks >= num_ranks * 2).
+  if (p.schedule == Schedule::dualpipev && t.num_micro_batches < 2 * p.pp)
+    throw util::InputError(file, util::join_path(training_path, "global_batch"),
+                           fmt::format("gives {} micro-batches per pipeline; dualpipev needs at least 2 x pp = {}",
+                                       t.num_micro_batches, 2 * p.pp));
   // Megatron's interleaved schedule needs the micro-batches per pipeline to be a multiple of pp.
   if (p.schedule == Schedule::interleaved && t.num_micro_batches % p.pp != 0) {
     throw util::InputError(
@@ -1389,25 +1414,35 @@ std::vector<std::string> recompute_module_names(std::uint8_t mask) {
 }
 
 std::int64_t chunks_per_stage(const ParallelSpec& p) {
-  return p.schedule == Schedule::interleaved ? p.virtual_stages : 1;
+  return p.schedule == Schedule::interleaved ? p.virtual_stages : p.schedule == Schedule::dualpipev ? 2 : 1;
+}
+
+std::int64_t virtual_stage(const ParallelSpec& p, std::int64_t stage, std::int64_t chunk) {
+  if (p.schedule == Schedule::dualpipev) return chunk == 0 ? stage : 2 * p.pp - 1 - stage;
+  return chunk * p.pp + stage;
 }
 
 std::int64_t chunk_layers(const Scenario& sc, std::int64_t stage, std::int64_t chunk) {
   const ParallelSpec& p = sc.parallel;
   const std::int64_t v = chunks_per_stage(p);
-  if (!p.layout_layers.empty()) return p.layout_layers[static_cast<std::size_t>(chunk * p.pp + stage)];
+  const std::int64_t k = virtual_stage(p, stage, chunk);
+  if (!p.layout_layers.empty()) return p.layout_layers[static_cast<std::size_t>(k)];
   if (p.account_for_embedding || p.account_for_loss) {
     const std::int64_t slots = pipeline_slots(sc.model, p) / (p.pp * v);
-    const bool first = stage == 0 && chunk == 0, last = stage == p.pp - 1 && chunk == v - 1;
+    const bool first = k == 0, last = k == p.pp * v - 1;
     return slots - (first && p.account_for_embedding ? 1 : 0) - (last && p.account_for_loss ? 1 : 0);
   }
   return stage_layers(sc, stage) / v;
 }
 
 std::int64_t chunk_first_layer(const Scenario& sc, std::int64_t stage, std::int64_t chunk) {
-  const std::int64_t pp = sc.parallel.pp;
+  const ParallelSpec& p = sc.parallel;
+  const std::int64_t v = chunks_per_stage(p);
+  const std::int64_t target = virtual_stage(p, stage, chunk);
   std::int64_t n = 0;
-  for (std::int64_t k = 0; k < chunk * pp + stage; ++k) n += chunk_layers(sc, k % pp, k / pp);
+  for (std::int64_t st = 0; st < p.pp; ++st)
+    for (std::int64_t c = 0; c < v; ++c)
+      if (virtual_stage(p, st, c) < target) n += chunk_layers(sc, st, c);
   return n;
 }
 

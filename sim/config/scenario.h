@@ -21,7 +21,12 @@ namespace trainsim::config {
 enum class Recompute : std::uint8_t { none, selective, full };
 // zb_h1: zero-bubble ZB-H1 (Qi et al. 2023): backward split into input- and weight-gradient passes,
 // weight passes deferred into the bubbles, peak memory as 1F1B's.
-enum class Schedule : std::uint8_t { one_f_one_b, gpipe, interleaved, zb_h1 };
+// dualpipev: DeepSeek's DualPipeV ("cut-in-half" DualPipe; PyTorch's ScheduleDualPipeV): 2·pp
+// virtual stages placed in a V, rank r holding stages r and 2·pp - 1 - r (the embedding and the
+// output layer both on rank 0); a forward of one chunk runs together with a backward of the other
+// (their expert all-to-alls beside each other's compute), and deferred weight-gradient passes fill
+// the ends (DeepSeek-V3 technical report §3.2.1; deepseek-ai/DualPipe).
+enum class Schedule : std::uint8_t { one_f_one_b, gpipe, interleaved, zb_h1, dualpipev };
 // Mixed precision as Megatron-LM runs it: bf16 accumulates and reduces gradients in fp32 (forced by
 // arguments.py for bf16); fp16 keeps them in fp16 unless told otherwise. Both use the 16-bit peak.
 // fp8: Transformer Engine FP8 for the layers' linear GEMMs, bf16 elsewhere (gradients as bf16's).
@@ -280,7 +285,11 @@ workload::ModelSpec load_model(const std::string& name_or_path, const std::files
 // otherwise.
 std::pair<std::int64_t, std::int64_t> launch_hosts(const Scenario& scenario);
 
-// Model chunks per pipeline stage: virtual_stages with the interleaved schedule, else one.
+// The virtual stage (0 .. pp·chunks - 1, in model order) of chunk `chunk` of pipeline stage `stage`:
+// chunk·pp + stage (interleaved), or the V of dualpipev (stage, then 2·pp - 1 - stage).
+std::int64_t virtual_stage(const ParallelSpec& parallel, std::int64_t stage, std::int64_t chunk);
+// Model chunks per pipeline stage: virtual_stages with the interleaved schedule, 2 with dualpipev,
+// else one.
 std::int64_t chunks_per_stage(const ParallelSpec& parallel);
 // Transformer layers on pipeline stage `stage` (uneven first/last stages as the scenario says).
 std::int64_t stage_layers(const Scenario& scenario, std::int64_t stage);

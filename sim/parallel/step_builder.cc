@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
 #include <functional>
 #include <optional>
 #include <string>
@@ -793,8 +794,72 @@ struct ScheduleStep {
 // With `merged` (Megatron-Core's combined 1F1B for --overlap-moe-expert-parallel-comm; 1f1b at pp 1
 // or interleaved) one more warm-up forward, so that every steady-state forward / backward pair
 // belongs to different micro-batches, and each pair is one merged step.
+// DualPipeV (DeepSeek's "cut-in-half" DualPipe, deepseek-ai/DualPipe; PyTorch's ScheduleDualPipeV),
+// rank r of p with m >= 2p micro-batches per chunk; chunk 0 is the V's way down (virtual stage r),
+// chunk 1 its way back (stage 2p - 1 - r). In eight phases: 2(p - r - 1) forwards of chunk 0; r + 1
+// pairs of forwards of chunks 0 and 1; p - r - 1 rounds of a chunk-1 input-gradient pass, a deferred
+// weight pass and a chunk-1 forward; m - 2p + r + 1 rounds of a chunk-0 forward with a chunk-1
+// backward and a chunk-1 forward with a chunk-0 backward, each pair run together (Pass::merged;
+// the last rank's first round runs its pair one after the other); p - r - 1 rounds of a chunk-1
+// backward and a chunk-1 forward with a chunk-0 backward; r + 1 rounds of backwards of chunks 1 and
+// 0, the second half as input-gradient passes; p - r - 1 rounds of a weight pass and a chunk-0
+// input-gradient pass; the r + 1 weight passes left. A weight pass runs the oldest deferred one.
+std::vector<ScheduleStep> dualpipev_schedule(std::int64_t p, std::int64_t m, std::int64_t r) {
+  std::vector<ScheduleStep> out;
+  std::deque<std::int64_t> deferred;  // the chunks whose weight passes wait, oldest first
+  auto forward = [&](std::int64_t c) { out.push_back(ScheduleStep{Pass::forward, c, 0}); };
+  auto backward = [&](std::int64_t c, bool deferring) {
+    out.push_back(ScheduleStep{deferring ? Pass::backward_input : Pass::backward, c, 0});
+    if (deferring) deferred.push_back(c);
+  };
+  auto weight = [&] {
+    TRAINSIM_ASSERT(!deferred.empty());
+    out.push_back(ScheduleStep{Pass::weight, deferred.front(), 0});
+    deferred.pop_front();
+  };
+  auto together = [&](std::int64_t f, std::int64_t b) { out.push_back(ScheduleStep{Pass::merged, f, b}); };
+  for (std::int64_t i = 0; i < 2 * (p - r - 1); ++i) forward(0);
+  for (std::int64_t i = 0; i < r + 1; ++i) {
+    forward(0);
+    forward(1);
+  }
+  for (std::int64_t i = 0; i < p - r - 1; ++i) {
+    backward(1, true);
+    weight();
+    forward(1);
+  }
+  for (std::int64_t i = 0; i < m - 2 * p + r + 1; ++i) {
+    if (i == 0 && r == p - 1) {
+      forward(0);
+      backward(1, false);
+    } else {
+      together(0, 1);
+    }
+    together(1, 0);
+  }
+  for (std::int64_t i = 0; i < p - r - 1; ++i) {
+    backward(1, false);
+    together(1, 0);
+  }
+  bool deferring = false;
+  for (std::int64_t i = 0; i < r + 1; ++i) {
+    if (i == (r + 1) / 2 && r % 2 == 1) deferring = true;
+    backward(1, deferring);
+    if (i == (r + 1) / 2 && r % 2 == 0) deferring = true;
+    backward(0, deferring);
+  }
+  for (std::int64_t i = 0; i < p - r - 1; ++i) {
+    weight();
+    backward(0, true);
+  }
+  for (std::int64_t i = 0; i < r + 1; ++i) weight();
+  TRAINSIM_ASSERT(deferred.empty());
+  return out;
+}
+
 std::vector<ScheduleStep> schedule(config::Schedule kind, std::int64_t p, std::int64_t v, std::int64_t m,
                                    std::int64_t r, bool merged = false) {
+  if (kind == config::Schedule::dualpipev) return dualpipev_schedule(p, m, r);
   std::vector<ScheduleStep> out;
   const ScheduleStep f{Pass::forward, 0}, b{Pass::backward, 0}, bi{Pass::backward_input, 0}, w{Pass::weight, 0};
   if (kind == config::Schedule::gpipe) {
@@ -969,8 +1034,10 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   // torch.cuda.synchronize() (ModelParallelConfig.batch_p2p_sync, on by default; the interleaved
   // schedule overlaps its p2p communication instead, without the sync).
   // (PyTorch's pipelining schedules, torchtitan's, wait on their p2p requests without a device sync.)
-  const bool p2p_sync =
-      par.schedule != config::Schedule::interleaved && sc.training.framework == config::Framework::megatron;
+  // (DualPipeV batches its sends and receives and waits for them, without a device sync.)
+  const bool dualpipev = par.schedule == config::Schedule::dualpipev;
+  const bool p2p_sync = par.schedule != config::Schedule::interleaved && !dualpipev &&
+                        sc.training.framework == config::Framework::megatron;
 
   auto dp_collective = [&p](network::CollectiveOp op, std::uint8_t slot, std::int64_t bytes, std::string_view name) {
     Task t;
@@ -1127,6 +1194,34 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   auto chunk_layers = [&](std::int64_t c) { return config::chunk_layers(sc, stage_index, c); };
   auto has_embedding = [&](std::int64_t c) { return stage.has_embedding && c == 0; };
   auto has_head = [&](std::int64_t c) { return stage.has_head && c == v - 1; };
+  // The peer slot a pass of chunk c receives its input on and sends its output on; none where it
+  // starts or ends the pipeline, or (dualpipev) hands over to its other chunk on the same rank. A
+  // chunk's forward goes to the next stage and its backward to the previous one; dualpipev's chunk 1
+  // runs the V's way back, on its own slots.
+  auto fwd_in = [&](std::int64_t c) -> std::optional<std::uint8_t> {
+    if (dualpipev && c == 1) return last ? std::nullopt : std::optional<std::uint8_t>(kVNext);
+    if (first && c == 0) return std::nullopt;
+    return kPrevStage;
+  };
+  auto fwd_out = [&](std::int64_t c) -> std::optional<std::uint8_t> {
+    if (dualpipev)
+      return c == 1 ? (first ? std::nullopt : std::optional<std::uint8_t>(kVPrev))
+                    : (last ? std::nullopt : std::optional<std::uint8_t>(kNextStage));
+    if (last && c == v - 1) return std::nullopt;
+    return kNextStage;
+  };
+  auto bwd_in = [&](std::int64_t c) -> std::optional<std::uint8_t> {
+    if (dualpipev)
+      return c == 1 ? (first ? std::nullopt : std::optional<std::uint8_t>(kVPrev))
+                    : (last ? std::nullopt : std::optional<std::uint8_t>(kNextStage));
+    if (last && c == v - 1) return std::nullopt;
+    return kNextStage;
+  };
+  auto bwd_out = [&](std::int64_t c) -> std::optional<std::uint8_t> {
+    if (dualpipev && c == 1) return last ? std::nullopt : std::optional<std::uint8_t>(kVNext);
+    if (first && c == 0) return std::nullopt;
+    return kPrevStage;
+  };
 
   // Gradient buckets, as Megatron's DDP forms them for each model chunk: parameters in backward
   // order (output layer, layers last to first, embedding) filled into buckets of bucket_size
@@ -1437,8 +1532,8 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   std::vector<std::int64_t> forwards(static_cast<std::size_t>(v), 0), backwards(static_cast<std::size_t>(v), 0);
   auto forward = [&](std::int64_t c) {
     const bool first_mb = forwards[static_cast<std::size_t>(c)]++ == 0;
-    if (!(first && c == 0))
-      w.after(w.add(p2p(TaskKind::recv, kPpRecv, kPrevStage, p2p_bytes, "recv_forward"), false, p2p_sync));
+    if (const auto in = fwd_in(c))
+      w.after(w.add(p2p(TaskKind::recv, kPpRecv, *in, p2p_bytes, "recv_forward"), false, p2p_sync));
     start_pass(c);
     const auto order = forward_order(c);
     std::size_t i = 0;
@@ -1463,26 +1558,26 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       leave_unit(c, head_unit(c), false);
     }
     // Megatron's p2p calls block, so the next compute waits for the send to finish.
-    if (!(last && c == v - 1))
-      w.after(w.add(p2p(TaskKind::send, kPpSend, kNextStage, p2p_bytes, "send_forward"), true, p2p_sync));
+    if (const auto out = fwd_out(c))
+      w.after(w.add(p2p(TaskKind::send, kPpSend, *out, p2p_bytes, "send_forward"), true, p2p_sync));
   };
   // Zero-bubble split: the input pass keeps the weight GEMMs' inputs and writes their output
   // gradients; the weight pass, later, frees both.
-  const bool split = par.schedule == config::Schedule::zb_h1;
+  const bool split = par.schedule == config::Schedule::zb_h1 || dualpipev;
   std::array<SplitBackward, kLayerKinds> kind_split;
   for (std::size_t k = 0; k < kLayerKinds; ++k) kind_split[k] = split_backward(ops.bwd[k]);
   auto layer_split = [&](std::int64_t c, std::int64_t l) -> const SplitBackward& { return kind_split[kind_of(c, l)]; };
   const SplitBackward head_split = split_backward(ops.head_bwd);
   const SplitBackward emb_split = split_backward(ops.emb_bwd);
-  std::int64_t weight_passes = 0;
+  std::vector<std::int64_t> weight_passes(static_cast<std::size_t>(v), 0);
 
   // One backward pass of chunk c: input and weight gradients (Pass::backward), or the input
   // gradients alone (Pass::backward_input), whose weight pass `weight` runs later.
   auto backward = [&](std::int64_t c, bool input_only) {
     const bool last_mb = ++backwards[static_cast<std::size_t>(c)] == m;
     const bool first_bwd = backwards[static_cast<std::size_t>(c)] == 1;
-    if (!(last && c == v - 1))
-      w.after(w.add(p2p(TaskKind::recv, kPpRecv, kNextStage, p2p_bytes, "recv_backward"), false, p2p_sync));
+    if (const auto in = bwd_in(c))
+      w.after(w.add(p2p(TaskKind::recv, kPpRecv, *in, p2p_bytes, "recv_backward"), false, p2p_sync));
     start_pass(c);
     // step_gather: the unsharded gradients each unit accumulates over the micro-batches, in the
     // reduce dtype (FSDP2's unsharded_accumulated_grad, to_accumulated_grad_if_needed: fp32 by default).
@@ -1545,14 +1640,14 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       fsdp_grads(emb_unit(c));
       if (!input_only) unit_done(c, emb_unit(c), last_mb);
     }
-    if (!(first && c == 0))
-      w.after(w.add(p2p(TaskKind::send, kPpSend, kPrevStage, p2p_bytes, "send_backward"), true, p2p_sync));
+    if (const auto out = bwd_out(c))
+      w.after(w.add(p2p(TaskKind::send, kPpSend, *out, p2p_bytes, "send_backward"), true, p2p_sync));
   };
   // The weight pass of the oldest micro-batch whose input pass ran (zb-h1, one chunk): every unit's
   // weight gradients, in backward order; then its gradients are complete for DP reduction.
   auto weight = [&](std::int64_t c) {
     TRAINSIM_ASSERT(split);
-    const bool last_mb = ++weight_passes == m;
+    const bool last_mb = ++weight_passes[static_cast<std::size_t>(c)] == m;
     auto unit = [&](const SplitBackward& sb, std::size_t u) {
       w.emit(sb.weight, "weight_grad", Saves::none);
       w.free_at_last(sb.held_inputs + sb.grad_outputs);
@@ -1592,9 +1687,9 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   auto merged = [&](std::int64_t cf, std::int64_t cb) {
     const bool first_mb = forwards[static_cast<std::size_t>(cf)]++ == 0;
     const bool last_mb = ++backwards[static_cast<std::size_t>(cb)] == m;
-    if (!(first && cf == 0)) w.after(w.add(p2p(TaskKind::recv, kPpRecv, kPrevStage, p2p_bytes, "recv_forward"), false));
-    if (!(last && cb == v - 1))
-      w.after(w.add(p2p(TaskKind::recv, kPpRecv, kNextStage, p2p_bytes, "recv_backward"), false));
+    if (const auto in = fwd_in(cf)) w.after(w.add(p2p(TaskKind::recv, kPpRecv, *in, p2p_bytes, "recv_forward"), false));
+    if (const auto in = bwd_in(cb))
+      w.after(w.add(p2p(TaskKind::recv, kPpRecv, *in, p2p_bytes, "recv_backward"), false));
     if (has_embedding(cf)) {
       unit_needed(cf, emb_unit(cf), first_mb);
       w.emit(ops.emb_fwd, "forward", Saves::all);
@@ -1680,9 +1775,10 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       unit_needed(cf, head_unit(cf), first_mb);
       w.emit(ops.head_fwd, "forward", Saves::all);
     }
-    if (!(last && cf == v - 1))
-      w.after(w.add(p2p(TaskKind::send, kPpSend, kNextStage, p2p_bytes, "send_forward"), true));
-    if (!(first && cb == 0)) w.after(w.add(p2p(TaskKind::send, kPpSend, kPrevStage, p2p_bytes, "send_backward"), true));
+    if (const auto out = fwd_out(cf))
+      w.after(w.add(p2p(TaskKind::send, kPpSend, *out, p2p_bytes, "send_forward"), true));
+    if (const auto out = bwd_out(cb))
+      w.after(w.add(p2p(TaskKind::send, kPpSend, *out, p2p_bytes, "send_backward"), true));
   };
 
   for (const ScheduleStep& step : schedule(par.schedule, pp, v, m, stage_index, par.moe_a2a_overlap)) {
@@ -1700,7 +1796,14 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
         weight(step.chunk);
         break;
       case Pass::merged:
-        merged(step.chunk, step.backward_chunk);
+        // DualPipeV's pair runs together as combined 1F1B does; under full recompute (whose forward
+        // runs again inside the backward) one after the other.
+        if (dualpipev && recompute == config::Recompute::full) {
+          forward(step.chunk);
+          backward(step.backward_chunk, false);
+        } else {
+          merged(step.chunk, step.backward_chunk);
+        }
         break;
     }
   }
@@ -1722,7 +1825,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
             true);
   }
   for (const Dep& d : grad_deps) w.after(d);
-  if (!lora && shares_embedding(sc) && pp > 1 && (first || last)) {
+  if (!lora && shares_embedding(sc) && pp > 1 && (first || last) && !dualpipev) {  // (dualpipev: both on rank 0)
     const std::int64_t emb = workload::embedding_params_per_rank(sc.model, par.tp);
     w.add(dp_collective(network::CollectiveOp::all_reduce, kEmbeddingGroup, emb * grad_bytes,
                         "embedding_grad_all_reduce"),
@@ -2001,12 +2104,14 @@ double time_floor_s(const config::Scenario& sc, const StepWorkload& wl) {
       for (const Op& op : list) {
         if (op.kind != workload::OpKind::tp_comm || op.comm_side) continue;  // a side collective may hide
         std::int64_t size = par.tp, stride = 1;
+        // Combined 1F1B and DualPipeV run the all-to-alls beside the other pass's compute.
+        const bool a2a_hidden = par.moe_a2a_overlap || par.schedule == config::Schedule::dualpipev;
         if (op.group == workload::CommGroup::ep) {
-          if (par.moe_a2a_overlap) continue;
+          if (a2a_hidden) continue;
           size = par.ep;
           stride = par.etp;
         } else if (op.group == workload::CommGroup::etp) {
-          if (par.moe_a2a_overlap) continue;
+          if (a2a_hidden) continue;
           size = par.etp;
         } else if (op.group == workload::CommGroup::ep_etp) {
           size = par.ep * par.etp;
@@ -2058,7 +2163,7 @@ double time_floor_s(const config::Scenario& sc, const StepWorkload& wl) {
       b += eb;
       drain[0] += eb;
     }
-    if (s == pp - 1) {
+    if (s == (par.schedule == config::Schedule::dualpipev ? 0 : pp - 1)) {
       f += kernels_s(wl.ops.head_fwd, all);
       b += kernels_s(wl.ops.head_bwd, all);
     }
@@ -2069,7 +2174,7 @@ double time_floor_s(const config::Scenario& sc, const StepWorkload& wl) {
   // task is the backward of the last micro-batch through its first chunk, whose gradient then still
   // goes back through the first chunks of the stages before it; zero-bubble schedules end with
   // weight-gradient passes instead (no such tail).
-  const bool tail = par.schedule != config::Schedule::zb_h1;
+  const bool tail = par.schedule != config::Schedule::zb_h1 && par.schedule != config::Schedule::dualpipev;
   const double m = static_cast<double>(sc.training.num_micro_batches);
   double floor = 0, before = 0, after = 0;
   for (std::int64_t s = 0; s < pp; ++s) {
@@ -2096,7 +2201,7 @@ StagePlan plan_stage(const config::Scenario& sc, std::int64_t s, const StepWorkl
   st.layers = config::stage_layers(sc, s);
   st.chunks = config::chunks_per_stage(par);
   st.has_embedding = s == 0;
-  st.has_head = s == par.pp - 1;
+  st.has_head = s == (par.schedule == config::Schedule::dualpipev ? 0 : par.pp - 1);  // the V ends on rank 0
   // Per kind of layer: a MoE model's dense first layers have their dense MLP and no experts; a
   // hybrid model's blocks their own parameters, its 'E' blocks the experts.
   std::array<std::int64_t, kLayerKinds> count{};
@@ -2243,7 +2348,7 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
     add_instances(grid.expert_groups("edp", par.etp, par.ep), "edp", kEdpGroup, kEdpGatherGroup, kEdpInterGroup);
   }
   if (par.fsdp_units() && par.dist_opt_instances == 1) bind("dp-gather", kDpGatherGroup);
-  if (shares_embedding(sc) && par.pp > 1) {
+  if (shares_embedding(sc) && par.pp > 1 && par.schedule != config::Schedule::dualpipev) {
     const std::uint32_t kind_id = plan.groups.kind_id("embedding");
     for (const auto& pipeline : grid.groups("pp")) {
       const std::uint32_t pair[2] = {pipeline.front(), pipeline.back()};
@@ -2269,6 +2374,10 @@ StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& co
       Coords next = c;
       next.pp = (c.pp + 1) % par.pp;
       b.peer[kNextStage] = local_of(grid.rank(next));
+    }
+    if (par.schedule == config::Schedule::dualpipev) {  // the V's way back
+      if (c.pp > 0) b.peer[kVPrev] = b.peer[kPrevStage];
+      if (c.pp + 1 < par.pp) b.peer[kVNext] = b.peer[kNextStage];
     }
     if (par.cp > 1) {  // the ring of ring attention
       Coords prev = c, next = c;

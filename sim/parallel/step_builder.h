@@ -51,7 +51,9 @@ enum GroupSlot : std::uint8_t {
   kEdpInterGroup = 10,  // distributed optimizer instances: the same expert shard's ranks across the instances
   kEpEtpGroup = 11      // the allgather token dispatcher's ep x etp ranks (Megatron-Core's tp_ep_group)
 };
-enum PeerSlot : std::uint8_t { kPrevStage = 0, kNextStage = 1, kCpPrev = 2, kCpNext = 3 };
+// kVPrev / kVNext: dualpipev's second chunk (the V's way back), whose messages travel the other way
+// on the same rank pairs, on their own slots so that each slot's messages keep their order.
+enum PeerSlot : std::uint8_t { kPrevStage = 0, kNextStage = 1, kCpPrev = 2, kCpNext = 3, kVPrev = 4, kVNext = 5 };
 // Memory categories.
 enum MemCategory : std::uint8_t {
   kWeights = 0,

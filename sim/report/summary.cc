@@ -65,6 +65,8 @@ std::string schedule_name(const config::ParallelSpec& p) {
       return fmt::format("interleaved x{}", p.virtual_stages);
     case config::Schedule::zb_h1:
       return "zb-h1";
+    case config::Schedule::dualpipev:
+      return "dualpipev";
   }
   return "?";
 }

@@ -54,11 +54,15 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
   p["sequence_parallel"] = l.tp > 1;
   if (l.tp == 1) p.erase("tp_comm_overlap");
   if (l.cp == 1) p.erase("cp_comm_type");
+  // A DualPipeV scenario keeps its schedule wherever there is a pipeline (its two chunks per rank
+  // are the schedule's own: default_axes tries no virtual stages for it).
+  const bool dual = p.value("schedule", "") == "dualpipev" && l.pp > 1;
   if (l.virtual_stages > 1) {
     p["schedule"] = "interleaved";
     p["virtual_stages"] = l.virtual_stages;
   } else {
-    if (p.value("schedule", "") == "interleaved") p.erase("schedule");
+    if (p.value("schedule", "") == "interleaved" || (p.value("schedule", "") == "dualpipev" && !dual))
+      p.erase("schedule");
     p.erase("virtual_stages");
   }
   // The pipeline split is the search's: even where the model chunks (pp x virtual stages) divide the
@@ -70,12 +74,13 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
   p.erase("account_for_embedding_in_pipeline_split");
   p.erase("account_for_loss_in_pipeline_split");
   p.erase("pipeline_layout");
-  const std::int64_t chunks = l.pp * l.virtual_stages;
+  const std::int64_t chunks = l.pp * (dual ? 2 : l.virtual_stages);
   const std::int64_t mtp = model.mtp_layers;
-  if (l.pp > 1 && layers % chunks != 0 && mtp == 0 && (layers + 2) % chunks == 0) {
+  // (DualPipeV takes no account_for_* split: a pipeline layout places the embedding and the loss.)
+  if (l.pp > 1 && layers % chunks != 0 && mtp == 0 && !dual && (layers + 2) % chunks == 0) {
     p["account_for_embedding_in_pipeline_split"] = true;
     p["account_for_loss_in_pipeline_split"] = true;
-  } else if (l.pp > 1 && layers % chunks != 0 && mtp > 0 && (layers + 2 + mtp) % chunks == 0) {
+  } else if (l.pp > 1 && layers % chunks != 0 && (mtp > 0 || dual) && (layers + 2 + mtp) % chunks == 0) {
     // With multi-token prediction modules: a pipeline layout in which the embedding, each module and
     // the loss take a layer's place, as Megatron-Bridge's DeepSeek-V3 layouts do for 16 and 32
     // virtual stages (Et*4|(t*4|)*14tmL).
@@ -405,7 +410,7 @@ Axes default_axes(const config::Scenario& base) {
   // Virtual stages: divisors of the layers per stage, for every pp tried; interleaving is skipped
   // where the layers per stage do not divide (the layout rules reject it).
   a.virtual_stages = {1};
-  for (std::int64_t v = 2; v <= 8; ++v)
+  for (std::int64_t v = 2; v <= 8 && base.parallel.schedule != config::Schedule::dualpipev; ++v)
     for (const auto pp : a.pp)
       if (pp > 1 && (layers % (pp * v) == 0 || (layers + 2 + base.model.mtp_layers) % (pp * v) == 0)) {
         a.virtual_stages.push_back(v);

@@ -431,7 +431,7 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
       {[](json& d) { d["training"]["cross_entropy"] = "apex"; }, "training.cross_entropy",
        "unknown value \"apex\" (expected one of: unfused, fused)"},
       {[](json& d) { d["parallel"]["schedule"] = "1F1B"; }, "parallel.schedule",
-       "unknown value \"1F1B\" (expected one of: 1f1b, gpipe, interleaved, zb-h1)"},
+       "unknown value \"1F1B\" (expected one of: 1f1b, gpipe, interleaved, zb-h1, dualpipev)"},
       {[](json& d) {
          d["parallel"]["zero"] = 2;
          d["parallel"]["zero2_param_gather"] = "unit";
