@@ -86,33 +86,46 @@ double misses_group(double experts, double k, double group) {
 
 // The chance that a token misses every expert of one destination unit (a rank, or a node) holding
 // experts [first, first + size). Without group-limited routing the token's k experts are drawn
-// uniformly from all E. With it (ModelSpec::router_groups G, router_group_topk M; groups of E/G
+// uniformly from all E. With it (ModelSpec::router_groups G, router_group_topk M; groups of w = E/G
 // consecutive experts) the token first picks M of the G groups, all alike under balanced routing,
-// then its k experts uniformly among the M·E/G experts of those groups: the chance sums, over the
-// number t of the unit's experts inside the picked groups, P(t) · C(M·E/G − t, k) / C(M·E/G, k),
-// with P(t) counted over the C(G, M) picks (groups[j][t]: picks of j groups holding t of the
-// unit's experts).
+// then its k experts uniformly among the M·w experts of those groups. The unit holds F groups
+// whole and at most two in part (overlaps o); picking j of the whole ones, a subset S of the partial
+// ones and the rest elsewhere, C(F, j)·C(G - F - partials, M - j - |S|) of the C(G, M) picks, leaves
+// t = j·w + sum(o in S) of the unit's experts among the token's choices, which all miss with
+// chance C(M·w - t, k) / C(M·w, k).
+double log_choose(double n, double k) {
+  return std::lgamma(n + 1) - std::lgamma(k + 1) - std::lgamma(n - k + 1);
+}
+
 double misses_unit(const ModelSpec& m, double first, double size) {
   const double e = static_cast<double>(m.experts), k = static_cast<double>(m.experts_per_token);
   if (m.router_groups <= 1 || m.router_group_topk >= m.router_groups) return misses_group(e, k, size);
-  const auto g = static_cast<std::size_t>(m.router_groups), pick = static_cast<std::size_t>(m.router_group_topk);
-  const double width = e / static_cast<double>(g);
-  const auto most = static_cast<std::size_t>(std::ceil(size));
-  std::vector<std::vector<double>> picks(pick + 1, std::vector<double>(most + 1, 0));
-  picks[0][0] = 1;
-  for (std::size_t i = 0; i < g; ++i) {
-    const double lo = std::max(first, static_cast<double>(i) * width);
-    const double hi = std::min(first + size, static_cast<double>(i + 1) * width);
-    const auto overlap = static_cast<std::size_t>(std::lround(std::max(0.0, hi - lo)));
-    for (std::size_t j = std::min(i + 1, pick); j >= 1; --j)
-      for (std::size_t t = overlap; t <= most; ++t) picks[j][t] += picks[j - 1][t - overlap];
+  const double g = static_cast<double>(m.router_groups), pick = static_cast<double>(m.router_group_topk);
+  const double w = e / g;
+  double whole = 0;
+  std::vector<double> partial;
+  for (double i = std::floor(first / w); i * w < first + size; ++i) {
+    const double overlap = std::min(first + size, (i + 1) * w) - std::max(first, i * w);
+    if (overlap >= w)
+      ++whole;
+    else if (overlap > 0)
+      partial.push_back(overlap);
   }
-  double all = 0, missed = 0;
-  for (std::size_t t = 0; t <= most; ++t) {
-    all += picks[pick][t];
-    missed += picks[pick][t] * misses_group(static_cast<double>(pick) * width, k, static_cast<double>(t));
+  const double outside = g - whole - static_cast<double>(partial.size());
+  const double all = log_choose(g, pick);
+  double missed = 0;
+  for (std::size_t subset = 0; subset < (std::size_t{1} << partial.size()); ++subset) {
+    double held = 0, chosen = 0;
+    for (std::size_t b = 0; b < partial.size(); ++b)
+      if (subset & (std::size_t{1} << b)) held += partial[b], ++chosen;
+    for (double j = 0; j <= std::min(whole, pick - chosen); ++j) {
+      const double rest = pick - j - chosen;
+      if (rest > outside) continue;
+      const double p = std::exp(log_choose(whole, j) + log_choose(outside, rest) - all);
+      missed += p * misses_group(pick * w, k, j * w + held);
+    }
   }
-  return missed / all;
+  return missed;
 }
 
 // Flex dispatch (DeepEP, HybridEP): the copies of one token a rank sends, sized so that the
