@@ -177,7 +177,7 @@ struct SearchArgs {
   std::size_t top = 10;
   int threads = 0;  // 0: one per hardware thread
   bool json = false, markdown = false;
-  std::string tp, pp, cp, ep, vp, micro_batch, recompute, zero, hsdp, a2a_overlap, dispatcher, precision;
+  std::string tp, pp, cp, ep, vp, schedule, micro_batch, recompute, zero, hsdp, a2a_overlap, dispatcher, precision;
   std::string network;  // overrides the scenario's network model
   std::string headroom = "0";
   std::string gpus, nodes;      // search at these GPU counts instead of the scenario's
@@ -241,6 +241,14 @@ int search_layouts(const SearchArgs& a) {
     axes.moe_a2a_overlap.clear();
     for (const std::size_t i : parse_choice_list(a.a2a_overlap, "--a2a-overlap", "value", {"off", "on"}))
       axes.moe_a2a_overlap.push_back(i == 1);
+  }
+  if (!a.schedule.empty()) {
+    constexpr std::array<config::Schedule, 4> kSchedules = {config::Schedule::one_f_one_b, config::Schedule::gpipe,
+                                                            config::Schedule::zb_h1, config::Schedule::dualpipev};
+    axes.schedule.clear();
+    for (const std::size_t i :
+         parse_choice_list(a.schedule, "--schedule", "value", {"1f1b", "gpipe", "zb-h1", "dualpipev"}))
+      axes.schedule.push_back(kSchedules[i]);
   }
   if (!a.dispatcher.empty()) {
     moe_only("--dispatcher");
@@ -445,6 +453,9 @@ int main(int argc, char** argv) {
                      "up to 64)");
   search->add_option("--vp", search_args.vp,
                      "Virtual pipeline stages (default 1 and 2..8 where they divide the layers per stage)");
+  search->add_option("--schedule", search_args.schedule,
+                     "Pipeline schedules of the layouts without virtual stages, of 1f1b, gpipe, zb-h1, dualpipev "
+                     "(default: the scenario's, 1f1b if it interleaves)");
   search->add_option("--micro-batch", search_args.micro_batch, "Micro-batch sizes (default 1,2,4,8)");
   search->add_option("--recompute", search_args.recompute, "Recompute modes (default none,selective,full)");
   search->add_option("--precision", search_args.precision,

@@ -1394,6 +1394,22 @@ std::string_view dispatcher_name(MoeDispatcher d) {
   return "alltoall";
 }
 
+std::string_view schedule_key(Schedule s) {
+  switch (s) {
+    case Schedule::one_f_one_b:
+      return "1f1b";
+    case Schedule::gpipe:
+      return "gpipe";
+    case Schedule::interleaved:
+      return "interleaved";
+    case Schedule::zb_h1:
+      return "zb-h1";
+    case Schedule::dualpipev:
+      return "dualpipev";
+  }
+  return "1f1b";
+}
+
 std::string_view framework_name(Framework f) {
   switch (f) {
     case Framework::megatron:

@@ -38,6 +38,8 @@ enum class Schedule : std::uint8_t { one_f_one_b, gpipe, interleaved, zb_h1, dua
 // destination node across nodes.
 enum class MoeDispatcher : std::uint8_t { alltoall, allgather, flex };
 std::string_view dispatcher_name(MoeDispatcher d);
+// parallel.schedule's value for a schedule: "1f1b", "gpipe", "interleaved", "zb-h1", "dualpipev".
+std::string_view schedule_key(Schedule s);
 
 enum class Precision : std::uint8_t { bf16, fp16, fp8, nvfp4 };
 // Which software runs the step. megatron: Megatron-LM / Transformer Engine with fused kernels (every

@@ -140,7 +140,8 @@ class Exporter {
         out += "pipeline_parallel_schedule = \"Interleaved1F1B\"\n";
         break;
       default:
-        fail("parallel.schedule", "torchtitan runs GPipe, 1F1B and Interleaved1F1B");
+        fail("parallel.schedule",
+             "trainsim writes torchtitan's GPipe, 1F1B and Interleaved1F1B (not ZB-H1 or DualPipeV)");
     }
     out += fmt::format("pipeline_parallel_microbatch_size = {}\n", s_.training.micro_batch);
     out += "module_fqns_per_model_part = [\n";

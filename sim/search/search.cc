@@ -54,17 +54,16 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
   p["sequence_parallel"] = l.tp > 1;
   if (l.tp == 1) p.erase("tp_comm_overlap");
   if (l.cp == 1) p.erase("cp_comm_type");
-  // A DualPipeV scenario keeps its schedule wherever there is a pipeline (its two chunks per rank
-  // are the schedule's own: default_axes tries no virtual stages for it).
-  const bool dual = p.value("schedule", "") == "dualpipev" && l.pp > 1;
-  if (l.virtual_stages > 1) {
-    p["schedule"] = "interleaved";
+  // The schedule as the layout says (DualPipeV's two chunks per rank are its own: no virtual_stages).
+  const bool dual = l.schedule == config::Schedule::dualpipev;
+  if (l.schedule == config::Schedule::one_f_one_b)
+    p.erase("schedule");
+  else
+    p["schedule"] = config::schedule_key(l.schedule);
+  if (l.virtual_stages > 1)
     p["virtual_stages"] = l.virtual_stages;
-  } else {
-    if (p.value("schedule", "") == "interleaved" || (p.value("schedule", "") == "dualpipev" && !dual))
-      p.erase("schedule");
+  else
     p.erase("virtual_stages");
-  }
   // The pipeline split is the search's: even where the model chunks (pp x virtual stages) divide the
   // layers, else with the embedding and the loss each taking a layer's place (Megatron-Core's
   // account-for-embedding/loss-in-pipeline-split, as Megatron-Bridge splits Llama 3.1 405B's 126
@@ -152,6 +151,8 @@ std::vector<Candidate> enumerate(const Axes& a, const config::Scenario& base, co
   const std::vector<std::int64_t> no_ep = {1};
   const auto& eps = base.model.moe() && !a.ep.empty() ? a.ep : no_ep;
   const std::vector<bool> overlaps = a.moe_a2a_overlap.empty() ? std::vector<bool>{false} : a.moe_a2a_overlap;
+  const std::vector<config::Schedule> schedules =
+      a.schedule.empty() ? std::vector<config::Schedule>{config::Schedule::one_f_one_b} : a.schedule;
   const std::vector<config::MoeDispatcher> dispatchers =
       a.moe_dispatcher.empty() ? std::vector<config::MoeDispatcher>{config::MoeDispatcher::alltoall} : a.moe_dispatcher;
   const std::vector<config::Precision> precisions =
@@ -172,43 +173,50 @@ std::vector<Candidate> enumerate(const Axes& a, const config::Scenario& base, co
     for (const auto pp : a.pp)
       for (const auto cp : a.cp)
         for (const auto ep : eps)
-          for (const auto vs : a.virtual_stages) {
-            if (vs > 1 && pp == 1) continue;  // interleaving needs a pipeline
-            for (const auto mb : a.micro_batch)
-              for (const auto rc : a.recompute)
-                for (const auto z : a.zero)
-                  for (const auto span : z == 3 && !a.hsdp_nodes.empty() ? a.hsdp_nodes : no_hsdp)
-                    for (const bool overlap : overlaps)
-                      for (const config::MoeDispatcher dispatcher : dispatchers)
-                        for (const config::Precision precision : precisions) {
-                          // Where the flex dispatcher cannot apply, the layout runs with alltoall:
-                          // once, if alltoall is on the axis too.
-                          const bool flex_applies = ep > 1 && base.parallel.etp == 1;
-                          const bool flex = dispatcher == config::MoeDispatcher::flex;
-                          if (flex && !flex_applies &&
-                              std::ranges::count(dispatchers, config::MoeDispatcher::alltoall) > 0)
-                            continue;
-                          const config::MoeDispatcher used =
-                              flex && !flex_applies ? config::MoeDispatcher::alltoall : dispatcher;
-                          // Where the overlap cannot apply (Megatron-Core: ep > 1, pp 1 or virtual
-                          // stages, no full recompute, alltoall or flex), the layout runs without it:
-                          // once, if "off" is on the axis too.
-                          const bool applies = ep > 1 && (pp == 1 || vs > 1) && rc != config::Recompute::full &&
-                                               used != config::MoeDispatcher::allgather;
-                          if (overlap && !applies && overlaps.size() > 1) continue;
-                          Candidate c;
-                          c.layout = {tp, pp, cp, ep, 0, vs, mb, z, 0, 1, rc, overlap && applies, used, precision};
-                          const std::int64_t model_parallel = tp * pp * cp;
-                          c.layout.dp = base.gpus % model_parallel == 0 ? base.gpus / model_parallel : 0;
-                          if (span > 0) {
-                            c.layout.replicas = replicas_of(span, tp, cp, c.layout.dp);
-                            if (c.layout.replicas == 0) continue;
-                            c.layout.hsdp_nodes = span;
+          for (const auto vs : a.virtual_stages)
+            for (std::size_t si = 0; si < schedules.size(); ++si) {
+              if (vs > 1 && pp == 1) continue;  // interleaving needs a pipeline
+              // Virtual stages run interleaved, and a layout without a pipeline 1f1b: once each.
+              if ((vs > 1 || pp == 1) && si > 0) continue;
+              const config::Schedule schedule = vs > 1    ? config::Schedule::interleaved
+                                                : pp == 1 ? config::Schedule::one_f_one_b
+                                                          : schedules[si];
+              for (const auto mb : a.micro_batch)
+                for (const auto rc : a.recompute)
+                  for (const auto z : a.zero)
+                    for (const auto span : z == 3 && !a.hsdp_nodes.empty() ? a.hsdp_nodes : no_hsdp)
+                      for (const bool overlap : overlaps)
+                        for (const config::MoeDispatcher dispatcher : dispatchers)
+                          for (const config::Precision precision : precisions) {
+                            // Where the flex dispatcher cannot apply, the layout runs with alltoall:
+                            // once, if alltoall is on the axis too.
+                            const bool flex_applies = ep > 1 && base.parallel.etp == 1;
+                            const bool flex = dispatcher == config::MoeDispatcher::flex;
+                            if (flex && !flex_applies &&
+                                std::ranges::count(dispatchers, config::MoeDispatcher::alltoall) > 0)
+                              continue;
+                            const config::MoeDispatcher used =
+                                flex && !flex_applies ? config::MoeDispatcher::alltoall : dispatcher;
+                            // Where the overlap cannot apply (Megatron-Core: ep > 1, pp 1 or virtual
+                            // stages, no full recompute, alltoall or flex), the layout runs without it:
+                            // once, if "off" is on the axis too.
+                            const bool applies = ep > 1 && (pp == 1 || vs > 1) && rc != config::Recompute::full &&
+                                                 used != config::MoeDispatcher::allgather;
+                            if (overlap && !applies && overlaps.size() > 1) continue;
+                            Candidate c;
+                            c.layout = {tp,   pp,        cp,      ep, 0, vs, mb, z, 0, 1, rc, overlap && applies,
+                                        used, precision, schedule};
+                            const std::int64_t model_parallel = tp * pp * cp;
+                            c.layout.dp = base.gpus % model_parallel == 0 ? base.gpus / model_parallel : 0;
+                            if (span > 0) {
+                              c.layout.replicas = replicas_of(span, tp, cp, c.layout.dp);
+                              if (c.layout.replicas == 0) continue;
+                              c.layout.hsdp_nodes = span;
+                            }
+                            fill_keys(c, doc, base.model);
+                            out.push_back(std::move(c));
                           }
-                          fill_keys(c, doc, base.model);
-                          out.push_back(std::move(c));
-                        }
-          }
+            }
   return out;
 }
 
@@ -269,6 +277,21 @@ std::string ep_cell(const Layout& l) {
   return fmt::format("{}{}{}", l.ep, dispatcher, l.moe_a2a_overlap ? "*" : "");
 }
 
+// The vp cell of the tables: the virtual stages, and the schedule where it is not 1F1B or
+// interleaved: "1z" ZB-H1, "1g" GPipe, "2V" DualPipeV (its two chunks per rank in a V).
+std::string vp_cell(const Layout& l) {
+  switch (l.schedule) {
+    case config::Schedule::zb_h1:
+      return "1z";
+    case config::Schedule::gpipe:
+      return "1g";
+    case config::Schedule::dualpipev:
+      return "2V";
+    default:
+      return fmt::format("{}", l.virtual_stages);
+  }
+}
+
 // The zero cell of the tables: "3h1" is zero 3 with hybrid sharding, each replica over 1 node.
 std::string zero_cell(const Layout& l) {
   return l.hsdp_nodes > 0 ? fmt::format("{}h{}", l.zero, l.hsdp_nodes) : fmt::format("{}", l.zero);
@@ -276,7 +299,7 @@ std::string zero_cell(const Layout& l) {
 
 std::string layout_name(const Layout& l, bool moe, bool precision = false) {
   return fmt::format("tp {} · pp {} · cp {}{} · dp {} · vp {} · mbs {} · recompute {} · zero {}{}{}", l.tp, l.pp, l.cp,
-                     moe ? fmt::format(" · ep {}", ep_cell(l)) : std::string(), l.dp, l.virtual_stages, l.micro_batch,
+                     moe ? fmt::format(" · ep {}", ep_cell(l)) : std::string(), l.dp, vp_cell(l), l.micro_batch,
                      recompute_name(l.recompute), l.zero,
                      l.hsdp_nodes > 0 ? fmt::format(" (hybrid: {} replicas of {} node{})", l.replicas, l.hsdp_nodes,
                                                     l.hsdp_nodes == 1 ? "" : "s")
@@ -410,6 +433,10 @@ Axes default_axes(const config::Scenario& base) {
   // Virtual stages: divisors of the layers per stage, for every pp tried; interleaving is skipped
   // where the layers per stage do not divide (the layout rules reject it).
   a.virtual_stages = {1};
+  // The scenario's own schedule for the layouts without virtual stages (1f1b if it interleaves); a
+  // DualPipeV scenario's layouts keep to it, without virtual stages.
+  a.schedule = {base.parallel.schedule == config::Schedule::interleaved ? config::Schedule::one_f_one_b
+                                                                        : base.parallel.schedule};
   for (std::int64_t v = 2; v <= 8 && base.parallel.schedule != config::Schedule::dualpipev; ++v)
     for (const auto pp : a.pp)
       if (pp > 1 && (layers % (pp * v) == 0 || (layers + 2 + base.model.mtp_layers) % (pp * v) == 0)) {
@@ -656,7 +683,7 @@ std::vector<std::string> cells(const Candidate& c, std::size_t rank, const Colum
                                   fmt::format("{}", l.pp),
                                   fmt::format("{}", l.cp),
                                   fmt::format("{}", l.dp),
-                                  fmt::format("{}", l.virtual_stages),
+                                  vp_cell(l),
                                   fmt::format("{}", l.micro_batch),
                                   recompute_name(l.recompute),
                                   zero_cell(l),
@@ -716,14 +743,20 @@ std::string to_text(const Result& r, const config::Scenario& base, std::size_t t
   const Columns cols = columns(r, base);
   out += '\n';  // appended apart: GCC 12's -Wrestrict misfires on "\n" + std::string here (-DTRAINSIM_MPI=OFF)
   out += text_row(heads(cols), cols);
-  bool overlap = false, flex = false, allgather = false, hsdp = false;
+  bool overlap = false, flex = false, allgather = false, hsdp = false, zb = false, gpipe = false, dual = false;
   for (std::size_t i = 0; i < shown; ++i) {
     out += text_row(cells(r.ranked[i], i + 1, cols), cols);
     overlap = overlap || r.ranked[i].layout.moe_a2a_overlap;
     flex = flex || r.ranked[i].layout.moe_dispatcher == config::MoeDispatcher::flex;
     allgather = allgather || r.ranked[i].layout.moe_dispatcher == config::MoeDispatcher::allgather;
     hsdp = hsdp || r.ranked[i].layout.hsdp_nodes > 0;
+    zb = zb || r.ranked[i].layout.schedule == config::Schedule::zb_h1;
+    gpipe = gpipe || r.ranked[i].layout.schedule == config::Schedule::gpipe;
+    dual = dual || r.ranked[i].layout.schedule == config::Schedule::dualpipev;
   }
+  if (zb) out += "(vp 1z: the zero-bubble ZB-H1 schedule, parallel.schedule zb-h1)\n";
+  if (gpipe) out += "(vp 1g: the GPipe schedule, parallel.schedule gpipe)\n";
+  if (dual) out += "(vp 2V: DualPipeV, two chunks per rank in a V, parallel.schedule dualpipev)\n";
   if (flex) out += "(ep nf: with the flex token dispatcher, parallel.moe_token_dispatcher)\n";
   if (allgather) out += "(ep ng: with the allgather token dispatcher, parallel.moe_token_dispatcher)\n";
   if (overlap) out += "(ep n*: with the all-to-all overlap, parallel.moe_a2a_overlap)\n";
@@ -783,7 +816,8 @@ nlohmann::json layout_json(const Layout& l) {
                       {"micro_batch", l.micro_batch},
                       {"recompute", recompute_name(l.recompute)},
                       {"zero", l.zero},
-                      {"precision", report::precision_name(l.precision)}};
+                      {"precision", report::precision_name(l.precision)},
+                      {"schedule", config::schedule_key(l.schedule)}};
   if (l.moe_a2a_overlap) j["moe_a2a_overlap"] = true;
   if (l.moe_dispatcher != config::MoeDispatcher::alltoall)
     j["moe_token_dispatcher"] = config::dispatcher_name(l.moe_dispatcher);
@@ -912,7 +946,7 @@ std::string to_text(const std::vector<Result>& results, const std::vector<config
     }
     out += fmt::format(
         "{:>6} {:>3} {:>3} {:>3}{} {:>5} {:>3} {:>4}  {:<9} {:>4}{} {:>9.3f} {:>12.1f} {:>5.1f}% {:>7.1f}%{}\n",
-        row.gpus, l.tp, l.pp, l.cp, moe ? fmt::format(" {:>3}", ep_cell(l)) : std::string(), l.dp, l.virtual_stages,
+        row.gpus, l.tp, l.pp, l.cp, moe ? fmt::format(" {:>3}", ep_cell(l)) : std::string(), l.dp, vp_cell(l),
         l.micro_batch, recompute_name(l.recompute), zero_cell(l),
         precision ? fmt::format(" {:>5}", report::precision_name(l.precision)) : std::string(), m.step_time_s,
         m.tokens_per_s_per_gpu, 100 * m.mfu, 100 * row.scaling_efficiency, days);

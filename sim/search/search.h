@@ -36,6 +36,10 @@ struct Axes {
   // parallel.moe_token_dispatcher: alltoall, allgather and/or flex (flex on layouts with ep > 1 and
   // etp 1; empty: alltoall).
   std::vector<config::MoeDispatcher> moe_dispatcher;
+  // parallel.schedule of the layouts without virtual stages (those with run interleaved): 1f1b,
+  // gpipe, zb-h1 and/or dualpipev (its two chunks per rank in a V; layouts with pp >= 2); a layout
+  // with pp 1 runs once whatever the schedule. Empty: 1f1b.
+  std::vector<config::Schedule> schedule;
   // training.precision (empty: the scenario's). A GPU without FP8 or FP4 rejects those layouts.
   std::vector<config::Precision> precision;
   // Hybrid sharding (HSDP) of the zero 3 layouts: the nodes each replica spans (its parameters,
@@ -65,6 +69,8 @@ struct Layout {
   bool moe_a2a_overlap = false;
   config::MoeDispatcher moe_dispatcher = config::MoeDispatcher::alltoall;
   config::Precision precision = config::Precision::bf16;
+  // interleaved with virtual_stages > 1, else as the schedule axis says (1f1b at pp 1).
+  config::Schedule schedule = config::Schedule::one_f_one_b;
 };
 
 struct Candidate {

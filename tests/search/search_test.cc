@@ -501,3 +501,37 @@ TEST_CASE("search for the top few does not simulate layouts whose held memory al
                   "overflow the GPU)") != std::string::npos);
   CHECK(search::to_json(few, base, 1)["search"]["too_big"] == few.too_big);
 }
+
+// The schedule as an axis: the layouts without virtual stages run each schedule given (pp 1 once,
+// whatever it is: there is no pipeline to schedule), those with virtual stages interleaved; each
+// candidate's keys say its schedule, and a DualPipeV winner's keys run alone give its step time.
+TEST_CASE("search: --schedule tries 1f1b, zb-h1 and dualpipev on the pipelined layouts") {
+  const auto doc = llama8b();
+  search::Axes a;
+  a.tp = {1};
+  a.pp = {1, 4};
+  a.cp = {1};
+  a.virtual_stages = {1, 2};
+  a.micro_batch = {1};
+  a.recompute = {config::Recompute::full};
+  a.zero = {1};
+  CHECK(search::default_axes(parse(doc)).schedule == std::vector<config::Schedule>{config::Schedule::one_f_one_b});
+  a.schedule = {config::Schedule::one_f_one_b, config::Schedule::zb_h1, config::Schedule::dualpipev};
+  const auto r = search::run_search(parse(doc), doc, a, 2, kData);
+  // pp 1 once; pp 4 with vp 1 under each of the three schedules; pp 4 vp 2 interleaved once.
+  CHECK(r.enumerated == 1 + 3 + 1);
+  CHECK(r.rejected == 0);
+  for (const auto& c : r.ranked) {
+    const auto want = c.layout.virtual_stages > 1 ? "interleaved" : config::schedule_key(c.layout.schedule);
+    CHECK(c.parallel.value("schedule", "1f1b") == want);
+    if (c.layout.pp == 1) CHECK(c.layout.schedule == config::Schedule::one_f_one_b);
+  }
+  const auto dual = std::find_if(r.ranked.begin(), r.ranked.end(),
+                                 [](const auto& c) { return c.layout.schedule == config::Schedule::dualpipev; });
+  REQUIRE(dual != r.ranked.end());
+  nlohmann::json d = doc;
+  d["parallel"] = dual->parallel;
+  d["training"] = dual->training;
+  CHECK(parallel::simulate_step(parse(d)).step_time_s == dual->metrics.step_time_s);
+  CHECK(search::to_text(r, parse(doc), 0).find("(vp 2V: DualPipeV") != std::string::npos);
+}
