@@ -1081,6 +1081,11 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
   }
 
   check_experts(root, s);
+  if (m.attention_chunk > 0 && s.training.seq_len > m.attention_chunk)
+    throw util::InputError(file, util::join_path(training_path, "seq_len"),
+                           fmt::format("{} tokens exceed the model's attention chunk ({}): chunked attention over "
+                                       "several chunks is not supported yet (within one chunk it is causal attention)",
+                                       s.training.seq_len, m.attention_chunk));
   if (m.sliding_window > 0) {
     if (s.training.attention == workload::AttentionImpl::softmax)
       throw util::InputError(file, util::join_path(training_path, "attention"),

@@ -360,6 +360,7 @@ ModelSpec parse_model(const util::JsonNode& node) {
                        "router_groups",
                        "router_group_topk",
                        "moe_layer_freq",
+                       "attention_chunk",
                        "hybrid_pattern",
                        "mamba_heads",
                        "mamba_head_dim",
@@ -510,6 +511,11 @@ ModelSpec parse_model(const util::JsonNode& node) {
     m.sliding_window = w->as_positive_int();
     if (m.mla()) w->fail("sliding-window attention with multi-head latent attention is not supported yet");
   }
+  if (auto c = node.find("attention_chunk")) {
+    m.attention_chunk = c->as_positive_int();
+    if (m.hybrid())
+      c->fail("applies to transformer models (a hybrid model's attention layers attend to the whole sequence)");
+  }
   if (auto n = node.find("sliding_window_pattern")) {
     if (m.sliding_window == 0) n->fail("applies only with sliding_window");
     m.sliding_window_pattern = n->as_positive_int();
@@ -591,6 +597,37 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
     if (auto sh = node.find("shared_expert_intermediate_size"); sh && !sh->json().is_null()) {
       m.shared_expert_ffn_hidden = sh->as_nonnegative_int();
     }
+    // Llama 4 (model_type llama4_text, Llama 4's text_config): a shared expert of intermediate_size
+    // beside the routed ones (Llama4TextMoe's shared_expert); experts on moe_layers, by default every
+    // interleave_moe_layer_step-th layer counted from 1 (Maverick: 2, Scout: 1); the other layers a
+    // dense MLP of intermediate_size_mlp; per-head query/key norms (use_qk_norm); chunked attention
+    // on its rotary layers (attention_chunk_size).
+    if (auto type = node.find("model_type"); type && type->json().is_string() && type->as_string() == "llama4_text") {
+      m.shared_expert_ffn_hidden = m.moe_ffn_hidden;
+      std::vector<bool> moe(static_cast<std::size_t>(m.layers), false);
+      if (auto listed = node.find("moe_layers"); listed && listed->json().is_array()) {
+        for (const auto& l : listed->json()) {
+          if (!l.is_number_integer() || l.get<std::int64_t>() < 0 || l.get<std::int64_t>() >= m.layers)
+            listed->fail(fmt::format("{} is not a layer index below num_hidden_layers ({})", l.dump(), m.layers));
+          moe[static_cast<std::size_t>(l.get<std::int64_t>())] = true;
+        }
+        set_moe_layers(m, moe, *listed);
+      } else {
+        std::int64_t step = 1;
+        auto st = node.find("interleave_moe_layer_step");
+        if (st && !st->json().is_null()) step = st->as_positive_int();
+        for (std::size_t i = 0; i < moe.size(); ++i) moe[i] = (static_cast<std::int64_t>(i) + 1) % step == 0;
+        set_moe_layers(m, moe, st.value_or(node));
+      }
+      if (m.moe_layer_count() < m.layers)
+        m.ffn_hidden = node.at("intermediate_size_mlp").as_positive_int();
+      else
+        m.ffn_hidden = 0;
+      if (auto qk = node.find("use_qk_norm"); qk && qk->json().is_boolean()) m.qk_norm = qk->as_bool();
+      if (auto chunk = node.find("attention_chunk_size"); chunk && !chunk->json().is_null())
+        m.attention_chunk = chunk->as_positive_int();
+      break;
+    }
     // Qwen2-MoE's sparse layers: layer i has experts when (i + 1) mod decoder_sparse_step is 0 and it
     // is not among mlp_only_layers; the others keep a dense MLP of intermediate_size.
     std::int64_t step = 1;
@@ -658,7 +695,7 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
   // q_norm and k_norm modules); the config carries no switch for it.
   if (auto type = node.find("model_type"); type && type->json().is_string()) {
     const std::string t = type->json().get<std::string>();
-    m.qk_norm = t == "qwen3" || t == "qwen3_moe";
+    if (t == "qwen3" || t == "qwen3_moe") m.qk_norm = true;
   }
   validate(m, node);
   return m;

@@ -39,6 +39,10 @@ struct ModelSpec {
   // and the others windowed (Gemma's sliding_window_pattern; GPT-OSS alternates: 2).
   std::int64_t sliding_window = 0;
   std::int64_t sliding_window_pattern = 1;
+  // Chunked attention (Llama 4's attention_chunk_size): its rotary layers attend within chunks of
+  // this many tokens (0: none). trainsim runs sequences no longer than one chunk, where it is the
+  // full causal attention; longer ones are refused (config/scenario.cc).
+  std::int64_t attention_chunk = 0;
   // Qwen3's per-head RMSNorm of the queries and keys after the QKV projection (Megatron-Core's
   // qk_layernorm; Hugging Face's q_norm and k_norm).
   bool qk_norm = false;

@@ -2589,3 +2589,17 @@ TEST_CASE("dualpipev: every pipeline depth runs, faster than 1f1b; refused where
   j["parallel"]["zero"] = 3;
   CHECK(refusal(j).find("zero 3 with the dualpipev schedule is not supported yet") != std::string::npos);
 }
+
+// Chunked attention (Llama 4's attention_chunk): a sequence within one chunk is causal attention; a
+// longer one is refused, not simulated as something else.
+TEST_CASE("attention_chunk: sequences within one chunk run, longer ones are one error") {
+  auto j = base(8, 1, 1, 8);
+  j["model"]["attention_chunk"] = 2048;
+  const auto within = parallel::simulate_step(scenario(j));
+  j["model"].erase("attention_chunk");
+  CHECK(within.step_time_s == parallel::simulate_step(scenario(j)).step_time_s);
+  j["model"]["attention_chunk"] = 1024;
+  CHECK(refusal(j) ==
+        "test.json: training.seq_len: 2048 tokens exceed the model's attention chunk (1024): chunked "
+        "attention over several chunks is not supported yet (within one chunk it is causal attention)");
+}

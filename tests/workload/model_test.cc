@@ -98,7 +98,7 @@ TEST_CASE("model JSON defaults and validation") {
         "vocab, mlp, tied_embeddings, head_dim, dropout, experts, experts_per_token, moe_ffn_hidden, "
         "shared_expert_ffn_hidden, sliding_window, sliding_window_pattern, qk_norm, first_dense_layers, q_lora_rank, "
         "kv_lora_rank, qk_rope_head_dim, v_head_dim, mtp_layers, moe_latent, router_groups, router_group_topk, "
-        "moe_layer_freq, hybrid_pattern, mamba_heads, "
+        "moe_layer_freq, attention_chunk, hybrid_pattern, mamba_heads, "
         "mamba_head_dim, mamba_state, mamba_groups, mamba_conv, mamba_chunk)");
   CHECK(error_of([] {
           parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 8,
@@ -573,4 +573,35 @@ TEST_CASE("moe_layer_freq: experts on every N-th layer or on a listed pattern; t
       "num_experts_per_tok": 2, "moe_intermediate_size": 16, "first_k_dense_replace": 1, "moe_layer_freq": 2})");
   CHECK(ds.moe_layer_pattern == "0010");
   CHECK(ds.ffn_hidden == 128);
+}
+
+// Llama 4 Maverick's text_config (meta-llama/Llama-4-Maverick-17B-128E, the keys trainsim reads):
+// 48 layers, experts on every second layer counted from 1 (interleave_moe_layer_step 2: layers 1, 3,
+// ...), 128 routed experts of 8192, top 1, a shared expert of 8192 beside them; the other 24 layers
+// a dense MLP of intermediate_size_mlp 16384; query/key norms; chunked attention of 8192 tokens.
+// Scout (16 experts, step 1) has experts on every layer.
+TEST_CASE("Llama 4: interleaved experts with a shared expert, dense layers of intermediate_size_mlp") {
+  const std::string text = R"("model_type": "llama4_text", "num_hidden_layers": 48, "hidden_size": 5120,
+      "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192,
+      "intermediate_size_mlp": 16384, "vocab_size": 202048, "num_experts_per_tok": 1, "use_qk_norm": true,
+      "attention_chunk_size": 8192, "hidden_act": "silu", "tie_word_embeddings": false)";
+  const ModelSpec maverick = parse_hf(R"({"model_type": "llama4", "text_config": {)" + text +
+                                      R"(, "num_local_experts": 128, "interleave_moe_layer_step": 2}})");
+  CHECK(maverick.experts == 128);
+  CHECK(maverick.experts_per_token == 1);
+  CHECK(maverick.moe_ffn_hidden == 8192);
+  CHECK(maverick.shared_expert_ffn_hidden == 8192);
+  CHECK(maverick.ffn_hidden == 16384);
+  CHECK(maverick.moe_layer_count() == 24);
+  CHECK((!maverick.moe_layer(0) && maverick.moe_layer(1) && maverick.moe_layer(47)));
+  CHECK(maverick.qk_norm);
+  CHECK(maverick.attention_chunk == 8192);
+  const ModelSpec scout = parse_hf("{" + text + R"(, "num_local_experts": 16, "interleave_moe_layer_step": 1})");
+  CHECK(scout.moe_layer_count() == 48);
+  CHECK(scout.ffn_hidden == 0);
+  // An explicit moe_layers list wins over the step.
+  const ModelSpec listed =
+      parse_hf("{" + text + R"(, "num_local_experts": 16, "moe_layers": [0, 47], "interleave_moe_layer_step": 2})");
+  CHECK(listed.moe_layer_count() == 2);
+  CHECK(listed.moe_layer_pattern.front() == '1');
 }

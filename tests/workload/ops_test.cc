@@ -502,6 +502,17 @@ ModelSpec moe_model(std::int64_t shared = 0) {
   return m;
 }
 
+// 4,096 tokens over tp 2 with SP (2,048 per rank), ep 4 x etp 2.
+LayerConfig tp2_ep4_etp2() {
+  LayerConfig c;
+  c.seq_len = 4096;
+  c.tp = 2;
+  c.sequence_parallel = true;
+  c.ep = 4;
+  c.etp = 2;
+  return c;
+}
+
 double gemm_flops(const std::vector<Op>& ops, const std::string& prefix) {
   double f = 0;
   for (const Op& op : ops)
@@ -700,12 +711,7 @@ TEST_CASE("MoE layer with the flex dispatcher and group-limited routing: fewer d
 // run the alltoall dispatcher's rows, etp·R·k = 2·2048·4, and the CPU waits after the gather.
 TEST_CASE("MoE layer with the allgather dispatcher: the ep x etp group's tokens gathered and scattered") {
   const ModelSpec m = moe_model(1024);
-  LayerConfig c;
-  c.seq_len = 4096;
-  c.tp = 2;
-  c.sequence_parallel = true;
-  c.ep = 4;
-  c.etp = 2;
+  LayerConfig c = tp2_ep4_etp2();
   c.moe_allgather_dispatch = true;
   const double G = 8, R = 2048, h = 1024, E = 32;
   const auto fwd = layer_forward(m, c), bwd = layer_backward(m, c);
@@ -740,12 +746,7 @@ TEST_CASE("MoE layer with the allgather dispatcher: the ep x etp group's tokens 
 // reduce-scatter carry etp·R·k·h·2 bytes.
 TEST_CASE("MoE layer with etp: ETP all-gather and reduce-scatter around experts split F/etp") {
   const ModelSpec m = moe_model(1024);
-  LayerConfig c;
-  c.seq_len = 4096;
-  c.tp = 2;
-  c.sequence_parallel = true;
-  c.ep = 4;
-  c.etp = 2;
+  const LayerConfig c = tp2_ep4_etp2();
   const double R = 4096.0 / 2, k = 4, h = 1024;
   const auto fwd = layer_forward(m, c);
   int etp_ops = 0, shared = 0;
