@@ -42,9 +42,9 @@ std::string describe(const Scenario& s) {
                      m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn_hidden, m.vocab,
                      static_cast<int>(m.mlp), m.tied_embeddings, m.dropout);
   out += fmt::format("window {} pattern {} qk_norm {}\n", m.sliding_window, m.sliding_window_pattern, m.qk_norm);
-  out += fmt::format("experts {} k {} moe_ffn {} shared {} dense {} latent {} groups {} of {}\n", m.experts,
+  out += fmt::format("experts {} k {} moe_ffn {} shared {} dense {} latent {} groups {} of {} pattern {}\n", m.experts,
                      m.experts_per_token, m.moe_ffn_hidden, m.shared_expert_ffn_hidden, m.first_dense_layers,
-                     m.moe_latent, m.router_group_topk, m.router_groups);
+                     m.moe_latent, m.router_group_topk, m.router_groups, m.moe_layer_pattern);
   out += fmt::format("mla q {} kv {} rope {} v {} mtp {}\n", m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim,
                      m.v_head_dim, m.mtp_layers);
   out += fmt::format("hybrid {} mamba {} {} {} {} {} {}\n", m.hybrid_pattern, m.mamba_heads, m.mamba_head_dim,
@@ -288,4 +288,21 @@ TEST_CASE("the shared expert overlap comes back from the script") {
   const Scenario back = round_trip(doc, original, &script);
   CHECK(describe(back) == describe(expected_after_round_trip(original)));
   CHECK(script.find("--moe-shared-expert-overlap\n") != std::string::npos);
+}
+
+TEST_CASE("experts on every other layer and the allgather dispatcher come back from the script") {
+  nlohmann::json doc = nlohmann::json::parse(R"({
+    "model": {"name": "m", "layers": 8, "hidden": 2048, "heads": 16, "kv_heads": 4, "vocab": 32000,
+              "mlp": "swiglu", "experts": 8, "experts_per_token": 2, "moe_ffn_hidden": 1408, "ffn_hidden": 8192,
+              "moe_layer_freq": [0, 1, 0, 1, 0, 1, 0, 1]},
+    "cluster": "dgx-h100", "gpus": 8,
+    "parallel": {"ep": 8, "zero": 1, "moe_token_dispatcher": "allgather"},
+    "training": {"global_batch": 64, "seq_len": 4096}})");
+  const Scenario original = parse(doc, "s.json");
+  REQUIRE(original.model.moe_layer_pattern == "01010101");
+  std::string script;
+  const Scenario back = round_trip(doc, original, &script);
+  CHECK(describe(back) == describe(expected_after_round_trip(original)));
+  CHECK(script.find("--moe-layer-freq '[0,1,0,1,0,1,0,1]'") != std::string::npos);
+  CHECK(script.find("--moe-token-dispatcher-type allgather") != std::string::npos);
 }
