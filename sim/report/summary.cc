@@ -480,6 +480,25 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   out += fmt::format("batch         {} sequences of {} tokens = {} micro-batches of {} per pipeline · recompute {}{}\n",
                      sc.training.global_batch, sc.training.seq_len, sc.training.num_micro_batches,
                      sc.training.micro_batch, recompute_name(sc.training.recompute), modules_part(sc));
+  if (const auto& model = sc.model; model.moe() && !model.hybrid()) {
+    // A mixture of experts' routing and where its experts are (a hybrid model's line is below).
+    std::string where = "every layer";
+    if (model.moe_layer_count() < model.layers)
+      where = model.moe_layer_pattern.empty()
+                  ? fmt::format("{} of {} layers (the first {} a dense MLP of {})", model.moe_layer_count(),
+                                model.layers, model.first_dense_layers, model.ffn_hidden)
+                  : fmt::format("{} of {} layers (moe_layer_freq; the others a dense MLP of {})",
+                                model.moe_layer_count(), model.layers, model.ffn_hidden);
+    out += fmt::format(
+        "experts       {} of width {}, top {}{}{} · on {}\n", model.experts, model.moe_ffn_hidden,
+        model.experts_per_token,
+        model.shared_expert_ffn_hidden > 0 ? fmt::format(" · a shared expert of {}", model.shared_expert_ffn_hidden)
+                                           : std::string(),
+        model.router_groups > 1 && model.router_group_topk < model.router_groups
+            ? fmt::format(" · within {} of {} expert groups", model.router_group_topk, model.router_groups)
+            : std::string(),
+        where);
+  }
   if (const std::string opt = optimizer_line(sc); !opt.empty()) out += fmt::format("optimizer     {}\n", opt);
   const bool offloading = offloads(sc);
   if (offloading) {

@@ -81,6 +81,11 @@ TEST_CASE("DeepSeek-V3 on 2048 H800 with DualPipeV: the technical report's 2.664
   const double dual = j.at("time_to_train").at("gpu_hours").get<double>();
   CHECK(dual == Approx(2.664e6).epsilon(0.15));
   CHECK(j.at("memory").at("fits").get<bool>());
+  // The summary says what the experts are and where: the model file's 256 of 2048, top 8, the shared
+  // expert, DeepSeek's node-limited routing and its 3 dense first layers.
+  CHECK(run("run configs/deepseek-v3-h800-2048.json")
+            .out.find("experts       256 of width 2048, top 8 · a shared expert of 2048 · within 4 of 8 expert "
+                      "groups · on 58 of 61 layers (the first 3 a dense MLP of 18432)\n") != std::string::npos);
   Result one =
       run("run configs/deepseek-v3-h800-2048.json --json --set parallel.schedule=1f1b "
           "--set 'parallel.pipeline_layout=\"Et*3|(t*4|)*14t*2mL\"'");
