@@ -913,6 +913,12 @@ std::vector<LayerKind> chunk_kinds(const config::Scenario& sc, std::int64_t stag
   return out;
 }
 
+// The pipeline stage holding the output layer: the last, or with dualpipev (whose V ends where it
+// starts) the first.
+std::int64_t head_stage(const config::ParallelSpec& par) {
+  return par.schedule == config::Schedule::dualpipev ? 0 : par.pp - 1;
+}
+
 // The first and last pipeline stages both hold the word embedding, kept equal by an all-reduce of
 // its gradient (Megatron's shared embedding): with tied embeddings (the output layer's weight), and
 // with multi-token prediction, whose modules on the last stage embed tokens too.
@@ -1194,33 +1200,21 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   auto chunk_layers = [&](std::int64_t c) { return config::chunk_layers(sc, stage_index, c); };
   auto has_embedding = [&](std::int64_t c) { return stage.has_embedding && c == 0; };
   auto has_head = [&](std::int64_t c) { return stage.has_head && c == v - 1; };
-  // The peer slot a pass of chunk c receives its input on and sends its output on; none where it
-  // starts or ends the pipeline, or (dualpipev) hands over to its other chunk on the same rank. A
-  // chunk's forward goes to the next stage and its backward to the previous one; dualpipev's chunk 1
-  // runs the V's way back, on its own slots.
-  auto fwd_in = [&](std::int64_t c) -> std::optional<std::uint8_t> {
+  // A chunk's neighbours along its forward direction: the peer slot of the stage before it (where
+  // its forwards come from and its backwards go) and of the stage after it; none where the chunk
+  // starts or ends the pipeline, or (dualpipev) hands over to the rank's other chunk. dualpipev's
+  // chunk 1 runs the V's way back, on its own slots.
+  auto upstream = [&](std::int64_t c) -> std::optional<std::uint8_t> {
     if (dualpipev && c == 1) return last ? std::nullopt : std::optional<std::uint8_t>(kVNext);
     if (first && c == 0) return std::nullopt;
     return kPrevStage;
   };
-  auto fwd_out = [&](std::int64_t c) -> std::optional<std::uint8_t> {
+  auto downstream = [&](std::int64_t c) -> std::optional<std::uint8_t> {
     if (dualpipev)
       return c == 1 ? (first ? std::nullopt : std::optional<std::uint8_t>(kVPrev))
                     : (last ? std::nullopt : std::optional<std::uint8_t>(kNextStage));
     if (last && c == v - 1) return std::nullopt;
     return kNextStage;
-  };
-  auto bwd_in = [&](std::int64_t c) -> std::optional<std::uint8_t> {
-    if (dualpipev)
-      return c == 1 ? (first ? std::nullopt : std::optional<std::uint8_t>(kVPrev))
-                    : (last ? std::nullopt : std::optional<std::uint8_t>(kNextStage));
-    if (last && c == v - 1) return std::nullopt;
-    return kNextStage;
-  };
-  auto bwd_out = [&](std::int64_t c) -> std::optional<std::uint8_t> {
-    if (dualpipev && c == 1) return last ? std::nullopt : std::optional<std::uint8_t>(kVNext);
-    if (first && c == 0) return std::nullopt;
-    return kPrevStage;
   };
 
   // Gradient buckets, as Megatron's DDP forms them for each model chunk: parameters in backward
@@ -1532,7 +1526,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   std::vector<std::int64_t> forwards(static_cast<std::size_t>(v), 0), backwards(static_cast<std::size_t>(v), 0);
   auto forward = [&](std::int64_t c) {
     const bool first_mb = forwards[static_cast<std::size_t>(c)]++ == 0;
-    if (const auto in = fwd_in(c))
+    if (const auto in = upstream(c))
       w.after(w.add(p2p(TaskKind::recv, kPpRecv, *in, p2p_bytes, "recv_forward"), false, p2p_sync));
     start_pass(c);
     const auto order = forward_order(c);
@@ -1558,7 +1552,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       leave_unit(c, head_unit(c), false);
     }
     // Megatron's p2p calls block, so the next compute waits for the send to finish.
-    if (const auto out = fwd_out(c))
+    if (const auto out = downstream(c))
       w.after(w.add(p2p(TaskKind::send, kPpSend, *out, p2p_bytes, "send_forward"), true, p2p_sync));
   };
   // Zero-bubble split: the input pass keeps the weight GEMMs' inputs and writes their output
@@ -1576,7 +1570,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   auto backward = [&](std::int64_t c, bool input_only) {
     const bool last_mb = ++backwards[static_cast<std::size_t>(c)] == m;
     const bool first_bwd = backwards[static_cast<std::size_t>(c)] == 1;
-    if (const auto in = bwd_in(c))
+    if (const auto in = downstream(c))
       w.after(w.add(p2p(TaskKind::recv, kPpRecv, *in, p2p_bytes, "recv_backward"), false, p2p_sync));
     start_pass(c);
     // step_gather: the unsharded gradients each unit accumulates over the micro-batches, in the
@@ -1640,7 +1634,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       fsdp_grads(emb_unit(c));
       if (!input_only) unit_done(c, emb_unit(c), last_mb);
     }
-    if (const auto out = bwd_out(c))
+    if (const auto out = upstream(c))
       w.after(w.add(p2p(TaskKind::send, kPpSend, *out, p2p_bytes, "send_backward"), true, p2p_sync));
   };
   // The weight pass of the oldest micro-batch whose input pass ran (zb-h1, one chunk): every unit's
@@ -1687,8 +1681,9 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   auto merged = [&](std::int64_t cf, std::int64_t cb) {
     const bool first_mb = forwards[static_cast<std::size_t>(cf)]++ == 0;
     const bool last_mb = ++backwards[static_cast<std::size_t>(cb)] == m;
-    if (const auto in = fwd_in(cf)) w.after(w.add(p2p(TaskKind::recv, kPpRecv, *in, p2p_bytes, "recv_forward"), false));
-    if (const auto in = bwd_in(cb))
+    if (const auto in = upstream(cf))
+      w.after(w.add(p2p(TaskKind::recv, kPpRecv, *in, p2p_bytes, "recv_forward"), false));
+    if (const auto in = downstream(cb))
       w.after(w.add(p2p(TaskKind::recv, kPpRecv, *in, p2p_bytes, "recv_backward"), false));
     if (has_embedding(cf)) {
       unit_needed(cf, emb_unit(cf), first_mb);
@@ -1775,9 +1770,9 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       unit_needed(cf, head_unit(cf), first_mb);
       w.emit(ops.head_fwd, "forward", Saves::all);
     }
-    if (const auto out = fwd_out(cf))
+    if (const auto out = downstream(cf))
       w.after(w.add(p2p(TaskKind::send, kPpSend, *out, p2p_bytes, "send_forward"), true));
-    if (const auto out = bwd_out(cb))
+    if (const auto out = upstream(cb))
       w.after(w.add(p2p(TaskKind::send, kPpSend, *out, p2p_bytes, "send_backward"), true));
   };
 
@@ -2163,7 +2158,7 @@ double time_floor_s(const config::Scenario& sc, const StepWorkload& wl) {
       b += eb;
       drain[0] += eb;
     }
-    if (s == (par.schedule == config::Schedule::dualpipev ? 0 : pp - 1)) {
+    if (s == head_stage(par)) {
       f += kernels_s(wl.ops.head_fwd, all);
       b += kernels_s(wl.ops.head_bwd, all);
     }
@@ -2201,7 +2196,7 @@ StagePlan plan_stage(const config::Scenario& sc, std::int64_t s, const StepWorkl
   st.layers = config::stage_layers(sc, s);
   st.chunks = config::chunks_per_stage(par);
   st.has_embedding = s == 0;
-  st.has_head = s == (par.schedule == config::Schedule::dualpipev ? 0 : par.pp - 1);  // the V ends on rank 0
+  st.has_head = s == head_stage(par);
   // Per kind of layer: a MoE model's dense first layers have their dense MLP and no experts; a
   // hybrid model's blocks their own parameters, its 'E' blocks the experts.
   std::array<std::int64_t, kLayerKinds> count{};
