@@ -78,6 +78,22 @@ bool is_switch(std::string_view name) {
   return f != nullptr && f->is_switch;
 }
 
+// A number as Python's int() and float() read an argparse value: underscores between digits group
+// them ("220_000_000"); an underscore anywhere else makes the text no number (an empty result).
+std::string python_digits(std::string_view text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '_') {
+      out += text[i];
+      continue;
+    }
+    const bool between = i > 0 && i + 1 < text.size() && std::isdigit(static_cast<unsigned char>(text[i - 1])) != 0 &&
+                         std::isdigit(static_cast<unsigned char>(text[i + 1])) != 0;
+    if (!between) return {};
+  }
+  return out;
+}
+
 struct Flag {
   std::string name;  // without the dashes, '_' read as '-'
   std::vector<std::string> values;
@@ -168,18 +184,21 @@ class Flags {
   std::optional<std::int64_t> integer(std::string_view name) {
     const auto v = value(name);
     if (!v) return std::nullopt;
+    const std::string digits = python_digits(*v);
     std::int64_t out = 0;
-    const auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
-    if (ec != std::errc() || p != v->data() + v->size()) fail(*get(name), fmt::format("\"{}\" is not an integer", *v));
+    const auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), out);
+    if (digits.empty() || ec != std::errc() || p != digits.data() + digits.size())
+      fail(*get(name), fmt::format("\"{}\" is not an integer", *v));
     return out;
   }
 
   std::optional<double> number(std::string_view name) {
     const auto v = value(name);
     if (!v) return std::nullopt;
+    const std::string digits = python_digits(*v);
     char* end = nullptr;
-    const double out = std::strtod(v->c_str(), &end);
-    if (v->empty() || end != v->c_str() + v->size() || !std::isfinite(out))
+    const double out = std::strtod(digits.c_str(), &end);
+    if (digits.empty() || end != digits.c_str() + digits.size() || !std::isfinite(out))
       fail(*get(name), fmt::format("\"{}\" is not a number", *v));
     return out;
   }

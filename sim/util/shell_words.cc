@@ -150,11 +150,13 @@ class Splitter {
   // A variable set before the script runs (line 0: not written in the script).
   void set(const std::string& name, const std::string& value) { vars_[name] = {{value}, {0}}; }
 
-  std::vector<ShellCommand> run(std::vector<std::string>* notes) {
+  std::vector<ShellCommand> run(std::vector<std::string>* notes, std::map<std::string, std::string>* files) {
     while (i_ < s_.size()) step();
     if (!array_name_.empty()) fail(array_line_, fmt::format("the array {}=( is never closed", array_name_));
+    if (!heredocs_.empty()) read_heredocs();
     end_command();
     if (notes != nullptr) *notes = std::move(notes_);
+    if (files != nullptr) *files = std::move(files_);
     return std::move(out_);
   }
 
@@ -172,6 +174,8 @@ class Splitter {
     if (!in_word_) return;
     if (skip_word_) {
       skip_word_ = false;
+      if (capture_target_) redirect_to_ = word_;
+      capture_target_ = false;
     } else {
       words_.push_back(std::move(word_));
       lines_.push_back(word_line_);
@@ -183,6 +187,7 @@ class Splitter {
   void end_command() {
     end_word();
     control();
+    write_file();
     if (words_.empty() || !active() || words_[0] == "echo" || words_[0] == "printf") {
       words_.clear();
       lines_.clear();
@@ -410,7 +415,9 @@ class Splitter {
     inner.line_ = line;
     inner.eval_depth_ = eval_depth_;
     std::vector<std::string> notes;
-    auto commands = inner.run(&notes);
+    std::map<std::string, std::string> files;
+    auto commands = inner.run(&notes, &files);
+    for (auto& [path, written] : files) files_[path] = std::move(written);
     for (auto& c : commands) {
       std::fill(c.lines.begin(), c.lines.end(), line);
       out_.push_back(std::move(c));
@@ -598,13 +605,126 @@ class Splitter {
     } else {
       end_word();
     }
+    const std::size_t op = i_;
     while (i_ < s_.size() && (s_[i_] == '>' || s_[i_] == '<')) ++i_;
+    const std::string_view ops = s_.substr(op, i_ - op);
+    if (ops == "<<") return heredoc();
     if (i_ < s_.size() && s_[i_] == '&') {
       ++i_;
       while (i_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[i_])) != 0 || s_[i_] == '-')) ++i_;
       return;
     }
+    if (ops == ">" || ops == ">>") {
+      capture_target_ = true;
+      redirect_append_ = ops == ">>";
+    }
     skip_word_ = true;
+  }
+
+  // After `<<` or `<<-`: the here-document's delimiter word. A quoted delimiter ('EOT', "EOT", \EOT)
+  // keeps the body as written; otherwise its $variables and $((arithmetic)) expand. The body
+  // itself is read at the end of the line (read_heredocs).
+  void heredoc() {
+    Heredoc h;
+    if (i_ < s_.size() && s_[i_] == '-') {
+      h.strip_tabs = true;
+      ++i_;
+    }
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t')) ++i_;
+    while (i_ < s_.size() && std::string_view(" \t\n;&|<>()").find(s_[i_]) == std::string_view::npos) {
+      const char c = s_[i_++];
+      if (c == '\'' || c == '"' || c == '\\') {
+        h.expand = false;
+        continue;
+      }
+      h.delimiter += c;
+    }
+    if (h.delimiter.empty()) fail(line_, "a here-document (<<) without its delimiter word");
+    heredocs_.push_back(std::move(h));
+  }
+
+  // At the start of the line after a command with here-documents: their bodies, each up to its
+  // delimiter's line (or the end of the script, as bash accepts with a warning).
+  void read_heredocs() {
+    for (const Heredoc& h : heredocs_) {
+      std::string body;
+      while (i_ < s_.size()) {
+        std::size_t eol = s_.find('\n', i_);
+        if (eol == std::string_view::npos) eol = s_.size();
+        std::string_view text = s_.substr(i_, eol - i_);
+        i_ = std::min(eol + 1, s_.size());
+        ++line_;
+        if (h.strip_tabs)
+          while (text.starts_with('\t')) text.remove_prefix(1);
+        if (text == h.delimiter) break;
+        body += text;
+        body += '\n';
+      }
+      heredoc_body_ += h.expand ? expanded(body) : body;
+    }
+    heredocs_.clear();
+    has_heredoc_ = true;
+  }
+
+  // `text` with its $variables, ${...} and $((...)) expanded as a here-document expands them
+  // (backslash escapes only \$, \`, \\ and a line continuation; command substitutions kept).
+  std::string expanded(const std::string& text) {
+    const std::string_view saved_s = s_;
+    const std::size_t saved_i = i_;
+    const int saved_line = line_;
+    std::string saved_word = std::move(word_);
+    const bool saved_in_word = in_word_, saved_plain = plain_;
+    const int saved_word_line = word_line_;
+    s_ = text;
+    i_ = 0;
+    word_.clear();
+    in_word_ = false;
+    while (i_ < s_.size()) {
+      const char c = s_[i_];
+      if (c == '\\' && i_ + 1 < s_.size() && std::string_view("$`\\\n").find(s_[i_ + 1]) != std::string_view::npos) {
+        if (s_[i_ + 1] != '\n') add_text(s_.substr(i_ + 1, 1));
+        i_ += 2;
+      } else if (c == '$') {
+        dollar(true);
+      } else {
+        add_text(s_.substr(i_, 1));
+        ++i_;
+      }
+    }
+    std::string out = std::move(word_);
+    s_ = saved_s;
+    i_ = saved_i;
+    line_ = saved_line;
+    word_ = std::move(saved_word);
+    in_word_ = saved_in_word;
+    plain_ = saved_plain;
+    word_line_ = saved_word_line;
+    return out;
+  }
+
+  // A here-document that `cat > FILE` or `tee [-a] FILE` writes: the file's text, for a reader that
+  // later finds FILE named in a command (a DeepSpeed configuration the launch script writes).
+  void write_file() {
+    if (has_heredoc_ && active() && !words_.empty()) {
+      std::string target = redirect_to_;
+      bool append = redirect_append_;
+      if (words_[0] == "tee") {
+        for (std::size_t k = 1; k < words_.size(); ++k) {
+          if (words_[k] == "-a" || words_[k] == "--append") {
+            append = true;
+          } else if (!words_[k].starts_with('-')) {
+            target = words_[k];
+            break;
+          }
+        }
+      }
+      if ((words_[0] == "cat" || words_[0] == "tee") && !target.empty())
+        files_[target] = append ? files_[target] + heredoc_body_ : heredoc_body_;
+    }
+    has_heredoc_ = false;
+    heredoc_body_.clear();
+    redirect_to_.clear();
+    redirect_append_ = false;
   }
 
   void step() {
@@ -614,6 +734,7 @@ class Splitter {
       case '\n':
         ++line_;
         ++i_;
+        if (!heredocs_.empty()) read_heredocs();
         in_array ? end_word() : end_command();
         return;
       case ' ':
@@ -726,16 +847,29 @@ class Splitter {
   int array_line_ = 0;
   std::vector<std::string> saved_words_;
   std::vector<int> saved_lines_;
+  struct Heredoc {
+    std::string delimiter;
+    bool strip_tabs = false;
+    bool expand = true;
+  };
+  std::vector<Heredoc> heredocs_;  // the here-documents of the line being read, bodies still to come
+  std::string heredoc_body_;       // the current command's here-document text
+  bool has_heredoc_ = false;
+  bool capture_target_ = false;  // the next word is a `>` or `>>` target
+  std::string redirect_to_;      // the current command's output file
+  bool redirect_append_ = false;
+  std::map<std::string, std::string> files_;
 };
 
 }  // namespace
 
 std::vector<ShellCommand> split_shell_commands(std::string_view text, const std::string& source,
                                                std::vector<std::string>* notes,
-                                               const std::map<std::string, std::string>& environment) {
+                                               const std::map<std::string, std::string>& environment,
+                                               std::map<std::string, std::string>* files) {
   Splitter splitter(text, source);
   for (const auto& [name, value] : environment) splitter.set(name, value);
-  return splitter.run(notes);
+  return splitter.run(notes, files);
 }
 
 }  // namespace trainsim::util

@@ -31,9 +31,12 @@ struct ShellCommand {
 // An unterminated quote, ${ or array is an InputError naming `source` and the line it opens on.
 // `environment`: variables set before the script runs (NAME -> value), as the shell's environment
 // would set them; the process's own environment is never read, so the result depends on the input
-// alone.
+// alone. Here-documents (<<EOT, <<-EOT, <<'EOT') are read as bash reads them, not as commands; the
+// text that `cat <<EOT > FILE` or `tee FILE <<EOT` writes goes to `files` (FILE as the script names
+// it, after expansion -> the text), so a reader can find a configuration the script writes.
 std::vector<ShellCommand> split_shell_commands(std::string_view text, const std::string& source,
                                                std::vector<std::string>* notes = nullptr,
-                                               const std::map<std::string, std::string>& environment = {});
+                                               const std::map<std::string, std::string>& environment = {},
+                                               std::map<std::string, std::string>* files = nullptr);
 
 }  // namespace trainsim::util

@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -100,4 +101,38 @@ TEST_CASE("eval reads its words again as script text; the environment given befo
   CHECK(c[0].words == Words{"run", "--tp", "4", "--x", "a b"});
   CHECK(c[0].lines == std::vector<int>{3, 3, 3, 3, 3});
   CHECK(c[1].words == Words{"tee", "log"});
+}
+
+TEST_CASE("here-documents are not commands; what cat or tee writes from one is kept as the file's text") {
+  std::vector<std::string> notes;
+  std::map<std::string, std::string> files;
+  const auto c = split_shell_commands(
+      "MBS=2\n"
+      "DS=./ds_config_$MBS.json\n"
+      "cat <<EOT > $DS\n"
+      "{\n"
+      "  \"train_micro_batch_size_per_gpu\": $MBS,\n"
+      "  \"gas\": $((MBS * 4)), \"cost\": \\$5\n"
+      "}\n"
+      "EOT\n"
+      "cat > raw.txt <<'EOF'\n"
+      "$MBS --not-a-flag\n"
+      "EOF\n"
+      "tee -a raw.txt <<-END >/dev/null\n"
+      "\t\tmore $MBS\n"
+      "\tEND\n"
+      "python pretrain_gpt.py --deepspeed_config $DS --micro-batch-size $MBS\n",
+      "s.sh", &notes, {}, &files);
+  // Three cat/tee commands and the launch: the bodies (with their --not-a-flag) are text, not words.
+  REQUIRE(c.size() == 4);
+  CHECK(c[3].words ==
+        Words{"python", "pretrain_gpt.py", "--deepspeed_config", "./ds_config_2.json", "--micro-batch-size", "2"});
+  CHECK(c[3].lines == std::vector<int>{15, 15, 15, 2, 15, 1});  // a variable's words: the line that set it
+  REQUIRE(files.size() == 2);
+  // Unquoted delimiter: $MBS and $((...)) expand, \$ stays a dollar sign.
+  CHECK(files.at("./ds_config_2.json") ==
+        "{\n  \"train_micro_batch_size_per_gpu\": 2,\n  \"gas\": 8, \"cost\": $5\n}\n");
+  // Quoted delimiter: as written; <<- strips the leading tabs; tee -a appends.
+  CHECK(files.at("raw.txt") == "$MBS --not-a-flag\nmore 2\n");
+  CHECK(notes.empty());
 }
