@@ -200,6 +200,10 @@ class Exporter {
 
     // Data-parallel sharding: the distributed optimizer is ZeRO-1, Megatron FSDP's strategies ZeRO 2
     // and 3 (ecosystem.md §2.1).
+    if (p.zero1_grad_all_reduce)
+      fail("parallel.zero1_grad_reduce",
+           "all_reduce is DeepSpeed's BF16_Optimizer; Megatron's distributed optimizer reduce-scatters the gradients "
+           "(reduce_scatter)");
     if (p.zero == 1) add(g, "--use-distributed-optimizer", {}, "zero 1");
     if (p.dist_opt_instances > 1) add(g, "--num-distributed-optimizer-instances", {num(p.dist_opt_instances)});
     if (p.zero >= 2) {

@@ -256,6 +256,7 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
                        "account_for_loss_in_pipeline_split",
                        "fsdp_prefetch",
                        "zero2_param_gather",
+                       "zero1_grad_reduce",
                        "pipeline_layout",
                        "distributed_optimizer_instances",
                        "cp_comm_type",
@@ -304,6 +305,10 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
         v->fail("per_unit with the zb-h1 or dualpipev schedule is not supported yet");
     }
   }
+  if (auto v = node.find("zero1_grad_reduce")) {
+    p.zero1_grad_all_reduce = parse_choice(*v, Choices{{"reduce_scatter", "all_reduce"}, {}}) == 1;
+    if (p.zero != 1) v->fail("applies to zero 1 only");
+  }
   const bool fsdp_units = p.fsdp_units();
   if (auto v = node.find("fsdp_prefetch")) {
     p.fsdp_prefetch = v->as_bool();
@@ -327,6 +332,8 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
   }
   if (auto v = node.find("distributed_optimizer_instances")) {
     p.dist_opt_instances = v->as_positive_int();
+    if (p.dist_opt_instances > 1 && p.zero1_grad_all_reduce)
+      v->fail("does not combine with zero1_grad_reduce \"all_reduce\" (each instance would all-reduce whole gradients)");
     if (p.dist_opt_instances > 1 && p.zero != 1 && p.zero != 3)
       v->fail(
           "applies to the distributed optimizer (zero 1, Megatron's --num-distributed-optimizer-instances) and to "

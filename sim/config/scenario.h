@@ -102,6 +102,10 @@ struct ParallelSpec {
   // reduce-scattered within it and then all-reduced across the instances, parameters all-gathered
   // within it.
   std::int64_t dist_opt_instances = 1;
+  // With zero 1: the gradients all-reduced whole (each rank then updates its shard and the shards
+  // are all-gathered) instead of reduce-scattered: DeepSpeed's BF16_Optimizer and its ZeRO-1 with
+  // reduce_scatter false (parallel.zero1_grad_reduce "all_reduce").
+  bool zero1_grad_all_reduce = false;
   // Megatron's --overlap-grad-reduce: gradients reduced in buckets during the last backward.
   bool overlap_grad_reduce = false;
   // Megatron's --overlap-param-gather: the distributed optimizer's parameter all-gather runs in

@@ -1306,9 +1306,12 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       fill_buckets(eb, overlap_expert_grad);
     }
   }
-  const auto grad_op = par.zero >= 1 ? network::CollectiveOp::reduce_scatter : network::CollectiveOp::all_reduce;
-  const char* grad_name = par.zero >= 1 ? "grad_reduce_scatter" : "grad_all_reduce";
-  const char* expert_grad_name = par.zero >= 1 ? "expert_grad_reduce_scatter" : "expert_grad_all_reduce";
+  // zero1_grad_all_reduce: DeepSpeed's BF16_Optimizer all-reduces the whole gradients, each rank
+  // then updating its shard (the experts' gradients too).
+  const bool grad_rs = par.zero >= 1 && !par.zero1_grad_all_reduce;
+  const auto grad_op = grad_rs ? network::CollectiveOp::reduce_scatter : network::CollectiveOp::all_reduce;
+  const char* grad_name = grad_rs ? "grad_reduce_scatter" : "grad_all_reduce";
+  const char* expert_grad_name = grad_rs ? "expert_grad_reduce_scatter" : "expert_grad_all_reduce";
   std::vector<Dep> grad_deps;
   // With --overlap-grad-reduce each bucket is reduced as soon as the chunk's last micro-batch's
   // backward has produced all its gradients, while backward goes on. With sharded gradients (ZeRO-2

@@ -98,6 +98,7 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
   }
   const bool fsdp = l.zero >= 3 || (l.zero == 2 && p.value("zero2_param_gather", "") == "per_unit");
   if (l.zero != 2) p.erase("zero2_param_gather");
+  if (l.zero != 1) p.erase("zero1_grad_reduce");
   if (l.zero != 1 && l.zero != 3) p.erase("distributed_optimizer_instances");
   // Zero 3's replicas are the search's HSDP axis (zero 1 keeps the scenario's partial distributed
   // optimizer).

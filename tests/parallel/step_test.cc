@@ -198,8 +198,17 @@ TEST_CASE("data parallelism: gradients are all-reduced, or reduce-scattered and 
   CHECK(labels(parallel::build_step(sc, cm).programs[0], parallel::kDpComm) ==
         std::vector<std::string>{"grad_all_reduce"});
   j["parallel"]["zero"] = 1;
-  CHECK(labels(parallel::build_step(scenario(j), cm).programs[0], parallel::kDpComm) ==
-        std::vector<std::string>{"grad_reduce_scatter", "param_all_gather"});
+  const auto rs = parallel::build_step(scenario(j), cm);
+  CHECK(labels(rs.programs[0], parallel::kDpComm) == std::vector<std::string>{"grad_reduce_scatter", "param_all_gather"});
+  // DeepSpeed's BF16_Optimizer: the whole gradients all-reduced, then the updated shards gathered;
+  // the same bytes go in, and the optimizer states stay sharded (the same memory).
+  j["parallel"]["zero1_grad_reduce"] = "all_reduce";
+  const auto ar = parallel::build_step(scenario(j), cm);
+  CHECK(labels(ar.programs[0], parallel::kDpComm) == std::vector<std::string>{"grad_all_reduce", "param_all_gather"});
+  CHECK(ar.programs[0].stream(parallel::kDpComm)[0].bytes == rs.programs[0].stream(parallel::kDpComm)[0].bytes);
+  CHECK(ar.programs[0].initial_mem_bytes == rs.programs[0].initial_mem_bytes);
+  j["parallel"]["zero"] = 0;
+  CHECK_THROWS_WITH(scenario(j), Catch::Contains("parallel.zero1_grad_reduce: applies to zero 1 only"));
 }
 
 TEST_CASE("a symmetric run (one rank per class) gives exactly the full run's step time and memory") {
