@@ -1,5 +1,6 @@
 #include "cli/import_command.h"
 
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -118,6 +119,10 @@ CLI::App* add_import_command(CLI::App& app, ImportArgs& args) {
                    "Set a variable of the script before it runs, as its environment would: NAME=VALUE (repeatable), "
                    "e.g. --env TP=4 --env MODEL_SIZE=8B")
       ->allow_extra_args(false);
+  megatron->add_option("--deepspeed-config", args.deepspeed_config,
+                       "Megatron-DeepSpeed: the DeepSpeed JSON configuration to read instead of the one the command "
+                       "names with --deepspeed_config (which is otherwise read from the script's here-document that "
+                       "writes it, or from the file, looked up beside the script first)");
   add_common_options(megatron, args, "Total GPUs (default: torchrun's --nproc-per-node times --nnodes in the command)",
                      "the command's architecture flags", "the command only names a tokenizer");
 
@@ -194,6 +199,7 @@ int import_command(const ImportArgs& args) {
   }
 
   config::ImportOptions options = import_options(args);
+  options.deepspeed_config = args.deepspeed_config;
   // The script positional takes the first word after -- when no script came before it.
   std::vector<std::string> words;
   if (!args.script.empty()) words.push_back(args.script);
@@ -216,7 +222,8 @@ int import_command(const ImportArgs& args) {
           throw util::InputError("--env", "", fmt::format("\"{}\" is not NAME=VALUE", e));
         environment[e.substr(0, eq)] = e.substr(eq + 1);
       }
-      commands = util::split_shell_commands(text, options.source, &shell_notes, environment);
+      commands = util::split_shell_commands(text, options.source, &shell_notes, environment, &options.written_files);
+      if (words[0] != "-") options.script_dir = std::filesystem::path(words[0]).parent_path().string();
     }
   }
   // Arguments given after the script (or instead of it) come last, so they override the script's.

@@ -26,6 +26,7 @@ struct ImportArgs {
   CLI::App* torchtitan_app = nullptr;    // set by add_import_command
   std::vector<std::string> passthrough;  // the words after `--` (split_passthrough_args)
   std::vector<std::string> env;          // --env NAME=VALUE: the script's variables set beforehand
+  std::string deepspeed_config;          // --deepspeed-config: Megatron-DeepSpeed's JSON, instead of the command's
 };
 
 CLI::App* add_import_command(CLI::App& app, ImportArgs& args);

@@ -22,6 +22,12 @@ struct ImportOptions {
   // How the input spells a flag, when it is not a command line ("num-layers" -> "model.num_layers"
   // for a Megatron-Bridge config): messages then name the input's own key.
   std::map<std::string, std::string> labels;
+  // Megatron-DeepSpeed's --deepspeed_config: the files the launch script writes itself (a here-document's
+  // text by the path the script gives it), the script's folder (where a relative path is looked up),
+  // and a file given instead of the one the command names.
+  std::map<std::string, std::string> written_files;
+  std::string script_dir;
+  std::string deepspeed_config;
 };
 
 struct ImportedScenario {

@@ -7,12 +7,15 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <set>
 #include <string_view>
 
 #include <fmt/format.h>
 
+#include "config/deepspeed_config.h"
 #include "config/megatron_flags.h"
 #include "config/scenario.h"
 #include "util/error.h"
@@ -72,10 +75,30 @@ const MegatronFlag* known_flag(std::string_view name) {
   return it != kMegatronFlags.end() && it->name == name ? &*it : nullptr;
 }
 
+// Megatron-DeepSpeed's switches (the microsoft and bigscience forks' megatron/arguments.py, and
+// DeepSpeed's own --deepspeed), which Megatron-LM does not have.
+constexpr std::array<std::string_view, 15> kDeepSpeedSwitches{"deepspeed",
+                                                              "deepspeed-activation-checkpointing",
+                                                              "partition-activations",
+                                                              "contigious-checkpointing",
+                                                              "checkpoint-in-cpu",
+                                                              "synchronize-each-layer",
+                                                              "profile-backward",
+                                                              "no-pipeline-parallel",
+                                                              "embed-layernorm",
+                                                              "sync-tp-duplicated-parameters",
+                                                              "abort-on-unmet-fused-kernel-constraints",
+                                                              "use-flash-attn-v1",
+                                                              "use-flash-attn-v2",
+                                                              "use-flash-attn-triton",
+                                                              "use-flash-attn-builder"};
+
 // A flag missing from the table takes the words up to the next flag.
 bool is_switch(std::string_view name) {
   const MegatronFlag* f = known_flag(name);
-  return f != nullptr && f->is_switch;
+  if (f == nullptr)
+    return std::find(kDeepSpeedSwitches.begin(), kDeepSpeedSwitches.end(), name) != kDeepSpeedSwitches.end();
+  return f->is_switch;
 }
 
 // A number as Python's int() and float() read an argparse value: underscores between digits group
@@ -325,6 +348,7 @@ class Importer {
       : f_(commands, options.source, options.labels), o_(options) {}
 
   ImportedScenario run() {
+    load_deepspeed();
     // What the layout needs from the model, read before the model so --model runs need them too.
     hybrid_pattern();
     parallel();
@@ -446,6 +470,14 @@ class Importer {
     put(p, "parallel", "tp", tp_, "tensor-model-parallel-size");
     put(p, "parallel", "pp", pp_, "pipeline-model-parallel-size");
     if (cp_ != 1) put(p, "parallel", "cp", cp_, "context-parallel-size");
+    // Megatron-DeepSpeed's DeepSpeed-Ulysses: q, k and v all-to-all'd from sequence to head shards
+    // over the sequence-parallel group, the output back (deepspeed/sequence/layer.py).
+    if (auto sp = f_.integer("ds-sequence-parallel-size"); sp && *sp > 1) {
+      if (cp_ != 1) f_.fail(*f_.get("ds-sequence-parallel-size"), "does not combine with --context-parallel-size");
+      cp_ = *sp;
+      put(p, "parallel", "cp", cp_, "ds-sequence-parallel-size");
+      put(p, "parallel", "cp_comm_type", "a2a", "ds-sequence-parallel-size");
+    }
     // --cp-comm-type: one type for every layer, or one per layer (the first is taken, with a note).
     if (const auto types = f_.list("cp-comm-type"); !types.empty() && cp_ > 1) {
       const std::string& type = types.front();
@@ -694,6 +726,11 @@ class Importer {
   }
 
   void vocab(nlohmann::ordered_json& m) {
+    // bigscience Megatron-DeepSpeed's --pad-vocab-size-to: the embedding's rows, whatever the tokenizer.
+    if (auto v = f_.integer("pad-vocab-size-to")) {
+      put(m, "model", "vocab", *v, "pad-vocab-size-to");
+      return;
+    }
     if (auto v = f_.integer("vocab-size")) {
       // Megatron-LM's NullTokenizer (synthetic data) adds an end-of-document token to --vocab-size.
       if (f_.value("tokenizer-type") == "NullTokenizer") {
@@ -816,6 +853,13 @@ class Importer {
       out_.scenario["gpus"] = o_.gpus;
       return;
     }
+    // The deepspeed launcher's --num_gpus and --num_nodes.
+    if (!f_.value("nproc-per-node") && f_.value("num-gpus")) {
+      const Flag& ng = *f_.get("num-gpus");
+      out_.scenario["gpus"] = *f_.integer("num-gpus") * f_.integer("num-nodes").value_or(1);
+      out_.origin["gpus"] = f_.where(ng);
+      return;
+    }
     const auto per_node = f_.value("nproc-per-node");
     if (!per_node)
       f_.fail(
@@ -834,12 +878,14 @@ class Importer {
 
   void training() {
     auto& t = training_;
-    const std::int64_t mbs = f_.integer("micro-batch-size").value_or(1);
+    const auto mbs_flag = f_.integer("micro-batch-size");
+    const std::int64_t mbs = mbs_flag ? *mbs_flag : ds_ && ds_->micro_batch ? *ds_->micro_batch : 1;
     put(t, "training", "micro_batch", mbs, "micro-batch-size");
-    if (f_.get("micro-batch-size") == nullptr) note("micro_batch: 1 (no --micro-batch-size)");
+    if (!mbs_flag && !(ds_ && ds_->micro_batch)) note("micro_batch: 1 (no --micro-batch-size)");
     const std::int64_t gpus = out_.scenario["gpus"].get<std::int64_t>();
     const std::int64_t replicas = std::max<std::int64_t>(1, gpus / std::max<std::int64_t>(1, tp_ * pp_ * cp_));
-    const auto gbs = f_.integer("global-batch-size");
+    auto gbs = f_.integer("global-batch-size");
+    if (!gbs && ds_ && ds_->train_batch) gbs = ds_->train_batch;
     put(t, "training", "global_batch", gbs.value_or(mbs * replicas), "global-batch-size");
     if (!gbs) note(fmt::format("global_batch: Megatron's default, one micro-batch per replica ({})", mbs * replicas));
     // --encoder-seq-length is the older name (arguments.py takes it when --seq-length is absent).
@@ -876,6 +922,177 @@ class Importer {
     cuda_graphs();
     moe_dispatch();
     optimizer();
+    if (ds_) apply_deepspeed();
+  }
+
+  // --deepspeed with --deepspeed_config: the configuration's text, from the file given to the import,
+  // the here-document the script writes it with, or the file itself (beside the script first).
+  void load_deepspeed() {
+    const bool on = f_.on("deepspeed");
+    const auto path = f_.value("deepspeed-config");
+    if (!on) {
+      if (path) note("--deepspeed_config without --deepspeed: DeepSpeed is off, its configuration not read");
+      return;
+    }
+    if (!path && o_.deepspeed_config.empty())
+      f_.fail(*f_.get("deepspeed"),
+              "needs --deepspeed_config FILE (or give the file to the import with --deepspeed-config FILE)");
+    std::string text, source;
+    if (!o_.deepspeed_config.empty()) {
+      source = o_.deepspeed_config;
+      text = read_text(source);
+    } else if (const auto it = o_.written_files.find(*path); it != o_.written_files.end()) {
+      source = *path;
+      text = it->second;
+      note(fmt::format("{}: the DeepSpeed configuration the script writes (its here-document)", *path));
+    } else {
+      namespace fs = std::filesystem;
+      const fs::path beside = fs::path(o_.script_dir) / *path;
+      source = !o_.script_dir.empty() && fs::path(*path).is_relative() && fs::exists(beside) ? beside.string() : *path;
+      if (!fs::exists(source))
+        f_.fail(*f_.get("deepspeed-config"),
+                fmt::format("{} does not exist (nor does the script write it): give it with --deepspeed-config FILE",
+                            *path));
+      text = read_text(source);
+    }
+    ds_ = read_deepspeed_config(text, source);
+    ds_source_ = source;
+  }
+
+  static std::string read_text(const std::string& file) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) throw util::InputError(file, "", "cannot read the file");
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  }
+
+  [[noreturn]] void ds_fail(const std::string& key, const std::string& problem) const {
+    throw util::InputError(ds_source_, key, problem);
+  }
+
+  // What DeepSpeed's engine does with the configuration (deepspeedai/DeepSpeed engine.py,
+  // pipe/engine.py, bf16_optimizer.py, zero/config.py), as trainsim keys.
+  void apply_deepspeed() {
+    const DeepSpeedConfig& ds = *ds_;
+    auto& p = parallel_;
+    auto& t = training_;
+    for (const auto& k : ds.no_effect) out_.no_effect.push_back(k);
+    for (const auto& k : ds.not_modelled) out_.not_modelled.push_back(k);
+    for (const auto& k : ds.unknown) out_.unknown.push_back(k);
+    for (std::string_view flag :
+         {"deepspeed-activation-checkpointing", "contigious-checkpointing", "synchronize-each-layer",
+          "profile-backward", "abort-on-unmet-fused-kernel-constraints", "kill-switch-path", "kill-switch-file",
+          "deepspeed-mpi"})
+      if (f_.on(flag)) out_.no_effect.push_back(fmt::format("--{}", flag));
+    for (std::string_view flag :
+         {"partition-activations", "checkpoint-in-cpu", "embed-layernorm", "sync-tp-duplicated-parameters"})
+      if (f_.on(flag)) out_.not_modelled.push_back(fmt::format("--{}", flag));
+    if (f_.value("position-embedding-type") == "alibi")
+      out_.not_modelled.push_back("--position-embedding-type alibi (the bias added to the attention scores)");
+
+    // The batch: DeepSpeed asserts train_batch_size = micro x accumulation x data-parallel size.
+    const std::int64_t gpus = out_.scenario["gpus"].get<std::int64_t>();
+    const std::int64_t dp = std::max<std::int64_t>(1, gpus / std::max<std::int64_t>(1, tp_ * pp_ * cp_));
+    const std::int64_t mbs = t["micro_batch"].get<std::int64_t>();
+    const std::int64_t gbs = t["global_batch"].get<std::int64_t>();
+    if (ds.micro_batch && *ds.micro_batch != mbs)
+      ds_fail("train_micro_batch_size_per_gpu",
+              fmt::format("{} disagrees with the command's --micro-batch-size {}", *ds.micro_batch, mbs));
+    if (ds.train_batch && *ds.train_batch != gbs)
+      ds_fail("train_batch_size",
+              fmt::format("{} disagrees with the command's --global-batch-size {}", *ds.train_batch, gbs));
+    if (ds.grad_accum && *ds.grad_accum * mbs * dp != gbs)
+      ds_fail("gradient_accumulation_steps",
+              fmt::format("{} x micro-batch {} x data-parallel size {} is not the global batch {}", *ds.grad_accum, mbs,
+                          dp, gbs));
+
+    // Precision: the configuration's must be the model's.
+    const std::string precision = t["precision"].get<std::string>();
+    const bool bf16 = precision != "fp16";
+    if (bf16 && !ds.bf16) ds_fail("bf16", "is not enabled, but the command trains in bf16 (--bf16)");
+    if (!bf16 && !ds.fp16) ds_fail("fp16", "is not enabled, but the command trains in fp16 (--fp16)");
+
+    const std::int64_t stage = ds.zero_stage;
+    if (auto z = f_.integer("zero-stage"); z && *z != stage)
+      note(fmt::format("--zero-stage {} only sets Megatron-DeepSpeed's zero.Init; DeepSpeed runs {}'s stage {}", *z,
+                       ds_source_, stage));
+    const bool pipeline = pp_ > 1 && !f_.on("no-pipeline-parallel");
+    if (f_.on("no-pipeline-parallel") && pp_ > 1)
+      f_.fail(*f_.get("no-pipeline-parallel"), "with --pipeline-model-parallel-size > 1");
+    if (pipeline && stage >= 2)
+      ds_fail("zero_optimization.stage",
+              fmt::format("{}: DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only", stage));
+    if (p.contains("schedule") && p["schedule"] == "interleaved")
+      f_.fail("DeepSpeed's pipeline engine has no interleaved (virtual) stages");
+
+    // The optimizer wrapper: bf16 with the pipeline and no ZeRO (or ZeRO-1 accumulating in fp32) is
+    // BF16_Optimizer: fp32 master weights and Adam states sharded over the data-parallel ranks, the
+    // whole gradients all-reduced, the bf16 shards all-gathered after the step. Otherwise bf16 and
+    // fp16 without ZeRO all-reduce (DDP_BFLOAT16, FP16_Optimizer), and ZeRO 1-3 shard as Megatron's.
+    const std::string accum = !ds.grad_accum_dtype.empty() ? ds.grad_accum_dtype : bf16 ? "bf16" : "fp16";
+    const bool bf16_optimizer =
+        bf16 && ((stage == 0 && pipeline) || (stage == 1 && accum == "fp32" && ds.offload_optimizer.empty()));
+    std::int64_t zero = stage;
+    if (bf16_optimizer) zero = 1;
+    if (zero > 0) p["zero"] = zero;
+    out_.origin["parallel.zero"] = fmt::format("{}: zero_optimization.stage {}", ds_source_, stage);
+    if (bf16_optimizer || (stage == 1 && !ds.reduce_scatter)) p["zero1_grad_reduce"] = "all_reduce";
+    if (bf16_optimizer)
+      note(
+          fmt::format("bf16 with ZeRO stage {}{}: DeepSpeed's BF16_Optimizer (zero 1 with the whole gradients "
+                      "all-reduced)",
+                      stage, pipeline ? " and the pipeline" : ""));
+    if (stage == 3)
+      note("ZeRO-3: DeepSpeed's parameter fetches simulated as trainsim's zero 3, each layer gathered one layer ahead");
+    // The gradients' dtype on the wire: communication_data_type, by default the gradients' own.
+    const std::string wire = !ds.comm_dtype.empty() ? ds.comm_dtype : bf16_optimizer ? (bf16 ? "bf16" : "fp16") : accum;
+    t["grad_reduce_in_fp32"] = wire == "fp32";
+    if (accum == "fp32" && wire != "fp32")
+      note("fp32 gradient accumulation sent as 16-bit: the gradients are counted at 2 bytes each, not 4");
+
+    // Overlap: the pipeline engine reduces after the last micro-batch; ZeRO-1 turns overlap_comm off;
+    // ZeRO-2 overlaps when asked; ZeRO-3 by default. Parameters are gathered after the step.
+    p.erase("overlap_param_gather");
+    const bool overlap = !pipeline && stage >= 2 && ds.overlap_comm.value_or(stage == 3);
+    p["overlap_grad_reduce"] = overlap;
+    if (overlap) {
+      const double elements = ds.reduce_bucket_elements.value_or(5e8);  // DeepSpeed's default
+      p["dp_bucket_mb"] = elements * (wire == "fp32" ? 4 : 2) / 1e6;
+    }
+    if (!ds.offload_optimizer.empty())
+      out_.not_modelled.push_back(
+          fmt::format("{}: zero_optimization.offload_optimizer {} (DeepSpeed's CPU Adam; simulated on the GPU)",
+                      ds_source_, ds.offload_optimizer));
+    if (!ds.offload_param.empty())
+      out_.not_modelled.push_back(
+          fmt::format("{}: zero_optimization.offload_param {} (simulated on the GPU)", ds_source_, ds.offload_param));
+
+    // Attention: Megatron-DeepSpeed runs its unfused kernels unless a flash-attention flag asks.
+    if (f_.on("use-flash-attn-v2") || f_.on("use-flash-attn-builder"))
+      t["attention"] = "flash2";
+    else if (f_.on("use-flash-attn") || f_.on("use-flash-attn-v1") || f_.on("use-flash-attn-triton"))
+      t["attention"] = "flash1";
+    else if (!t.contains("attention"))
+      t["attention"] = "softmax";
+
+    // The pipeline split: DeepSpeed's PipelineModule over GPTModelPipe's layers.
+    if (pipeline && !p.contains("pipeline_layout") && !p.contains("first_stage_layers")) {
+      const bool bigscience = f_.get("pp-partition-method") != nullptr || f_.get("embed-layernorm") != nullptr ||
+                              f_.get("pad-vocab-size-to") != nullptr || f_.get("position-embedding-type") != nullptr;
+      std::string method = f_.value("pp-partition-method").value_or("type:transformer");
+      // BLOOM's scripts quote it inside a string that `srun bash -c` reads again, which removes them.
+      if (method.size() >= 2 && (method.front() == '\'' || method.front() == '"') && method.back() == method.front())
+        method = method.substr(1, method.size() - 2);
+      const bool tied = !(model_.contains("tied_embeddings") && model_["tied_embeddings"] == false);
+      std::string problem;
+      const auto layout = deepspeed_pipeline_layout(layers_, pp_, method, bigscience, tied, problem);
+      if (!layout) {
+        if (const Flag* m = f_.get("pp-partition-method")) f_.fail(*m, problem);
+        f_.fail(problem);
+      }
+      put(p, "parallel", "pipeline_layout", *layout, f_.get("pp-partition-method") ? "pp-partition-method" : "");
+      note(fmt::format("pipeline_layout {}: DeepSpeed's PipelineModule split ({}) of {}'s layers", *layout, method,
+                       bigscience ? "bigscience Megatron-DeepSpeed" : "Megatron-DeepSpeed"));
+    }
   }
 
   // --train-samples / --train-iters, which only give the token budget: one the script leaves to a
@@ -1092,6 +1309,8 @@ class Importer {
   std::string pattern_;                        // a hybrid model's layer pattern, '|' removed
   std::vector<std::size_t> pattern_segments_;  // its layers between '|' splits (pipeline stages)
   std::string_view pattern_flag_;
+  std::optional<DeepSpeedConfig> ds_;  // Megatron-DeepSpeed's configuration (--deepspeed)
+  std::string ds_source_;
 };
 
 }  // namespace

@@ -333,7 +333,8 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
   if (auto v = node.find("distributed_optimizer_instances")) {
     p.dist_opt_instances = v->as_positive_int();
     if (p.dist_opt_instances > 1 && p.zero1_grad_all_reduce)
-      v->fail("does not combine with zero1_grad_reduce \"all_reduce\" (each instance would all-reduce whole gradients)");
+      v->fail(
+          "does not combine with zero1_grad_reduce \"all_reduce\" (each instance would all-reduce whole gradients)");
     if (p.dist_opt_instances > 1 && p.zero != 1 && p.zero != 3)
       v->fail(
           "applies to the distributed optimizer (zero 1, Megatron's --num-distributed-optimizer-instances) and to "

@@ -199,7 +199,8 @@ TEST_CASE("data parallelism: gradients are all-reduced, or reduce-scattered and 
         std::vector<std::string>{"grad_all_reduce"});
   j["parallel"]["zero"] = 1;
   const auto rs = parallel::build_step(scenario(j), cm);
-  CHECK(labels(rs.programs[0], parallel::kDpComm) == std::vector<std::string>{"grad_reduce_scatter", "param_all_gather"});
+  CHECK(labels(rs.programs[0], parallel::kDpComm) ==
+        std::vector<std::string>{"grad_reduce_scatter", "param_all_gather"});
   // DeepSpeed's BF16_Optimizer: the whole gradients all-reduced, then the updated shards gathered;
   // the same bytes go in, and the optimizer states stay sharded (the same memory).
   j["parallel"]["zero1_grad_reduce"] = "all_reduce";
