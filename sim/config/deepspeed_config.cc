@@ -286,8 +286,8 @@ std::optional<std::string> deepspeed_pipeline_layout(std::int64_t layers, std::i
       if (kind == '-') continue;
       flush();
       if ((kind == 'E' && s != 0) || (kind == 'L' && s + 1 != stages)) {
-        problem = fmt::format("the split puts the {} on stage {} of {}", kind == 'E' ? "embedding" : "output layer",
-                              s, stages);
+        problem = fmt::format("the split puts the {} on stage {} of {}", kind == 'E' ? "embedding" : "output layer", s,
+                              stages);
         return std::nullopt;
       }
       out += kind;

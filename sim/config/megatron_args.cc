@@ -1015,7 +1015,9 @@ class Importer {
     if (auto z = f_.integer("zero-stage"); z && *z != stage)
       note(fmt::format("--zero-stage {} only sets Megatron-DeepSpeed's zero.Init; DeepSpeed runs {}'s stage {}", *z,
                        ds_source_, stage));
-    const bool pipeline = pp_ > 1 && !f_.on("no-pipeline-parallel");
+    // With DeepSpeed, Megatron-DeepSpeed builds GPTModelPipe (a PipelineModule, run by the pipeline
+    // engine) unless --no-pipeline-parallel, at pp 1 too.
+    const bool pipeline = !f_.on("no-pipeline-parallel");
     if (f_.on("no-pipeline-parallel") && pp_ > 1)
       f_.fail(*f_.get("no-pipeline-parallel"), "with --pipeline-model-parallel-size > 1");
     if (pipeline && stage >= 2)
@@ -1075,7 +1077,7 @@ class Importer {
       t["attention"] = "softmax";
 
     // The pipeline split: DeepSpeed's PipelineModule over GPTModelPipe's layers.
-    if (pipeline && !p.contains("pipeline_layout") && !p.contains("first_stage_layers")) {
+    if (pipeline && pp_ > 1 && !p.contains("pipeline_layout") && !p.contains("first_stage_layers")) {
       const bool bigscience = f_.get("pp-partition-method") != nullptr || f_.get("embed-layernorm") != nullptr ||
                               f_.get("pad-vocab-size-to") != nullptr || f_.get("position-embedding-type") != nullptr;
       std::string method = f_.value("pp-partition-method").value_or("type:transformer");

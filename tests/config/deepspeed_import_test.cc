@@ -56,8 +56,9 @@ std::string script(const std::string& zero_stage, const std::string& parallel, c
   return "ZERO_STAGE=" + zero_stage + "\nDS_CONFIG=./ds_config.json\nGBS=64\nMBS=2\n" +
          "cat <<EOT > $DS_CONFIG\n{\n  \"train_batch_size\": $GBS,\n  \"train_micro_batch_size_per_gpu\": $MBS,\n"
          "  \"steps_per_print\": 10,\n" +
-         config_extra + "  \"zero_optimization\": {\"stage\": $ZERO_STAGE" + zero_extra + "},\n  \"bf16\": {\"enabled\": true}\n}\nEOT\n" +
-         "torchrun --nproc_per_node 8 --nnodes 2 pretrain_gpt.py " + parallel +
+         config_extra + "  \"zero_optimization\": {\"stage\": $ZERO_STAGE" + zero_extra +
+         "},\n  \"bf16\": {\"enabled\": true}\n}\nEOT\n" + "torchrun --nproc_per_node 8 --nnodes 2 pretrain_gpt.py " +
+         parallel +
          " --num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings "
          "2048 --micro-batch-size $MBS --global-batch-size $GBS --train-iters 1_000 --vocab-size 50304 --bf16 "
          "--checkpoint-activations --deepspeed --deepspeed_config $DS_CONFIG --zero-stage $ZERO_STAGE "
@@ -123,13 +124,14 @@ TEST_CASE("Megatron-DeepSpeed without the pipeline: ZeRO stages as DeepSpeed run
   s = import(script("1", "--no-pipeline-parallel", "", "  \"data_types\": {\"grad_accum_dtype\": \"fp32\"},\n"));
   CHECK(s.scenario["parallel"]["zero1_grad_reduce"] == "all_reduce");
   // ZeRO-2 with overlap_comm: reduced in buckets of reduce_bucket_size elements during the backward.
-  s = import(script("2", "--use-flash-attn-v2", "", "", ", \"overlap_comm\": true, \"reduce_bucket_size\": 2e8"));
+  s = import(script("2", "--no-pipeline-parallel --use-flash-attn-v2", "", "",
+                    ", \"overlap_comm\": true, \"reduce_bucket_size\": 2e8"));
   CHECK(s.scenario["parallel"]["zero"] == 2);
   CHECK(s.scenario["parallel"]["overlap_grad_reduce"] == true);
   CHECK(s.scenario["parallel"]["dp_bucket_mb"] == 2e8 * 2 / 1e6);
   CHECK(s.scenario["training"]["attention"] == "flash2");
   // DeepSpeed-Ulysses: the sequence-parallel group is context parallelism by all-to-all.
-  s = import(script("0", "--ds-sequence-parallel-size 4 --use-flash-attn"));
+  s = import(script("0", "--no-pipeline-parallel --ds-sequence-parallel-size 4 --use-flash-attn"));
   CHECK(s.scenario["parallel"]["cp"] == 4);
   CHECK(s.scenario["parallel"]["cp_comm_type"] == "a2a");
   CHECK(s.scenario["parallel"]["zero1_grad_reduce"].is_null());
@@ -140,6 +142,10 @@ TEST_CASE("a Megatron-DeepSpeed script and its DeepSpeed configuration that disa
   const std::string pipe = "--pipeline-model-parallel-size 4";
   CHECK(error_of(script("2", pipe)) ==
         "./ds_config.json: zero_optimization.stage: 2: DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only");
+  // Megatron-DeepSpeed runs the pipeline engine at pp 1 too, unless --no-pipeline-parallel.
+  CHECK(error_of(script("3", "")).find("runs ZeRO stage 0 or 1 only") != std::string::npos);
+  CHECK(error_of(script("0", pipe + " --no-pipeline-parallel")) ==
+        "ds.sh: line 14: --no-pipeline-parallel: with --pipeline-model-parallel-size > 1");
   CHECK(error_of(script("0", pipe, "", "  \"train_micro_batch_size_per_gpu\": 4,\n")) ==
         "./ds_config.json: train_micro_batch_size_per_gpu: 4 disagrees with the command's --micro-batch-size 2");
   CHECK(error_of(script("0", pipe, "", "  \"gradient_accumulation_steps\": 3,\n")) ==
