@@ -358,7 +358,7 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   CLI::App app{
       "trainsim predicts how a transformer training step runs on a GPU cluster: step time, throughput, MFU,\n"
-      "pipeline bubbles, exposed communication and per-GPU memory, for a DP/TP/PP/SP layout."};
+      "pipeline bubbles, exposed communication and per-GPU memory, for any DP/TP/PP/SP/CP/EP/ZeRO layout."};
   app.set_version_flag("--version", "trainsim 0.1.0");
   app.require_subcommand(1);
   bool verbose = false;

@@ -1035,8 +1035,15 @@ class Importer {
         bf16 && ((stage == 0 && pipeline) || (stage == 1 && accum == "fp32" && ds.offload_optimizer.empty()));
     std::int64_t zero = stage;
     if (bf16_optimizer) zero = 1;
+    // Megatron's distributed optimizer is not built under DeepSpeed (get_megatron_optimizer returns
+    // the plain Adam for DeepSpeed to wrap).
+    if (f_.get("use-distributed-optimizer") != nullptr)
+      note("--use-distributed-optimizer: Megatron-DeepSpeed ignores it under DeepSpeed, whose ZeRO stage shards");
+    p.erase("zero");
+    p.erase("distributed_optimizer_instances");
     if (zero > 0) p["zero"] = zero;
     out_.origin["parallel.zero"] = fmt::format("{}: zero_optimization.stage {}", ds_source_, stage);
+    t["framework"] = "megatron-deepspeed";
     if (bf16_optimizer || (stage == 1 && !ds.reduce_scatter)) p["zero1_grad_reduce"] = "all_reduce";
     if (bf16_optimizer)
       note(

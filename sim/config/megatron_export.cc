@@ -50,6 +50,10 @@ class Exporter {
     if (s_.training.framework != Framework::megatron)
       fail("training.framework", fmt::format("{} is a PyTorch training step, not a Megatron-LM run",
                                              config::framework_name(s_.training.framework)));
+    if (s_.training.deepspeed)
+      fail("training.framework",
+           "megatron-deepspeed runs under DeepSpeed's engine, which a Megatron-LM script cannot say (set "
+           "training.framework megatron to export the same layout for Megatron-LM)");
     if (s_.training.lora)
       fail("training.peft",
            "LoRA is Megatron-Bridge's (its peft config); Megatron-LM's pretrain_gpt.py has no flag for it");

@@ -601,10 +601,12 @@ TrainingSpec parse_training(const util::JsonNode& node) {
     t.attention = kAttention[parse_choice(*v, Choices{{"flash", "flash2", "flash1", "softmax"}, {}})];
   }
   if (auto v = node.find("framework")) {
-    constexpr std::array<Framework, 3> kFramework = {Framework::megatron, Framework::pytorch_eager,
-                                                     Framework::torchtitan};
-    t.framework =
-        kFramework[parse_choice(*v, Choices{{"megatron", "pytorch-eager", "torchtitan"}, {"pytorch-compile"}})];
+    constexpr std::array<Framework, 4> kFramework = {Framework::megatron, Framework::pytorch_eager,
+                                                     Framework::torchtitan, Framework::megatron};
+    const std::size_t choice = parse_choice(
+        *v, Choices{{"megatron", "pytorch-eager", "torchtitan", "megatron-deepspeed"}, {"pytorch-compile"}});
+    t.framework = kFramework[choice];
+    t.deepspeed = choice == 3;
   }
   if (auto v = node.find("torch_compile")) {
     if (t.framework != Framework::torchtitan) v->fail("applies to \"framework\": \"torchtitan\" only");
@@ -733,6 +735,64 @@ void check_eager(const util::JsonNode& root, const Scenario& s) {
 // torchtitan as trainsim models it (workload/torchtitan_ops.h): a Llama model, data parallelism by
 // FSDP2 (zero 3), bf16 compute. Its tensor, pipeline and context parallelism and Float8 training are
 // refused until modelled.
+// Megatron-DeepSpeed (the microsoft / deepspeedai fork and BigScience's, read in
+// docs/import-megatron.md): Megatron's model under DeepSpeed's engine. Its pipeline engine (every
+// layout with pp > 1) runs 1F1B only, ZeRO stage 0 or 1, and reduces the gradients after the last
+// micro-batch; DeepSpeed gathers the updated parameters after the step; the Megatron-Core and
+// Transformer Engine features below are not there.
+void check_deepspeed(const util::JsonNode& root, const Scenario& s) {
+  const std::string file = root.file();
+  const std::string training_path = util::join_path(root.path(), "training");
+  const std::string parallel_path = util::join_path(root.path(), "parallel");
+  const std::string framework_path = util::join_path(training_path, "framework");
+  const workload::ModelSpec& m = s.model;
+  const TrainingSpec& t = s.training;
+  const ParallelSpec& p = s.parallel;
+  auto refuse = [&](bool bad, const std::string& path, const std::string& what) {
+    if (bad) throw util::InputError(file, path, "megatron-deepspeed: " + what);
+  };
+  auto parallel_key = [&](const char* key) { return util::join_path(parallel_path, key); };
+  auto training_key = [&](const char* key) { return util::join_path(training_path, key); };
+  refuse(m.moe(), framework_path, "DeepSpeed-MoE's experts are not modelled (dense models only)");
+  refuse(m.hybrid() || m.mla() || m.mtp_layers > 0, framework_path,
+         "runs dense GPT and Llama-style models (no Mamba layers, latent attention or MTP)");
+  refuse(t.precision != Precision::bf16 && t.precision != Precision::fp16, training_key("precision"),
+         "runs bf16 or fp16 (its Transformer Engine FP8 path refuses the pipeline model)");
+  refuse(p.schedule != Schedule::one_f_one_b, parallel_key("schedule"),
+         "DeepSpeed's pipeline engine runs 1F1B only (its TrainSchedule)");
+  const bool pipeline = p.pp > 1;
+  refuse(pipeline && p.zero >= 2, parallel_key("zero"),
+         fmt::format("{}: DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only", p.zero));
+  refuse(pipeline && p.overlap_grad_reduce, parallel_key("overlap_grad_reduce"),
+         "DeepSpeed's pipeline engine reduces the gradients after the last micro-batch: needs false");
+  refuse(pipeline && p.zero == 0 && t.precision == Precision::bf16, parallel_key("zero"),
+         "0 with bf16 under the pipeline engine runs DeepSpeed's BF16_Optimizer: zero 1 with zero1_grad_reduce "
+         "\"all_reduce\"");
+  refuse(p.overlap_param_gather, parallel_key("overlap_param_gather"),
+         "DeepSpeed gathers the updated parameters after the step: needs false");
+  refuse(p.tp_comm_overlap, parallel_key("tp_comm_overlap"), "Transformer Engine's overlap is not there");
+  refuse(p.first_stage_layers > 0 || p.last_stage_layers > 0 || p.account_for_embedding || p.account_for_loss,
+         parallel_key("pipeline_layout"),
+         "DeepSpeed's PipelineModule places the layers: give its split as pipeline_layout (import megatron "
+         "computes it) instead of first/last_stage_layers or account_for_*");
+  refuse(p.dist_opt_instances > 1, parallel_key("distributed_optimizer_instances"), "has no such instances");
+  refuse(p.zero == 2 && p.zero2_param_gather == ParallelSpec::Zero2Gather::per_unit, parallel_key("zero2_param_gather"),
+         "DeepSpeed's ZeRO-2 gathers after the optimizer (after_optimizer)");
+  // Megatron-DeepSpeed's context parallelism is DeepSpeed-Ulysses, which asserts tp 1 and pp 1.
+  refuse(p.cp > 1 && p.cp_comm != ParallelSpec::CpComm::a2a, parallel_key("cp_comm_type"),
+         "its sequence parallelism is DeepSpeed-Ulysses: cp_comm_type a2a");
+  refuse(p.cp > 1 && (p.tp > 1 || p.pp > 1), parallel_key("cp"),
+         "DeepSpeed-Ulysses runs with tp 1 and pp 1 (Megatron-DeepSpeed's assertion)");
+  refuse(t.fused_cross_entropy, training_key("cross_entropy"), "has no fused cross-entropy (Transformer Engine's)");
+  refuse(t.lora, training_key("peft"), "LoRA is Megatron-Bridge's");
+  refuse(t.cuda_graph_scope != 0 || t.cuda_graph_full_iteration, training_key("cuda_graph_scope"),
+         "runs no CUDA graphs");
+  refuse(t.cpu_offload_layers > 0, training_key("cpu_offload_layers"),
+         "Transformer Engine's activation offloading is not there");
+  refuse(t.optimizer.non_default() || t.optimizer.optimizer_cpu_offload, training_key("optimizer"),
+         "runs DeepSpeed's Adam (Megatron's precision-aware and offloaded optimizers are not there)");
+}
+
 void check_torchtitan(const util::JsonNode& root, Scenario& s) {
   const std::string file = root.file();
   const std::string training_path = util::join_path(root.path(), "training");
@@ -1385,6 +1445,7 @@ Scenario parse_scenario_in(const util::JsonNode& root, const fs::path& data_dir,
   check_layout(root, s);
   if (s.training.framework == Framework::pytorch_eager) check_eager(root, s);
   if (s.training.framework == Framework::torchtitan) check_torchtitan(root, s);
+  if (s.training.deepspeed) check_deepspeed(root, s);
   return s;
 }
 
@@ -1433,6 +1494,10 @@ std::string_view framework_name(Framework f) {
       return "torchtitan";
   }
   return "megatron";
+}
+
+std::string_view framework_key(const TrainingSpec& t) {
+  return t.deepspeed ? std::string_view("megatron-deepspeed") : framework_name(t.framework);
 }
 
 std::vector<std::string> recompute_module_names(std::uint8_t mask) {

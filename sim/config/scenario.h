@@ -192,6 +192,9 @@ struct TrainingSpec {
   std::int64_t cpu_offload_layers = 0;
   std::int64_t num_micro_batches = 1;  // derived: global_batch / (micro_batch * dp), per pipeline
   Framework framework = Framework::megatron;
+  // training.framework "megatron-deepspeed": Megatron-DeepSpeed, Megatron's model and kernels under
+  // DeepSpeed's engine (framework megatron, and DeepSpeed's rules: check_deepspeed in scenario.cc).
+  bool deepspeed = false;
   // torchtitan: each transformer block compiled by torch.compile (Inductor's fused kernels) instead
   // of run eagerly.
   bool torch_compile = false;
@@ -325,6 +328,8 @@ std::vector<std::string> lora_target_names(const TrainingSpec& training);
 std::vector<std::string> recompute_module_names(std::uint8_t mask);
 // The framework's name as training.framework spells it ("megatron", "pytorch-eager", "torchtitan").
 std::string_view framework_name(Framework f);
+// The training.framework key of a scenario's settings ("megatron-deepspeed" for DeepSpeed's engine).
+std::string_view framework_key(const TrainingSpec& t);
 
 Scenario load_scenario(const std::string& file, const std::filesystem::path& data_dir);
 // Applies `--set PATH=VALUE` overrides to a scenario's JSON, in order: PATH names object keys by dots

@@ -356,8 +356,9 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
         {"tasks", r.tasks},
         {"events", r.events}}},
   };
-  if (sc.training.framework != config::Framework::megatron)
-    out["scenario"]["framework"] = config::framework_name(sc.training.framework);
+  if (sc.training.framework != config::Framework::megatron || sc.training.deepspeed)
+    out["scenario"]["framework"] = config::framework_key(sc.training);
+  if (p.zero1_grad_all_reduce) out["scenario"]["zero1_grad_reduce"] = "all_reduce";
   if (sc.training.framework == config::Framework::torchtitan)
     out["scenario"]["torch_compile"] = sc.training.torch_compile;
   if (!modules_part(sc).empty() && sc.training.framework == config::Framework::megatron)
@@ -452,6 +453,22 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
         sc.training.precision == config::Precision::fp8 ? ", Float8 linears" : "");
   if (sc.training.framework == config::Framework::pytorch_eager)
     out += "software      eager PyTorch on one GPU: pure bf16, fused AdamW\n";
+  if (sc.training.deepspeed) {
+    // What DeepSpeed's engine runs (docs/import-megatron.md, "Megatron-DeepSpeed commands").
+    const auto& p0 = sc.parallel;
+    const char* wire = sc.training.grad_reduce_in_fp32 ? "fp32" : "16-bit";
+    std::string optimizer =
+        p0.zero1_grad_all_reduce
+            ? fmt::format("BF16_Optimizer (fp32 states sharded over dp, {} gradients all-reduced)", wire)
+        : p0.zero == 0 ? fmt::format("no ZeRO ({} gradients all-reduced)", wire)
+                       : fmt::format("ZeRO stage {} ({} gradients reduce-scattered)", p0.zero, wire);
+    out +=
+        fmt::format("software      Megatron-DeepSpeed: {}, {}\n",
+                    p0.pp > 1 ? "DeepSpeed's pipeline engine (1F1B, gradients reduced after the last micro-batch)"
+                    : p0.overlap_grad_reduce ? "DeepSpeed's engine (gradients reduced in buckets during the backward)"
+                                             : "DeepSpeed's engine (gradients reduced after the backward)",
+                    optimizer);
+  }
   std::string ep_part;
   if (sc.model.moe()) ep_part = fmt::format(" · ep {} · etp {}", p.ep, p.etp);
   if (p.moe_dispatcher != config::MoeDispatcher::alltoall)

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "config/deepspeed_config.h"
 #include "hardware/compute_model.h"
 #include "parallel/step_builder.h"
 #include "parallel/step_runner.h"
@@ -50,8 +51,12 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
     if (!p.contains("etp")) p["etp"] = 1;  // Megatron-Bridge's MoE recipes; the scenario's etp is kept
   }
   p["zero"] = l.zero;
+  // Megatron-DeepSpeed (docs/import-megatron.md): DeepSpeed's engine, whose sequence parallelism
+  // follows the scenario, whose pipeline engine reduces the gradients after the last micro-batch, and
+  // whose PipelineModule splits the layers.
+  const bool deepspeed = t.value("framework", "") == "megatron-deepspeed";
   // Megatron runs sequence parallelism whenever tp > 1 (and TE's overlap needs it).
-  p["sequence_parallel"] = l.tp > 1;
+  p["sequence_parallel"] = l.tp > 1 && (!deepspeed || p.value("sequence_parallel", false));
   if (l.tp == 1) p.erase("tp_comm_overlap");
   if (l.cp == 1) p.erase("cp_comm_type");
   // The schedule as the layout says (DualPipeV's two chunks per rank are its own: no virtual_stages).
@@ -95,6 +100,15 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
       if (last) layout += std::string(static_cast<std::size_t>(mtp), 'm') + 'L';
     }
     p["pipeline_layout"] = layout;
+  }
+  if (deepspeed && l.pp > 1) {
+    std::string problem;
+    const auto layout =
+        config::deepspeed_pipeline_layout(layers, l.pp, "type:transformer", false, model.tied_embeddings, problem);
+    p.erase("account_for_embedding_in_pipeline_split");
+    p.erase("account_for_loss_in_pipeline_split");
+    if (layout) p["pipeline_layout"] = *layout;
+    p["overlap_grad_reduce"] = false;
   }
   const bool fsdp = l.zero >= 3 || (l.zero == 2 && p.value("zero2_param_gather", "") == "per_unit");
   if (l.zero != 2) p.erase("zero2_param_gather");

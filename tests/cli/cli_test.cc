@@ -110,6 +110,11 @@ TEST_CASE("BLOOM 176B on 384 A100 of Jean Zay: Megatron-DeepSpeed's 156 TFLOP/s 
   const auto j = nlohmann::json::parse(r.out);
   CHECK(j.at("step_time_s").get<double>() == Approx(measured_s).epsilon(0.2));
   CHECK(j.at("memory").at("fits").get<bool>());
+  CHECK(j.at("scenario").at("framework") == "megatron-deepspeed");
+  CHECK(run("run configs/bloom-176b-jean-zay-384.json")
+            .out.find("software      Megatron-DeepSpeed: DeepSpeed's pipeline engine (1F1B, gradients reduced after "
+                      "the last micro-batch), BF16_Optimizer (fp32 states sharded over dp, fp32 gradients "
+                      "all-reduced)\n") != std::string::npos);
 }
 
 TEST_CASE("the same scenario gives byte-identical --json output") {

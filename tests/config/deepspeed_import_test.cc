@@ -10,9 +10,13 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "config/deepspeed_config.h"
 #include "config/megatron_args.h"
+#include "config/scenario.h"
 #include "util/error.h"
+#include "util/json_node.h"
 #include "util/shell_words.h"
 
 using trainsim::config::deepspeed_pipeline_layout;
@@ -163,4 +167,57 @@ TEST_CASE("a Megatron-DeepSpeed script and its DeepSpeed configuration that disa
                  "--deepspeed_config missing.json\n") ==
         "ds.sh: line 1: --deepspeed-config: missing.json does not exist (nor does the script write "
         "it): give it with --deepspeed-config FILE");
+}
+
+TEST_CASE("training.framework megatron-deepspeed: DeepSpeed's engine's rules, one error line each") {
+  auto doc = trainsim::util::read_json_file(std::string(TRAINSIM_SOURCE_DIR) + "/configs/bloom-176b-jean-zay-384.json");
+  auto error = [](const nlohmann::json& d) -> std::string {
+    try {
+      trainsim::config::parse_scenario(trainsim::util::JsonNode(d, "bloom.json"), trainsim::config::default_data_dir());
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  CHECK(error(doc) == "no error");
+  auto with = [&](const char* section, const char* key, const nlohmann::json& v) {
+    auto d = doc;
+    d[section][key] = v;
+    return error(d);
+  };
+  auto zero2 = doc;
+  zero2["parallel"]["zero"] = 2;
+  zero2["parallel"].erase("zero1_grad_reduce");
+  CHECK(error(zero2) ==
+        "bloom.json: parallel.zero: megatron-deepspeed: 2: DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only");
+  CHECK(with("parallel", "overlap_grad_reduce", true) ==
+        "bloom.json: parallel.overlap_grad_reduce: megatron-deepspeed: DeepSpeed's pipeline engine reduces the "
+        "gradients after the last micro-batch: needs false");
+  auto fp8 = doc;
+  fp8["cluster"] = "dgx-h100";
+  fp8["training"]["precision"] = "fp8";
+  CHECK(error(fp8) ==
+        "bloom.json: training.precision: megatron-deepspeed: runs bf16 or fp16 (its Transformer Engine FP8 path "
+        "refuses the pipeline model)");
+  CHECK(with("training", "cross_entropy", "fused").find("has no fused cross-entropy") != std::string::npos);
+  auto zero0 = doc;
+  zero0["parallel"]["zero"] = 0;
+  zero0["parallel"].erase("zero1_grad_reduce");
+  CHECK(error(zero0).find("runs DeepSpeed's BF16_Optimizer: zero 1 with zero1_grad_reduce \"all_reduce\"") !=
+        std::string::npos);
+  auto ulysses = doc;
+  ulysses["parallel"]["cp"] = 2;
+  ulysses["parallel"]["cp_comm_type"] = "a2a";
+  ulysses["training"]["attention"] = "flash2";
+  CHECK(error(ulysses) ==
+        "bloom.json: parallel.cp: megatron-deepspeed: DeepSpeed-Ulysses runs with tp 1 and pp 1 "
+        "(Megatron-DeepSpeed's assertion)");
+  auto moe = doc;
+  moe["model"] = "mixtral-8x7b";
+  moe["parallel"].erase("pipeline_layout");
+  moe["parallel"]["pp"] = 4;  // Mixtral's 32 layers
+  moe["parallel"]["sequence_parallel"] = true;
+  moe["gpus"] = 256;
+  INFO(error(moe));
+  CHECK(error(moe).find("DeepSpeed-MoE's experts are not modelled") != std::string::npos);
 }

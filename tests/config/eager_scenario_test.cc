@@ -60,10 +60,10 @@ TEST_CASE("framework defaults to megatron; pytorch-eager takes its host costs in
 TEST_CASE("framework values and host keys are checked on their paths", "[config]") {
   CHECK(error(eager({{"framework", "jax"}})) ==
         "eager.json: training.framework: unknown value \"jax\" (expected one of: megatron, pytorch-eager, "
-        "torchtitan, pytorch-compile)");
+        "torchtitan, megatron-deepspeed, pytorch-compile)");
   CHECK(error(eager({{"framework", "pytorch-compile"}})) ==
         "eager.json: training.framework: \"pytorch-compile\" is not supported yet (supported: megatron, "
-        "pytorch-eager, torchtitan)");
+        "pytorch-eager, torchtitan, megatron-deepspeed)");
   CHECK(error(eager({{"framework", "megatron"}, {"host_forward_us", 5}})) ==
         "eager.json: training.host_forward_us: applies to \"framework\": \"pytorch-eager\" or \"torchtitan\" only");
   CHECK(error(eager({{"host_backward_us", 0}})).find("training.host_backward_us") != std::string::npos);

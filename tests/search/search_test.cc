@@ -535,3 +535,32 @@ TEST_CASE("search: --schedule tries 1f1b, zb-h1 and dualpipev on the pipelined l
   CHECK(parallel::simulate_step(parse(d)).step_time_s == dual->metrics.step_time_s);
   CHECK(search::to_text(r, parse(doc), 0).find("(vp 2V: DualPipeV") != std::string::npos);
 }
+
+TEST_CASE("search: a Megatron-DeepSpeed scenario gets DeepSpeed's rules and its pipeline split") {
+  // BLOOM 176B (70 layers) on 384 A100 under DeepSpeed's engine: no sequence parallelism (the
+  // scenario has none), the gradients reduced after the last micro-batch at pp > 1, the layers split
+  // by DeepSpeed's partition_balanced over the transformer layers (pp 12: the first ten stages 6, the
+  // last two 5 -- ties go to the later boundary), zero 0 with bf16 under the pipeline engine refused
+  // (DeepSpeed runs BF16_Optimizer there), zero 1 keeping the scenario's all-reduce.
+  const nlohmann::json doc = util::read_json_file((kData / "configs/bloom-176b-jean-zay-384.json").string());
+  search::Axes a;
+  a.tp = {4, 8};
+  a.pp = {12};
+  a.cp = {1};
+  a.virtual_stages = {1, 2};
+  a.micro_batch = {1};
+  a.recompute = {config::Recompute::full};
+  a.zero = {0, 1};
+  const auto r = search::run_search(parse(doc), doc, a, 2, kData);
+  // tp 4 and 8 x vp 1 and 2 x zero 0 and 1: interleaving and zero 0 are DeepSpeed's refusals.
+  CHECK(r.rejected == 6);
+  REQUIRE(r.ranked.size() == 2);
+  for (const auto& c : r.ranked) {
+    CHECK(c.layout.zero == 1);
+    CHECK(c.parallel["zero1_grad_reduce"] == "all_reduce");
+    CHECK(c.parallel["sequence_parallel"] == false);
+    CHECK(c.parallel["overlap_grad_reduce"] == false);
+    CHECK(c.parallel["pipeline_layout"] == "Et*6|t*6|t*6|t*6|t*6|t*6|t*6|t*6|t*6|t*6|t*5|t*5L");
+    CHECK(c.training["framework"] == "megatron-deepspeed");
+  }
+}
