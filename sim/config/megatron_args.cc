@@ -26,11 +26,12 @@ namespace {
 
 // The flags that describe the model, which --model replaces (--num-layers still places the layers
 // of an interleaved pipeline).
-constexpr std::array<std::string_view, 42> kArchitectureFlags{"hidden-size",
+constexpr std::array<std::string_view, 43> kArchitectureFlags{"hidden-size",
                                                               "ffn-hidden-size",
                                                               "num-attention-heads",
                                                               "group-query-attention",
                                                               "num-query-groups",
+                                                              "num-key-value-heads",
                                                               "kv-channels",
                                                               "swiglu",
                                                               "squared-relu",
@@ -647,6 +648,10 @@ class Importer {
     if (f_.on("group-query-attention")) {
       kv_heads = f_.integer("num-query-groups").value_or(1);
       put(m, "model", "kv_heads", kv_heads, "num-query-groups");
+    } else if (auto kv = f_.integer("num-key-value-heads")) {
+      // Megatron-DeepSpeed's grouped-query attention (its Llama scripts).
+      kv_heads = *kv;
+      put(m, "model", "kv_heads", kv_heads, "num-key-value-heads");
     } else {
       m["kv_heads"] = heads;
     }
@@ -659,7 +664,10 @@ class Importer {
     const char* kind = swiglu ? "swiglu" : squared_relu ? "squared_relu" : "gelu";
     put(m, "model", "mlp", kind, swiglu ? "swiglu" : squared_relu ? "squared-relu" : "");
     const bool gelu = !swiglu && !squared_relu;
-    const std::string norm = f_.value("normalization").value_or("LayerNorm");
+    // Megatron-DeepSpeed spells them layernorm and rmsnorm.
+    std::string norm = f_.value("normalization").value_or("LayerNorm");
+    if (norm == "layernorm") norm = "LayerNorm";
+    if (norm == "rmsnorm") norm = "RMSNorm";
     if (norm != "LayerNorm" && norm != "RMSNorm")
       f_.fail(*f_.get("normalization"), fmt::format("unknown normalization \"{}\" (LayerNorm or RMSNorm)", norm));
     const bool biases = !f_.on("disable-bias-linear");
@@ -981,7 +989,7 @@ class Importer {
     for (std::string_view flag :
          {"deepspeed-activation-checkpointing", "contigious-checkpointing", "synchronize-each-layer",
           "profile-backward", "abort-on-unmet-fused-kernel-constraints", "kill-switch-path", "kill-switch-file",
-          "deepspeed-mpi"})
+          "data-impl", "no-query-key-layer-scaling", "tokenizer-name-or-path", "deepspeed-mpi"})
       if (f_.on(flag)) out_.no_effect.push_back(fmt::format("--{}", flag));
     for (std::string_view flag :
          {"partition-activations", "checkpoint-in-cpu", "embed-layernorm", "sync-tp-duplicated-parameters"})

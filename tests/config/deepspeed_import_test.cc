@@ -118,6 +118,25 @@ TEST_CASE("Megatron-DeepSpeed with the pipeline: BF16_Optimizer, gradients reduc
   CHECK(s.unknown.empty());
 }
 
+TEST_CASE("the microsoft fork's Llama flags: rmsnorm spelled its way, --num-key-value-heads, legacy flags") {
+  const auto s = import(script("0", "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2",
+                               "--swiglu --normalization rmsnorm --disable-bias-linear --num-key-value-heads 4 "
+                               "--use-rotary-position-embeddings --untie-embeddings-and-output-weights "
+                               "--ffn-hidden-size 5504 --no-query-key-layer-scaling --data-impl mmap"));
+  const auto& m = s.scenario["model"];
+  CHECK(m["mlp"] == "swiglu");
+  CHECK(m["kv_heads"] == 4);
+  CHECK(m["tied_embeddings"] == false);
+  // Untied: GPTModelPipe's LMHeadPipe closes the last stage.
+  CHECK(s.scenario["parallel"]["pipeline_layout"] == "Et*12|t*12L");
+  CHECK(s.scenario["training"]["framework"] == "megatron-deepspeed");
+  CHECK(contains(s.no_effect, "--no-query-key-layer-scaling"));
+  CHECK(contains(s.no_effect, "--data-impl"));
+  CHECK(s.notes.end() == std::find_if(s.notes.begin(), s.notes.end(), [](const std::string& n) {
+          return n.find("modelled as trainsim's") != std::string::npos;  // no norm/bias/position mismatch
+        }));
+}
+
 TEST_CASE("Megatron-DeepSpeed without the pipeline: ZeRO stages as DeepSpeed runs them") {
   // ZeRO-1 (bf16 accumulating in bf16): DeepSpeed's ZeRO optimizer, reduce-scattered, no overlap.
   auto s = import(script("1", "--tensor-model-parallel-size 2 --no-pipeline-parallel"));
