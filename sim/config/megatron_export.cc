@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "config/deepspeed_config.h"
 #include "util/error.h"
 
 namespace trainsim::config {
@@ -26,8 +27,13 @@ struct Group {
 };
 
 // A word bash passes through unchanged; anything else goes in single quotes (no value here holds
-// one).
+// one), but a variable of the user's.
 std::string shell_word(const std::string& w) {
+  // A variable for the user to set ("${DATA_PATH}") goes in double quotes, which expand it.
+  if (w.size() > 3 && w.starts_with("${") && w.ends_with('}') && std::all_of(w.begin() + 2, w.end() - 1, [](char c) {
+        return std::isupper(static_cast<unsigned char>(c)) != 0 || c == '_';
+      }))
+    return fmt::format("\"{}\"", w);
   const bool plain = !w.empty() && std::all_of(w.begin(), w.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) != 0 ||
            std::string_view("_-.,/:=+@%").find(c) != std::string_view::npos;
@@ -50,10 +56,7 @@ class Exporter {
     if (s_.training.framework != Framework::megatron)
       fail("training.framework", fmt::format("{} is a PyTorch training step, not a Megatron-LM run",
                                              config::framework_name(s_.training.framework)));
-    if (s_.training.deepspeed)
-      fail("training.framework",
-           "megatron-deepspeed runs under DeepSpeed's engine, which a Megatron-LM script cannot say (set "
-           "training.framework megatron to export the same layout for Megatron-LM)");
+    if (s_.training.deepspeed) return run_deepspeed();
     if (s_.training.lora)
       fail("training.peft",
            "LoRA is Megatron-Bridge's (its peft config); Megatron-LM's pretrain_gpt.py has no flag for it");
@@ -65,6 +68,154 @@ class Exporter {
   }
 
  private:
+  // Megatron-DeepSpeed (the microsoft / deepspeedai fork's flags; BigScience's --pp-partition-method
+  // where the split is its own): pretrain_gpt.py with --deepspeed, and the DeepSpeed configuration the
+  // script writes with a here-document, as the fork's examples_deepspeed scripts do. `import megatron`
+  // reads both back (docs/import-megatron.md, "Megatron-DeepSpeed commands").
+  MegatronExport run_deepspeed() {
+    const ParallelSpec& p = s_.parallel;
+    const TrainingSpec& t = s_.training;
+    Group& g = model_;
+    if (m_.mlp == workload::MlpKind::squared_relu)
+      fail("model.mlp", "Megatron-DeepSpeed has no squared-ReLU MLP (gelu or swiglu)");
+    add(g, "--num-layers", {num(m_.layers)});
+    add(g, "--hidden-size", {num(m_.hidden)});
+    add(g, "--num-attention-heads", {num(m_.heads)});
+    if (m_.kv_heads != m_.heads) add(g, "--num-key-value-heads", {num(m_.kv_heads)}, "grouped-query attention");
+    if (m_.head_dim != 0 && m_.head_dim * m_.heads != m_.hidden) add(g, "--kv-channels", {num(m_.head_dim)});
+    add(g, "--ffn-hidden-size", {num(m_.ffn_hidden)});
+    if (m_.mlp == workload::MlpKind::swiglu) {
+      add(g, "--swiglu");
+      add(g, "--normalization", {"rmsnorm"});
+      add(g, "--disable-bias-linear");
+      add(g, "--use-rotary-position-embeddings");
+    }
+    if (!m_.tied_embeddings) add(g, "--untie-embeddings-and-output-weights");
+    add(g, "--hidden-dropout", {num(m_.dropout)});
+    add(g, "--attention-dropout", {num(m_.dropout)});
+    add(g, "--seq-length", {num(t.seq_len)});
+    add(g, "--max-position-embeddings", {num(t.seq_len)});
+
+    Group& q = parallel_;
+    add(q, "--tensor-model-parallel-size", {num(p.tp)});
+    add(q, "--pipeline-model-parallel-size", {num(p.pp)});
+    if (p.sequence_parallel && p.tp > 1) add(q, "--sequence-parallel");
+    if (p.cp > 1) add(q, "--ds-sequence-parallel-size", {num(p.cp)}, "DeepSpeed-Ulysses");
+    // At pp 1 the script leaves the pipeline engine out (DeepSpeed's engine, which overlaps and runs
+    // every ZeRO stage); above it, the layers go as DeepSpeed's PipelineModule splits them.
+    const bool pipeline = p.pp > 1;
+    if (!pipeline) add(q, "--no-pipeline-parallel", {}, "DeepSpeed's engine, not its pipeline engine");
+    if (pipeline) {
+      std::string problem;
+      const auto fork_split =
+          deepspeed_pipeline_layout(m_.layers, p.pp, "type:transformer", false, m_.tied_embeddings, problem);
+      const auto ends_split =
+          deepspeed_pipeline_layout(m_.layers, p.pp, "type:transformer|embedding", true, m_.tied_embeddings, problem);
+      const std::string layout = p.pipeline_layout.empty() ? "" : canonical_layout(p.pipeline_layout);
+      if (!layout.empty() && ends_split && layout == canonical_layout(*ends_split) &&
+          !(fork_split && layout == canonical_layout(*fork_split))) {
+        add(q, "--pp-partition-method", {"type:transformer|embedding"},
+            "BigScience's fork: the embeddings weigh as layers");
+      } else if (!layout.empty() && !(fork_split && layout == canonical_layout(*fork_split))) {
+        fail("parallel.pipeline_layout",
+             fmt::format("{} is not a split DeepSpeed's PipelineModule makes (type:transformer gives {})",
+                         p.pipeline_layout, fork_split.value_or("none")));
+      } else if (layout.empty() && m_.layers % p.pp != 0) {
+        fail("parallel.pipeline_layout", "give DeepSpeed's split of the layers (import megatron computes it)");
+      }
+    }
+
+    // The optimizer wrapper DeepSpeed picks (the inverse of import's reading): BF16_Optimizer is
+    // stage 0 under the pipeline engine, or stage 1 accumulating in fp32 without it.
+    const bool bf16 = t.precision == Precision::bf16;
+    std::int64_t stage = p.zero;
+    std::string data_types;
+    if (p.zero1_grad_all_reduce) {
+      if (!bf16) fail("parallel.zero1_grad_reduce", "all_reduce is DeepSpeed's BF16_Optimizer, for bf16 runs");
+      stage = pipeline ? 0 : 1;
+      if (!pipeline)
+        data_types = R"(,
+  "data_types": {"grad_accum_dtype": "fp32"})";
+    }
+    const std::string wire = t.grad_reduce_in_fp32 ? "fp32" : bf16 ? "bf16" : "fp16";
+    std::string zero_json = fmt::format(R"("stage": {})", stage);
+    if (p.overlap_grad_reduce) {
+      zero_json += R"(, "overlap_comm": true)";
+      if (p.dp_bucket_mb > 0)
+        zero_json += fmt::format(R"(, "reduce_bucket_size": {})",
+                                 std::llround(p.dp_bucket_mb * 1e6 / (t.grad_reduce_in_fp32 ? 4.0 : 2.0)));
+    } else if (stage >= 2) {
+      zero_json += R"(, "overlap_comm": false)";
+    }
+    ds_config_ = fmt::format(R"({{
+  "train_batch_size": {},
+  "train_micro_batch_size_per_gpu": {},
+  "steps_per_print": 1,
+  "gradient_clipping": 1.0,
+  "zero_optimization": {{{}}},
+  "{}": {{"enabled": true}},
+  "communication_data_type": "{}"{}
+}}
+)",
+                             t.global_batch, t.micro_batch, zero_json, bf16 ? "bf16" : "fp16", wire, data_types);
+    ds_stage_ = stage;
+
+    Group& r = training_;
+    add(r, "--micro-batch-size", {num(t.micro_batch)});
+    add(r, "--global-batch-size", {num(t.global_batch)});
+    if (t.train_tokens > 0) {
+      const auto samples = static_cast<std::int64_t>(std::ceil(t.train_tokens / static_cast<double>(t.seq_len)));
+      add(r, "--train-samples", {num(samples)}, fmt::format("{:g} tokens", t.train_tokens));
+    } else {
+      add(r, "--train-iters", {"100"}, "steps to time; a training run's budget is --train-samples");
+    }
+    add(r, bf16 ? "--bf16" : "--fp16");
+    switch (t.recompute) {
+      case Recompute::none:
+        break;
+      case Recompute::selective:
+        add(r, "--recompute-granularity", {"selective"});
+        break;
+      case Recompute::full:
+        add(r, "--checkpoint-activations", {}, "every layer");
+        add(r, "--deepspeed-activation-checkpointing");
+        break;
+    }
+    switch (t.attention) {
+      case workload::AttentionImpl::softmax:
+        break;
+      case workload::AttentionImpl::flash1:
+        add(r, "--use-flash-attn-v1");
+        break;
+      case workload::AttentionImpl::flash:
+        notes_.push_back("training.attention flash: Megatron-DeepSpeed runs FlashAttention-2 (--use-flash-attn-v2)");
+        [[fallthrough]];
+      case workload::AttentionImpl::flash2:
+        add(r, "--use-flash-attn-v2");
+        break;
+    }
+    add(r, "--lr", {"3.0e-4"}, "the optimizer's hyperparameters do not change a step's time: set your own");
+    add(r, "--min-lr", {"3.0e-5"});
+    add(r, "--lr-decay-style", {"cosine"});
+    Group& d = data_;
+    add(d, "--data-path", {"${DATA_PATH}"}, "your data");
+    add(d, "--tokenizer-type", {"GPTSentencePieceTokenizer"});
+    add(d, "--tokenizer-model", {"${TOKENIZER_MODEL}"},
+        fmt::format("a tokenizer of {} tokens (import with --vocab {})", m_.vocab, m_.vocab));
+    if (s_.network == NetworkModel::flow)
+      notes_.push_back("network flow: how trainsim times communication, not a setting of the run");
+    if (t.document_tokens > 0)
+      notes_.push_back(fmt::format("training.document_tokens {}: packed documents come from the dataset, not a flag",
+                                   t.document_tokens));
+    return {render(), std::move(notes_)};
+  }
+
+  // A pipeline layout with its repeats written out, for comparing two spellings of one split.
+  static std::string canonical_layout(const std::string& layout) {
+    const auto flat = expand_pipeline_layout(layout);
+    return flat ? *flat : layout;
+  }
+
   [[noreturn]] void fail(const std::string& path, const std::string& problem) const {
     throw util::InputError(s_.file, path, fmt::format("{} (trainsim export megatron)", problem));
   }
@@ -433,14 +584,21 @@ class Exporter {
   std::string render() const {
     const auto [per_host, nodes] = launch_hosts(s_);
     std::string out = "#!/bin/bash\n";
-    out += fmt::format("# The Megatron-LM run of {}, written by `trainsim export megatron`.\n", s_.file);
+    out += fmt::format("# The {} run of {}, written by `trainsim export megatron`.\n",
+                       s_.training.deepspeed ? "Megatron-DeepSpeed" : "Megatron-LM", s_.file);
     out += fmt::format("# {} GPUs: {} host{} of {} ({}, {}). Run this script on every host with NODE_RANK\n", s_.gpus,
                        nodes, nodes == 1 ? "" : "s", per_host, s_.cluster.name, s_.cluster.gpu.name);
-    out += "# (0 .. hosts-1), MASTER_ADDR and MASTER_PORT set, and MEGATRON_LM pointing at a Megatron-LM checkout.\n";
+    out += s_.training.deepspeed
+               ? "# (0 .. hosts-1), MASTER_ADDR and MASTER_PORT set, MEGATRON_DEEPSPEED pointing at a "
+                 "Megatron-DeepSpeed checkout,\n# DATA_PATH and TOKENIZER_MODEL at your data.\n"
+               : "# (0 .. hosts-1), MASTER_ADDR and MASTER_PORT set, and MEGATRON_LM pointing at a "
+                 "Megatron-LM checkout.\n";
     if (doc_.contains("segment_gpus"))
       out += fmt::format("# Place the ranks in blocks of {} GPUs inside one NVLink domain (Slurm: --segment={}).\n",
                          doc_["segment_gpus"].get<std::int64_t>(), doc_["segment_gpus"].get<std::int64_t>() / per_host);
-    out += "# Megatron pads the vocabulary to a multiple of 128 x tp (--make-vocab-size-divisible-by).\n\n";
+    if (!s_.training.deepspeed)
+      out += "# Megatron pads the vocabulary to a multiple of 128 x tp (--make-vocab-size-divisible-by).\n";
+    out += "\n";
     out += "set -euo pipefail\n\n";
     out += "DISTRIBUTED_ARGS=(\n";
     out += fmt::format("    --nproc-per-node {}\n", per_host);
@@ -453,6 +611,24 @@ class Exporter {
     render_group(out, parallel_);
     render_group(out, training_);
     render_group(out, data_);
+    if (s_.training.deepspeed) {
+      out += "# DeepSpeed's configuration, written where --deepspeed_config reads it.\n";
+      out += "DS_CONFIG=./ds_config.json\n";
+      out += "cat <<EOT > \"$DS_CONFIG\"\n" + ds_config_ + "EOT\n\n";
+      out += fmt::format(
+          "DEEPSPEED_ARGS=(\n    --deepspeed\n    --deepspeed_config \"$DS_CONFIG\"\n    --zero-stage {}\n)\n\n",
+          ds_stage_);
+      out += "LOGGING_ARGS=(\n    --log-interval 1\n    --eval-iters 0\n)\n\n";
+      out +=
+          "torchrun \"${DISTRIBUTED_ARGS[@]}\" \"${MEGATRON_DEEPSPEED:-.}/pretrain_gpt.py\" \\\n"
+          "    \"${MODEL_ARGS[@]}\" \\\n"
+          "    \"${PARALLEL_ARGS[@]}\" \\\n"
+          "    \"${TRAINING_ARGS[@]}\" \\\n"
+          "    \"${DATA_ARGS[@]}\" \\\n"
+          "    \"${DEEPSPEED_ARGS[@]}\" \\\n"
+          "    \"${LOGGING_ARGS[@]}\"\n";
+      return out;
+    }
     out += "LOGGING_ARGS=(\n    --log-interval 1\n    --log-throughput\n    --eval-iters 0\n)\n\n";
     out += fmt::format(
         "torchrun \"${{DISTRIBUTED_ARGS[@]}}\" \"${{MEGATRON_LM:-.}}/{}\" \\\n"
@@ -473,6 +649,8 @@ class Exporter {
   Group training_{"TRAINING_ARGS", {}};
   Group data_{"DATA_ARGS", {}};
   std::vector<std::string> notes_;
+  std::string ds_config_;      // Megatron-DeepSpeed: the DeepSpeed configuration's JSON
+  std::int64_t ds_stage_ = 0;  // and its ZeRO stage
 };
 
 }  // namespace

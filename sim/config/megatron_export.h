@@ -7,6 +7,9 @@
 // model's vocabulary, as Megatron-LM's own benchmarks run. Importing the script gives the scenario
 // back (tests/config/megatron_export_test.cc checks it on every shipped config and record).
 //
+// A `megatron-deepspeed` scenario becomes a Megatron-DeepSpeed script instead: the fork's flags,
+// --deepspeed, and the DeepSpeed configuration the script writes with a here-document.
+//
 // A setting Megatron-LM has no flag for is either an InputError (the command would train something
 // else: a pytorch-eager scenario, LoRA, GPipe or ZB-H1, FlashAttention v1, PyTorch FSDP's per-unit
 // ZeRO-2) or a note (it is outside a command: the network model, forced NCCL algorithms, the host

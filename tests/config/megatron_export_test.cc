@@ -74,6 +74,7 @@ std::string describe(const Scenario& s) {
                      t.cuda_graph_full_iteration, t.grad_reduce_in_fp32, t.fused_cross_entropy);
   out += fmt::format("documents {} tokens {} imbalance {} lora {} bf16 layers {} {}\n", t.document_tokens,
                      t.train_tokens, t.moe_load_imbalance, t.lora, t.bf16_layers_at_start, t.bf16_layers_at_end);
+  out += fmt::format("deepspeed {} grad all-reduce {}\n", t.deepspeed, p.zero1_grad_all_reduce);
   out += fmt::format("optimizer {} {} {} {} {} {} {} {}\n", o.use_precision_aware_optimizer,
                      static_cast<int>(o.main_params_dtype), static_cast<int>(o.exp_avg_dtype),
                      static_cast<int>(o.exp_avg_sq_dtype), o.store_param_remainders, o.optimizer_cpu_offload,
@@ -88,8 +89,10 @@ Scenario round_trip(const nlohmann::json& doc, const Scenario& original, std::st
   trainsim::config::ImportOptions o;
   o.source = "exported.sh";
   o.cluster = doc["cluster"].get<std::string>();
-  const auto imported =
-      trainsim::config::import_megatron(trainsim::util::split_shell_commands(exported.script, o.source), o);
+  o.vocab = original.model.vocab;  // a Megatron-DeepSpeed script names a tokenizer, not a vocabulary
+  std::vector<std::string> notes;
+  const auto commands = trainsim::util::split_shell_commands(exported.script, o.source, &notes, {}, &o.written_files);
+  const auto imported = trainsim::config::import_megatron(commands, o);
   return parse(nlohmann::json::parse(imported.scenario.dump()), "imported.json");
 }
 
@@ -97,7 +100,11 @@ Scenario round_trip(const nlohmann::json& doc, const Scenario& original, std::st
 // scenario has it.
 Scenario expected_after_round_trip(Scenario s) {
   auto& t = s.training;
-  if (t.attention == trainsim::workload::AttentionImpl::flash2) t.attention = trainsim::workload::AttentionImpl::flash;
+  // Megatron-LM's flash backend reads back as flash; Megatron-DeepSpeed runs FlashAttention-2.
+  if (t.attention == trainsim::workload::AttentionImpl::flash2 && !t.deepspeed)
+    t.attention = trainsim::workload::AttentionImpl::flash;
+  if (t.attention == trainsim::workload::AttentionImpl::flash && t.deepspeed)
+    t.attention = trainsim::workload::AttentionImpl::flash2;
   if (s.parallel.zero == 3) s.parallel.fsdp_prefetch = true;
   t.host_overhead = true;
   t.host_cost_scale = 1;
@@ -306,4 +313,41 @@ TEST_CASE("experts on every other layer and the allgather dispatcher come back f
   CHECK(describe(back) == describe(expected_after_round_trip(original)));
   CHECK(script.find("--moe-layer-freq '[0,1,0,1,0,1,0,1]'") != std::string::npos);
   CHECK(script.find("--moe-token-dispatcher-type allgather") != std::string::npos);
+}
+
+TEST_CASE("a Megatron-DeepSpeed scenario exports as the fork's script with DeepSpeed's configuration") {
+  nlohmann::json doc = nlohmann::json::parse(R"({
+    "model": "llama3.1-8b", "cluster": "dgx-h100", "gpus": 16,
+    "parallel": {"tp": 2, "zero": 2, "overlap_grad_reduce": true, "dp_bucket_mb": 400},
+    "training": {"framework": "megatron-deepspeed", "micro_batch": 1, "global_batch": 64, "seq_len": 8192,
+                 "recompute": "full", "attention": "flash2", "grad_reduce_in_fp32": false}})");
+  Scenario s = parse(doc, "ds.json");
+  std::string script;
+  CHECK(describe(round_trip(doc, s, &script)) == describe(expected_after_round_trip(s)));
+  INFO(script);
+  // pp 1 with ZeRO-2: DeepSpeed's engine, not its pipeline engine; the 400 MB bucket of bf16
+  // gradients is 2e8 elements; Llama's architecture in the fork's spelling.
+  for (const char* line :
+       {"    --no-pipeline-parallel", "    --num-key-value-heads 8", "    --normalization rmsnorm",
+        "    --use-flash-attn-v2", "    --checkpoint-activations",
+        R"("zero_optimization": {"stage": 2, "overlap_comm": true, "reduce_bucket_size": 200000000},)",
+        R"("communication_data_type": "bf16")", "    --zero-stage 2", "cat <<EOT > \"$DS_CONFIG\""})
+    CHECK(script.find(line) != std::string::npos);
+  // BF16_Optimizer without the pipeline engine: stage 1 accumulating in fp32.
+  doc["parallel"] = nlohmann::json::parse(R"({"tp": 2, "zero": 1, "zero1_grad_reduce": "all_reduce"})");
+  s = parse(doc, "ds.json");
+  CHECK(describe(round_trip(doc, s, &script)) == describe(expected_after_round_trip(s)));
+  CHECK(script.find(R"("data_types": {"grad_accum_dtype": "fp32"})") != std::string::npos);
+  // With the pipeline: the split must be one DeepSpeed's PipelineModule makes.
+  doc["gpus"] = 32;
+  doc["parallel"] = nlohmann::json::parse(
+      R"({"tp": 2, "pp": 2, "zero": 1, "zero1_grad_reduce": "all_reduce", "pipeline_layout": "Et*15|t*17L"})");
+  CHECK(export_error(doc) ==
+        "s.json: parallel.pipeline_layout: Et*15|t*17L is not a split DeepSpeed's PipelineModule makes "
+        "(type:transformer gives Et*16|t*16L) (trainsim export megatron)");
+  doc["parallel"]["pipeline_layout"] = "Et*16|t*16L";
+  s = parse(doc, "ds.json");
+  CHECK(describe(round_trip(doc, s, &script)) == describe(expected_after_round_trip(s)));
+  CHECK(script.find(R"("zero_optimization": {"stage": 0},)") != std::string::npos);
+  CHECK(script.find("--pp-partition-method") == std::string::npos);
 }
