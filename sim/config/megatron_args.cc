@@ -989,7 +989,8 @@ class Importer {
     for (std::string_view flag :
          {"deepspeed-activation-checkpointing", "contigious-checkpointing", "synchronize-each-layer",
           "profile-backward", "abort-on-unmet-fused-kernel-constraints", "kill-switch-path", "kill-switch-file",
-          "data-impl", "no-query-key-layer-scaling", "tokenizer-name-or-path", "deepspeed-mpi"})
+          "data-impl", "no-query-key-layer-scaling", "tokenizer-name-or-path", "deepspeed-mpi", "hostfile", "include",
+          "exclude", "launcher"})
       if (f_.on(flag)) out_.no_effect.push_back(fmt::format("--{}", flag));
     for (std::string_view flag :
          {"partition-activations", "checkpoint-in-cpu", "embed-layernorm", "sync-tp-duplicated-parameters"})

@@ -132,6 +132,14 @@ TEST_CASE("the microsoft fork's Llama flags: rmsnorm spelled its way, --num-key-
   CHECK(s.scenario["training"]["framework"] == "megatron-deepspeed");
   CHECK(contains(s.no_effect, "--no-query-key-layer-scaling"));
   CHECK(contains(s.no_effect, "--data-impl"));
+  CHECK(s.scenario["gpus"] == 16);  // torchrun's 8 x 2
+  // The deepspeed launcher's --num_gpus x --num_nodes.
+  std::string launcher = script("0", "--pipeline-model-parallel-size 2");
+  launcher.replace(launcher.find("torchrun --nproc_per_node 8 --nnodes 2"), 38,
+                   "deepspeed --hostfile hosts --num_gpus 4 --num_nodes 4");
+  const auto d = import(launcher);
+  CHECK(d.scenario["gpus"] == 16);
+  CHECK(contains(d.no_effect, "--hostfile"));
   CHECK(s.notes.end() == std::find_if(s.notes.begin(), s.notes.end(), [](const std::string& n) {
           return n.find("modelled as trainsim's") != std::string::npos;  // no norm/bias/position mismatch
         }));
