@@ -1,6 +1,7 @@
 #include "config/megatron_export.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -106,39 +107,49 @@ class Exporter {
     const bool pipeline = p.pp > 1;
     if (!pipeline) add(q, "--no-pipeline-parallel", {}, "DeepSpeed's engine, not its pipeline engine");
     if (pipeline) {
+      // The microsoft fork's GPTModelPipe splits by type:transformer; BigScience's fork takes any
+      // --pp-partition-method (its layer list has two more functions, which only uniform counts).
+      struct Method {
+        const char* name;
+        bool bigscience;
+      };
+      constexpr std::array<Method, 3> kMethods{
+          {{"type:transformer", false}, {"type:transformer|embedding", true}, {"uniform", true}}};
       std::string problem;
-      const auto fork_split =
-          deepspeed_pipeline_layout(m_.layers, p.pp, "type:transformer", false, m_.tied_embeddings, problem);
-      const auto ends_split =
-          deepspeed_pipeline_layout(m_.layers, p.pp, "type:transformer|embedding", true, m_.tied_embeddings, problem);
       const std::string layout = p.pipeline_layout.empty() ? "" : canonical_layout(p.pipeline_layout);
-      if (!layout.empty() && ends_split && layout == canonical_layout(*ends_split) &&
-          !(fork_split && layout == canonical_layout(*fork_split))) {
-        add(q, "--pp-partition-method", {"type:transformer|embedding"},
-            "BigScience's fork: the embeddings weigh as layers");
-      } else if (!layout.empty() && !(fork_split && layout == canonical_layout(*fork_split))) {
-        fail("parallel.pipeline_layout",
-             fmt::format("{} is not a split DeepSpeed's PipelineModule makes (type:transformer gives {})",
-                         p.pipeline_layout, fork_split.value_or("none")));
-      } else if (layout.empty() && m_.layers % p.pp != 0) {
-        fail("parallel.pipeline_layout", "give DeepSpeed's split of the layers (import megatron computes it)");
+      const auto fork_split =
+          deepspeed_pipeline_layout(m_.layers, p.pp, kMethods[0].name, false, m_.tied_embeddings, problem);
+      const Method* found = nullptr;
+      for (const Method& method : kMethods) {
+        const auto split =
+            deepspeed_pipeline_layout(m_.layers, p.pp, method.name, method.bigscience, m_.tied_embeddings, problem);
+        if (split &&
+            (layout.empty() ? m_.layers % p.pp == 0 && &method == &kMethods[0] : layout == canonical_layout(*split))) {
+          found = &method;
+          break;
+        }
       }
+      if (found == nullptr)
+        fail("parallel.pipeline_layout",
+             layout.empty()
+                 ? "give DeepSpeed's split of the layers (import megatron computes it)"
+                 : fmt::format("{} is not a split DeepSpeed's PipelineModule makes (type:transformer gives {})",
+                               p.pipeline_layout, fork_split.value_or("none")));
+      if (found != &kMethods[0]) add(q, "--pp-partition-method", {found->name}, "BigScience's fork");
     }
 
-    // The optimizer wrapper DeepSpeed picks (the inverse of import's reading): BF16_Optimizer is
-    // stage 0 under the pipeline engine, or stage 1 accumulating in fp32 without it.
+    // The optimizer wrapper DeepSpeed picks (the inverse of import's reading): the whole gradients
+    // all-reduced are BF16_Optimizer at stage 0 under the pipeline engine (bf16), else ZeRO-1 with
+    // reduce_scatter off.
     const bool bf16 = t.precision == Precision::bf16;
     std::int64_t stage = p.zero;
-    std::string data_types;
+    std::string zero_extra;
     if (p.zero1_grad_all_reduce) {
-      if (!bf16) fail("parallel.zero1_grad_reduce", "all_reduce is DeepSpeed's BF16_Optimizer, for bf16 runs");
-      stage = pipeline ? 0 : 1;
-      if (!pipeline)
-        data_types = R"(,
-  "data_types": {"grad_accum_dtype": "fp32"})";
+      stage = pipeline && bf16 ? 0 : 1;
+      if (stage == 1) zero_extra = R"(, "reduce_scatter": false)";
     }
     const std::string wire = t.grad_reduce_in_fp32 ? "fp32" : bf16 ? "bf16" : "fp16";
-    std::string zero_json = fmt::format(R"("stage": {})", stage);
+    std::string zero_json = fmt::format(R"("stage": {}{})", stage, zero_extra);
     if (p.overlap_grad_reduce) {
       zero_json += R"(, "overlap_comm": true)";
       if (p.dp_bucket_mb > 0)
@@ -154,10 +165,10 @@ class Exporter {
   "gradient_clipping": 1.0,
   "zero_optimization": {{{}}},
   "{}": {{"enabled": true}},
-  "communication_data_type": "{}"{}
+  "communication_data_type": "{}"
 }}
 )",
-                             t.global_batch, t.micro_batch, zero_json, bf16 ? "bf16" : "fp16", wire, data_types);
+                             t.global_batch, t.micro_batch, zero_json, bf16 ? "bf16" : "fp16", wire);
     ds_stage_ = stage;
 
     Group& r = training_;
