@@ -172,14 +172,7 @@ class Exporter {
     ds_stage_ = stage;
 
     Group& r = training_;
-    add(r, "--micro-batch-size", {num(t.micro_batch)});
-    add(r, "--global-batch-size", {num(t.global_batch)});
-    if (t.train_tokens > 0) {
-      const auto samples = static_cast<std::int64_t>(std::ceil(t.train_tokens / static_cast<double>(t.seq_len)));
-      add(r, "--train-samples", {num(samples)}, fmt::format("{:g} tokens", t.train_tokens));
-    } else {
-      add(r, "--train-iters", {"100"}, "steps to time; a training run's budget is --train-samples");
-    }
+    batch(r);
     add(r, bf16 ? "--bf16" : "--fp16");
     switch (t.recompute) {
       case Recompute::none:
@@ -412,9 +405,9 @@ class Exporter {
     }
   }
 
-  void training() {
+  // The batch and the token budget (Megatron-LM's and Megatron-DeepSpeed's flags alike).
+  void batch(Group& g) {
     const TrainingSpec& t = s_.training;
-    Group& g = training_;
     add(g, "--micro-batch-size", {num(t.micro_batch)});
     add(g, "--global-batch-size", {num(t.global_batch)});
     if (t.train_tokens > 0) {
@@ -423,6 +416,12 @@ class Exporter {
     } else {
       add(g, "--train-iters", {"100"}, "steps to time; a training run's budget is --train-samples");
     }
+  }
+
+  void training() {
+    const TrainingSpec& t = s_.training;
+    Group& g = training_;
+    batch(g);
     switch (t.precision) {
       case Precision::fp16:
         add(g, "--fp16");

@@ -740,19 +740,34 @@ void check_eager(const util::JsonNode& root, const Scenario& s) {
 // layout with pp > 1) runs 1F1B only, ZeRO stage 0 or 1, and reduces the gradients after the last
 // micro-batch; DeepSpeed gathers the updated parameters after the step; the Megatron-Core and
 // Transformer Engine features below are not there.
+// A framework's check: the scenario's paths, and a refusal naming the framework.
+struct FrameworkCheck {
+  FrameworkCheck(const util::JsonNode& root, std::string prefix)
+      : file(root.file()),
+        training_path(util::join_path(root.path(), "training")),
+        parallel_path(util::join_path(root.path(), "parallel")),
+        framework_path(util::join_path(training_path, "framework")),
+        prefix_(std::move(prefix)) {}
+  void refuse(bool bad, const std::string& path, const std::string& what) const {
+    if (bad) throw util::InputError(file, path, prefix_ + what);
+  }
+  std::string parallel_key(const char* key) const { return util::join_path(parallel_path, key); }
+  std::string training_key(const char* key) const { return util::join_path(training_path, key); }
+  const std::string file, training_path, parallel_path, framework_path;
+
+ private:
+  std::string prefix_;
+};
+
 void check_deepspeed(const util::JsonNode& root, const Scenario& s) {
-  const std::string file = root.file();
-  const std::string training_path = util::join_path(root.path(), "training");
-  const std::string parallel_path = util::join_path(root.path(), "parallel");
-  const std::string framework_path = util::join_path(training_path, "framework");
+  const FrameworkCheck c(root, "megatron-deepspeed: ");
+  const std::string& framework_path = c.framework_path;
   const workload::ModelSpec& m = s.model;
   const TrainingSpec& t = s.training;
   const ParallelSpec& p = s.parallel;
-  auto refuse = [&](bool bad, const std::string& path, const std::string& what) {
-    if (bad) throw util::InputError(file, path, "megatron-deepspeed: " + what);
-  };
-  auto parallel_key = [&](const char* key) { return util::join_path(parallel_path, key); };
-  auto training_key = [&](const char* key) { return util::join_path(training_path, key); };
+  auto refuse = [&c](bool bad, const std::string& path, const std::string& what) { c.refuse(bad, path, what); };
+  auto parallel_key = [&c](const char* key) { return c.parallel_key(key); };
+  auto training_key = [&c](const char* key) { return c.training_key(key); };
   refuse(m.moe(), framework_path, "DeepSpeed-MoE's experts are not modelled (dense models only)");
   refuse(m.hybrid() || m.mla() || m.mtp_layers > 0, framework_path,
          "runs dense GPT and Llama-style models (no Mamba layers, latent attention or MTP)");
@@ -794,16 +809,13 @@ void check_deepspeed(const util::JsonNode& root, const Scenario& s) {
 }
 
 void check_torchtitan(const util::JsonNode& root, Scenario& s) {
-  const std::string file = root.file();
-  const std::string training_path = util::join_path(root.path(), "training");
-  const std::string parallel_path = util::join_path(root.path(), "parallel");
-  const std::string framework_path = util::join_path(training_path, "framework");
+  const FrameworkCheck c(root, "torchtitan ");
+  const std::string &training_path = c.training_path, &parallel_path = c.parallel_path,
+                    &framework_path = c.framework_path;
   const workload::ModelSpec& m = s.model;
   const TrainingSpec& t = s.training;
   const ParallelSpec& p = s.parallel;
-  auto refuse = [&](bool bad, const std::string& path, const std::string& what) {
-    if (bad) throw util::InputError(file, path, "torchtitan " + what);
-  };
+  auto refuse = [&c](bool bad, const std::string& path, const std::string& what) { c.refuse(bad, path, what); };
   refuse(m.mlp != workload::MlpKind::swiglu || m.hybrid(), framework_path, "needs a Llama-style model (mlp swiglu)");
   refuse(m.dropout > 0, framework_path, "needs dropout 0");
   refuse(m.tied_embeddings, framework_path, "needs untied embeddings (its output layer is a separate weight)");
