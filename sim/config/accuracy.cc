@@ -16,6 +16,8 @@ std::vector<std::string> accuracy_groups(const Scenario& sc) {
   // torchtitan runs form groups of their own (their kernels and sharding are not Megatron's); the
   // single-GPU eager PyTorch model has no published runs.
   if (sc.training.framework == Framework::torchtitan) return {fmt::format("torchtitan/{}", arch), "torchtitan"};
+  // Megatron-DeepSpeed's runs too: DeepSpeed's engine, and kernels of their own years.
+  if (sc.training.deepspeed) return {fmt::format("megatron-deepspeed/{}", arch), "megatron-deepspeed"};
   if (sc.training.framework != Framework::megatron) return {};
   const std::string kind = sc.model.hybrid() ? "hybrid" : sc.model.moe() ? "moe" : "dense";
   // NVFP4 runs form their own group within their architecture, apart from the others.

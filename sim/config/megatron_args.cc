@@ -1107,9 +1107,15 @@ class Importer {
         if (const Flag* m = f_.get("pp-partition-method")) f_.fail(*m, problem);
         f_.fail(problem);
       }
-      put(p, "parallel", "pipeline_layout", *layout, f_.get("pp-partition-method") ? "pp-partition-method" : "");
-      note(fmt::format("pipeline_layout {}: DeepSpeed's PipelineModule split ({}) of {}'s layers", *layout, method,
-                       bigscience ? "bigscience Megatron-DeepSpeed" : "Megatron-DeepSpeed"));
+      // An even split is trainsim's default: the layout only where DeepSpeed's split is not one.
+      std::string even = "E";
+      for (std::int64_t st = 0; st < pp_; ++st) even += fmt::format("{}t*{}", st > 0 ? "|" : "", layers_ / pp_);
+      even += "L";
+      if (layers_ % pp_ != 0 || expand_pipeline_layout(*layout) != expand_pipeline_layout(even)) {
+        put(p, "parallel", "pipeline_layout", *layout, f_.get("pp-partition-method") ? "pp-partition-method" : "");
+        note(fmt::format("pipeline_layout {}: DeepSpeed's PipelineModule split ({}) of {}'s layers", *layout, method,
+                         bigscience ? "bigscience Megatron-DeepSpeed" : "Megatron-DeepSpeed"));
+      }
     }
   }
 
