@@ -191,6 +191,9 @@ TEST_CASE("a Megatron-DeepSpeed script and its DeepSpeed configuration that disa
         "./ds_config.json: fp16: fp16 and bf16 are both enabled");
   CHECK(error_of(script("0", pipe, "--pp-partition-method type:attention")) ==
         "ds.sh: line 14: --pp-partition-method: \"type:attention\" matches none of the model's layers");
+  CHECK(error_of(script("0", pipe, "--fp8-hybrid")) ==
+        "ds.sh: line 14: --fp8-hybrid: Megatron-DeepSpeed's Transformer Engine FP8 is not modelled (trainsim's "
+        "megatron-deepspeed runs bf16 or fp16)");
   // The configuration neither written by the script nor on disk.
   CHECK(error_of("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2 --hidden-size 64 "
                  "--num-attention-heads 4 --seq-length 128 --vocab-size 100 --bf16 --deepspeed "
