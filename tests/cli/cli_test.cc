@@ -926,6 +926,62 @@ TEST_CASE("search under mpirun: the ranks share the layouts and rank 0 prints th
 }
 #endif
 
+TEST_CASE("import megatron reads a Megatron-DeepSpeed script's DeepSpeed configuration, and export writes it back") {
+  // BLOOM's launch in the shape of BigScience's script: the configuration written by a
+  // here-document, the partition method quoted as `srun bash -c` reads it.
+  const std::string launch =
+      "torchrun --nproc_per_node 8 --nnodes 48 pretrain_gpt.py --tensor-model-parallel-size 4 "
+      "--pipeline-model-parallel-size 12 --num-layers 70 --hidden-size 14336 --num-attention-heads 112 "
+      "--seq-length 2048 --micro-batch-size 2 --global-batch-size 2048 --train-samples 178_710_938 "
+      "--pad-vocab-size-to 250880 --hidden-dropout 0.0 --attention-dropout 0.0 --bf16 --checkpoint-activations "
+      "--embed-layernorm --position-embedding-type alibi --pp-partition-method 'type:transformer|embedding' "
+      "--deepspeed --deepspeed_config $config_json --zero-stage 0 --deepspeed-activation-checkpointing\n";
+  const std::string config = R"({"train_micro_batch_size_per_gpu": 2, "train_batch_size": 2048,
+  "zero_optimization": {"stage": $ZERO_STAGE}, "bf16": {"enabled": true}, "communication_data_type": "fp32"})";
+  const fs::path script = write("tr11.slurm", "ZERO_STAGE=0\nconfig_json=./ds_config.json\ncat <<EOT > $config_json\n" +
+                                                  config + "\nEOT\n" + launch);
+  Result r = run(fmt::format("import megatron '{}' --cluster jean-zay-a100", script.string()));
+  INFO("stderr: " << r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.err.find("note: ./ds_config.json: the DeepSpeed configuration the script writes (its here-document)") !=
+        std::string::npos);
+  CHECK(r.err.find("not modelled (2): --embed-layernorm --position-embedding-type alibi") != std::string::npos);
+  auto doc = nlohmann::json::parse(r.out);
+  // The same scenario as configs/bloom-176b-jean-zay-384.json (its train_tokens, 366e9, rounded to
+  // whole samples).
+  const auto shipped =
+      nlohmann::json::parse(slurp(fs::path(TRAINSIM_SOURCE_DIR) / "configs/bloom-176b-jean-zay-384.json"));
+  CHECK(doc["parallel"] == shipped["parallel"]);
+  for (const char* key : {"micro_batch", "global_batch", "seq_len", "precision", "recompute", "attention",
+                          "grad_reduce_in_fp32", "framework"})
+    CHECK(doc["training"][key] == shipped["training"][key]);
+
+  // The configuration as a file beside the script (the script run from elsewhere), or given to the import.
+  const fs::path beside = write("tr11-file.slurm", "config_json=./ds_config.json\n" + launch);
+  write("ds_config.json",
+        R"({"train_batch_size": 2048, "bf16": {"enabled": true}, "zero_optimization": {"stage": 1}})");
+  Result file = run(fmt::format("import megatron '{}' --cluster jean-zay-a100", beside.string()));
+  INFO("stderr: " << file.err);
+  REQUIRE(file.code == 0);
+  CHECK(nlohmann::json::parse(file.out)["parallel"]["zero"] == 1);
+  CHECK_FALSE(nlohmann::json::parse(file.out)["parallel"].contains("zero1_grad_reduce"));  // DeepSpeed's ZeRO-1
+  const fs::path other = write("other.json", R"({"bf16": {"enabled": true}, "zero_optimization": {"stage": 2}})");
+  Result given = run(fmt::format("import megatron '{}' --cluster jean-zay-a100 --deepspeed-config '{}'",
+                                 beside.string(), other.string()));
+  CHECK(given.code == 2);  // ZeRO-2 under the pipeline engine
+  CHECK(given.err.find(other.string() + ": zero_optimization.stage: 2: DeepSpeed's pipeline engine runs ZeRO stage 0 "
+                                        "or 1 only") != std::string::npos);
+
+  // export megatron writes the Megatron-DeepSpeed script back, which imports to the same layout.
+  const fs::path imported = write("bloom-imported.json", r.out);
+  const fs::path exported = temp_dir() / "bloom-exported.sh";
+  REQUIRE(run(fmt::format("export megatron '{}' -o '{}'", imported.string(), exported.string())).code == 0);
+  Result back = run(fmt::format("import megatron '{}' --cluster jean-zay-a100 --vocab 250880", exported.string()));
+  INFO("stderr: " << back.err);
+  REQUIRE(back.code == 0);
+  CHECK(nlohmann::json::parse(back.out)["parallel"] == doc["parallel"]);
+}
+
 TEST_CASE("import megatron writes the scenario a Megatron launch script runs, and run reads it") {
   const fs::path script = write("train_llama.sh", R"(#!/bin/bash
 # A Llama 3 8B run on 2 nodes.
