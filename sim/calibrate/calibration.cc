@@ -162,6 +162,22 @@ hardware::GpuProfile run_calibration(Device& d, const Options& o, const std::str
       }
     }
   }
+  // Compute beside communication: a large BF16 GEMM (about a millisecond on current GPUs) alone and
+  // beside all-reduces over every local GPU of kOverlapAllReduceBytes (a data-parallel bucket's
+  // size, milliseconds over NVLink), so the all-reduces outlast each timed GEMM.
+  if (p.device.count >= 2) {
+    say(o, fmt::format("a GEMM beside all-reduces over {} GPUs", p.device.count));
+    optional("overlap", [&] {
+      hardware::OverlapMeasurement m;
+      m.m = m.n = m.k = kOverlapGemmDim;
+      m.gpus = p.device.count;
+      const std::int64_t bytes = kOverlapAllReduceBytes / (4 * m.gpus) * (4 * m.gpus);
+      m.all_reduce_bytes = static_cast<double>(bytes);
+      m.gemm_alone_s = d.gemm_s(m.m, m.n, m.k, Dtype::bf16, o.repeats);
+      m.gemm_beside_s = d.gemm_beside_all_reduce_s(m.m, m.n, m.k, m.gpus, bytes, o.repeats);
+      p.overlap = m;
+    });
+  }
   if (!skipped.empty()) p.settings["skipped"] = skipped;
   fit_profile(p);
   return p;

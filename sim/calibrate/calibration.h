@@ -39,6 +39,10 @@ inline constexpr std::int64_t kMemoryMinBytes = std::int64_t{1} << 20;
 inline constexpr std::int64_t kCollectiveMinBytes = std::int64_t{1} << 10;
 inline constexpr std::int64_t kAttentionMinSeq = 512;
 inline constexpr std::int64_t kAttentionHeadDim = 128;
+// The overlap measurement: an 8192^3 BF16 GEMM (1.1 TFLOP, about 1 ms on an H100) beside all-reduces
+// of 256 MiB (a data-parallel bucket; about 1 ms at 400 GB/s of bus bandwidth).
+inline constexpr std::int64_t kOverlapGemmDim = 8192;
+inline constexpr std::int64_t kOverlapAllReduceBytes = std::int64_t{256} << 20;
 
 // The GEMM dimensions the grid measures.
 std::vector<double> gemm_dims(const Options& options);

@@ -60,6 +60,11 @@ class Device {
   // One collective (all_reduce, all_gather, reduce_scatter, all_to_all, send_recv) over the first
   // `gpus` local GPUs; `bytes` is the nccl-tests total size (send_recv: the message).
   virtual CollectiveTiming collective(std::string_view op, std::int64_t gpus, std::int64_t bytes, int repeats) = 0;
+  // One BF16 GEMM on the first GPU while all-reduces of `bytes` run back to back over the first
+  // `gpus` GPUs on their communication streams (started before the GEMMs are timed and kept running
+  // past them): the GEMM's time with communication beside it.
+  virtual double gemm_beside_all_reduce_s(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t gpus,
+                                          std::int64_t bytes, int repeats) = 0;
 };
 
 }  // namespace trainsim::calibrate

@@ -63,4 +63,11 @@ CollectiveTiming FakeDevice::collective(std::string_view op, std::int64_t gpus, 
   return {collective_formula_s(op, gpus, static_cast<double>(bytes)), "ring"};
 }
 
+double FakeDevice::gemm_beside_all_reduce_s(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t gpus,
+                                            std::int64_t bytes, int /*repeats*/) {
+  if (gpus < 2 || gpus > p_.gpus || bytes <= 0) throw DeviceError("gemm_beside_all_reduce: bad arguments");
+  return gemm_formula_s(static_cast<double>(m), static_cast<double>(n), static_cast<double>(k), false) /
+         (1 - p_.overlap_slowdown);
+}
+
 }  // namespace trainsim::calibrate

@@ -25,6 +25,8 @@ struct FakeParams {
   // Collectives: t = latency + bytes · busbw_factor / busbw.
   double collective_latency_s = 20e-6;
   double collective_busbw_Bps = 360e9;
+  // A GEMM beside all-reduces runs at 1 - this of its speed.
+  double overlap_slowdown = 0.1;
 };
 
 class FakeDevice final : public Device {
@@ -44,6 +46,8 @@ class FakeDevice final : public Device {
                      int repeats) override;
   std::string collective_algo_note() const override { return "fake: always ring"; }
   CollectiveTiming collective(std::string_view op, std::int64_t gpus, std::int64_t bytes, int repeats) override;
+  double gemm_beside_all_reduce_s(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t gpus, std::int64_t bytes,
+                                  int repeats) override;
 
   // The formula itself, for tests.
   double gemm_formula_s(double m, double n, double k, bool fp8) const;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -22,6 +23,45 @@ Executor::Executor(Simulation& sim, CommModel& comm, const std::vector<Program>&
       group_state_(groups.size()) {
   for (auto b : buckets_) TRAINSIM_ASSERT(b < kMaxBuckets);
   for (const Binding& b : bindings_) TRAINSIM_ASSERT(b.program < programs_.size());
+}
+
+void Executor::set_compute_slowdown(const ComputeSlowdown& slowdown) {
+  TRAINSIM_ASSERT(slowdown.fraction >= 0 && slowdown.fraction < 1);
+  slowdown_ = slowdown;
+}
+
+bool Executor::slowed_now(std::uint32_t rank) const {
+  return slowdown_.fraction > 0 && (ranks_[rank].busy & slowdown_.slowing) != 0;
+}
+
+// Schedules the end of the compute task running on `stream` from its work left at the current speed.
+void Executor::schedule_compute_end(std::uint32_t rank, int stream) {
+  RankState& st = ranks_[rank];
+  const auto si = static_cast<std::size_t>(stream);
+  const std::int64_t left = st.work_left[si];
+  const std::int64_t wall =
+      slowed_now(rank) ? static_cast<std::int64_t>(std::ceil(static_cast<double>(left) / (1 - slowdown_.fraction)))
+                       : left;
+  st.progress_at[si] = sim_.now();
+  const std::uint32_t gen = ++st.generation[si];
+  sim_.after(Time::from_ps(wall), [this, rank, stream, gen] {
+    if (ranks_[rank].generation[static_cast<std::size_t>(stream)] == gen) finish(rank, stream);
+  });
+}
+
+// The rank's communication started or stopped: each running slowed task's progress so far at the
+// old speed, and its end again at the new one.
+void Executor::rescale_compute(std::uint32_t rank, bool was_slowed) {
+  RankState& st = ranks_[rank];
+  const double speed = was_slowed ? 1 - slowdown_.fraction : 1.0;
+  for (unsigned m = st.busy & slowdown_.slowed; m != 0; m &= m - 1) {
+    const int stream = std::countr_zero(m);
+    const auto si = static_cast<std::size_t>(stream);
+    const std::int64_t done =
+        static_cast<std::int64_t>(std::floor(static_cast<double>((sim_.now() - st.progress_at[si]).ps()) * speed));
+    st.work_left[si] = std::max<std::int64_t>(0, st.work_left[si] - done);
+    schedule_compute_end(rank, stream);
+  }
 }
 
 Time Executor::run() {
@@ -84,6 +124,11 @@ bool Executor::try_start(std::uint32_t rank, int stream) {
         finish(rank, stream, /*then_pump=*/false);
         return true;
       }
+      if (slowdown_.fraction > 0 && (slowdown_.slowed & (1u << stream)) != 0) {
+        ranks_[rank].work_left[static_cast<std::size_t>(stream)] = task.duration.ps();
+        schedule_compute_end(rank, stream);
+        return false;
+      }
       sim_.after(task.duration, [this, rank, stream] { finish(rank, stream); });
       return false;
     case TaskKind::recv: {
@@ -122,7 +167,9 @@ void Executor::set_busy(std::uint32_t rank, StreamMask busy) {
   const Time now = sim_.now();
   stats_[rank].bucket_time[buckets_[st.busy]] += now - st.last_change;
   st.last_change = now;
+  const bool was_slowed = slowed_now(rank);
   st.busy = busy;
+  if (slowdown_.fraction > 0 && was_slowed != slowed_now(rank)) rescale_compute(rank, was_slowed);
 }
 
 void Executor::begin(std::uint32_t rank, int stream, const Task& task) {

@@ -43,6 +43,16 @@ struct RankStats {
   std::array<std::int64_t, kMaxMemCategories> peak_breakdown_bytes{};
 };
 
+// Overlapped communication slowing compute (DESIGN.md, "Overlap"): while any stream of `slowing`
+// runs a task on a rank (NCCL kernels holding SMs and memory bandwidth), the compute tasks of the
+// rank's `slowed` streams progress at 1 - fraction of their speed; the rest of the time at full
+// speed. fraction 0 (the default) leaves every task its own duration.
+struct ComputeSlowdown {
+  double fraction = 0;
+  StreamMask slowed = 0;
+  StreamMask slowing = 0;
+};
+
 class Executor {
  public:
   using BucketMap = std::array<std::uint8_t, 1u << kMaxStreams>;
@@ -51,6 +61,8 @@ class Executor {
            const GroupTable& groups, BucketMap buckets);
 
   void set_observer(Observer* observer) { observer_ = observer; }
+  // Before run(): fraction in [0, 1).
+  void set_compute_slowdown(const ComputeSlowdown& slowdown);
   // Runs all ranks to completion. Returns the time the last rank finished.
   Time run();
   const RankStats& stats(std::uint32_t rank) const { return stats_[rank]; }
@@ -68,6 +80,11 @@ class Executor {
     StreamMask busy = 0;      // head task is running
     Time last_change;
     std::int64_t mem_total = 0;
+    // Compute slowdown: each slowed stream's running task, its work left (picoseconds at full
+    // speed) as of `progress_at`, and the generation of its scheduled end (a stale end is ignored).
+    std::array<std::int64_t, kMaxStreams> work_left{};
+    std::array<Time, kMaxStreams> progress_at{};
+    std::array<std::uint32_t, kMaxStreams> generation{};
   };
   struct GroupState {
     std::uint32_t arrived = 0;
@@ -85,6 +102,9 @@ class Executor {
   void pump(std::uint32_t rank);
   bool try_start(std::uint32_t rank, int stream);
   void set_busy(std::uint32_t rank, StreamMask busy);
+  bool slowed_now(std::uint32_t rank) const;
+  void schedule_compute_end(std::uint32_t rank, int stream);
+  void rescale_compute(std::uint32_t rank, bool was_slowed);
   void begin(std::uint32_t rank, int stream, const Task& task);
   void finish(std::uint32_t rank, int stream, bool then_pump = true);
   void arrive(std::uint32_t rank, int stream, const Task& task);
@@ -100,6 +120,7 @@ class Executor {
   const GroupTable& groups_;
   BucketMap buckets_;
   Observer* observer_ = nullptr;
+  ComputeSlowdown slowdown_;
   std::vector<RankState> ranks_;
   std::vector<RankStats> stats_;
   std::vector<GroupState> group_state_;

@@ -301,8 +301,8 @@ std::optional<double> GpuProfile::collective_time_s(std::string_view op, std::in
 }
 
 GpuProfile parse_profile(const JsonNode& root) {
-  root.reject_unknown(
-      {"format", "version", "device", "date", "settings", "gemm", "memory", "host_copies", "attention", "collectives"});
+  root.reject_unknown({"format", "version", "device", "date", "settings", "gemm", "memory", "host_copies", "attention",
+                       "collectives", "overlap"});
   const JsonNode format = root.at("format");
   if (format.as_string() != kFormat) format.fail(fmt::format("expected \"{}\"", kFormat));
   const JsonNode version = root.at("version");
@@ -354,6 +354,25 @@ GpuProfile parse_profile(const JsonNode& root) {
         e.fail(fmt::format("{} over {} GPUs is listed twice", s.op, s.gpus));
       p.collectives.push_back(std::move(s));
     }
+  }
+  if (auto ov = root.find("overlap")) {
+    ov->reject_unknown({"gemm", "all_reduce_bytes", "gpus", "gemm_alone_s", "gemm_beside_s", "compute_slowdown"});
+    OverlapMeasurement o;
+    const JsonNode gemm_dims = ov->at("gemm");
+    expect_array(gemm_dims);
+    if (gemm_dims.json().size() != 3) gemm_dims.fail("expected [m, n, k]");
+    o.m = element(gemm_dims, 0).as_positive_int();
+    o.n = element(gemm_dims, 1).as_positive_int();
+    o.k = element(gemm_dims, 2).as_positive_int();
+    o.all_reduce_bytes = ov->at("all_reduce_bytes").as_positive_number();
+    o.gpus = ov->at("gpus").as_positive_int();
+    if (o.gpus < 2) ov->at("gpus").fail("an all-reduce needs 2 GPUs or more");
+    o.gemm_alone_s = ov->at("gemm_alone_s").as_positive_number();
+    o.gemm_beside_s = ov->at("gemm_beside_s").as_positive_number();
+    // The fraction is derived; a file that states it must agree (it is written for people to read).
+    if (auto f = ov->find("compute_slowdown"); f && std::abs(f->as_number() - o.fraction()) > 1e-6)
+      f->fail(fmt::format("{} disagrees with 1 - gemm_alone_s / gemm_beside_s = {:.6f}", f->as_number(), o.fraction()));
+    p.overlap = o;
   }
   return p;
 }
@@ -410,6 +429,12 @@ nlohmann::json profile_to_json(const GpuProfile& p) {
         {{"op", s.op}, {"gpus", s.gpus}, {"points", points}, {"fit", bandwidth_fit_json(s.fit, "busbw_GBps")}});
   }
   out["collectives"] = {{"algo_note", p.collective_algo_note}, {"series", series}};
+  if (p.overlap) {
+    const OverlapMeasurement& o = *p.overlap;
+    out["overlap"] = {
+        {"gemm", {o.m, o.n, o.k}},        {"all_reduce_bytes", o.all_reduce_bytes}, {"gpus", o.gpus},
+        {"gemm_alone_s", o.gemm_alone_s}, {"gemm_beside_s", o.gemm_beside_s},       {"compute_slowdown", o.fraction()}};
+  }
   return out;
 }
 

@@ -109,6 +109,18 @@ class ProfileWarnings {
   std::vector<std::string> ordered_;
 };
 
+// Compute slowed by communication beside it: a GEMM timed alone and again while NCCL all-reduces run
+// on another stream over `gpus` GPUs (their kernels holding SMs and memory bandwidth); fraction = 1 -
+// alone / beside, the share of compute speed lost while a collective runs (the engine's
+// ComputeSlowdown).
+struct OverlapMeasurement {
+  std::int64_t m = 0, n = 0, k = 0;
+  double all_reduce_bytes = 0;
+  std::int64_t gpus = 0;
+  double gemm_alone_s = 0, gemm_beside_s = 0;
+  double fraction() const { return gemm_beside_s > gemm_alone_s ? 1 - gemm_alone_s / gemm_beside_s : 0.0; }
+};
+
 struct GpuProfile {
   std::string file;  // where it was read from (names it in warnings)
   DeviceInfo device;
@@ -123,6 +135,7 @@ struct GpuProfile {
   std::vector<AttentionPoint> attention;
   std::string collective_algo_note;  // how `algo` was obtained
   std::vector<CollectiveSeries> collectives;
+  std::optional<OverlapMeasurement> overlap;  // measured with 2 GPUs or more
   std::shared_ptr<ProfileWarnings> warnings = std::make_shared<ProfileWarnings>();
 
   // Achieved FLOP/s of one (m, n, k) GEMM; nullopt when the profile has no table for that dtype.

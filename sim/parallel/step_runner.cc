@@ -1,5 +1,7 @@
 #include "parallel/step_runner.h"
 
+#include "hardware/profile.h"
+
 #include "engine/executor.h"
 #include "hardware/compute_model.h"
 #include "network/analytical_network.h"
@@ -105,6 +107,15 @@ StepResult simulate_step(const config::Scenario& scenario, const BuildOptions& o
   }
   engine::Simulation sim;
   engine::Executor ex(sim, *net, plan.programs, plan.bindings, plan.groups, bucket_map());
+  // A calibrated profile's overlap measurement: compute slowed while the rank's NCCL kernels run
+  // (every communication stream; host copies use the copy engines, the host stream no GPU).
+  if (const auto& profile = scenario.cluster.gpu.profile; profile && profile->overlap) {
+    const auto bit = [](Stream s) { return static_cast<engine::StreamMask>(1u << s); };
+    ex.set_compute_slowdown(
+        {profile->overlap->fraction(), bit(kCompute),
+         static_cast<engine::StreamMask>(bit(kTpComm) | bit(kDpComm) | bit(kPpSend) | bit(kPpRecv) | bit(kDpGather) |
+                                         bit(kCpSend) | bit(kCpRecv) | bit(kEpComm))});
+  }
   if (observer) {
     observer->on_plan(plan);
     ex.set_observer(observer);

@@ -103,6 +103,20 @@ TEST_CASE("one GPU: no collectives are measured", "[calibrate]") {
   const hardware::GpuProfile p = run_calibration(dev, small_options(), kDate);
   CHECK(p.collectives.empty());
   CHECK_FALSE(p.gemm_fp8);
+  CHECK_FALSE(p.overlap);  // no all-reduce to put beside the GEMM
+}
+
+TEST_CASE("a GEMM beside all-reduces over every GPU gives the compute slowdown", "[calibrate]") {
+  // The fake device runs a GEMM beside all-reduces at 1 - 0.1 of its speed: t / 0.9.
+  FakeDevice dev;
+  const hardware::GpuProfile p = run_calibration(dev, small_options(), kDate);
+  REQUIRE(p.overlap);
+  CHECK(p.overlap->gpus == 8);
+  CHECK(p.overlap->m == 8192);
+  CHECK(p.overlap->all_reduce_bytes == 268435456.0);  // 256 MiB, whole floats over 8 GPUs
+  CHECK(p.overlap->gemm_alone_s == Approx(dev.gemm_formula_s(8192, 8192, 8192, false)));
+  CHECK(p.overlap->gemm_beside_s == Approx(p.overlap->gemm_alone_s / 0.9));
+  CHECK(p.overlap->fraction() == Approx(0.1));
 }
 
 TEST_CASE("a failing optional benchmark is recorded and the rest still runs", "[calibrate]") {

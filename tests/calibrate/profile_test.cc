@@ -209,6 +209,37 @@ TEST_CASE("a scenario naming a profile changes the prediction", "[profile][confi
   CHECK(with.warnings.empty());
 }
 
+TEST_CASE("a profile's overlap slowdown slows the compute that communication overlaps", "[profile][config]") {
+  // Llama 3.1 8B on 16 H200 (dp 2, tp 8) with the distributed optimizer and overlapped gradient
+  // reduction: the reduce-scatters run beside the backward. With the profile's 20% slowdown the step
+  // takes longer than with 0% (the same profile otherwise), and the symmetric run still equals the
+  // full one.
+  nlohmann::json s = scenario("");
+  s["gpus"] = 16;
+  s["training"]["global_batch"] = 16;
+  s["parallel"] = {{"tp", 8}, {"zero", 1}, {"overlap_grad_reduce", true}, {"overlap_param_gather", true}};
+  auto step = [&](double fraction, bool all_ranks) {
+    calibrate::FakeParams params;
+    params.overlap_slowdown = fraction;
+    const std::string prof =
+        write(fmt::format("overlap-{}.json", fraction), hardware::profile_to_json(fake_profile(params)));
+    nlohmann::json d = s;
+    d["gpu_profile"] = prof;
+    const auto sc = config::parse_scenario(util::JsonNode(d, "s.json"), TRAINSIM_SOURCE_DIR);
+    REQUIRE(sc.cluster.gpu.profile->overlap);
+    parallel::BuildOptions b;
+    b.all_ranks = all_ranks;
+    return parallel::simulate_step(sc, b);
+  };
+  const auto none = step(0.0, false);
+  const auto slowed = step(0.2, false);
+  CHECK(slowed.step_time_s > none.step_time_s);
+  // Compute stretches by at most 1 / 0.8 where all of it overlaps communication; only overlapped
+  // compute does (the exact arithmetic: tests/engine/executor_test.cc).
+  CHECK(slowed.step_time_s <= none.step_time_s + 0.25 * none.ranks[0].compute_s);
+  CHECK(step(0.2, true).step_time_s == slowed.step_time_s);
+}
+
 TEST_CASE("a topology names a profile with gpu_profile", "[profile][config]") {
   const std::string prof = write("topo-profile.json", hardware::profile_to_json(fake_profile()));
   nlohmann::json s = scenario("");

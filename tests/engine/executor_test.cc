@@ -115,6 +115,46 @@ TEST_CASE("communication overlapped with compute is not exposed") {
   CHECK(ex.stats(0).stream_busy[kComm] == Time::from_ps(5));
 }
 
+TEST_CASE("overlapped communication slows the compute it overlaps by the slowdown fraction") {
+  // Compute A (10 ps) then B (100 ps); a collective of 20 ps after A runs from 10 to 30, beside B.
+  // With a slowdown of 0.2, B progresses at 0.8 while the collective runs: 20 ps of wall time do 16
+  // ps of B's work, and the other 84 ps run at full speed from 30, so B ends at 114, not 110.
+  auto build = [](std::vector<Program>& programs) {
+    Program& p = programs[0];
+    Dep a = p.add(compute(p, 10));
+    p.add(compute(p, 100));
+    p.add(collective(p), {a});
+  };
+  std::vector<Binding> bindings(1);
+  GroupTable groups;
+  std::vector<std::uint32_t> members{0};
+  bindings[0].group[0] = groups.add(members, groups.kind_id("dp"));
+  for (const double fraction : {0.0, 0.2}) {
+    std::vector<Program> programs(1);
+    build(programs);
+    Simulation sim;
+    FixedComm comm;
+    comm.collective_ps = 20;
+    Executor ex(sim, comm, programs, bindings, groups, buckets());
+    ex.set_compute_slowdown({fraction, 1u << kCompute, 1u << kComm});
+    CHECK(ex.run() == Time::from_ps(fraction == 0 ? 110 : 114));
+    CHECK(ex.stats(0).stream_busy[kCompute] == Time::from_ps(fraction == 0 ? 110 : 114));
+  }
+  // Communication that does not overlap compute (exposed) slows nothing: A, then the collective
+  // alone, then B after it.
+  std::vector<Program> programs(1);
+  Program& p = programs[0];
+  Dep a = p.add(compute(p, 10));
+  Dep c = p.add(collective(p), {a});
+  p.add(compute(p, 100), {c});
+  Simulation sim;
+  FixedComm comm;
+  comm.collective_ps = 20;
+  Executor ex(sim, comm, programs, bindings, groups, buckets());
+  ex.set_compute_slowdown({0.5, 1u << kCompute, 1u << kComm});
+  CHECK(ex.run() == Time::from_ps(130));
+}
+
 TEST_CASE("a message sent after compute releases the receiver's recv when it lands") {
   // Rank 0: compute 10, send (4). Rank 1: recv, then compute 5 -> finishes at 10 + 4 + 5 = 19.
   std::vector<Program> programs(2);

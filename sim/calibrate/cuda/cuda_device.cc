@@ -288,6 +288,45 @@ class CudaDevice final : public Device {
     return {median(samples), algo != nullptr && *algo != '\0' ? algo : "unknown"};
   }
 
+  double gemm_beside_all_reduce_s(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t gpus, std::int64_t bytes,
+                                  int repeats) override {
+    Comms& c = comms(gpus);
+    const auto size = static_cast<std::size_t>(bytes);
+    const auto g = static_cast<std::size_t>(gpus);
+    for (std::size_t i = 0; i < g; ++i) {
+      TRAINSIM_CHECK(cudaSetDevice(static_cast<int>(i)));
+      c.send[i]->reserve(size);
+      c.recv[i]->reserve(size);
+    }
+    auto all_reduce = [&] {
+      TRAINSIM_CHECK(ncclGroupStart());
+      for (std::size_t i = 0; i < g; ++i)
+        TRAINSIM_CHECK(
+            ncclAllReduce(c.send[i]->ptr, c.recv[i]->ptr, size / 4, ncclFloat, ncclSum, c.comm[i], c.stream[i]));
+      TRAINSIM_CHECK(ncclGroupEnd());
+    };
+    for (int w = 0; w < kWarmup; ++w) all_reduce();
+    c.sync();
+    const double one_all_reduce = c.time(all_reduce, 1);
+    // The GEMM on the first GPU's compute stream, as gemm_s runs it.
+    TRAINSIM_CHECK(cudaSetDevice(0));
+    prepare(a_, static_cast<std::size_t>(m * k) * 2, Dtype::bf16, 1);
+    prepare(b_, static_cast<std::size_t>(k * n) * 2, Dtype::bf16, 2);
+    d_.reserve(static_cast<std::size_t>(m * n) * 2);
+    Matmul mm(lt_, m, n, k, 1, Dtype::bf16);
+    auto gemm = [&] { mm.run(lt_, a_.ptr, b_.ptr, d_.ptr, workspace_, stream_); };
+    // Enough all-reduces queued to outlast the timed GEMMs: time_median's warm-up, its first sample
+    // and `repeats` samples of about kSampleTarget_s each, twice over.
+    const double window_s = 2.0 * (kSampleTarget_s * (repeats + 2) + 0.05);
+    const int queued = std::clamp(static_cast<int>(window_s / std::max(one_all_reduce, 1e-6)) + 1, 1, 100000);
+    for (int j = 0; j < queued; ++j) all_reduce();
+    TRAINSIM_CHECK(cudaSetDevice(0));
+    const double beside = time_median(gemm, repeats);
+    c.sync();
+    TRAINSIM_CHECK(cudaSetDevice(0));
+    return beside;
+  }
+
  private:
   static constexpr int kWarmup = 3;   // untimed runs first: clocks, caches, lazy module loading
   static constexpr int kFloat = 100;  // DeviceBuffer::filled_as for FP32 contents
