@@ -303,6 +303,20 @@ TEST_CASE("malformed profiles are InputErrors naming the profile file and JSON p
     doc["format"] = "something-else";
     CHECK(error_for(doc).path() == "format");
   }
+  SECTION("an overlap measurement over one GPU, or whose stated slowdown disagrees with its times") {
+    nlohmann::json doc = good;
+    REQUIRE(doc.contains("overlap"));  // the fake device has 8 GPUs
+    doc["overlap"]["gpus"] = 1;
+    CHECK(error_for(doc).path() == "overlap.gpus");
+    doc = good;
+    doc["overlap"]["compute_slowdown"] = 0.5;  // the fake device's times say 0.1
+    const auto e = error_for(doc);
+    CHECK(e.path() == "overlap.compute_slowdown");
+    CHECK_THAT(e.problem(), Contains("disagrees with 1 - gemm_alone_s / gemm_beside_s = 0.100000"));
+    doc = good;
+    doc["overlap"]["gemm"] = {8192, 8192};
+    CHECK(error_for(doc).path() == "overlap.gemm");
+  }
 }
 
 TEST_CASE("a gpu_profile that names no file is an error on the scenario", "[profile][config]") {
