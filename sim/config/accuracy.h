@@ -17,8 +17,9 @@
 namespace trainsim::config {
 
 // The groups a scenario belongs to, most specific first: its kind and architecture ("moe/blackwell";
-// NVFP4 runs apart, "moe/blackwell/nvfp4"), then its kind ("moe"). Empty for a framework with no
-// published runs (pytorch-eager).
+// NVFP4 runs apart, "moe/blackwell/nvfp4"), then its kind ("moe"); torchtitan's and
+// Megatron-DeepSpeed's runs by framework ("torchtitan/hopper", "megatron-deepspeed"). Empty for a
+// framework with no published runs (pytorch-eager).
 std::vector<std::string> accuracy_groups(const Scenario& scenario);
 
 // Groups with fewer runs than this are too small to quote; the broader group is used.
