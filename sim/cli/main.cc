@@ -71,7 +71,7 @@ int run_command(const std::string& scenario_file, const std::vector<std::string>
 }
 
 int validate_command(const std::string& dir_arg, bool json, bool markdown, const std::string& gate,
-                     const std::string& network_name, double host_cost_scale, int threads_arg,
+                     const std::string& network_name, double host_cost_scale, double compute_slowdown, int threads_arg,
                      const std::vector<std::string>& sets, const std::string& accuracy_file) {
   using namespace trainsim;
   const auto data_dir = config::default_data_dir();
@@ -83,6 +83,7 @@ int validate_command(const std::string& dir_arg, bool json, bool markdown, const
   if (network_name == "flow") network = config::NetworkModel::flow;
   if (network_name == "analytical") network = config::NetworkModel::analytical;
   if (host_cost_scale > 0) overrides.host_cost_scale = host_cost_scale;
+  if (compute_slowdown >= 0) overrides.compute_slowdown = compute_slowdown;
   // A malformed --set fails here, once; one a record's scenario cannot take skips that record.
   nlohmann::json probe = nlohmann::json::object();
   config::apply_overrides(probe, sets, "");
@@ -399,6 +400,12 @@ int main(int argc, char** argv) {
                    "Run every Megatron record with training.host_cost_scale set to this (a host overhead "
                    "sensitivity study)")
       ->check(CLI::PositiveNumber);
+  double validate_compute_slowdown = -1;
+  validate
+      ->add_option("--compute-slowdown", validate_compute_slowdown,
+                   "Run every record with compute slowed by this share (0 to 0.99) while its rank's communication "
+                   "runs, as a calibrated profile's overlap measurement would (a sensitivity study)")
+      ->check(CLI::Range(0.0, 0.99));
   std::vector<std::string> validate_sets;
   validate
       ->add_option(
@@ -521,7 +528,8 @@ int main(int argc, char** argv) {
     if (export_app->parsed()) return trainsim::cli::export_command(export_args);
     if (validate->parsed())
       return validate_command(validate_dir, validate_json, validate_markdown, gate_file, validate_network,
-                              validate_host_scale, validate_threads, validate_sets, accuracy_file);
+                              validate_host_scale, validate_compute_slowdown, validate_threads, validate_sets,
+                              accuracy_file);
     if (collective->parsed()) {
       const auto algo = trainsim::network::algorithm_from_string(coll_algo);
       if (!algo)

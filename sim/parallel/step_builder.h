@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -104,6 +105,9 @@ struct BuildOptions {
   // with the same timing, so with the analytical network (no link sharing) the step time and every
   // rank's memory are exactly those of the full run; tests check it.
   bool all_ranks = false;
+  // The share of compute speed overlapped communication takes (engine::ComputeSlowdown) instead of
+  // the calibrated profile's (none without one): `validate --compute-slowdown`, a sensitivity study.
+  std::optional<double> compute_slowdown;
 };
 
 // Megatron's host overhead: CPU seconds per Transformer Engine module call, per PyTorch call in the

@@ -109,10 +109,15 @@ StepResult simulate_step(const config::Scenario& scenario, const BuildOptions& o
   engine::Executor ex(sim, *net, plan.programs, plan.bindings, plan.groups, bucket_map());
   // A calibrated profile's overlap measurement: compute slowed while the rank's NCCL kernels run
   // (every communication stream; host copies use the copy engines, the host stream no GPU).
-  if (const auto& profile = scenario.cluster.gpu.profile; profile && profile->overlap) {
+  // validate --compute-slowdown overrides it (BuildOptions::compute_slowdown).
+  const auto& profile = scenario.cluster.gpu.profile;
+  const double slowdown = build.compute_slowdown        ? *build.compute_slowdown
+                          : profile && profile->overlap ? profile->overlap->fraction()
+                                                        : 0.0;
+  if (slowdown > 0) {
     const auto bit = [](Stream s) { return static_cast<engine::StreamMask>(1u << s); };
     ex.set_compute_slowdown(
-        {profile->overlap->fraction(), bit(kCompute),
+        {slowdown, bit(kCompute),
          static_cast<engine::StreamMask>(bit(kTpComm) | bit(kDpComm) | bit(kPpSend) | bit(kPpRecv) | bit(kDpGather) |
                                          bit(kCpSend) | bit(kCpRecv) | bit(kEpComm))});
   }

@@ -195,7 +195,9 @@ Outcome evaluate(const Record& r, const fs::path& data_dir, const Overrides& ove
   } else if (r.kind == "memory") {
     evaluate_memory(r, sc, out);
   } else {
-    const parallel::StepResult result = parallel::simulate_step(sc);
+    parallel::BuildOptions build;
+    build.compute_slowdown = overrides.compute_slowdown;
+    const parallel::StepResult result = parallel::simulate_step(sc, build);
     // The source ran this step, so it fit its GPUs: a scenario that does not fit as modelled used
     // something the record does not state (activation recompute, offloading). Listed, not compared.
     // A peak within the memory model's own error of the capacity is no such sign: the model is above

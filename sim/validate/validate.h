@@ -80,6 +80,9 @@ std::vector<Record> load_records(const std::filesystem::path& dir);
 struct Overrides {
   std::optional<config::NetworkModel> network;
   std::optional<double> host_cost_scale;
+  // The share of compute speed overlapped communication takes, on every record (a sensitivity study
+  // of parallel::BuildOptions::compute_slowdown; none by default, as no record names a profile).
+  std::optional<double> compute_slowdown;
   // `--set PATH=VALUE` on every record's scenario (config::apply_overrides); a record the change
   // makes invalid is skipped with the reason.
   std::vector<std::string> sets;

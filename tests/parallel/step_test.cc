@@ -632,7 +632,7 @@ TEST_CASE("context parallelism: ring attention passes K/V blocks cp-1 hops per l
   // One simulated rank per CP rank (they exchange blocks), the same program for all of them.
   CHECK(plan.bindings.size() == static_cast<std::size_t>(cp));
   // The gradient reduction group spans DP × CP (here dp = 1: the 4 CP ranks).
-  const auto all = parallel::simulate_step(sc, parallel::BuildOptions{true});
+  const auto all = parallel::simulate_step(sc, parallel::BuildOptions{true, std::nullopt});
   const auto sym = parallel::simulate_step(sc);
   CHECK(sym.step_time_s == all.step_time_s);
   CHECK(sym.memory[0].peak_bytes == all.memory[0].peak_bytes);
@@ -736,7 +736,7 @@ TEST_CASE("uneven stages with the interleaved schedule: each stage's layers spli
   CHECK(plan.stages[1].layers == 6);
   CHECK(plan.stages[0].chunks == 2);
   const auto sym = parallel::simulate_step(sc);
-  CHECK(sym.step_time_s == parallel::simulate_step(sc, parallel::BuildOptions{true}).step_time_s);
+  CHECK(sym.step_time_s == parallel::simulate_step(sc, parallel::BuildOptions{true, std::nullopt}).step_time_s);
   CHECK(sym.ranks[0].bubble_s > sym.ranks[1].bubble_s);
   // 3 layers on a stage cannot be split over 2 chunks.
   j["parallel"]["first_stage_layers"] = 3;
@@ -767,7 +767,7 @@ TEST_CASE("embedding and loss accounted in the pipeline split: first and last ch
   CHECK(plan.stages[1].params_per_rank == 6 * layer);
   CHECK(plan.stages[0].params_per_rank == 5 * layer + workload::embedding_params_per_rank(sc.model, 1));
   const auto sym = parallel::simulate_step(sc);
-  CHECK(sym.step_time_s == parallel::simulate_step(sc, parallel::BuildOptions{true}).step_time_s);
+  CHECK(sym.step_time_s == parallel::simulate_step(sc, parallel::BuildOptions{true, std::nullopt}).step_time_s);
   // 16 + 1 = 17 slots do not split over 6 chunks; and the keys need a pipeline.
   j["parallel"]["account_for_loss_in_pipeline_split"] = false;
   CHECK_THROWS_AS(scenario(j), util::InputError);
@@ -820,7 +820,7 @@ TEST_CASE("flow network in a symmetric run: one rank per class with its images' 
   j["network"] = "flow";
   const auto sc = scenario(j);
   const auto sym = parallel::simulate_step(sc);
-  const auto all = parallel::simulate_step(sc, parallel::BuildOptions{true});
+  const auto all = parallel::simulate_step(sc, parallel::BuildOptions{true, std::nullopt});
   CHECK_FALSE(sym.all_ranks);
   CHECK(sym.ranks.size() == 2);
   CHECK(all.ranks.size() == 64);
@@ -1009,7 +1009,7 @@ TEST_CASE("MoE on the flow network: the symmetric run moves every all-to-all pai
   j["network"] = "flow";
   const auto sc = scenario(j);
   const auto sym = parallel::simulate_step(sc);
-  const auto all = parallel::simulate_step(sc, parallel::BuildOptions{true});
+  const auto all = parallel::simulate_step(sc, parallel::BuildOptions{true, std::nullopt});
   REQUIRE(sym.network.has_value());
   REQUIRE(all.network.has_value());
   CHECK(sym.ranks.size() == 1);

@@ -133,9 +133,11 @@ TEST_CASE("validate --network flow lists a record on part of a node group as ski
   const auto analytical = validate::evaluate(records[0], TRAINSIM_SOURCE_DIR);
   CHECK(analytical.skipped.empty());
   CHECK(analytical.comparisons.size() == 1);
-  const auto flow =
-      validate::evaluate(records[0], TRAINSIM_SOURCE_DIR,
-                         {.network = config::NetworkModel::flow, .host_cost_scale = std::nullopt, .sets = {}});
+  const auto flow = validate::evaluate(records[0], TRAINSIM_SOURCE_DIR,
+                                       {.network = config::NetworkModel::flow,
+                                        .host_cost_scale = std::nullopt,
+                                        .compute_slowdown = std::nullopt,
+                                        .sets = {}});
   CHECK(flow.comparisons.empty());
   CHECK(flow.skipped.find("whole nodes") != std::string::npos);
 }
@@ -150,11 +152,31 @@ TEST_CASE("validate --host-cost-scale sets training.host_cost_scale in the Megat
   write(dir / "h_scale_off.json", rec);
   const auto records = validate::load_records(dir);
   REQUIRE(records.size() == 2);
-  const validate::Overrides slow{.network = std::nullopt, .host_cost_scale = 50.0, .sets = {}};
+  const validate::Overrides slow{
+      .network = std::nullopt, .host_cost_scale = 50.0, .compute_slowdown = std::nullopt, .sets = {}};
   const double base = validate::evaluate(records[0], TRAINSIM_SOURCE_DIR).comparisons.at(0).predicted;
   CHECK(validate::evaluate(records[0], TRAINSIM_SOURCE_DIR, slow).comparisons.at(0).predicted > 1.2 * base);
   CHECK(validate::evaluate(records[1], TRAINSIM_SOURCE_DIR, slow).comparisons.at(0).predicted ==
         validate::evaluate(records[1], TRAINSIM_SOURCE_DIR).comparisons.at(0).predicted);
+}
+
+TEST_CASE("validate --compute-slowdown slows the compute that communication overlaps, in every record") {
+  // The 22B step with 3 micro-batches of data parallelism (dp 3) and its gradients reduce-scattered
+  // during the backward: compute slowed by half while they run takes longer; 0 changes nothing.
+  const fs::path dir = fresh_dir("slowdown");
+  auto rec = a100_22b_step("c_slow");
+  rec["scenario"]["parallel"]["overlap_grad_reduce"] = true;
+  rec["scenario"]["parallel"]["dp_bucket_mb"] = 40;  // many buckets, the first reduced early in the backward
+  write(dir / "c_slow.json", rec);
+  const auto records = validate::load_records(dir);
+  auto predicted = [&](std::optional<double> slowdown) {
+    const validate::Overrides o{
+        .network = std::nullopt, .host_cost_scale = std::nullopt, .compute_slowdown = slowdown, .sets = {}};
+    return validate::evaluate(records[0], TRAINSIM_SOURCE_DIR, o).comparisons.at(0).predicted;
+  };
+  const double base = predicted(std::nullopt);
+  CHECK(predicted(0.0) == base);
+  CHECK(predicted(0.5) > base);
 }
 
 TEST_CASE("validate --set changes every record's scenario; a record it makes invalid is skipped, with why") {
@@ -166,15 +188,22 @@ TEST_CASE("validate --set changes every record's scenario; a record it makes inv
   const auto records = validate::load_records(dir);
   REQUIRE(records.size() == 1);
   const double base = validate::evaluate(records[0], TRAINSIM_SOURCE_DIR).comparisons.at(0).predicted;
-  const validate::Overrides none{
-      .network = std::nullopt, .host_cost_scale = std::nullopt, .sets = {"training.recompute=none"}};
+  const validate::Overrides none{.network = std::nullopt,
+                                 .host_cost_scale = std::nullopt,
+                                 .compute_slowdown = std::nullopt,
+                                 .sets = {"training.recompute=none"}};
   CHECK(validate::evaluate(records[0], TRAINSIM_SOURCE_DIR, none).comparisons.at(0).predicted < base);
-  const validate::Overrides bad{.network = std::nullopt, .host_cost_scale = std::nullopt, .sets = {"parallel.pp=5"}};
+  const validate::Overrides bad{.network = std::nullopt,
+                                .host_cost_scale = std::nullopt,
+                                .compute_slowdown = std::nullopt,
+                                .sets = {"parallel.pp=5"}};
   const auto skipped = validate::evaluate(records[0], TRAINSIM_SOURCE_DIR, bad);
   CHECK(skipped.comparisons.empty());
   CHECK(skipped.skipped.find("(with --set)") != std::string::npos);
-  const validate::Overrides through{
-      .network = std::nullopt, .host_cost_scale = std::nullopt, .sets = {"parallel.tp.size=2"}};
+  const validate::Overrides through{.network = std::nullopt,
+                                    .host_cost_scale = std::nullopt,
+                                    .compute_slowdown = std::nullopt,
+                                    .sets = {"parallel.tp.size=2"}};
   CHECK(validate::evaluate(records[0], TRAINSIM_SOURCE_DIR, through).skipped ==
         "parallel.tp.size: parallel.tp is not an object in " + records[0].file +
             " (set the whole of it instead) (with --set)");
