@@ -96,14 +96,7 @@ bool enabled(const util::JsonNode& section) {
 }  // namespace
 
 DeepSpeedConfig read_deepspeed_config(const std::string& text, const std::string& source) {
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    const std::string what = e.what();
-    const auto pos = what.find("parse error");
-    throw util::InputError(source, "", "malformed JSON: " + (pos == std::string::npos ? what : what.substr(pos)));
-  }
+  const nlohmann::json doc = util::parse_json_text(text, source);
   const util::JsonNode root(doc, source);
   root.expect_object();
   DeepSpeedConfig c;

@@ -7,8 +7,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -19,6 +17,7 @@
 #include "config/megatron_flags.h"
 #include "config/scenario.h"
 #include "util/error.h"
+#include "util/json_node.h"
 
 namespace trainsim::config {
 
@@ -950,7 +949,7 @@ class Importer {
     std::string text, source;
     if (!o_.deepspeed_config.empty()) {
       source = o_.deepspeed_config;
-      text = read_text(source);
+      text = util::read_text_file(source);
     } else if (const auto it = o_.written_files.find(*path); it != o_.written_files.end()) {
       source = *path;
       text = it->second;
@@ -963,16 +962,10 @@ class Importer {
         f_.fail(*f_.get("deepspeed-config"),
                 fmt::format("{} does not exist (nor does the script write it): give it with --deepspeed-config FILE",
                             *path));
-      text = read_text(source);
+      text = util::read_text_file(source);
     }
     ds_ = read_deepspeed_config(text, source);
     ds_source_ = source;
-  }
-
-  static std::string read_text(const std::string& file) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) throw util::InputError(file, "", "cannot read the file");
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   }
 
   [[noreturn]] void ds_fail(const std::string& key, const std::string& problem) const {

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -117,24 +118,22 @@ class Exporter {
           {{"type:transformer", false}, {"type:transformer|embedding", true}, {"uniform", true}}};
       std::string problem;
       const std::string layout = p.pipeline_layout.empty() ? "" : canonical_layout(p.pipeline_layout);
-      const auto fork_split =
-          deepspeed_pipeline_layout(m_.layers, p.pp, kMethods[0].name, false, m_.tied_embeddings, problem);
+      std::array<std::optional<std::string>, kMethods.size()> splits;
       const Method* found = nullptr;
-      for (const Method& method : kMethods) {
-        const auto split =
+      for (std::size_t i = 0; i < kMethods.size(); ++i) {
+        const Method& method = kMethods[i];
+        splits[i] =
             deepspeed_pipeline_layout(m_.layers, p.pp, method.name, method.bigscience, m_.tied_embeddings, problem);
-        if (split &&
-            (layout.empty() ? m_.layers % p.pp == 0 && &method == &kMethods[0] : layout == canonical_layout(*split))) {
-          found = &method;
-          break;
-        }
+        const bool matches =
+            layout.empty() ? i == 0 && m_.layers % p.pp == 0 : splits[i] && layout == canonical_layout(*splits[i]);
+        if (matches && found == nullptr) found = &method;
       }
       if (found == nullptr)
         fail("parallel.pipeline_layout",
              layout.empty()
                  ? "give DeepSpeed's split of the layers (import megatron computes it)"
                  : fmt::format("{} is not a split DeepSpeed's PipelineModule makes (type:transformer gives {})",
-                               p.pipeline_layout, fork_split.value_or("none")));
+                               p.pipeline_layout, splits[0].value_or("none")));
       if (found != &kMethods[0]) add(q, "--pp-partition-method", {found->name}, "BigScience's fork");
     }
 

@@ -123,19 +123,26 @@ std::int64_t JsonNode::as_nonnegative_int() const {
   return v;
 }
 
-nlohmann::json read_json_file(const std::string& file) {
+std::string read_text_file(const std::string& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) throw InputError(file, "", "cannot open file");
   std::stringstream buffer;
   buffer << in.rdbuf();
-  std::string text = buffer.str();
+  return buffer.str();
+}
+
+nlohmann::json parse_json_text(const std::string& text, const std::string& source) {
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     std::string what = e.what();
     auto pos = what.find("parse error");
-    throw InputError(file, "", "malformed JSON: " + (pos == std::string::npos ? what : what.substr(pos)));
+    throw InputError(source, "", "malformed JSON: " + (pos == std::string::npos ? what : what.substr(pos)));
   }
+}
+
+nlohmann::json read_json_file(const std::string& file) {
+  return parse_json_text(read_text_file(file), file);
 }
 
 }  // namespace trainsim::util

@@ -51,6 +51,11 @@ class JsonNode {
 
 // Parses a file; a missing file or malformed JSON is an InputError naming the file (and line).
 nlohmann::json read_json_file(const std::string& file);
+// A whole file's text; a file that cannot be opened is an InputError naming it.
+std::string read_text_file(const std::string& file);
+// Parses JSON text that `source` names in messages (a file, or a script's here-document); malformed
+// JSON is an InputError naming it (and the line).
+nlohmann::json parse_json_text(const std::string& text, const std::string& source);
 
 // "parallel" + "tp" -> "parallel.tp"; "" + "model" -> "model".
 std::string join_path(std::string_view parent, std::string_view key);
