@@ -316,9 +316,13 @@ void FlowNetwork::launch(std::uint32_t t, engine::Simulation& sim) {
 
 void FlowNetwork::reschedule(engine::Simulation& sim) {
   const double now = sim.now().seconds();
+  ++solves_;
   for (FlowSolver::FlowId id : solver_.solve()) {
     if (!solver_.active(id)) continue;
     Flow& f = flows_[id];
+    // A flow whose rate did not change keeps the end it was given (most of a component's flows when
+    // one of them ends elsewhere): no second event for it in the queue.
+    if (solver_.rate(id) == f.rate) continue;
     f.remaining = std::max(0.0, f.remaining - f.rate * (now - f.since));
     f.since = now;
     f.rate = solver_.rate(id);
@@ -337,7 +341,15 @@ void FlowNetwork::finish_flow(FlowSolver::FlowId id, std::uint64_t version, engi
   for (FlowSolver::LinkId l : f.path) link_busy_change(l, -1, sim.now().seconds());
   solver_.remove(id);
   ++f.version;
-  reschedule(sim);
+  // Flows that end at the same instant (an all-to-all's pairs, a symmetric collective's images) are
+  // removed together before the rates are solved again: one solve for all, after the others' ends.
+  if (!solve_pending_) {
+    solve_pending_ = true;
+    sim.after(engine::Time{}, [this, &sim] {
+      solve_pending_ = false;
+      reschedule(sim);
+    });
+  }
   if (--transfers_[t].open_flows == 0) {
     engine::Callback done = std::move(transfers_[t].done);
     free_transfers_.push_back(t);

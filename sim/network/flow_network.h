@@ -60,6 +60,8 @@ class FlowNetwork final : public engine::CommModel {
   // Per link, up to the last flow's end (call after the simulation ran).
   std::vector<LinkStats> link_stats() const;
   std::uint64_t flows_started() const { return flows_started_; }
+  // Times the rates were solved again (a flow set started, or flows ended at one instant).
+  std::uint64_t solves() const { return solves_; }
 
  private:
   struct Flow {
@@ -114,6 +116,8 @@ class FlowNetwork final : public engine::CommModel {
   std::vector<double> link_bytes_, link_busy_s_, link_busy_since_;
   std::vector<std::uint32_t> link_flows_;
   std::uint64_t flows_started_ = 0;
+  std::uint64_t solves_ = 0;
+  bool solve_pending_ = false;  // a re-solve is queued at the current time (finish_flow)
   // Routes by (src, dst): offset and length in route_links_ (routing is deterministic).
   std::unordered_map<std::uint64_t, std::pair<std::uint32_t, std::uint32_t>> routes_;
   std::vector<FlowSolver::LinkId> route_links_;

@@ -42,20 +42,34 @@ FlowSolver::FlowId FlowSolver::add(std::span<const LinkId> path, double cap_Bps)
 void FlowSolver::remove(FlowId id) {
   TRAINSIM_ASSERT(active(id));
   Flow& f = flows_[id];
-  for (LinkId l : f.path) {
-    auto& v = on_link_[l];
-    v.erase(std::find(v.begin(), v.end(), id));
-    removed_links_.push_back(l);
-  }
+  // Taken off its links' lists at the next solve, together with every other flow removed before it
+  // (many flows end at one instant: one pass over each list instead of one search per flow).
+  removed_links_.insert(removed_links_.end(), f.path.begin(), f.path.end());
+  removed_.push_back(id);
   f.active = false;
   f.rate = 0;
   f.path.clear();
-  free_.push_back(id);
+}
+
+void FlowSolver::drop_removed() {
+  if (removed_.empty()) return;
+  ++epoch_;
+  std::size_t kept = 0;
+  for (LinkId l : removed_links_) {
+    if (link_mark_[l] == epoch_) continue;  // each link once
+    link_mark_[l] = epoch_;
+    std::erase_if(on_link_[l], [this](FlowId f) { return !flows_[f].active; });
+    removed_links_[kept++] = l;
+  }
+  removed_links_.resize(kept);
+  // Only now may the ids be reused: no list holds them any more.
+  free_.insert(free_.end(), removed_.begin(), removed_.end());
+  removed_.clear();
 }
 
 double FlowSolver::load(LinkId link) const {
   double sum = 0;
-  for (FlowId f : on_link_[link]) sum += flows_[f].rate;
+  for (FlowId f : on_link_[link]) sum += flows_[f].rate;  // a removed flow's rate is 0
   return sum;
 }
 
@@ -126,6 +140,7 @@ void FlowSolver::fill(const std::vector<FlowId>& flows, const std::vector<LinkId
 }
 
 const std::vector<FlowSolver::FlowId>& FlowSolver::solve() {
+  drop_removed();
   changed_.clear();
   ++epoch_;
   std::vector<FlowId> flows;

@@ -35,6 +35,7 @@ class FlowSolver {
   // A new flow over `path` (links in any order). A link listed k times carries k times the flow's
   // rate (a ring whose hops share it). Its rate is 0 until `solve`.
   FlowId add(std::span<const LinkId> path, double cap_Bps = kUncapped);
+  // The flow stops at once (rate 0, inactive); its id is reused after the next `solve`.
   void remove(FlowId flow);
   // Re-solves the components of every flow added or removed since the last call. Returns the flows
   // whose rate may have changed (each once, in increasing id order).
@@ -46,6 +47,7 @@ class FlowSolver {
   double capacity(LinkId link) const { return capacity_[link]; }
   // Sum of the rates of the flows on a link.
   double load(LinkId link) const;
+  // The active flows on a link, as of the last `solve` (a flow removed since is still listed).
   std::span<const FlowId> flows_on(LinkId link) const { return on_link_[link]; }
 
  private:
@@ -57,6 +59,8 @@ class FlowSolver {
   };
   void collect_component(FlowId seed, std::vector<FlowId>& flows, std::vector<LinkId>& links);
   void fill(const std::vector<FlowId>& flows, const std::vector<LinkId>& links);
+  // Takes the flows removed since the last solve off their links' lists and frees their ids.
+  void drop_removed();
 
   std::vector<double> capacity_;
   std::vector<std::vector<FlowId>> on_link_;  // active flows per link
@@ -64,6 +68,7 @@ class FlowSolver {
   std::vector<FlowId> free_;
   std::vector<FlowId> dirty_;          // flows added, or survivors of a removal, to re-solve from
   std::vector<LinkId> removed_links_;  // links of removed flows: their other flows must be re-solved
+  std::vector<FlowId> removed_;        // removed since the last solve, still on their links' lists
   std::vector<FlowId> changed_;
   // Scratch, kept to avoid allocation per solve.
   std::vector<std::uint32_t> flow_mark_, link_mark_;

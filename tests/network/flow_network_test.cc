@@ -214,3 +214,32 @@ TEST_CASE("tree all-reduce as NCCL's double binary tree: idle time as analytical
     }
   }
 }
+
+TEST_CASE("flows that end at one instant are removed together: one solve per instant, not per flow") {
+  // An all-to-all over 2 nodes of 8 H100: 16 x 15 = 240 pair flows of S / 16, all started together.
+  // By symmetry the 112 pairs inside a node all end at one instant and the 128 across nodes at a
+  // later one, so the rates are solved 3 times (the start and the two instants), where one solve per
+  // ended flow would be 1 + 240. Two all-to-alls at once share every link: twice the bandwidth term.
+  const ClusterSpec c = topology("dgx-h100");
+  std::vector<std::uint32_t> ranks(16);
+  std::iota(ranks.begin(), ranks.end(), 0u);
+  const std::int64_t bytes = std::int64_t{1} << 30;
+  const auto req = collective(CollectiveOp::all_to_all, bytes, ranks);
+  FlowNetwork one(c, 16);
+  const double alone = flow_time(one, req);
+  CHECK(one.flows_started() == 240);
+  CHECK(one.solves() == 3);
+  CHECK(alone == Approx(AnalyticalNetwork(c).collective_time_s(CollectiveOp::all_to_all, bytes, ranks)).epsilon(0.05));
+  FlowNetwork two(c, 16);
+  engine::Simulation sim;
+  double end = 0;
+  for (int k = 0; k < 2; ++k) two.start(req, sim, [&] { end = std::max(end, sim.now().seconds()); });
+  const std::uint64_t events = sim.run();
+  CHECK(two.solves() == 4);  // each start solves; then the two instants
+  // Events: the first's 240 ends (made stale when the second's start halves their rates), the 480
+  // ends rescheduled then, one solve per instant (2) and each transfer's completion (2). No flow
+  // whose rate did not change is rescheduled (the 128 cross-node pairs when the others end).
+  CHECK(events == 240 + 480 + 2 + 2);
+  const double latency = AnalyticalNetwork(c).chosen(CollectiveOp::all_to_all, bytes, ranks).latency_s;
+  CHECK(end - latency == Approx(2 * (alone - latency)).epsilon(1e-9));
+}
