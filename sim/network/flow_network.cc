@@ -66,14 +66,16 @@ void FlowNetwork::append_hop(std::uint32_t src, std::uint32_t dst, bool collecti
   path_.insert(path_.end(), route_links_.begin() + it->second.first,
                route_links_.begin() + it->second.first + it->second.second);
   if (collective) path_.push_back(static_cast<FlowSolver::LinkId>(graph_.link_count() + src));
+  path_count_.resize(path_.size(), 1);
 }
 
 void FlowNetwork::add_path_flow(std::uint32_t transfer, double bytes) {
   if (path_.empty() || bytes <= 0) {
     path_.clear();
+    path_count_.clear();
     return;
   }
-  const FlowSolver::FlowId id = solver_.add(path_);
+  const FlowSolver::FlowId id = solver_.add(path_, path_count_);
   if (id >= flows_.size()) flows_.resize(id + 1);
   Flow& f = flows_[id];
   f.transfer = transfer;
@@ -81,9 +83,10 @@ void FlowNetwork::add_path_flow(std::uint32_t transfer, double bytes) {
   f.rate = 0;
   f.since = 0;
   ++f.version;
-  for (FlowSolver::LinkId l : path_) link_bytes_[l] += bytes;
+  for (std::size_t i = 0; i < path_.size(); ++i) link_bytes_[path_[i]] += bytes * path_count_[i];
   f.path = path_;
   path_.clear();
+  path_count_.clear();
   ++transfers_[transfer].open_flows;
   pending_.push_back(id);
   ++flows_started_;
@@ -92,6 +95,7 @@ void FlowNetwork::add_path_flow(std::uint32_t transfer, double bytes) {
 void FlowNetwork::add_flow(std::uint32_t transfer, std::uint32_t src, std::uint32_t dst, double bytes,
                            bool collective) {
   path_.clear();
+  path_count_.clear();
   append_hop(src, dst, collective);
   add_path_flow(transfer, bytes);
 }
@@ -131,6 +135,7 @@ void FlowNetwork::build_tree(std::span<const std::uint32_t> ranks, const std::ve
     };
     for (int tree = 0; tree < 2; ++tree) {
       path_.clear();
+      path_count_.clear();
       for (std::int64_t k = 0; k < runs; ++k) {
         const std::int64_t begin = node_start[static_cast<std::size_t>(k)];
         const std::int64_t ppn = node_start[static_cast<std::size_t>(k + 1)] - begin;
@@ -148,9 +153,11 @@ void FlowNetwork::build_tree(std::span<const std::uint32_t> ranks, const std::ve
       }
       if (path_.empty()) continue;
       out.links.insert(out.links.end(), path_.begin(), path_.end());
+      out.counts.insert(out.counts.end(), path_count_.begin(), path_count_.end());
       out.ends.push_back(static_cast<std::uint32_t>(out.links.size()));
       out.weight.push_back(0.5 / static_cast<double>(channels));
       path_.clear();
+      path_count_.clear();
     }
   }
 }
@@ -163,7 +170,8 @@ double FlowNetwork::idle_seconds_per_unit(const FlowSet& set, std::size_t flows)
   std::vector<FlowSolver::FlowId> ids;
   std::uint32_t begin = 0;
   for (std::size_t i = 0; i < flows; ++i) {
-    ids.push_back(idle.add(std::span(set.links).subspan(begin, set.ends[i] - begin)));
+    ids.push_back(idle.add(std::span(set.links).subspan(begin, set.ends[i] - begin),
+                           std::span(set.counts).subspan(begin, set.ends[i] - begin)));
     begin = set.ends[i];
   }
   idle.solve();
@@ -172,23 +180,69 @@ double FlowNetwork::idle_seconds_per_unit(const FlowSet& set, std::size_t flows)
   return worst;
 }
 
+void FlowNetwork::build_all_to_all(std::span<const std::uint32_t> ranks, FlowSet& out) {
+  // Every ordered pair moves S / n. The pairs from one source to the ranks of one node share the
+  // source's links and, across nodes, the route to that node's rail GPU; they are one flow whose
+  // count on each link is the number of its pairs crossing it (nodes in order of first appearance).
+  const auto n = ranks.size();
+  std::vector<std::int64_t> nodes;                     // the destination nodes of the current source
+  std::vector<std::vector<FlowSolver::LinkId>> links;  // per destination node: its distinct links
+  std::vector<std::vector<std::uint32_t>> counts;      // and their counts
+  for (std::size_t i = 0; i < n; ++i) {
+    nodes.clear();
+    for (std::size_t j = 0; j < n; ++j) {
+      if (ranks[j] == ranks[i]) continue;
+      const std::int64_t node = cluster_.node_of(ranks[j]);
+      const auto at = static_cast<std::size_t>(std::find(nodes.begin(), nodes.end(), node) - nodes.begin());
+      if (at == nodes.size()) {
+        nodes.push_back(node);
+        if (links.size() < nodes.size()) {
+          links.resize(nodes.size());
+          counts.resize(nodes.size());
+        }
+        links[at].clear();
+        counts[at].clear();
+      }
+      path_.clear();
+      path_count_.clear();
+      append_hop(ranks[i], ranks[j], true);
+      for (FlowSolver::LinkId l : path_) {
+        const auto k = static_cast<std::size_t>(std::find(links[at].begin(), links[at].end(), l) - links[at].begin());
+        if (k == links[at].size()) {
+          links[at].push_back(l);
+          counts[at].push_back(1);
+        } else {
+          ++counts[at][k];
+        }
+      }
+    }
+    for (std::size_t k = 0; k < nodes.size(); ++k) {
+      out.links.insert(out.links.end(), links[k].begin(), links[k].end());
+      out.counts.insert(out.counts.end(), counts[k].begin(), counts[k].end());
+      out.ends.push_back(static_cast<std::uint32_t>(out.links.size()));
+      out.weight.push_back(1.0 / static_cast<double>(n));
+    }
+  }
+  path_.clear();
+  path_count_.clear();
+}
+
 void FlowNetwork::build_collective(CollectiveOp op, std::span<const std::uint32_t> ranks, FlowSet& out, bool tree) {
   const auto n = static_cast<std::int64_t>(ranks.size());
   auto r = [&](std::int64_t i) { return ranks[static_cast<std::size_t>(i)]; };
   auto close_flow = [&](double weight) {
     if (path_.empty()) return;
     out.links.insert(out.links.end(), path_.begin(), path_.end());
+    out.counts.insert(out.counts.end(), path_count_.begin(), path_count_.end());
     out.ends.push_back(static_cast<std::uint32_t>(out.links.size()));
     out.weight.push_back(weight);
     path_.clear();
+    path_count_.clear();
   };
   path_.clear();
-  if (op == CollectiveOp::all_to_all) {  // one flow per ordered pair, S / n each
-    for (std::int64_t i = 0; i < n; ++i)
-      for (std::int64_t j = 0; j < n; ++j) {
-        append_hop(r(i), r(j), true);
-        close_flow(1.0 / static_cast<double>(n));
-      }
+  path_count_.clear();
+  if (op == CollectiveOp::all_to_all) {
+    build_all_to_all(ranks, out);
     return;
   }
   // A pipelined ring moves at its slowest hop: each ring (each channel across nodes) is one flow over
@@ -291,6 +345,7 @@ void FlowNetwork::start(const engine::CommRequest& req, engine::Simulation& sim,
       std::uint32_t begin = 0;
       for (std::size_t i = 0; i < set.ends.size(); ++i) {
         path_.assign(set.links.begin() + begin, set.links.begin() + set.ends[i]);
+        path_count_.assign(set.counts.begin() + begin, set.counts.begin() + set.ends[i]);
         add_path_flow(t, set.weight[i] * unit);
         begin = set.ends[i];
       }

@@ -15,7 +15,10 @@
 //     binary trees over the nodes, each carrying half the data up and back down), one flow per tree
 //     and channel over all its edges; its bytes are set so that alone on the fabric it takes the
 //     analytical model's time, and under load it slows where its edges are shared;
-//   * all-to-all: one flow per ordered pair of S / n;
+//   * all-to-all: a pair flow of S / n per ordered pair; the pairs from one GPU to one node move as
+//     one flow of one rate (FlowSolver's counts: it loads each link with its pairs on it), which is
+//     what they would do on their own where their shared links, not their last hops, are the
+//     bottleneck (by symmetry, an all-to-all alone); n x nodes flows instead of n x (n - 1);
 //   * point to point: one flow.
 // Each GPU's collective flows together cross a virtual link of `nvlink.busbw` (what NCCL's kernels on
 // one GPU can move, protocol overhead included), besides the physical links; point-to-point copies
@@ -83,6 +86,7 @@ class FlowNetwork final : public engine::CommModel {
   struct FlowSet {
     std::vector<std::uint32_t> ranks;  // the group it was built for
     std::vector<FlowSolver::LinkId> links;
+    std::vector<std::uint32_t> counts;  // per entry of links: the flows it stands for there
     std::vector<std::uint32_t> ends;
     std::vector<double> weight;
     double idle_s_per_unit = 0;  // trees: the time one unit takes alone on the fabric
@@ -94,10 +98,13 @@ class FlowNetwork final : public engine::CommModel {
   void build_tree(std::span<const std::uint32_t> ranks, const std::vector<std::int64_t>& node_start, FlowSet& out);
   // Seconds per unit of the set's first `flows` flows alone on an idle fabric (the slowest flow).
   double idle_seconds_per_unit(const FlowSet& set, std::size_t flows) const;
-  // Appends the route src -> dst (and, for a collective, src's virtual NCCL link) to path_.
+  // Appends the route src -> dst (and, for a collective, src's virtual NCCL link) to path_, each
+  // link with a count of 1 in path_count_.
   void append_hop(std::uint32_t src, std::uint32_t dst, bool collective);
-  // One flow of `bytes` over path_ (then cleared); nothing when path_ is empty.
+  // One flow of `bytes` over path_ with path_count_ (both then cleared); nothing when path_ is empty.
   void add_path_flow(std::uint32_t transfer, double bytes);
+  // An all-to-all's flows over `ranks`: per source, one flow per destination node.
+  void build_all_to_all(std::span<const std::uint32_t> ranks, FlowSet& out);
   static std::vector<double> capacities(const TopologyGraph& graph, const ClusterSpec& cluster);
   void launch(std::uint32_t transfer, engine::Simulation& sim);
   void reschedule(engine::Simulation& sim);
@@ -112,6 +119,7 @@ class FlowNetwork final : public engine::CommModel {
   std::vector<Transfer> transfers_;
   std::vector<std::uint32_t> free_transfers_;
   std::vector<FlowSolver::LinkId> path_;
+  std::vector<std::uint32_t> path_count_;
   std::vector<std::uint32_t> pending_;  // flows of the transfer being built
   std::vector<double> link_bytes_, link_busy_s_, link_busy_since_;
   std::vector<std::uint32_t> link_flows_;

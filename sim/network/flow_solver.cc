@@ -9,6 +9,7 @@ namespace trainsim::network {
 FlowSolver::FlowSolver(std::vector<double> link_capacity_Bps)
     : capacity_(std::move(link_capacity_Bps)),
       on_link_(capacity_.size()),
+      link_count_(capacity_.size(), 0),
       link_mark_(capacity_.size(), 0),
       residual_(capacity_.size(), 0),
       unfrozen_(capacity_.size(), 0) {
@@ -16,7 +17,13 @@ FlowSolver::FlowSolver(std::vector<double> link_capacity_Bps)
 }
 
 FlowSolver::FlowId FlowSolver::add(std::span<const LinkId> path, double cap_Bps) {
+  ones_.assign(path.size(), 1);
+  return add(path, ones_, cap_Bps);
+}
+
+FlowSolver::FlowId FlowSolver::add(std::span<const LinkId> path, std::span<const std::uint32_t> count, double cap_Bps) {
   TRAINSIM_ASSERT(cap_Bps > 0);
+  TRAINSIM_ASSERT(count.size() == path.size());
   FlowId id;
   if (!free_.empty()) {
     id = free_.back();
@@ -28,12 +35,15 @@ FlowSolver::FlowId FlowSolver::add(std::span<const LinkId> path, double cap_Bps)
   }
   Flow& f = flows_[id];
   f.path.assign(path.begin(), path.end());
+  f.count.assign(count.begin(), count.end());
   f.cap = cap_Bps;
   f.rate = 0;
   f.active = true;
-  for (LinkId l : f.path) {
-    TRAINSIM_ASSERT(l < capacity_.size());
+  for (std::size_t i = 0; i < f.path.size(); ++i) {
+    const LinkId l = f.path[i];
+    TRAINSIM_ASSERT(l < capacity_.size() && f.count[i] >= 1);
     on_link_[l].push_back(id);
+    link_count_[l] += f.count[i];
   }
   dirty_.push_back(id);
   return id;
@@ -45,10 +55,12 @@ void FlowSolver::remove(FlowId id) {
   // Taken off its links' lists at the next solve, together with every other flow removed before it
   // (many flows end at one instant: one pass over each list instead of one search per flow).
   removed_links_.insert(removed_links_.end(), f.path.begin(), f.path.end());
+  for (std::size_t i = 0; i < f.path.size(); ++i) link_count_[f.path[i]] -= f.count[i];
   removed_.push_back(id);
   f.active = false;
   f.rate = 0;
   f.path.clear();
+  f.count.clear();
 }
 
 void FlowSolver::drop_removed() {
@@ -68,8 +80,17 @@ void FlowSolver::drop_removed() {
 }
 
 double FlowSolver::load(LinkId link) const {
+  // Each flow once (a flow listed k times on the link is in its list k times), with the counts of
+  // all its entries there; a removed flow's rate is 0.
+  std::vector<FlowId> distinct(on_link_[link].begin(), on_link_[link].end());
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
   double sum = 0;
-  for (FlowId f : on_link_[link]) sum += flows_[f].rate;  // a removed flow's rate is 0
+  for (FlowId f : distinct) {
+    const Flow& fl = flows_[f];
+    for (std::size_t i = 0; i < fl.path.size(); ++i)
+      if (fl.path[i] == link) sum += fl.rate * fl.count[i];
+  }
   return sum;
 }
 
@@ -96,7 +117,7 @@ void FlowSolver::collect_component(FlowId seed, std::vector<FlowId>& flows, std:
 void FlowSolver::fill(const std::vector<FlowId>& flows, const std::vector<LinkId>& links) {
   for (LinkId l : links) {
     residual_[l] = capacity_[l];
-    unfrozen_[l] = static_cast<std::uint32_t>(on_link_[l].size());
+    unfrozen_[l] = link_count_[l];
   }
   std::vector<FlowId>& open = open_;  // unfrozen flows
   std::vector<FlowId>& next = next_;
@@ -129,10 +150,12 @@ void FlowSolver::fill(const std::vector<FlowId>& flows, const std::vector<LinkId
     TRAINSIM_ASSERT(next.size() < open.size());
     for (FlowId f : open) {
       if (!frozen[f]) continue;
-      flows_[f].rate = share;
-      for (LinkId l : flows_[f].path) {
-        residual_[l] = std::max(0.0, residual_[l] - share);
-        --unfrozen_[l];
+      Flow& fl = flows_[f];
+      fl.rate = share;
+      for (std::size_t i = 0; i < fl.path.size(); ++i) {
+        const LinkId l = fl.path[i];
+        residual_[l] = std::max(0.0, residual_[l] - share * fl.count[i]);
+        unfrozen_[l] -= fl.count[i];
       }
     }
     open.swap(next);

@@ -35,6 +35,11 @@ class FlowSolver {
   // A new flow over `path` (links in any order). A link listed k times carries k times the flow's
   // rate (a ring whose hops share it). Its rate is 0 until `solve`.
   FlowId add(std::span<const LinkId> path, double cap_Bps = kUncapped);
+  // The same with a count per link: the flow stands for `count[i]` flows of its rate on path[i]. It
+  // loads that link with count x its rate and takes count shares of it, as that many flows would; a
+  // group of flows that move at one rate (an all-to-all's pairs from one GPU to one node) is one
+  // flow. Counts are at least 1.
+  FlowId add(std::span<const LinkId> path, std::span<const std::uint32_t> count, double cap_Bps = kUncapped);
   // The flow stops at once (rate 0, inactive); its id is reused after the next `solve`.
   void remove(FlowId flow);
   // Re-solves the components of every flow added or removed since the last call. Returns the flows
@@ -53,6 +58,7 @@ class FlowSolver {
  private:
   struct Flow {
     std::vector<LinkId> path;
+    std::vector<std::uint32_t> count;  // per path entry
     double cap = kUncapped;
     double rate = 0;
     bool active = false;
@@ -63,12 +69,14 @@ class FlowSolver {
   void drop_removed();
 
   std::vector<double> capacity_;
-  std::vector<std::vector<FlowId>> on_link_;  // active flows per link
+  std::vector<std::vector<FlowId>> on_link_;  // active flows per link (once per path entry)
+  std::vector<std::uint32_t> link_count_;     // per link: the counts of its active flows' entries, summed
   std::vector<Flow> flows_;
   std::vector<FlowId> free_;
   std::vector<FlowId> dirty_;          // flows added, or survivors of a removal, to re-solve from
   std::vector<LinkId> removed_links_;  // links of removed flows: their other flows must be re-solved
   std::vector<FlowId> removed_;        // removed since the last solve, still on their links' lists
+  std::vector<std::uint32_t> ones_;    // counts of 1 for `add` without counts
   std::vector<FlowId> changed_;
   // Scratch, kept to avoid allocation per solve.
   std::vector<std::uint32_t> flow_mark_, link_mark_;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -216,10 +217,11 @@ TEST_CASE("tree all-reduce as NCCL's double binary tree: idle time as analytical
 }
 
 TEST_CASE("flows that end at one instant are removed together: one solve per instant, not per flow") {
-  // An all-to-all over 2 nodes of 8 H100: 16 x 15 = 240 pair flows of S / 16, all started together.
-  // By symmetry the 112 pairs inside a node all end at one instant and the 128 across nodes at a
-  // later one, so the rates are solved 3 times (the start and the two instants), where one solve per
-  // ended flow would be 1 + 240. Two all-to-alls at once share every link: twice the bandwidth term.
+  // An all-to-all over 2 nodes of 8 H100: 16 x 15 pairs of S / 16, as 16 x 2 flows (per source, one
+  // per destination node: FlowSolver counts), all started together. By symmetry the flows inside a
+  // node all end at one instant and those across nodes at a later one, so the rates are solved 3
+  // times (the start and the two instants), where one solve per ended flow would be 1 + 32. Two
+  // all-to-alls at once share every link: twice the bandwidth term.
   const ClusterSpec c = topology("dgx-h100");
   std::vector<std::uint32_t> ranks(16);
   std::iota(ranks.begin(), ranks.end(), 0u);
@@ -227,7 +229,7 @@ TEST_CASE("flows that end at one instant are removed together: one solve per ins
   const auto req = collective(CollectiveOp::all_to_all, bytes, ranks);
   FlowNetwork one(c, 16);
   const double alone = flow_time(one, req);
-  CHECK(one.flows_started() == 240);
+  CHECK(one.flows_started() == 32);
   CHECK(one.solves() == 3);
   CHECK(alone == Approx(AnalyticalNetwork(c).collective_time_s(CollectiveOp::all_to_all, bytes, ranks)).epsilon(0.05));
   FlowNetwork two(c, 16);
@@ -236,10 +238,61 @@ TEST_CASE("flows that end at one instant are removed together: one solve per ins
   for (int k = 0; k < 2; ++k) two.start(req, sim, [&] { end = std::max(end, sim.now().seconds()); });
   const std::uint64_t events = sim.run();
   CHECK(two.solves() == 4);  // each start solves; then the two instants
-  // Events: the first's 240 ends (made stale when the second's start halves their rates), the 480
+  // Events: the first's 32 ends (made stale when the second's start halves their rates), the 64
   // ends rescheduled then, one solve per instant (2) and each transfer's completion (2). No flow
-  // whose rate did not change is rescheduled (the 128 cross-node pairs when the others end).
-  CHECK(events == 240 + 480 + 2 + 2);
+  // whose rate did not change is rescheduled (the 16 cross-node flows when the others end).
+  CHECK(events == 32 + 64 + 2 + 2);
   const double latency = AnalyticalNetwork(c).chosen(CollectiveOp::all_to_all, bytes, ranks).latency_s;
   CHECK(end - latency == Approx(2 * (alone - latency)).epsilon(1e-9));
+}
+
+TEST_CASE("an all-to-all's flows per destination node end when its pairs, each a flow of its own, would") {
+  // The reference: every ordered pair a flow of S / n over its route and its source's NCCL link,
+  // max-min fair, re-solved each time flows end, on 3 nodes of 8 H100 (a 1:2 oversubscribed spine,
+  // 2 nodes per leaf: pairs between leaves share the uplinks). The grouped flows take the same time.
+  ClusterSpec c = topology("dgx-h100");
+  c.fabric.nodes_per_leaf = 2;
+  c.fabric.oversubscription = 2.0;
+  const std::int64_t gpus = 24;
+  std::vector<std::uint32_t> ranks(static_cast<std::size_t>(gpus));
+  std::iota(ranks.begin(), ranks.end(), 0u);
+  const std::int64_t bytes = std::int64_t{3} << 28;
+  TopologyGraph graph(c, gpus);
+  std::vector<double> caps(graph.capacities().begin(), graph.capacities().end());
+  caps.insert(caps.end(), static_cast<std::size_t>(gpus), c.nvlink.busbw_Bps);
+  FlowSolver pairs(caps);
+  std::vector<FlowSolver::FlowId> ids;
+  std::vector<double> left;
+  std::vector<FlowSolver::LinkId> path;
+  for (std::uint32_t i : ranks)
+    for (std::uint32_t j : ranks) {
+      if (i == j) continue;
+      path.clear();
+      graph.route(i, j, path);
+      path.push_back(static_cast<FlowSolver::LinkId>(graph.link_count() + i));
+      ids.push_back(pairs.add(path));
+      left.push_back(static_cast<double>(bytes) / static_cast<double>(gpus));
+    }
+  double t = 0;
+  std::size_t open = ids.size();
+  while (open > 0) {
+    pairs.solve();
+    double step = std::numeric_limits<double>::infinity();
+    for (std::size_t k = 0; k < ids.size(); ++k)
+      if (pairs.active(ids[k])) step = std::min(step, left[k] / pairs.rate(ids[k]));
+    t += step;
+    for (std::size_t k = 0; k < ids.size(); ++k) {
+      if (!pairs.active(ids[k])) continue;
+      left[k] -= pairs.rate(ids[k]) * step;
+      if (left[k] <= 1e-9 * static_cast<double>(bytes)) {
+        pairs.remove(ids[k]);
+        --open;
+      }
+    }
+  }
+  FlowNetwork net(c, gpus);
+  const auto req = collective(CollectiveOp::all_to_all, bytes, ranks);
+  const double latency = AnalyticalNetwork(c).chosen(CollectiveOp::all_to_all, bytes, ranks).latency_s;
+  CHECK(flow_time(net, req) - latency == Approx(t).epsilon(1e-9));
+  CHECK(net.flows_started() == 24 * 3);
 }

@@ -103,3 +103,42 @@ TEST_CASE("a flow listed twice on a link carries twice its rate there (a ring wh
   CHECK(s.rate(p) == Approx(90e9));
   CHECK(s.flows_on(0).size() == 1);
 }
+
+TEST_CASE("a flow with a count stands for that many flows of one rate on each link") {
+  // Link 0 = 120 GB/s shared by a flow counted 3 times and a plain flow: four shares of 30. The
+  // counted flow loads link 0 with 3 x 30 = 90 and link 1, where it is counted once, with 30.
+  FlowSolver s({120e9, 1000e9, 20e9});
+  const std::array<Link, 2> grouped{0, 1};
+  const std::array<std::uint32_t, 2> three{3, 1};
+  const std::array<Link, 1> plain{0};
+  const auto g = s.add(grouped, three);
+  const auto p = s.add(plain);
+  s.solve();
+  CHECK(s.rate(g) == Approx(30e9));
+  CHECK(s.rate(p) == Approx(30e9));
+  CHECK(s.load(0) == Approx(120e9));
+  CHECK(s.load(1) == Approx(30e9));
+  // Three equal flows over link 0 (each also over link 1) get what the counted flow's entries get.
+  FlowSolver t({120e9, 1000e9, 20e9});
+  const std::array<Link, 2> single{0, 1};
+  for (int k = 0; k < 3; ++k) t.add(single);
+  const auto q = t.add(plain);
+  t.solve();
+  CHECK(t.rate(q) == Approx(s.rate(p)));
+  CHECK(t.load(0) == Approx(s.load(0)));
+  // A count on the narrow link 2 (20 GB/s): it carries 2 x the rate, so the flow gets 10 and leaves
+  // 110 of link 0 to the plain flow.
+  FlowSolver u({120e9, 1000e9, 20e9});
+  const std::array<Link, 2> narrow{0, 2};
+  const std::array<std::uint32_t, 2> twice{1, 2};
+  const auto n = u.add(narrow, twice);
+  const auto m = u.add(plain);
+  u.solve();
+  CHECK(u.rate(n) == Approx(10e9));
+  CHECK(u.rate(m) == Approx(110e9));
+  CHECK(u.load(2) == Approx(20e9));
+  u.remove(n);
+  u.solve();
+  CHECK(u.rate(m) == Approx(120e9));
+  CHECK(u.load(2) == 0);
+}
