@@ -491,8 +491,8 @@ int main(int argc, char** argv) {
   search->add_option("--headroom", search_args.headroom,
                      "Share of GPU memory a layout must leave free to count as fitting: 5% or 0.05 (default 0)");
   search->add_option("--network", search_args.network,
-                     "Network model for every layout, analytical or flow (default: the scenario's; flow simulates "
-                     "every rank and is much slower)");
+                     "Network model for every layout, analytical or flow (default: the scenario's; flow shares the "
+                     "fabric's links among concurrent messages and is slower, BENCHMARKS.md)");
   auto* sj = search->add_flag("--json", search_args.json, "Print one JSON object");
   search->add_flag("--markdown", search_args.markdown, "Print a Markdown table")->excludes(sj);
 
