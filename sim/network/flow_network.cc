@@ -84,7 +84,6 @@ void FlowNetwork::add_path_flow(std::uint32_t transfer, double bytes) {
   f.since = 0;
   ++f.version;
   for (std::size_t i = 0; i < path_.size(); ++i) link_bytes_[path_[i]] += bytes * path_count_[i];
-  f.path = path_;
   path_.clear();
   path_count_.clear();
   ++transfers_[transfer].open_flows;
@@ -364,7 +363,7 @@ void FlowNetwork::launch(std::uint32_t t, engine::Simulation& sim) {
   const double now = sim.now().seconds();
   for (std::uint32_t id : pending_) {
     flows_[id].since = now;
-    for (FlowSolver::LinkId l : flows_[id].path) link_busy_change(l, +1, now);
+    for (FlowSolver::LinkId l : solver_.path(id)) link_busy_change(l, +1, now);
   }
   reschedule(sim);
 }
@@ -393,7 +392,7 @@ void FlowNetwork::finish_flow(FlowSolver::FlowId id, std::uint64_t version, engi
   Flow& f = flows_[id];
   if (f.version != version || !solver_.active(id)) return;  // rescheduled since
   const std::uint32_t t = f.transfer;
-  for (FlowSolver::LinkId l : f.path) link_busy_change(l, -1, sim.now().seconds());
+  for (FlowSolver::LinkId l : solver_.path(id)) link_busy_change(l, -1, sim.now().seconds());
   solver_.remove(id);
   ++f.version;
   // Flows that end at the same instant (an all-to-all's pairs, a symmetric collective's images) are

@@ -73,7 +73,6 @@ class FlowNetwork final : public engine::CommModel {
     double rate = 0;       // bytes/s in effect since `since`
     double since = 0;
     std::uint64_t version = 0;
-    std::vector<FlowSolver::LinkId> path;
   };
   struct Transfer {
     std::uint32_t open_flows = 0;

@@ -47,6 +47,8 @@ class FlowSolver {
   const std::vector<FlowId>& solve();
 
   double rate(FlowId flow) const { return flows_[flow].rate; }
+  // The links of an active flow, as given to `add`.
+  std::span<const LinkId> path(FlowId flow) const { return flows_[flow].path; }
   bool active(FlowId flow) const { return flow < flows_.size() && flows_[flow].active; }
   std::size_t link_count() const { return capacity_.size(); }
   double capacity(LinkId link) const { return capacity_[link]; }
