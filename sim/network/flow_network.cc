@@ -376,7 +376,7 @@ void FlowNetwork::reschedule(engine::Simulation& sim) {
     Flow& f = flows_[id];
     // A flow whose rate did not change keeps the end it was given (most of a component's flows when
     // one of them ends elsewhere): no second event for it in the queue.
-    if (solver_.rate(id) == f.rate) continue;
+    if (solver_.rate(id) == f.rate && f.rate > 0) continue;
     f.remaining = std::max(0.0, f.remaining - f.rate * (now - f.since));
     f.since = now;
     f.rate = solver_.rate(id);
