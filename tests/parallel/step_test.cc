@@ -1002,8 +1002,9 @@ TEST_CASE("MoE: token dispatch is slower across nodes than inside one (ep 16 vs 
 
 TEST_CASE("MoE on the flow network: the symmetric run moves every all-to-all pair and matches all ranks") {
   // 16 GPUs over two nodes, ep 16: every token all-to-all crosses the NICs. The symmetric run
-  // simulates one rank and moves its images' pairs too, so it carries the flows of all 16 ranks and
-  // gives the all-ranks step; on an idle fabric it agrees with the analytical network.
+  // simulates one rank and moves its images' all-to-alls too (each source's pairs as one flow per
+  // destination node), so it carries the flows of all 16 ranks and gives the all-ranks step; on an
+  // idle fabric it agrees with the analytical network.
   auto j = moe_scenario(16, 1, 1, 16, 1);
   j["training"]["global_batch"] = 32;
   j["network"] = "flow";
