@@ -71,8 +71,7 @@ void FlowNetwork::append_hop(std::uint32_t src, std::uint32_t dst, bool collecti
 
 void FlowNetwork::add_path_flow(std::uint32_t transfer, double bytes) {
   if (path_.empty() || bytes <= 0) {
-    path_.clear();
-    path_count_.clear();
+    clear_path();
     return;
   }
   const FlowSolver::FlowId id = solver_.add(path_, path_count_);
@@ -84,8 +83,7 @@ void FlowNetwork::add_path_flow(std::uint32_t transfer, double bytes) {
   f.since = 0;
   ++f.version;
   for (std::size_t i = 0; i < path_.size(); ++i) link_bytes_[path_[i]] += bytes * path_count_[i];
-  path_.clear();
-  path_count_.clear();
+  clear_path();
   ++transfers_[transfer].open_flows;
   pending_.push_back(id);
   ++flows_started_;
@@ -93,8 +91,7 @@ void FlowNetwork::add_path_flow(std::uint32_t transfer, double bytes) {
 
 void FlowNetwork::add_flow(std::uint32_t transfer, std::uint32_t src, std::uint32_t dst, double bytes,
                            bool collective) {
-  path_.clear();
-  path_count_.clear();
+  clear_path();
   append_hop(src, dst, collective);
   add_path_flow(transfer, bytes);
 }
@@ -133,8 +130,7 @@ void FlowNetwork::build_tree(std::span<const std::uint32_t> ranks, const std::ve
       return r(begin + c % ppn);
     };
     for (int tree = 0; tree < 2; ++tree) {
-      path_.clear();
-      path_count_.clear();
+      clear_path();
       for (std::int64_t k = 0; k < runs; ++k) {
         const std::int64_t begin = node_start[static_cast<std::size_t>(k)];
         const std::int64_t ppn = node_start[static_cast<std::size_t>(k + 1)] - begin;
@@ -155,8 +151,7 @@ void FlowNetwork::build_tree(std::span<const std::uint32_t> ranks, const std::ve
       out.counts.insert(out.counts.end(), path_count_.begin(), path_count_.end());
       out.ends.push_back(static_cast<std::uint32_t>(out.links.size()));
       out.weight.push_back(0.5 / static_cast<double>(channels));
-      path_.clear();
-      path_count_.clear();
+      clear_path();
     }
   }
 }
@@ -202,8 +197,7 @@ void FlowNetwork::build_all_to_all(std::span<const std::uint32_t> ranks, FlowSet
         links[at].clear();
         counts[at].clear();
       }
-      path_.clear();
-      path_count_.clear();
+      clear_path();
       append_hop(ranks[i], ranks[j], true);
       for (FlowSolver::LinkId l : path_) {
         const auto k = static_cast<std::size_t>(std::find(links[at].begin(), links[at].end(), l) - links[at].begin());
@@ -222,8 +216,7 @@ void FlowNetwork::build_all_to_all(std::span<const std::uint32_t> ranks, FlowSet
       out.weight.push_back(1.0 / static_cast<double>(n));
     }
   }
-  path_.clear();
-  path_count_.clear();
+  clear_path();
 }
 
 void FlowNetwork::build_collective(CollectiveOp op, std::span<const std::uint32_t> ranks, FlowSet& out, bool tree) {
@@ -235,11 +228,9 @@ void FlowNetwork::build_collective(CollectiveOp op, std::span<const std::uint32_
     out.counts.insert(out.counts.end(), path_count_.begin(), path_count_.end());
     out.ends.push_back(static_cast<std::uint32_t>(out.links.size()));
     out.weight.push_back(weight);
-    path_.clear();
-    path_count_.clear();
+    clear_path();
   };
-  path_.clear();
-  path_count_.clear();
+  clear_path();
   if (op == CollectiveOp::all_to_all) {
     build_all_to_all(ranks, out);
     return;

@@ -100,6 +100,11 @@ class FlowNetwork final : public engine::CommModel {
   // Appends the route src -> dst (and, for a collective, src's virtual NCCL link) to path_, each
   // link with a count of 1 in path_count_.
   void append_hop(std::uint32_t src, std::uint32_t dst, bool collective);
+  // Empties path_ and path_count_ (kept the same length: a count per link).
+  void clear_path() {
+    path_.clear();
+    path_count_.clear();
+  }
   // One flow of `bytes` over path_ with path_count_ (both then cleared); nothing when path_ is empty.
   void add_path_flow(std::uint32_t transfer, double bytes);
   // An all-to-all's flows over `ranks`: per source, one flow per destination node.
