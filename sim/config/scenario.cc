@@ -218,11 +218,22 @@ workload::ModelSpec parse_model_any(const util::JsonNode& node, const std::strin
   // An upper estimate in floating point (the model's own counts are int64 and would overflow first):
   // the attention and MLP matrices of every layer, every expert, the Mamba projections, and the
   // embedding and output layer.
+  // Every product in doubles: the model's own helpers (mamba_inner(), ...) multiply in int64.
   auto d = [](std::int64_t v) { return static_cast<double>(v); };
   const double h = d(m.hidden), head = d(m.head_dim > 0 ? m.head_dim : m.hidden / std::max<std::int64_t>(m.heads, 1));
-  const double attention = h * head * (2 * d(m.heads) + 2 * d(m.kv_heads)) + h * d(m.q_lora_rank + m.kv_lora_rank);
-  const double mlp = 3 * h * (d(m.ffn_hidden) + d(m.experts) * d(m.moe_ffn_hidden) + d(m.shared_expert_ffn_hidden));
-  const double mamba = h * d(m.mamba_in_proj() + m.mamba_inner());
+  const double heads = d(m.heads), rope = d(m.qk_rope_head_dim), v_head = d(m.v_head_dim);
+  const double q_lora = d(m.q_lora_rank), kv_lora = d(m.kv_lora_rank);
+  // Multi-head latent attention: down and up projections of the queries and of the keys and values.
+  const double mla = m.mla() ? (h + q_lora) * heads * (head + rope) + h * (q_lora + kv_lora + rope) +
+                                   kv_lora * heads * (head + v_head) + heads * v_head * h
+                             : 0.0;
+  const double attention = h * head * (2 * heads + 2 * d(m.kv_heads)) + mla;
+  const double latent = d(m.moe_latent);
+  const double mlp = 3 * h * (d(m.ffn_hidden) + d(m.experts) * d(m.moe_ffn_hidden) + d(m.shared_expert_ffn_hidden)) +
+                     3 * d(m.experts) * d(m.moe_ffn_hidden) * latent + 2 * h * latent;
+  const double mamba_inner = d(m.mamba_heads) * d(m.mamba_head_dim);
+  const double mamba = h * (3 * mamba_inner + 2 * d(m.mamba_groups) * d(m.mamba_state) + d(m.mamba_heads)) +
+                       d(m.mamba_conv) * (mamba_inner + 2 * d(m.mamba_groups) * d(m.mamba_state));
   const double estimate = d(m.layers + m.mtp_layers) * (attention + mlp + mamba) + 2 * d(m.vocab) * h;
   if (!(estimate <= kMaxModelParams))
     node.fail(fmt::format("about {:.3g} parameters, beyond the {:.0e} trainsim models", estimate, kMaxModelParams));

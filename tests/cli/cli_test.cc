@@ -533,6 +533,19 @@ TEST_CASE("bad input: one line naming file, JSON path and problem; exit code 2")
     CHECK(rejected(j).find(": model: about 1.28e+20 parameters, beyond the 1e+15 trainsim models") !=
           std::string::npos);
   }
+  SECTION("latent attention's own widths count too (found by tools/fuzz-scenarios)") {
+    // 2^40-wide value heads: the output projection alone, heads · v_head_dim · hidden =
+    // 16 · 2^40 · 1024 ≈ 1.8·10^16, is past the bound. The estimate once left MLA's widths out: this
+    // model then ran, and at 2^53 (the fuzzer's value) the model's int64 counts overflowed.
+    auto j = good_scenario();
+    j["model"] = {{"name", "mla"},      {"layers", 4},         {"hidden", 1024},         {"heads", 16},
+                  {"head_dim", 64},     {"kv_lora_rank", 256}, {"qk_rope_head_dim", 32}, {"v_head_dim", 1LL << 40},
+                  {"ffn_hidden", 4096}, {"vocab", 32000},      {"mlp", "swiglu"}};
+    CHECK(rejected(j).find(": model: about ") != std::string::npos);
+    j["model"]["v_head_dim"] = 64;
+    j["model"]["qk_rope_head_dim"] = 1LL << 40;
+    CHECK(rejected(j).find(": model: about ") != std::string::npos);
+  }
   SECTION("a step that outlasts the simulated clock (int64 picoseconds, about 106 days)") {
     auto j = good_scenario();
     // About 2·10^14 parameters on one GPU: 2048 sequences of 16384 tokens take ~6·10^7 s.
