@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <exception>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -247,6 +248,7 @@ std::optional<config::Scenario> check(Candidate& c, const std::string& file, con
     return s;
   } catch (const util::InputError& e) {
     c.rejected = fmt::format("{}: {}", e.path(), e.problem());
+    c.rejected_path = e.path();
     return std::nullopt;
   }
 }
@@ -609,10 +611,17 @@ Result run_search(const config::Scenario& base, const nlohmann::json& doc, const
   for (std::size_t i = 0; i < all.size(); ++i)
     if (all[i].valid && all[i].too_big && (!least_held || all[i].memory_floor_gib < all[*least_held].memory_floor_gib))
       least_held = i;
+  std::map<std::string, std::int64_t> refusals;
   for (auto& c : all) {
     if (!c.valid) {
       ++r.rejected;
       spdlog::info("rejected {}: {}", layout_name(c.layout, base.model.moe()), c.rejected);
+      const std::int64_t n = ++refusals[c.rejected_path];
+      if (n > r.top_rejection_count) {  // strictly more: a tie keeps the one that got there first
+        if (r.top_rejection_path != c.rejected_path) r.top_rejection = c.rejected;
+        r.top_rejection_path = c.rejected_path;
+        r.top_rejection_count = n;
+      }
       continue;
     }
     if (c.too_big) {
@@ -728,6 +737,14 @@ std::size_t shown_fitting(const Result& r, std::size_t top) {
 
 }  // namespace
 
+// No layout fits: why, in one line (without its end of line). When the layout rules refused every
+// layout, their most frequent reason, which is what to change.
+std::string none_fits(const Result& r) {
+  if (!r.all_rejected()) return "no layout fits in memory";
+  return fmt::format("no layout passes the layout rules; {} of the {} are refused at {}, the first: {}",
+                     r.top_rejection_count, r.rejected, r.top_rejection_path, r.top_rejection);
+}
+
 // No layout fits: the closest, and what each memory saver makes of it.
 std::string closest_text(const Result& r, const config::Scenario& base) {
   if (!r.closest) return {};
@@ -754,7 +771,7 @@ std::string to_text(const Result& r, const config::Scenario& base, std::size_t t
   std::string out = fmt::format("search        {}\n", heading(base));
   out += fmt::format("layouts       {}\n", counts(r));
   const std::size_t shown = shown_fitting(r, top);
-  if (shown == 0) return out + "no layout fits in memory\n" + closest_text(r, base);
+  if (shown == 0) return out + none_fits(r) + "\n" + closest_text(r, base);
   const Columns cols = columns(r, base);
   out += '\n';  // appended apart: GCC 12's -Wrestrict misfires on "\n" + std::string here (-DTRAINSIM_MPI=OFF)
   out += text_row(heads(cols), cols);
@@ -791,7 +808,9 @@ std::string to_markdown(const Result& r, const config::Scenario& base, std::size
   std::string out = fmt::format("### trainsim search: {}\n\n{}.\n\n", heading(base), counts(r));
   const std::size_t shown = shown_fitting(r, top);
   if (shown == 0) {
-    out += "No layout fits in memory.\n";
+    std::string why = none_fits(r);
+    why[0] = 'N';
+    out += why + ".\n";
     if (!r.closest) return out;
     const Candidate& c = r.ranked[*r.closest];
     out += fmt::format("The closest, {}, peaks at {:.1f} GiB of {:.1f} GiB.\n",
@@ -881,6 +900,9 @@ nlohmann::json to_json(const Result& r, const config::Scenario& base, std::size_
            {"not_fitting", static_cast<std::int64_t>(r.ranked.size()) - r.fitting},
            {"fitting", r.fitting}}},
          {"layouts", layouts}};
+  if (r.rejected > 0)
+    out["search"]["top_rejection"] = {
+        {"path", r.top_rejection_path}, {"layouts", r.top_rejection_count}, {"first", r.top_rejection}};
   if (r.closest) {
     const Candidate& c = r.ranked[*r.closest];
     nlohmann::json closest = layout_json(c.layout);
@@ -907,6 +929,7 @@ struct BestRow {
   std::int64_t gpus = 0;
   const config::Scenario* base = nullptr;  // the count's base scenario
   const Candidate* best = nullptr;         // null: nothing fits at this count
+  bool all_rejected = false;               // nothing passed the layout rules at this count
   double scaling_efficiency = 0;
 };
 
@@ -918,6 +941,7 @@ std::vector<BestRow> best_rows(const std::vector<Result>& results, const std::ve
     BestRow row;
     row.gpus = bases[i].gpus;
     row.base = &bases[i];
+    row.all_rejected = results[i].all_rejected();
     if (results[i].fitting > 0) {
       row.best = &results[i].ranked.front();
       if (first == 0) first = row.best->metrics.tokens_per_s_per_gpu;
@@ -949,7 +973,8 @@ std::string to_text(const std::vector<Result>& results, const std::vector<config
                      train ? fmt::format(" {:>8} {:>10}", "days", "GPU-hours") : std::string());
   for (const auto& row : best_rows(results, bases)) {
     if (row.best == nullptr) {
-      out += fmt::format("{:>6}  no layout fits in memory\n", row.gpus);
+      out += fmt::format("{:>6}  {}\n", row.gpus,
+                         row.all_rejected ? "no layout passes the layout rules" : "no layout fits in memory");
       continue;
     }
     const Layout& l = row.best->layout;
@@ -983,7 +1008,9 @@ std::string to_markdown(const std::vector<Result>& results, const std::vector<co
   out += train ? "\n|---:|---|---:|---:|---:|---:|---:|---:|\n" : "\n|---:|---|---:|---:|---:|---:|\n";
   for (const auto& row : best_rows(results, bases)) {
     if (row.best == nullptr) {
-      out += fmt::format("| {} | no layout fits in memory | | | | |{}\n", row.gpus, train ? " | |" : "");
+      out += fmt::format("| {} | {} | | | | |{}\n", row.gpus,
+                         row.all_rejected ? "no layout passes the layout rules" : "no layout fits in memory",
+                         train ? " | |" : "");
       continue;
     }
     const auto& m = row.best->metrics;

@@ -77,7 +77,8 @@ struct Candidate {
   Layout layout;
   nlohmann::json parallel, training;  // the scenario keys that give this layout
   bool valid = false;
-  std::string rejected;  // why the layout rules refused it (valid false)
+  std::string rejected;       // why the layout rules refused it (valid false): "path: problem"
+  std::string rejected_path;  // the JSON path of that refusal
   report::Metrics metrics;
   double exposed_comm_fraction = 0;
   double floor_s = 0;    // parallel::compute_floor_s (searches for the top few only)
@@ -135,6 +136,11 @@ struct Result {
   // those the scenario does not use yet).
   std::optional<std::size_t> closest;
   std::vector<MemoryLever> levers;
+  // The JSON path the layout rules refused most layouts at (ties: the first enumerated), how many,
+  // and the first of those refusals ("path: problem"): what to change when every layout is refused.
+  std::string top_rejection_path, top_rejection;
+  std::int64_t top_rejection_count = 0;
+  bool all_rejected() const { return enumerated > 0 && rejected == enumerated; }
 };
 
 // Enumerates, checks, simulates (on `threads` threads) and ranks the layouts of `base` (a scenario

@@ -87,6 +87,33 @@ TEST_CASE("search: every combination is counted, rejected ones by the scenario r
   CHECK(parallel::simulate_step(s).step_time_s == best.metrics.step_time_s);
 }
 
+TEST_CASE("search: when the layout rules refuse every layout, it says so and where, not that none fits") {
+  const auto doc = llama8b();
+  search::Axes a;
+  a.tp = {3};     // divides neither the 64 GPUs nor the 32 heads
+  a.pp = {1, 5};  // 5: neither 64 GPUs nor 32 layers
+  a.cp = {1};
+  a.virtual_stages = {1};
+  a.micro_batch = {1};
+  a.recompute = {config::Recompute::none};
+  a.zero = {1};
+  const auto base = parse(doc);
+  const auto r = search::run_search(base, doc, a, 2, kData);
+  REQUIRE(r.enumerated == 2);
+  CHECK(r.all_rejected());
+  // Both refused for the GPU count first (tp·pp·cp = 3 and 15 divide no 64): the first one's words.
+  CHECK(r.top_rejection_path == "gpus");
+  CHECK(r.top_rejection_count == 2);
+  CHECK(r.top_rejection == "gpus: 64 is not a multiple of tp*pp*cp = 3*1*1 = 3");
+  CHECK(search::to_text(r, base, 10)
+            .find("no layout passes the layout rules; 2 of the 2 are refused at gpus, the "
+                  "first: gpus: 64 is not a multiple of tp*pp*cp = 3*1*1 = 3\n") != std::string::npos);
+  CHECK(search::to_text(r, base, 10).find("fits in memory\n") == std::string::npos);
+  const auto j = search::to_json(r, base, 10)["search"]["top_rejection"];
+  CHECK(j["path"] == "gpus");
+  CHECK(j["layouts"] == 2);
+}
+
 TEST_CASE("search: the ranking is the same on one thread and on several") {
   const auto doc = llama8b();
   search::Axes a = search::default_axes(parse(doc));
