@@ -392,6 +392,9 @@ class Importer {
   // pretrain_mamba.py builds Mamba layers only (Megatron-Core's allocate_layers with no ratios).
   void hybrid_pattern() {
     const auto layers = f_.integer("num-layers");
+    // Bounded before the per-layer patterns below are built from it.
+    if (layers && (*layers < 1 || *layers > workload::kMaxLayers))
+      f_.fail(*f_.get("num-layers"), fmt::format("{} layers: trainsim models 1 to {}", *layers, workload::kMaxLayers));
     for (std::string_view flag : {"hybrid-override-pattern", "hybrid-layer-pattern"}) {
       if (auto p = f_.value(flag)) {
         pattern_flag_ = flag;

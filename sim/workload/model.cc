@@ -30,6 +30,13 @@ void validate(const ModelSpec& m, const util::JsonNode& node) {
   }
 }
 
+// A layer count: 1 to kMaxLayers (per-layer tables, e.g. which layers have experts, are built from it).
+std::int64_t as_layer_count(const util::JsonNode& node) {
+  const std::int64_t v = node.as_positive_int();
+  if (v > kMaxLayers) node.fail(fmt::format("{} layers: trainsim models at most {}", v, kMaxLayers));
+  return v;
+}
+
 // Sets the model's MoE layers from one flag per layer (true: routed experts), in canonical form:
 // nothing when every layer has experts, first_dense_layers when the dense layers all come first.
 // `node` names the key for the errors.
@@ -111,7 +118,7 @@ std::int64_t mamba_block_params(const ModelSpec& m) {
 ModelSpec parse_hf_llama(const util::JsonNode& n, const std::string& fallback_name) {
   ModelSpec m;
   m.name = fallback_name;
-  m.layers = n.at("num_hidden_layers").as_positive_int();
+  m.layers = as_layer_count(n.at("num_hidden_layers"));
   m.hidden = n.at("hidden_size").as_positive_int();
   m.heads = n.at("num_attention_heads").as_positive_int();
   auto kv = n.find("num_key_value_heads");
@@ -145,7 +152,7 @@ ModelSpec parse_hf_llama(const util::JsonNode& n, const std::string& fallback_na
 ModelSpec parse_hf_gpt2(const util::JsonNode& n, const std::string& fallback_name) {
   ModelSpec m;
   m.name = fallback_name;
-  m.layers = n.at("n_layer").as_positive_int();
+  m.layers = as_layer_count(n.at("n_layer"));
   m.hidden = n.at("n_embd").as_positive_int();
   m.heads = n.at("n_head").as_positive_int();
   m.kv_heads = m.heads;
@@ -376,7 +383,7 @@ ModelSpec parse_model(const util::JsonNode& node) {
     if (auto l = node.find("layers"); l && l->as_positive_int() != m.layers)
       l->fail(fmt::format("must equal the length of hybrid_pattern ({})", m.layers));
   } else {
-    m.layers = node.at("layers").as_positive_int();
+    m.layers = as_layer_count(node.at("layers"));
   }
   if (m.hybrid_has('M')) {
     m.mamba_heads = node.at("mamba_heads").as_positive_int();

@@ -22,6 +22,10 @@ enum class MlpKind : std::uint8_t { gelu, swiglu, squared_relu };
 // `transformer` layer: attention followed by the MLP (or the experts).
 enum class LayerBlock : std::uint8_t { transformer, mamba, attention, mlp, moe };
 
+// The most layers trainsim models, about a thousand times the deepest published models' (GPT-3's
+// 96, Llama 3.1 405B's 126, the 1T GPT's 128): per-layer tables are built from the count.
+inline constexpr std::int64_t kMaxLayers = 100000;
+
 struct ModelSpec {
   std::string name;
   std::int64_t layers = 0;

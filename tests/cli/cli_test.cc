@@ -546,6 +546,16 @@ TEST_CASE("bad input: one line naming file, JSON path and problem; exit code 2")
     j["model"]["qk_rope_head_dim"] = 1LL << 40;
     CHECK(rejected(j).find(": model: about ") != std::string::npos);
   }
+  SECTION("a layer count beyond the per-layer tables trainsim builds (found by tools/fuzz-scenarios)") {
+    // 2^40 layers with experts on every other one: the flags of moe_layer_freq alone were 2^40 bools,
+    // std::bad_alloc and exit 1 before the model's size could be estimated.
+    auto j = good_scenario();
+    j["model"] = {{"name", "deep"},         {"layers", 1LL << 40},    {"hidden", 1024},     {"heads", 16},
+                  {"ffn_hidden", 4096},     {"vocab", 32000},         {"mlp", "swiglu"},    {"experts", 8},
+                  {"experts_per_token", 2}, {"moe_ffn_hidden", 1024}, {"moe_layer_freq", 2}};
+    CHECK(rejected(j).find(": model.layers: 1099511627776 layers: trainsim models at most 100000") !=
+          std::string::npos);
+  }
   SECTION("a step that outlasts the simulated clock (int64 picoseconds, about 106 days)") {
     auto j = good_scenario();
     // About 2·10^14 parameters on one GPU: 2048 sequences of 16384 tokens take ~6·10^7 s.

@@ -187,6 +187,13 @@ TEST_CASE("what cannot be read is one error naming the flag and its line") {
   CHECK(error_of("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --vocab-size 100 --seq-length 8") ==
         "train.sh: neither --bf16 nor --fp16: fp32 training is not modelled");
   CHECK(error_of("--num-layers x") == "train.sh: line 1: --num-layers: \"x\" is not an integer");
+  // Bounded before a per-layer pattern is built from it (found by fuzzing: 2^53 layers and
+  // --moe-layer-freq 2 allocated 2^53 flags, std::bad_alloc, exit 1).
+  CHECK(error_of("--num-layers 9007199254740992 --hidden-size 64 --num-attention-heads 4 --vocab-size 100 "
+                 "--seq-length 8 --bf16 --num-experts 4 --moe-layer-freq 2") ==
+        "train.sh: line 1: --num-layers: 9007199254740992 layers: trainsim models 1 to 100000");
+  CHECK(error_of("--num-layers 0 --hidden-size 64 --num-attention-heads 4 --vocab-size 100 --seq-length 8 --bf16") ==
+        "train.sh: line 1: --num-layers: 0 layers: trainsim models 1 to 100000");
   CHECK(error_of("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 8 --bf16 --tokenizer-type "
                  "HuggingFaceTokenizer") ==
         "train.sh: the vocabulary size is not in the command (--tokenizer-type HuggingFaceTokenizer): give it with "
