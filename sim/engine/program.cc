@@ -1,5 +1,7 @@
 #include "engine/program.h"
 
+#include <array>
+
 #include "util/error.h"
 
 namespace trainsim::engine {
@@ -8,14 +10,21 @@ Dep Program::add(Task task, std::span<const Dep> deps) {
   TRAINSIM_ASSERT(task.stream < kMaxStreams);
   TRAINSIM_ASSERT(task.slot < kMaxSlots);
   TRAINSIM_ASSERT(task.mem_category < kMaxMemCategories);
-  TRAINSIM_ASSERT(deps.size() <= UINT16_MAX);
-  task.dep_begin = static_cast<std::uint32_t>(deps_.size());
-  task.dep_count = static_cast<std::uint16_t>(deps.size());
+  // A stream completes its tasks in order, so depending on one of its tasks implies every earlier
+  // one: only the latest per stream is kept (at most kMaxStreams; a step's last task may wait for
+  // one gradient reduction per micro-batch, tens of thousands of them).
+  std::array<std::uint32_t, kMaxStreams> latest;
+  latest.fill(kNone);
   for (const Dep& d : deps) {
     TRAINSIM_ASSERT(d.stream < kMaxStreams);
     TRAINSIM_ASSERT(d.position < streams_[d.stream].size() || d.stream == task.stream);
-    deps_.push_back(d);
+    std::uint32_t& l = latest[d.stream];
+    if (l == kNone || d.position > l) l = d.position;
   }
+  task.dep_begin = static_cast<std::uint32_t>(deps_.size());
+  for (std::size_t s = 0; s < latest.size(); ++s)
+    if (latest[s] != kNone) deps_.push_back(Dep{static_cast<std::uint8_t>(s), latest[s]});
+  task.dep_count = static_cast<std::uint16_t>(deps_.size() - task.dep_begin);
   auto& stream = streams_[task.stream];
   stream.push_back(task);
   return Dep{task.stream, static_cast<std::uint32_t>(stream.size() - 1)};

@@ -56,7 +56,8 @@ struct Task {
 
 class Program {
  public:
-  // Appends `task` to the end of its stream with the given dependencies; returns where it landed.
+  // Appends `task` to the end of its stream with the given dependencies (of each stream only the
+  // latest is kept: the others are implied); returns where it landed.
   Dep add(Task task, std::span<const Dep> deps = {});
   Dep add(Task task, std::initializer_list<Dep> deps) {
     return add(task, std::span<const Dep>(deps.begin(), deps.size()));

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <vector>
 
 #include "engine/executor.h"
@@ -93,6 +94,31 @@ TEST_CASE("a task waits for its cross-stream dependency, and a collective for ev
   CHECK(ex.stats(0).bucket_time[0] == Time::from_ps(20));  // waiting for rank 1
   CHECK(ex.stats(0).bucket_time[2] == Time::from_ps(5));   // exposed communication
   CHECK(ex.stats(1).bucket_time[1] == Time::from_ps(30));
+}
+
+TEST_CASE("a task may wait for more tasks than a dependency count holds: each stream's latest is kept") {
+  // 70,000 collectives of 5 ps each on the comm stream (each after nothing: they run back to back,
+  // done at 350,000 ps) and a compute task that waits for all of them: more than the 16-bit count a
+  // task stores, which is fine because a stream finishes in order (found by tools/fuzz-scenarios: a
+  // step with 8192 micro-batches under zero 2 waits for one gradient reduce-scatter of each). Its
+  // dependencies keep one per stream, the latest, so it starts at 350,000 and ends 10 ps later.
+  constexpr std::uint32_t kMany = 70000;
+  std::vector<Program> programs(1);
+  Program& p = programs[0];
+  std::vector<Dep> deps;
+  for (std::uint32_t i = 0; i < kMany; ++i) deps.push_back(p.add(collective(p)));
+  std::reverse(deps.begin(), deps.end());  // the latest need not come last
+  Dep c = p.add(compute(p, 10), deps);
+  CHECK(p.deps(p.task(c)).size() == 1);
+  CHECK(p.deps(p.task(c))[0].position == kMany - 1);
+  std::vector<Binding> bindings(1);
+  GroupTable groups;
+  std::vector<std::uint32_t> members{0};
+  bindings[0].group[0] = groups.add(members, groups.kind_id("dp"));
+  Simulation sim;
+  FixedComm comm;
+  Executor ex(sim, comm, programs, bindings, groups, buckets());
+  CHECK(ex.run() == Time::from_ps(5 * kMany + 10));
 }
 
 TEST_CASE("communication overlapped with compute is not exposed") {
