@@ -53,6 +53,16 @@ Executor::BucketMap buckets() {
   return m;
 }
 
+// One rank whose group slot 0 is a data-parallel group of itself alone.
+struct OneRank {
+  std::vector<Binding> bindings = std::vector<Binding>(1);
+  GroupTable groups;
+  OneRank() {
+    std::vector<std::uint32_t> members{0};
+    bindings[0].group[0] = groups.add(members, groups.kind_id("dp"));
+  }
+};
+
 }  // namespace
 
 TEST_CASE("tasks on one stream run back to back") {
@@ -111,13 +121,10 @@ TEST_CASE("a task may wait for more tasks than a dependency count holds: each st
   Dep c = p.add(compute(p, 10), deps);
   CHECK(p.deps(p.task(c)).size() == 1);
   CHECK(p.deps(p.task(c))[0].position == kMany - 1);
-  std::vector<Binding> bindings(1);
-  GroupTable groups;
-  std::vector<std::uint32_t> members{0};
-  bindings[0].group[0] = groups.add(members, groups.kind_id("dp"));
+  OneRank one;
   Simulation sim;
   FixedComm comm;
-  Executor ex(sim, comm, programs, bindings, groups, buckets());
+  Executor ex(sim, comm, programs, one.bindings, one.groups, buckets());
   CHECK(ex.run() == Time::from_ps(5 * kMany + 10));
 }
 
@@ -128,13 +135,10 @@ TEST_CASE("communication overlapped with compute is not exposed") {
   Dep a = p.add(compute(p, 10));
   p.add(compute(p, 10));
   p.add(collective(p), {a});
-  std::vector<Binding> bindings(1);
-  GroupTable groups;
-  std::vector<std::uint32_t> members{0};
-  bindings[0].group[0] = groups.add(members, groups.kind_id("dp"));
+  OneRank one;
   Simulation sim;
   FixedComm comm;
-  Executor ex(sim, comm, programs, bindings, groups, buckets());
+  Executor ex(sim, comm, programs, one.bindings, one.groups, buckets());
   CHECK(ex.run() == Time::from_ps(20));
   CHECK(ex.stats(0).bucket_time[1] == Time::from_ps(20));
   CHECK(ex.stats(0).bucket_time[2] == Time::from_ps(0));
@@ -151,17 +155,14 @@ TEST_CASE("overlapped communication slows the compute it overlaps by the slowdow
     p.add(compute(p, 100));
     p.add(collective(p), {a});
   };
-  std::vector<Binding> bindings(1);
-  GroupTable groups;
-  std::vector<std::uint32_t> members{0};
-  bindings[0].group[0] = groups.add(members, groups.kind_id("dp"));
+  OneRank one;
   for (const double fraction : {0.0, 0.2}) {
     std::vector<Program> programs(1);
     build(programs);
     Simulation sim;
     FixedComm comm;
     comm.collective_ps = 20;
-    Executor ex(sim, comm, programs, bindings, groups, buckets());
+    Executor ex(sim, comm, programs, one.bindings, one.groups, buckets());
     ex.set_compute_slowdown({fraction, 1u << kCompute, 1u << kComm});
     CHECK(ex.run() == Time::from_ps(fraction == 0 ? 110 : 114));
     CHECK(ex.stats(0).stream_busy[kCompute] == Time::from_ps(fraction == 0 ? 110 : 114));
@@ -176,7 +177,7 @@ TEST_CASE("overlapped communication slows the compute it overlaps by the slowdow
   Simulation sim;
   FixedComm comm;
   comm.collective_ps = 20;
-  Executor ex(sim, comm, programs, bindings, groups, buckets());
+  Executor ex(sim, comm, programs, one.bindings, one.groups, buckets());
   ex.set_compute_slowdown({0.5, 1u << kCompute, 1u << kComm});
   CHECK(ex.run() == Time::from_ps(130));
 }
