@@ -854,6 +854,8 @@ class Importer {
     put(m, "model", "hybrid_pattern", pattern_, pattern_flag_);
     if (pattern_.find('M') == std::string::npos) return;
     const std::int64_t head_dim = f_.integer("mamba-head-dim").value_or(64);
+    if (head_dim < 1)  // the default head count divides by it
+      f_.fail(*f_.get("mamba-head-dim"), fmt::format("must be at least 1, got {}", head_dim));
     put(m, "model", "mamba_heads", f_.integer("mamba-num-heads").value_or(2 * hidden_ / head_dim), "mamba-num-heads");
     put(m, "model", "mamba_head_dim", head_dim, "mamba-head-dim");
     put(m, "model", "mamba_state", f_.integer("mamba-state-dim").value_or(128), "mamba-state-dim");

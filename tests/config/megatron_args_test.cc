@@ -237,6 +237,11 @@ TEST_CASE("hybrid ratios place the layers as Megatron-Core's allocate_layers doe
   CHECK(m.scenario["model"]["hybrid_pattern"] == "MM-*M-*MM-");
   CHECK(m.scenario["model"]["ffn_hidden"] == 1024);
   CHECK(parse(m).model.layers == 10);
+  // The default Mamba head count is 2·hidden / --mamba-head-dim: 0 is refused, not divided by (UBSan
+  // found the division through fuzzing the import).
+  CHECK(error_of("python pretrain_mamba.py --num-layers 4 --hidden-size 256 --num-attention-heads 4 --vocab-size "
+                 "1000 --seq-length 512 --bf16 --hybrid-override-pattern 'M*M-' --mamba-head-dim 0") ==
+        "train.sh: line 1: --mamba-head-dim: must be at least 1, got 0");
 }
 
 TEST_CASE("pipeline stages from a layout or a hybrid pattern's splits give the virtual stages") {
