@@ -13,17 +13,28 @@ Dep Program::add(Task task, std::span<const Dep> deps) {
   // A stream completes its tasks in order, so depending on one of its tasks implies every earlier
   // one: only the latest per stream is kept (at most kMaxStreams; a step's last task may wait for
   // one gradient reduction per micro-batch, tens of thousands of them).
-  std::array<std::uint32_t, kMaxStreams> latest;
-  latest.fill(kNone);
+  StreamMask seen = 0;
+  bool repeated = false;
   for (const Dep& d : deps) {
     TRAINSIM_ASSERT(d.stream < kMaxStreams);
     TRAINSIM_ASSERT(d.position < streams_[d.stream].size() || d.stream == task.stream);
-    std::uint32_t& l = latest[d.stream];
-    if (l == kNone || d.position > l) l = d.position;
+    const auto bit = static_cast<StreamMask>(1u << d.stream);
+    repeated = repeated || (seen & bit) != 0;
+    seen = static_cast<StreamMask>(seen | bit);
   }
   task.dep_begin = static_cast<std::uint32_t>(deps_.size());
-  for (std::size_t s = 0; s < latest.size(); ++s)
-    if (latest[s] != kNone) deps_.push_back(Dep{static_cast<std::uint8_t>(s), latest[s]});
+  if (!repeated) {  // the common case: kept as given
+    deps_.insert(deps_.end(), deps.begin(), deps.end());
+  } else {
+    std::array<std::uint32_t, kMaxStreams> latest;
+    latest.fill(kNone);
+    for (const Dep& d : deps) {
+      std::uint32_t& l = latest[d.stream];
+      if (l == kNone || d.position > l) l = d.position;
+    }
+    for (std::size_t s = 0; s < latest.size(); ++s)
+      if (latest[s] != kNone) deps_.push_back(Dep{static_cast<std::uint8_t>(s), latest[s]});
+  }
   task.dep_count = static_cast<std::uint16_t>(deps_.size() - task.dep_begin);
   auto& stream = streams_[task.stream];
   stream.push_back(task);
