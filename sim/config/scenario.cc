@@ -215,10 +215,9 @@ constexpr double kMaxModelParams = 1e15;
 workload::ModelSpec parse_model_any(const util::JsonNode& node, const std::string& fallback_name) {
   workload::ModelSpec m =
       workload::is_hf_config(node) ? workload::parse_hf_config(node, fallback_name) : workload::parse_model(node);
-  // An upper estimate in floating point (the model's own counts are int64 and would overflow first):
-  // the attention and MLP matrices of every layer, every expert, the Mamba projections, and the
-  // embedding and output layer.
-  // Every product in doubles: the model's own helpers (mamba_inner(), ...) multiply in int64.
+  // An upper estimate with every product in doubles (the model's own counts and helpers, e.g.
+  // mamba_inner(), multiply in int64 and would overflow first): the attention and MLP matrices of
+  // every layer, every expert, the Mamba projections, and the embedding and output layer.
   auto d = [](std::int64_t v) { return static_cast<double>(v); };
   const double h = d(m.hidden), head = d(m.head_dim > 0 ? m.head_dim : m.hidden / std::max<std::int64_t>(m.heads, 1));
   const double heads = d(m.heads), rope = d(m.qk_rope_head_dim), v_head = d(m.v_head_dim);

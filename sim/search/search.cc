@@ -611,15 +611,16 @@ Result run_search(const config::Scenario& base, const nlohmann::json& doc, const
   for (std::size_t i = 0; i < all.size(); ++i)
     if (all[i].valid && all[i].too_big && (!least_held || all[i].memory_floor_gib < all[*least_held].memory_floor_gib))
       least_held = i;
-  std::map<std::string, std::int64_t> refusals;
+  std::map<std::string, std::pair<std::int64_t, const std::string*>> refusals;  // by path: count, first
   for (auto& c : all) {
     if (!c.valid) {
       ++r.rejected;
       spdlog::info("rejected {}: {}", layout_name(c.layout, base.model.moe()), c.rejected);
-      const std::int64_t n = ++refusals[c.rejected_path];
+      auto& [n, first] = refusals[c.rejected_path];
+      if (++n == 1) first = &c.rejected;
       if (n > r.top_rejection_count) {  // strictly more: a tie keeps the one that got there first
-        if (r.top_rejection_path != c.rejected_path) r.top_rejection = c.rejected;
         r.top_rejection_path = c.rejected_path;
+        r.top_rejection = *first;
         r.top_rejection_count = n;
       }
       continue;
@@ -933,6 +934,11 @@ struct BestRow {
   double scaling_efficiency = 0;
 };
 
+// The cell of a GPU count where no layout fits.
+const char* none_cell(const BestRow& row) {
+  return row.all_rejected ? "no layout passes the layout rules" : "no layout fits in memory";
+}
+
 std::vector<BestRow> best_rows(const std::vector<Result>& results, const std::vector<config::Scenario>& bases) {
   TRAINSIM_ASSERT(results.size() == bases.size());
   std::vector<BestRow> rows;
@@ -973,8 +979,7 @@ std::string to_text(const std::vector<Result>& results, const std::vector<config
                      train ? fmt::format(" {:>8} {:>10}", "days", "GPU-hours") : std::string());
   for (const auto& row : best_rows(results, bases)) {
     if (row.best == nullptr) {
-      out += fmt::format("{:>6}  {}\n", row.gpus,
-                         row.all_rejected ? "no layout passes the layout rules" : "no layout fits in memory");
+      out += fmt::format("{:>6}  {}\n", row.gpus, none_cell(row));
       continue;
     }
     const Layout& l = row.best->layout;
@@ -1008,9 +1013,7 @@ std::string to_markdown(const std::vector<Result>& results, const std::vector<co
   out += train ? "\n|---:|---|---:|---:|---:|---:|---:|---:|\n" : "\n|---:|---|---:|---:|---:|---:|\n";
   for (const auto& row : best_rows(results, bases)) {
     if (row.best == nullptr) {
-      out += fmt::format("| {} | {} | | | | |{}\n", row.gpus,
-                         row.all_rejected ? "no layout passes the layout rules" : "no layout fits in memory",
-                         train ? " | |" : "");
+      out += fmt::format("| {} | {} | | | | |{}\n", row.gpus, none_cell(row), train ? " | |" : "");
       continue;
     }
     const auto& m = row.best->metrics;

@@ -112,6 +112,18 @@ TEST_CASE("search: when the layout rules refuse every layout, it says so and whe
   const auto j = search::to_json(r, base, 10)["search"]["top_rejection"];
   CHECK(j["path"] == "gpus");
   CHECK(j["layouts"] == 2);
+
+  // A path that takes the lead late still names its first refusal: tp 1 with mbs 3 or 5 is refused
+  // at training.global_batch (512 sequences over dp 64), first with 2; gpus then passes it with tp 3
+  // (its first refusal) and tp 6, 4 in all.
+  a.tp = {1, 3, 6};
+  a.pp = {1};
+  a.micro_batch = {3, 5};
+  const auto late = search::run_search(base, doc, a, 2, kData);
+  REQUIRE(late.all_rejected());
+  CHECK(late.top_rejection_path == "gpus");
+  CHECK(late.top_rejection_count == 4);
+  CHECK(late.top_rejection == "gpus: 64 is not a multiple of tp*pp*cp = 3*1*1 = 3");
 }
 
 TEST_CASE("search: the ranking is the same on one thread and on several") {
