@@ -301,6 +301,28 @@ TEST_CASE("offloading checks the host memory") {
   CHECK(nlohmann::json::parse(js.out)["memory"]["fits"] == false);
 }
 
+// README.md shows two outputs as they are printed: the demo's summary and a search. A model change
+// that moves a number must update them (the fenced block after each marker, exactly).
+TEST_CASE("README's sample outputs are what trainsim prints") {
+  const std::string readme = slurp(fs::path(TRAINSIM_SOURCE_DIR) / "README.md");
+  auto block_after = [&](const std::string& marker) {
+    const auto at = readme.find(marker);
+    REQUIRE(at != std::string::npos);
+    const auto begin = readme.find('\n', at + marker.size() - 1) + 1;
+    const auto end = readme.find("```", begin);
+    REQUIRE(end != std::string::npos);
+    return readme.substr(begin, end - begin);
+  };
+  // tools/demo runs exactly this command.
+  Result demo = run("run configs/gpt3-175b-a100-1024.json");
+  REQUIRE(demo.code == 0);
+  CHECK(block_after("`tools/demo` prints a summary like this (numbers from the current models):\n\n```") == demo.out);
+  const std::string search = "search configs/llama3.1-70b-h100-1024.json --top 3";
+  Result found = run(search);
+  REQUIRE(found.code == 0);
+  CHECK(block_after("$ build/trainsim " + search) == found.out);
+}
+
 // Every scenario shipped in configs/ (listed in configs/README.md) runs and fits.
 TEST_CASE("every shipped config runs") {
   int n = 0;
