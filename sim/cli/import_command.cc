@@ -1,4 +1,5 @@
 #include "cli/import_command.h"
+#include "cli/option_checks.h"
 
 #include <filesystem>
 #include <fstream>
@@ -24,11 +25,10 @@ namespace {
 CLI::Option* add_common_options(CLI::App* app, ImportArgs& args, const std::string& gpus_help,
                                 const std::string& model_replaces, const std::string& vocab_when) {
   app->add_option("--cluster", args.cluster, "Topology name (topologies/NAME.json) or file")->required();
-  CLI::Option* gpus = app->add_option("--gpus", args.gpus, gpus_help)->check(CLI::PositiveNumber);
+  CLI::Option* gpus = app->add_option("--gpus", args.gpus, gpus_help)->check(kPositive);
   app->add_option("--model", args.model,
                   fmt::format("A model name (models/NAME.json) or file to use instead of {}", model_replaces));
-  app->add_option("--vocab", args.vocab, fmt::format("The vocabulary size, when {}", vocab_when))
-      ->check(CLI::PositiveNumber);
+  app->add_option("--vocab", args.vocab, fmt::format("The vocabulary size, when {}", vocab_when))->check(kPositive);
   app->add_option("-o,--out", args.out, "Write the scenario to this file (default: stdout)");
   return gpus;
 }
@@ -149,7 +149,7 @@ CLI::App* add_import_command(CLI::App& app, ImportArgs& args) {
   torchtitan
       ->add_option("--gpus", args.gpus,
                    "Total GPUs (torchrun's NGPU x nodes; default: the degrees' product when none is -1)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   torchtitan->add_option("--model", args.model,
                          "A model name (models/NAME.json) or file to use instead of model.name and model.flavor");
   torchtitan->add_option("-o,--out", args.out, "Write the scenario to this file (default: stdout)");

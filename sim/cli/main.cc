@@ -28,6 +28,7 @@
 #include "calibrate/command.h"
 #include "cli/export_command.h"
 #include "cli/import_command.h"
+#include "cli/option_checks.h"
 #include "cli/report_commands.h"
 #include "config/accuracy.h"
 #include "config/scenario.h"
@@ -360,6 +361,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "trainsim predicts how a transformer training step runs on a GPU cluster: step time, throughput, MFU,\n"
       "pipeline bubbles, exposed communication and per-GPU memory, for any DP/TP/PP/SP/CP/EP/ZeRO layout."};
+  app.failure_message(trainsim::cli::one_line_failure);
   app.set_version_flag("--version", "trainsim 0.1.0");
   app.require_subcommand(1);
   bool verbose = false;
@@ -399,7 +401,7 @@ int main(int argc, char** argv) {
       ->add_option("--host-cost-scale", validate_host_scale,
                    "Run every Megatron record with training.host_cost_scale set to this (a host overhead "
                    "sensitivity study)")
-      ->check(CLI::PositiveNumber);
+      ->check(trainsim::cli::kPositive);
   double validate_compute_slowdown = -1;
   validate
       ->add_option("--compute-slowdown", validate_compute_slowdown,
@@ -415,7 +417,7 @@ int main(int argc, char** argv) {
       ->allow_extra_args(false);
   int validate_threads = 0;
   validate->add_option("--threads", validate_threads, "Records simulated at once (default: one per hardware thread)")
-      ->check(CLI::PositiveNumber);
+      ->check(trainsim::cli::kPositive);
   validate->add_option("--gate", gate_file,
                        "Accuracy gate file (e.g. validation/gate.json): exit 1 when a MAPE or worst error exceeds it");
   std::string accuracy_file;
@@ -448,9 +450,10 @@ int main(int argc, char** argv) {
           "Scenario JSON file: model, cluster, gpus and training; its parallel block gives what is not searched")
       ->required();
   search->add_option("--set", search_args.sets, trainsim::cli::kSetHelp)->allow_extra_args(false);
-  search->add_option("--top", search_args.top, "Layouts to print, fastest first (default 10; 0: all)");
+  search->add_option("--top", search_args.top, "Layouts to print, fastest first (default 10; 0: all)")
+      ->check(trainsim::cli::kNonNegative);
   search->add_option("--threads", search_args.threads, "Simulations run at once (default: one per hardware thread)")
-      ->check(CLI::PositiveNumber);
+      ->check(trainsim::cli::kPositive);
   search->add_option("--tp", search_args.tp, "Tensor-parallel sizes to try (default 1,2,4,8 within a node)");
   search->add_option("--pp", search_args.pp, "Pipeline sizes (default: every divisor of the layers up to 64)");
   search->add_option("--cp", search_args.cp,

@@ -46,6 +46,24 @@ std::string rejected(const nlohmann::json& scenario, const std::string& name = "
 
 }  // namespace
 
+TEST_CASE("a bad command-line option is one line naming the option, exit 2") {
+  // CLI11's own range checks printed a double's whole range and a second line, and let -1 into the
+  // unsigned --top as 2^64 - 1.
+  for (const auto& [args, message] :
+       {std::pair{"search configs/llama3.1-8b-h200-64.json --top -1", "--top: \"-1\" is not a number of 0 or more"},
+        std::pair{"search configs/llama3.1-8b-h200-64.json --threads 0", "--threads: \"0\" is not a positive number"},
+        std::pair{"validate --host-cost-scale nan", "--host-cost-scale: \"nan\" is not a positive number"},
+        std::pair{"import torchtitan x.toml --cluster dgx-h100 --gpus -3", "--gpus: \"-3\" is not a positive number"},
+        std::pair{"run configs/llama3.1-8b-h200-64.json --bogus", "The following argument was not expected: --bogus"},
+        std::pair{"run", "scenario is required"}}) {
+    Result r = run(args);
+    INFO(args << " -> " << r.err);
+    CHECK(r.code == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err == std::string(message) + " (see --help)\n");
+  }
+}
+
 TEST_CASE("--help explains the command and the run options") {
   Result top = run("--help");
   CHECK(top.code == 0);
