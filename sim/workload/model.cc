@@ -662,8 +662,15 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
     if (m.experts_per_token > m.experts)
       node.at("num_experts_per_tok").fail(fmt::format("exceeds n_routed_experts ({})", m.experts));
     m.moe_ffn_hidden = node.at("moe_intermediate_size").as_positive_int();
-    if (auto sh = node.find("n_shared_experts"); sh && !sh->json().is_null())
-      m.shared_expert_ffn_hidden = sh->as_nonnegative_int() * m.moe_ffn_hidden;
+    if (auto sh = node.find("n_shared_experts"); sh && !sh->json().is_null()) {
+      // The product is a width like the others, at most the 9e15 an integer key may hold; the model's
+      // size bound (config/scenario.cc) then refuses what is merely absurd.
+      const std::int64_t shared = sh->as_nonnegative_int();
+      if (static_cast<double>(shared) * static_cast<double>(m.moe_ffn_hidden) >= 9.0e15)
+        sh->fail(fmt::format("{} shared experts of moe_intermediate_size {} are wider than trainsim models", shared,
+                             m.moe_ffn_hidden));
+      m.shared_expert_ffn_hidden = shared * m.moe_ffn_hidden;
+    }
     m.first_dense_layers = 0;
     if (auto k = node.find("first_k_dense_replace"); k && !k->json().is_null()) {
       m.first_dense_layers = k->as_nonnegative_int();

@@ -405,6 +405,15 @@ TEST_CASE("MLA and dense-first keys: one error line each") {
                     "vocab": 100, "mlp": "swiglu", "experts": 4, "experts_per_token": 2, "moe_ffn_hidden": 16,
                     "first_dense_layers": 2})");
         }) == "m.json: first_dense_layers: must be below layers (2)");
+  // The shared expert's width is n_shared_experts x moe_intermediate_size: 2^53 of them overflowed
+  // int64 (UBSan, found by tools/fuzz-scenarios --models).
+  CHECK(error_of([] {
+          parse_hf(R"({"model_type": "deepseek_v3", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                    "intermediate_size": 256, "vocab_size": 100, "n_routed_experts": 4, "num_experts_per_tok": 2,
+                    "moe_intermediate_size": 2048, "n_shared_experts": 9007199254740992})");
+        }) ==
+        "config.json: n_shared_experts: 9007199254740992 shared experts of moe_intermediate_size 2048 are wider "
+        "than trainsim models");
 }
 
 // NVIDIA's Nemotron 3 Nano 30B-A3B model card gives 31.6B parameters in all; Megatron-Bridge's
