@@ -886,7 +886,11 @@ class Importer {
     const auto [p, ec] = std::from_chars(nodes_text.data(), nodes_text.data() + nodes_text.size(), nodes);
     if (ec != std::errc() || p != nodes_text.data() + nodes_text.size() || nodes < 1)
       f_.fail(*f_.get("nnodes"), fmt::format("\"{}\" is not a node count (give the GPUs with --gpus N)", nodes_text));
-    out_.scenario["gpus"] = *gpus_per_node * nodes;
+    std::int64_t gpus = 0;
+    if (__builtin_mul_overflow(*gpus_per_node, nodes, &gpus))
+      f_.fail(pn,
+              fmt::format("{} GPUs per node on {} nodes is beyond any cluster trainsim models", *gpus_per_node, nodes));
+    out_.scenario["gpus"] = gpus;
     out_.origin["gpus"] = f_.where(pn);
   }
 
@@ -900,8 +904,16 @@ class Importer {
     const std::int64_t replicas = std::max<std::int64_t>(1, gpus / std::max<std::int64_t>(1, tp_ * pp_ * cp_));
     auto gbs = f_.integer("global-batch-size");
     if (!gbs && ds_ && ds_->train_batch) gbs = ds_->train_batch;
-    put(t, "training", "global_batch", gbs.value_or(mbs * replicas), "global-batch-size");
-    if (!gbs) note(fmt::format("global_batch: Megatron's default, one micro-batch per replica ({})", mbs * replicas));
+    // Megatron's default: one micro-batch per replica (a product that must not overflow).
+    std::int64_t one_each = 0;
+    if (!gbs && __builtin_mul_overflow(mbs, replicas, &one_each)) {
+      const std::string problem =
+          fmt::format("{} sequences per micro-batch on {} replicas is beyond any batch trainsim models", mbs, replicas);
+      if (mbs_flag) f_.fail(*f_.get("micro-batch-size"), problem);
+      f_.fail(problem);
+    }
+    put(t, "training", "global_batch", gbs.value_or(one_each), "global-batch-size");
+    if (!gbs) note(fmt::format("global_batch: Megatron's default, one micro-batch per replica ({})", one_each));
     // --encoder-seq-length is the older name (arguments.py takes it when --seq-length is absent).
     const std::string_view seq_flag = f_.get("seq-length") == nullptr && f_.get("encoder-seq-length") != nullptr
                                           ? "encoder-seq-length"

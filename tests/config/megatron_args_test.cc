@@ -207,6 +207,18 @@ TEST_CASE("what cannot be read is one error naming the flag and its line") {
   CHECK(error_of("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 100 --seq-length 8 --bf16", 0) ==
         "train.sh: the GPU count is not in the command: give it with --gpus N (or launch with "
         "torchrun's --nproc-per-node and --nnodes)");
+  // Products of two flags that overflowed int64 (UBSan, found by tools/fuzz-imports): Megatron's default
+  // global batch, one micro-batch per replica, and torchrun's GPUs per node times nodes.
+  CHECK(error_of("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 100 --seq-length 8 --bf16 "
+                 "--micro-batch-size 9007199254740992",
+                 1024) ==
+        "train.sh: line 1: --micro-batch-size: 9007199254740992 sequences per micro-batch on 1024 replicas is beyond "
+        "any batch trainsim models");
+  CHECK(error_of("torchrun --nproc-per-node 9007199254740992 --nnodes 1024 pretrain_gpt.py --num-layers 4 "
+                 "--hidden-size 64 --num-attention-heads 4 --vocab-size 100 --seq-length 8 --bf16",
+                 0) ==
+        "train.sh: line 1: --nproc-per-node: 9007199254740992 GPUs per node on 1024 nodes is beyond any cluster "
+        "trainsim models");
 }
 
 TEST_CASE("--model replaces the architecture flags") {
