@@ -388,6 +388,11 @@ class Exporter {
           fmt::format("parameters: {} MB of gradients", num(p.dp_bucket_mb)));
     }
     if (p.tp_comm_overlap) add(g, "--tp-comm-overlap");
+    if (p.scatter_gather_tensors_in_pipeline)
+      notes_.push_back(
+          "parallel.scatter_gather_tensors_in_pipeline: Megatron-Core sends every tensor-parallel rank the whole "
+          "hidden states between pipeline stages (the scatter and gather of Megatron-LM 2021-2022 is gone); the "
+          "script runs without it");
     if (m_.moe()) {
       if (p.moe_flex_dispatch())
         add(g, "--moe-token-dispatcher-type", {"flex"}, "DeepEP or HybridEP");

@@ -445,7 +445,7 @@ const std::array<MegatronFlag, 679> kMegatronFlags{{
     {"no-rope-fusion", true, false},
     {"no-save-optim", true, true},
     {"no-save-rng", true, true},
-    {"no-scatter-gather-tensors-in-pipeline", true, false},
+    {"no-scatter-gather-tensors-in-pipeline", true, true},
     {"no-store-param-remainders", true, false},
     {"no-strict-fsdp-dtensor-load", true, true},
     {"no-use-tokenizer-model-from-checkpoint-args", true, true},

@@ -270,7 +270,8 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
                        "pipeline_layout",
                        "distributed_optimizer_instances",
                        "cp_comm_type",
-                       "moe_shared_expert_overlap"});
+                       "moe_shared_expert_overlap",
+                       "scatter_gather_tensors_in_pipeline"});
   ParallelSpec p;
   if (auto v = node.find("tp")) p.tp = v->as_positive_int();
   if (auto v = node.find("pp")) p.pp = v->as_positive_int();
@@ -400,6 +401,19 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
     p.tp_comm_overlap = v->as_bool();
     // Megatron: --tp-comm-overlap requires --sequence-parallel.
     if (p.tp_comm_overlap && !p.sequence_parallel) v->fail("requires sequence_parallel");
+  }
+  if (auto v = node.find("scatter_gather_tensors_in_pipeline")) {
+    p.scatter_gather_tensors_in_pipeline = v->as_bool();
+    if (p.scatter_gather_tensors_in_pipeline) {
+      // Megatron-LM scattered the pipeline messages of a tensor-parallel stage only when the hidden
+      // states were whole on every rank; its 1F1B and interleaved schedules are the ones it ran them in.
+      if (p.tp < 2 || p.pp < 2) v->fail("needs tp > 1 and pp > 1 (a message between tensor-parallel stages)");
+      if (p.sequence_parallel)
+        v->fail("needs sequence_parallel false (Megatron-LM sends the sequence-parallel shard as it is)");
+      if (p.schedule != Schedule::one_f_one_b && p.schedule != Schedule::interleaved)
+        v->fail("needs schedule 1f1b or interleaved (the schedules of the Megatron-LM that scattered)");
+      if (p.moe_a2a_overlap) v->fail("not with moe_a2a_overlap (Megatron-Core's, whose messages are whole)");
+    }
   }
   return p;
 }
@@ -796,6 +810,8 @@ void check_deepspeed(const util::JsonNode& root, const Scenario& s) {
   refuse(p.overlap_param_gather, parallel_key("overlap_param_gather"),
          "DeepSpeed gathers the updated parameters after the step: needs false");
   refuse(p.tp_comm_overlap, parallel_key("tp_comm_overlap"), "Transformer Engine's overlap is not there");
+  refuse(p.scatter_gather_tensors_in_pipeline, parallel_key("scatter_gather_tensors_in_pipeline"),
+         "DeepSpeed's pipeline engine sends each rank's whole tensor");
   refuse(p.first_stage_layers > 0 || p.last_stage_layers > 0 || p.account_for_embedding || p.account_for_loss,
          parallel_key("pipeline_layout"),
          "DeepSpeed's PipelineModule places the layers: give its split as pipeline_layout (import megatron "

@@ -68,7 +68,9 @@ constexpr double kBlackwellSustained = kSustained * 0.81;
 // [E2E] Ampere GEMMs in whole training steps sustain 0.96 of the [FIT] sweep ceiling: the factor that
 // minimises the step-time MAPE over the 160 A100 BF16 step records of validation/ (Narayanan et al.
 // 10, Korthikanti et al. 10, the Megatron-LM README 175B run, MPT 139): MAPE 4.70%, mean -0.2%;
-// 4.75% at 0.95 and 0.97; 5.24%, mean -2.6% without. Held out of the fit, the 5 flash-attention GPT-3
+// 4.75% at 0.95 and 0.97; 5.24%, mean -2.6% without. Checked again when the Megatron-LM runs of
+// 2021-2022 got their scatter/gather of the pipeline messages: 4.62%, mean -0.4%; 4.66% at 0.95,
+// 4.69% at 0.97 (validation/README.md). Held out of the fit, the 5 flash-attention GPT-3
 // runs on A100 are -10.9% ... -0.4%, MAPE 5.2% (7.8% without). The same causes as Hopper's factor
 // (clocks under minutes of tensor-core load at 400 W; NCCL kernels beside the GEMMs); Korthikanti's
 // per-layer timings move +2.6% with it (MAPE 2.5% -> 2.9%).

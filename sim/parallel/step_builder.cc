@@ -1034,8 +1034,23 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     t.label = p.label(name);
     return t;
   };
-  // Pipeline messages carry one micro-batch of hidden states (sequence-sharded under SP).
-  const std::int64_t p2p_bytes = ops.input_bytes;
+  // Pipeline messages carry one micro-batch of hidden states (sequence-sharded under SP). Megatron-LM
+  // before Megatron-Core (scatter_gather_tensors_in_pipeline) sent each tensor-parallel rank's 1/tp of
+  // them and all-gathered the pieces over the TP group on arrival, before the pass that reads them.
+  const bool scatter_gather = par.scatter_gather_tensors_in_pipeline;
+  const std::int64_t p2p_bytes = scatter_gather ? ops.input_bytes / par.tp : ops.input_bytes;
+  auto gather_op = [&ops](const char* name) {
+    Op op;
+    op.name = name;
+    op.kind = workload::OpKind::tp_comm;
+    op.comm = workload::Comm::all_gather;
+    op.group = workload::CommGroup::tp;
+    op.comm_bytes = ops.input_bytes;
+    op.kernels = 1;
+    return std::vector<Op>{op};
+  };
+  const std::vector<Op> gather_forward = gather_op("pipeline_gather_forward");
+  const std::vector<Op> gather_backward = gather_op("pipeline_gather_backward");
   // Without interleaving Megatron-Core batches each step's sends and receives and then calls
   // torch.cuda.synchronize() (ModelParallelConfig.batch_p2p_sync, on by default; the interleaved
   // schedule overlaps its p2p communication instead, without the sync).
@@ -1529,8 +1544,10 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   std::vector<std::int64_t> forwards(static_cast<std::size_t>(v), 0), backwards(static_cast<std::size_t>(v), 0);
   auto forward = [&](std::int64_t c) {
     const bool first_mb = forwards[static_cast<std::size_t>(c)]++ == 0;
-    if (const auto in = upstream(c))
+    if (const auto in = upstream(c)) {
       w.after(w.add(p2p(TaskKind::recv, kPpRecv, *in, p2p_bytes, "recv_forward"), false, p2p_sync));
+      if (scatter_gather) w.emit(gather_forward, "forward", Saves::none);
+    }
     start_pass(c);
     const auto order = forward_order(c);
     std::size_t i = 0;
@@ -1573,8 +1590,10 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   auto backward = [&](std::int64_t c, bool input_only) {
     const bool last_mb = ++backwards[static_cast<std::size_t>(c)] == m;
     const bool first_bwd = backwards[static_cast<std::size_t>(c)] == 1;
-    if (const auto in = downstream(c))
+    if (const auto in = downstream(c)) {
       w.after(w.add(p2p(TaskKind::recv, kPpRecv, *in, p2p_bytes, "recv_backward"), false, p2p_sync));
+      if (scatter_gather) w.emit(gather_backward, "backward", Saves::none);
+    }
     start_pass(c);
     // step_gather: the unsharded gradients each unit accumulates over the micro-batches, in the
     // reduce dtype (FSDP2's unsharded_accumulated_grad, to_accumulated_grad_if_needed: fp32 by default).

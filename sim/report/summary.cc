@@ -358,6 +358,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
   };
   if (sc.training.framework != config::Framework::megatron || sc.training.deepspeed)
     out["scenario"]["framework"] = config::framework_key(sc.training);
+  if (p.scatter_gather_tensors_in_pipeline) out["scenario"]["scatter_gather_tensors_in_pipeline"] = true;
   if (p.zero1_grad_all_reduce) out["scenario"]["zero1_grad_reduce"] = "all_reduce";
   if (sc.training.framework == config::Framework::torchtitan)
     out["scenario"]["torch_compile"] = sc.training.torch_compile;
@@ -488,7 +489,11 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
                   p.pp, p.dp, p.cp,
                   p.cp_comm != config::ParallelSpec::CpComm::p2p ? fmt::format(" ({})", config::cp_comm_name(p.cp_comm))
                                                                  : std::string(),
-                  ep_part, p.sequence_parallel && p.tp > 1 ? "on" : "off", p.zero,
+                  ep_part,
+                  p.sequence_parallel && p.tp > 1        ? "on"
+                  : p.scatter_gather_tensors_in_pipeline ? "off (pipeline messages scattered over tp)"
+                                                         : "off",
+                  p.zero,
                   p.dist_opt_instances <= 1 ? std::string()
                   : p.zero >= 3 ? fmt::format(" (hybrid: {} replicas of {}-way sharding)", p.dist_opt_instances,
                                               p.dp * p.cp / p.dist_opt_instances)

@@ -56,9 +56,17 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
   // follows the scenario, whose pipeline engine reduces the gradients after the last micro-batch, and
   // whose PipelineModule splits the layers.
   const bool deepspeed = t.value("framework", "") == "megatron-deepspeed";
-  // Megatron runs sequence parallelism whenever tp > 1 (and TE's overlap needs it).
-  p["sequence_parallel"] = l.tp > 1 && (!deepspeed || p.value("sequence_parallel", false));
+  // Megatron runs sequence parallelism whenever tp > 1 (and TE's overlap needs it). The Megatron-LM
+  // before Megatron-Core that a scenario with scatter_gather_tensors_in_pipeline describes had none:
+  // there, as with DeepSpeed, it follows the scenario, and the scatter goes with the layouts it
+  // applies to (tp > 1 and pp > 1, 1F1B or interleaved, whole hidden states).
+  const bool pre_core = p.value("scatter_gather_tensors_in_pipeline", false);
+  p["sequence_parallel"] = l.tp > 1 && (!(deepspeed || pre_core) || p.value("sequence_parallel", false));
   if (l.tp == 1) p.erase("tp_comm_overlap");
+  if (l.tp == 1 || l.pp == 1 || p["sequence_parallel"].get<bool>() ||
+      (l.schedule != config::Schedule::one_f_one_b && l.schedule != config::Schedule::interleaved) ||
+      c.layout.moe_a2a_overlap)
+    p.erase("scatter_gather_tensors_in_pipeline");
   if (l.cp == 1) p.erase("cp_comm_type");
   // The schedule as the layout says (DualPipeV's two chunks per rank are its own: no virtual_stages).
   const bool dual = l.schedule == config::Schedule::dualpipev;

@@ -361,7 +361,7 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
        "moe_paged_stash, first_stage_layers, last_stage_layers, "
        "account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split, fsdp_prefetch, "
        "zero2_param_gather, zero1_grad_reduce, pipeline_layout, distributed_optimizer_instances, cp_comm_type, "
-       "moe_shared_expert_overlap)"},
+       "moe_shared_expert_overlap, scatter_gather_tensors_in_pipeline)"},
       {[](json& d) { d["training"]["learning_rate"] = 3e-4; }, "training.learning_rate",
        "unknown key (expected one of: micro_batch, global_batch, seq_len, recompute, recompute_layers, precision, "
        "attention, framework, host_forward_us, host_backward_us, grad_reduce_in_fp32, cross_entropy, "

@@ -191,6 +191,75 @@ TEST_CASE("TP communication: all-reduce without sequence parallelism, all-gather
   CHECK(count(sp.programs[0], network::CollectiveOp::reduce_scatter) >= 32);
 }
 
+TEST_CASE("scatter_gather_tensors_in_pipeline: 1/tp of each message, all-gathered over TP on arrival") {
+  // tp 8 · pp 2 on two DGX H100: each stage is a node, so the pipeline messages cross InfiniBand.
+  // Megatron-LM before Megatron-Core (Narayanan et al. 2021, section 4.1) sends each TP rank's 1/8 of
+  // the hidden states and the receiver all-gathers the pieces over NVLink before its pass.
+  auto j = base(16, 8, 2, 4);
+  const auto whole = scenario(j);
+  j["parallel"]["scatter_gather_tensors_in_pipeline"] = true;
+  const auto scattered = scenario(j);
+  hardware::ComputeModel cm(whole.cluster.gpu);
+  const auto plan = parallel::build_step(scattered, cm);
+  // One micro-batch of hidden states: seq 2048 x hidden 4096 in bf16.
+  const std::int64_t message = 2048 * 4096 * 2;
+  auto pp_bytes = [](const engine::Program& p, int stream) {
+    std::set<std::int64_t> out;
+    for (const auto& t : p.stream(stream)) out.insert(t.bytes);
+    return out;
+  };
+  CHECK(pp_bytes(plan.programs[0], parallel::kPpSend) == std::set<std::int64_t>{message / 8});
+  CHECK(pp_bytes(plan.programs[1], parallel::kPpRecv) == std::set<std::int64_t>{message / 8});
+  // The last stage gathers each of the 4 activations it receives, the first each of the 4 gradients.
+  auto gathers = [message](const engine::Program& p, const std::string& name) {
+    int n = 0;
+    for (const auto& t : p.stream(parallel::kTpComm)) {
+      if (p.label_name(t.label) != name) continue;
+      CHECK(t.op == static_cast<std::uint16_t>(network::CollectiveOp::all_gather));
+      CHECK(t.bytes == message);
+      ++n;
+    }
+    return n;
+  };
+  CHECK(gathers(plan.programs[1], "forward pipeline_gather_forward") == 4);
+  CHECK(gathers(plan.programs[1], "backward pipeline_gather_backward") == 0);
+  CHECK(gathers(plan.programs[0], "backward pipeline_gather_backward") == 4);
+  CHECK(gathers(plan.programs[0], "forward pipeline_gather_forward") == 0);
+  // An eighth of the bytes over one NIC per GPU, then an NVLink all-gather: the step gets shorter,
+  // and the symmetric run stays exact.
+  const auto fast = parallel::simulate_step(scattered);
+  CHECK(fast.step_time_s < parallel::simulate_step(whole).step_time_s);
+  parallel::BuildOptions all;
+  all.all_ranks = true;
+  CHECK(fast.step_time_s == parallel::simulate_step(scattered, all).step_time_s);
+}
+
+TEST_CASE("scatter_gather_tensors_in_pipeline is refused where Megatron-LM did not scatter") {
+  auto j = base(16, 8, 2, 4);
+  j["parallel"]["scatter_gather_tensors_in_pipeline"] = true;
+  CHECK(refusal(j) == "accepted");
+  const std::string path = "test.json: parallel.scatter_gather_tensors_in_pipeline: ";
+  auto k = j;
+  k["parallel"]["sequence_parallel"] = true;
+  CHECK(refusal(k) == path + "needs sequence_parallel false (Megatron-LM sends the sequence-parallel shard as it is)");
+  k = j;
+  k["parallel"]["tp"] = 1;
+  k["gpus"] = 2;
+  CHECK(refusal(k) == path + "needs tp > 1 and pp > 1 (a message between tensor-parallel stages)");
+  k = j;
+  k["parallel"]["pp"] = 1;
+  k["gpus"] = 8;
+  CHECK(refusal(k) == path + "needs tp > 1 and pp > 1 (a message between tensor-parallel stages)");
+  k = j;
+  k["parallel"]["schedule"] = "gpipe";
+  CHECK(refusal(k) == path + "needs schedule 1f1b or interleaved (the schedules of the Megatron-LM that scattered)");
+  k = j;
+  k["training"]["framework"] = "megatron-deepspeed";
+  k["parallel"]["zero"] = 1;
+  k["parallel"]["overlap_grad_reduce"] = false;
+  CHECK(refusal(k) == path + "megatron-deepspeed: DeepSpeed's pipeline engine sends each rank's whole tensor");
+}
+
 TEST_CASE("data parallelism: gradients are all-reduced, or reduce-scattered and re-gathered with ZeRO-1") {
   auto j = base(16, 8, 1, 2);
   auto sc = scenario(j);

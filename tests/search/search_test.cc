@@ -603,3 +603,28 @@ TEST_CASE("search: a Megatron-DeepSpeed scenario gets DeepSpeed's rules and its 
     CHECK(c.training["framework"] == "megatron-deepspeed");
   }
 }
+
+TEST_CASE("search: a pre-Megatron-Core scenario keeps its whole hidden states and scatters where it can") {
+  // The Megatron-LM README's GPT-3 175B example (2021): no sequence parallelism, and the scatter and
+  // gather of the pipeline messages (scatter_gather_tensors_in_pipeline). The search keeps both on
+  // the layouts with tp > 1 and pp > 1, and drops the scatter on the others, which it would refuse.
+  const nlohmann::json doc = util::read_json_file((kData / "configs/gpt3-175b-a100-1024.json").string());
+  search::Axes a;
+  a.tp = {1, 8};
+  a.pp = {1, 16};
+  a.cp = {1};
+  a.virtual_stages = {1};
+  a.micro_batch = {1};
+  a.recompute = {config::Recompute::full};
+  a.zero = {1};
+  const auto r = search::run_search(parse(doc), doc, a, 2, kData);
+  int scattered = 0;
+  for (const auto& c : r.ranked) {
+    INFO("tp " << c.layout.tp << " pp " << c.layout.pp);
+    CHECK(c.parallel["sequence_parallel"] == false);
+    const bool applies = c.layout.tp > 1 && c.layout.pp > 1;
+    CHECK(c.parallel.contains("scatter_gather_tensors_in_pipeline") == applies);
+    scattered += applies;
+  }
+  CHECK(scattered == 1);
+}
