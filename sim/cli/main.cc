@@ -412,8 +412,8 @@ int main(int argc, char** argv) {
   validate
       ->add_option(
           "--set", validate_sets,
-          "Override a key of every record's scenario: PATH=VALUE, e.g. training.attention=flash2 (repeatable; a "
-          "record it makes invalid is skipped)")
+          "Override a key of every record's scenario: PATH=VALUE, e.g. training.attention=flash2 (repeatable; null "
+          "takes the key out; a record it makes invalid is skipped)")
       ->allow_extra_args(false);
   int validate_threads = 0;
   validate->add_option("--threads", validate_threads, "Records simulated at once (default: one per hardware thread)")

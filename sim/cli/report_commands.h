@@ -34,7 +34,7 @@ std::vector<std::int64_t> parse_int_list(const std::string& text, const std::str
 // The help of run's, scale's and search's --set.
 inline constexpr const char* kSetHelp =
     "Override a scenario key: PATH=VALUE, e.g. parallel.tp=8 or training.precision=fp8 (repeatable; VALUE is JSON, "
-    "else a string)";
+    "else a string; null takes the key out)";
 // The scenario file's JSON with each `--set PATH=VALUE` applied in order (config::apply_overrides);
 // config::parse_scenario(util::JsonNode(doc, scenario_file), ...) then checks it as load_scenario does.
 nlohmann::json scenario_doc(const std::string& scenario_file, const std::vector<std::string>& sets);

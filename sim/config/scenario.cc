@@ -1635,10 +1635,16 @@ void apply_overrides(nlohmann::json& doc, const std::vector<std::string>& sets, 
       const std::string key(rest.substr(0, dot));
       if (key.empty()) throw util::InputError("--set", "", fmt::format("{}: an empty key", path));
       if (dot == std::string_view::npos) {
-        (*node)[key] = value;
+        // null takes the key out: the scenario then has its default, as if the file did not say it.
+        if (value.is_null())
+          node->erase(key);
+        else
+          (*node)[key] = value;
         break;
       }
       walked = walked.empty() ? key : walked + "." + key;
+      // Taking out a key below one the scenario does not have leaves it as it is.
+      if (value.is_null() && (!node->contains(key) || (*node)[key].is_null())) break;
       node = &(*node)[key];
       if (node->is_null()) *node = nlohmann::json::object();
       rest.remove_prefix(dot + 1);

@@ -712,6 +712,35 @@ TEST_CASE("--set overrides scenario keys as if the file said them; a bad one is 
   }
 }
 
+TEST_CASE("--set PATH=null takes the key out: the scenario as if the file did not say it") {
+  auto j = good_scenario();
+  j["training"].erase("recompute");
+  const fs::path plain = write("unset-base.json", j.dump());
+  auto k = j;
+  k["training"]["recompute"] = "full";
+  k["parallel"]["dp_bucket_mb"] = 40;
+  const fs::path more = write("unset-more.json", k.dump());
+  Result expected = run(fmt::format("run '{}' --json", plain.string()));
+  // Two keys taken out, and one the file lacks (and a key below it) left absent.
+  Result unset =
+      run(fmt::format("run '{}' --json --set training.recompute=null --set parallel.dp_bucket_mb=null --set "
+                      "parallel.first_stage_layers=null --set training.optimizer.exp_avg_dtype=null",
+                      more.string()));
+  REQUIRE(expected.code == 0);
+  REQUIRE(unset.code == 0);
+  auto a = nlohmann::json::parse(expected.out), b = nlohmann::json::parse(unset.out);
+  a["scenario"].erase("file");
+  b["scenario"].erase("file");
+  CHECK(a == b);
+  // Megatron's default, no recompute, where the file said full.
+  CHECK(b["scenario"]["recompute"] == "none");
+  // A required key taken out is the scenario's own one-line error.
+  Result r = run(fmt::format("run '{}' --set training.seq_len=null", plain.string()));
+  CHECK(r.code == 2);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK(r.err.find("training.seq_len") != std::string::npos);
+}
+
 TEST_CASE("validate --set: a malformed one stops before any record runs, exit 2") {
   Result r = run("validate --set training.attention");
   CHECK(r.code == 2);
