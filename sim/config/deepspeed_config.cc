@@ -160,6 +160,16 @@ DeepSpeedConfig read_deepspeed_config(const std::string& text, const std::string
           listed(c.unknown, fmt::format("zero_optimization.{}", k));
         }
       }
+    } else if (key == "pipeline") {
+      v.expect_object();
+      for (const auto& [k, unused] : value.items()) {
+        if (k == "pipe_partitioned")
+          c.pipe_partitioned = v.at(k).as_bool();
+        else if (k == "grad_partitioned")
+          c.grad_partitioned = v.at(k).as_bool();
+        else
+          listed(c.unknown, fmt::format("pipeline.{}", k));
+      }
     } else if (key == "activation_checkpointing") {
       v.expect_object();
       for (const auto& [k, unused] : value.items()) {

@@ -29,6 +29,8 @@ struct DeepSpeedConfig {
   bool reduce_scatter = true;                    // zero_optimization.reduce_scatter
   std::string offload_optimizer;                 // zero_optimization.offload_optimizer.device: "", cpu, nvme
   std::string offload_param;                     // zero_optimization.offload_param.device
+  std::optional<bool> pipe_partitioned;          // pipeline.pipe_partitioned (DeepSpeed's default true)
+  std::optional<bool> grad_partitioned;          // pipeline.grad_partitioned (DeepSpeed's default true)
   // Each key read, as "ds_config.json: zero_optimization.stage", by what it does to a step.
   std::vector<std::string> no_effect, not_modelled, unknown;
 };

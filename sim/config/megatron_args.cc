@@ -1095,6 +1095,22 @@ class Importer {
       const double elements = ds.reduce_bucket_elements.value_or(5e8);  // DeepSpeed's default
       p["dp_bucket_mb"] = elements * (wire == "fp32" ? 4 : 2) / 1e6;
     }
+    // Pipeline messages: DeepSpeed's engine partitions them over the tensor-parallel ranks and gathers
+    // them on arrival (PartitionedTensor) unless pipeline.pipe_partitioned or grad_partitioned is false;
+    // the scenario's default for megatron-deepspeed where it applies, one switch for both directions.
+    if (ds.pipe_partitioned || ds.grad_partitioned) {
+      const bool fwd = ds.pipe_partitioned.value_or(true), bwd = ds.grad_partitioned.value_or(true);
+      if (pipeline && tp_ > 1 && pp_ > 1 && !p.value("sequence_parallel", false) && !(fwd && bwd)) {
+        p["scatter_gather_tensors_in_pipeline"] = false;
+        out_.origin["parallel.scatter_gather_tensors_in_pipeline"] =
+            fmt::format("{}: pipeline.{} false", ds_source_, fwd ? "grad_partitioned" : "pipe_partitioned");
+        if (fwd != bwd)
+          note(
+              fmt::format("{}: pipeline.pipe_partitioned {} and grad_partitioned {}: trainsim partitions the "
+                          "messages of both directions or of neither; both sent whole",
+                          ds_source_, fwd, bwd));
+      }
+    }
     if (!ds.offload_optimizer.empty())
       out_.not_modelled.push_back(
           fmt::format("{}: zero_optimization.offload_optimizer {} (DeepSpeed's CPU Adam; simulated on the GPU)",

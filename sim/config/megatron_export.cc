@@ -157,17 +157,22 @@ class Exporter {
     } else if (stage >= 2) {
       zero_json += R"(, "overlap_comm": false)";
     }
-    ds_config_ = fmt::format(R"({{
+    // Pipeline messages sent whole where DeepSpeed's engine would partition them (its default).
+    const bool whole = pipeline && p.tp > 1 && !p.sequence_parallel && !p.scatter_gather_tensors_in_pipeline;
+    ds_config_ =
+        fmt::format(R"({{
   "train_batch_size": {},
   "train_micro_batch_size_per_gpu": {},
   "steps_per_print": 1,
   "gradient_clipping": 1.0,
-  "zero_optimization": {{{}}},
+  "zero_optimization": {{{}}},{}
   "{}": {{"enabled": true}},
   "communication_data_type": "{}"
 }}
 )",
-                             t.global_batch, t.micro_batch, zero_json, bf16 ? "bf16" : "fp16", wire);
+                    t.global_batch, t.micro_batch, zero_json,
+                    whole ? "\n  \"pipeline\": {\"pipe_partitioned\": false, \"grad_partitioned\": false}," : "",
+                    bf16 ? "bf16" : "fp16", wire);
     ds_stage_ = stage;
 
     Group& r = training_;
@@ -388,7 +393,7 @@ class Exporter {
           fmt::format("parameters: {} MB of gradients", num(p.dp_bucket_mb)));
     }
     if (p.tp_comm_overlap) add(g, "--tp-comm-overlap");
-    if (p.scatter_gather_tensors_in_pipeline)
+    if (p.scatter_gather_tensors_in_pipeline && !s_.training.deepspeed)
       notes_.push_back(
           "parallel.scatter_gather_tensors_in_pipeline: Megatron-Core sends every tensor-parallel rank the whole "
           "hidden states between pipeline stages (the scatter and gather of Megatron-LM 2021-2022 is gone); the "

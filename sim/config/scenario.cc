@@ -403,6 +403,7 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
     if (p.tp_comm_overlap && !p.sequence_parallel) v->fail("requires sequence_parallel");
   }
   if (auto v = node.find("scatter_gather_tensors_in_pipeline")) {
+    p.scatter_gather_given = true;
     p.scatter_gather_tensors_in_pipeline = v->as_bool();
     if (p.scatter_gather_tensors_in_pipeline) {
       // Megatron-LM scattered the pipeline messages of a tensor-parallel stage only when the hidden
@@ -810,8 +811,6 @@ void check_deepspeed(const util::JsonNode& root, const Scenario& s) {
   refuse(p.overlap_param_gather, parallel_key("overlap_param_gather"),
          "DeepSpeed gathers the updated parameters after the step: needs false");
   refuse(p.tp_comm_overlap, parallel_key("tp_comm_overlap"), "Transformer Engine's overlap is not there");
-  refuse(p.scatter_gather_tensors_in_pipeline, parallel_key("scatter_gather_tensors_in_pipeline"),
-         "DeepSpeed's pipeline engine sends each rank's whole tensor");
   refuse(p.first_stage_layers > 0 || p.last_stage_layers > 0 || p.account_for_embedding || p.account_for_loss,
          parallel_key("pipeline_layout"),
          "DeepSpeed's PipelineModule places the layers: give its split as pipeline_layout (import megatron "
@@ -1483,7 +1482,15 @@ Scenario parse_scenario_in(const util::JsonNode& root, const fs::path& data_dir,
   check_layout(root, s);
   if (s.training.framework == Framework::pytorch_eager) check_eager(root, s);
   if (s.training.framework == Framework::torchtitan) check_torchtitan(root, s);
-  if (s.training.deepspeed) check_deepspeed(root, s);
+  if (s.training.deepspeed) {
+    check_deepspeed(root, s);
+    // DeepSpeed's PipelineEngine partitions each message of a tensor-parallel stage over its ranks
+    // and gathers it on arrival (PartitionedTensor; pipeline.pipe_partitioned and grad_partitioned,
+    // true by default), where the hidden states are whole on every rank.
+    ParallelSpec& p = s.parallel;
+    if (!p.scatter_gather_given && p.tp > 1 && p.pp > 1 && !p.sequence_parallel)
+      p.scatter_gather_tensors_in_pipeline = true;
+  }
   return s;
 }
 

@@ -134,8 +134,11 @@ struct ParallelSpec {
   // Megatron-LM before Megatron-Core (its --scatter-gather-tensors-in-pipeline, on by default until
   // 2023): with tp > 1 and without sequence parallelism each tensor-parallel rank sends 1/tp of the
   // hidden states between pipeline stages and the receiving stage all-gathers them over its TP group
-  // (Narayanan et al. 2021, section 4.1). Megatron-Core sends every rank the whole tensor.
+  // (Narayanan et al. 2021, section 4.1). Megatron-Core sends every rank the whole tensor. DeepSpeed's
+  // pipeline engine partitions them so by default (its pipeline.pipe_partitioned and grad_partitioned):
+  // with framework megatron-deepspeed an absent key is true where it applies.
   bool scatter_gather_tensors_in_pipeline = false;
+  bool scatter_gather_given = false;  // the scenario said it
   // Megatron-Core's --overlap-moe-expert-parallel-comm (Megatron-Bridge moe_a2a_overlap): in the
   // pipeline's steady state a forward and a backward of different micro-batches run merged layer by
   // layer, each one's token all-to-alls beside the other's compute (combined 1F1B); one more

@@ -122,6 +122,33 @@ TEST_CASE("Megatron-DeepSpeed with the pipeline: BF16_Optimizer, gradients reduc
   CHECK(s.unknown.empty());
 }
 
+TEST_CASE("Megatron-DeepSpeed's pipeline messages: partitioned over the TP ranks unless the config says not") {
+  // DeepSpeed's PipelineEngine partitions each message of a tensor-parallel stage (PartitionedTensor;
+  // pipeline.pipe_partitioned and grad_partitioned, true by default): the scenario leaves the key to
+  // megatron-deepspeed's default, true here, which run resolves.
+  const std::string layout = "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4";
+  const auto s = import(script("0", layout));
+  CHECK_FALSE(s.scenario["parallel"].contains("scatter_gather_tensors_in_pipeline"));
+  const auto resolved =
+      trainsim::config::parse_scenario(trainsim::util::JsonNode(s.scenario, "ds.json"), TRAINSIM_SOURCE_DIR);
+  CHECK(resolved.parallel.scatter_gather_tensors_in_pipeline);
+  // Either direction whole: both whole (one switch), with a note when they differ.
+  const auto off = import(script("0", layout, "", "  \"pipeline\": {\"pipe_partitioned\": false},\n"));
+  CHECK(off.scenario["parallel"]["scatter_gather_tensors_in_pipeline"] == false);
+  CHECK(std::any_of(off.notes.begin(), off.notes.end(), [](const std::string& n) {
+    return n.find("pipe_partitioned false and grad_partitioned true") != std::string::npos;
+  }));
+  const auto both = import(script("0", layout, "",
+                                  "  \"pipeline\": {\"pipe_partitioned\": false, \"grad_partitioned\": false, "
+                                  "\"stages\": \"auto\"},\n"));
+  CHECK(both.scenario["parallel"]["scatter_gather_tensors_in_pipeline"] == false);
+  CHECK(contains(both.unknown, "./ds_config.json: pipeline.stages"));
+  // Without tensor parallelism there is nothing to partition.
+  const auto tp1 =
+      import(script("0", "--pipeline-model-parallel-size 4", "", "  \"pipeline\": {\"pipe_partitioned\": false},\n"));
+  CHECK_FALSE(tp1.scenario["parallel"].contains("scatter_gather_tensors_in_pipeline"));
+}
+
 TEST_CASE("the microsoft fork's Llama flags: rmsnorm spelled its way, --num-key-value-heads, legacy flags") {
   const auto s = import(script("0", "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2",
                                "--swiglu --normalization rmsnorm --disable-bias-linear --num-key-value-heads 4 "

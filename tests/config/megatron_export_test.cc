@@ -350,4 +350,12 @@ TEST_CASE("a Megatron-DeepSpeed scenario exports as the fork's script with DeepS
   CHECK(describe(round_trip(doc, s, &script)) == describe(expected_after_round_trip(s)));
   CHECK(script.find(R"("zero_optimization": {"stage": 0},)") != std::string::npos);
   CHECK(script.find("--pp-partition-method") == std::string::npos);
+  // DeepSpeed's engine partitions the pipeline messages over the TP ranks by default (the scenario's
+  // default too): the configuration says nothing; whole messages are its pipe/grad_partitioned false.
+  CHECK(s.parallel.scatter_gather_tensors_in_pipeline);
+  CHECK(script.find(R"("pipeline")") == std::string::npos);
+  doc["parallel"]["scatter_gather_tensors_in_pipeline"] = false;
+  s = parse(doc, "ds.json");
+  CHECK(describe(round_trip(doc, s, &script)) == describe(expected_after_round_trip(s)));
+  CHECK(script.find(R"("pipeline": {"pipe_partitioned": false, "grad_partitioned": false},)") != std::string::npos);
 }

@@ -253,11 +253,20 @@ TEST_CASE("scatter_gather_tensors_in_pipeline is refused where Megatron-LM did n
   k = j;
   k["parallel"]["schedule"] = "gpipe";
   CHECK(refusal(k) == path + "needs schedule 1f1b or interleaved (the schedules of the Megatron-LM that scattered)");
+  // DeepSpeed's pipeline engine partitions its messages so by default (PartitionedTensor): with
+  // megatron-deepspeed an absent key is true where it applies, and false keeps the tensors whole.
   k = j;
   k["training"]["framework"] = "megatron-deepspeed";
   k["parallel"]["zero"] = 1;
   k["parallel"]["overlap_grad_reduce"] = false;
-  CHECK(refusal(k) == path + "megatron-deepspeed: DeepSpeed's pipeline engine sends each rank's whole tensor");
+  CHECK(refusal(k) == "accepted");
+  k["parallel"].erase("scatter_gather_tensors_in_pipeline");
+  CHECK(scenario(k).parallel.scatter_gather_tensors_in_pipeline);
+  k["parallel"]["scatter_gather_tensors_in_pipeline"] = false;
+  CHECK_FALSE(scenario(k).parallel.scatter_gather_tensors_in_pipeline);
+  k["parallel"]["sequence_parallel"] = true;
+  k["parallel"].erase("scatter_gather_tensors_in_pipeline");
+  CHECK_FALSE(scenario(k).parallel.scatter_gather_tensors_in_pipeline);
 }
 
 TEST_CASE("data parallelism: gradients are all-reduced, or reduce-scattered and re-gathered with ZeRO-1") {
