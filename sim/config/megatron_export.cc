@@ -158,7 +158,7 @@ class Exporter {
       zero_json += R"(, "overlap_comm": false)";
     }
     // Pipeline messages sent whole where DeepSpeed's engine would partition them (its default).
-    const bool whole = pipeline && p.tp > 1 && !p.sequence_parallel && !p.scatter_gather_tensors_in_pipeline;
+    const bool whole = p.pipeline_message_whole_per_tp_rank() && !p.scatter_gather_tensors_in_pipeline;
     ds_config_ =
         fmt::format(R"({{
   "train_batch_size": {},

@@ -1488,8 +1488,7 @@ Scenario parse_scenario_in(const util::JsonNode& root, const fs::path& data_dir,
     // and gathers it on arrival (PartitionedTensor; pipeline.pipe_partitioned and grad_partitioned,
     // true by default), where the hidden states are whole on every rank.
     ParallelSpec& p = s.parallel;
-    if (!p.scatter_gather_given && p.tp > 1 && p.pp > 1 && !p.sequence_parallel)
-      p.scatter_gather_tensors_in_pipeline = true;
+    if (!p.scatter_gather_given && p.pipeline_message_whole_per_tp_rank()) p.scatter_gather_tensors_in_pipeline = true;
   }
   return s;
 }

@@ -139,6 +139,8 @@ struct ParallelSpec {
   // with framework megatron-deepspeed an absent key is true where it applies.
   bool scatter_gather_tensors_in_pipeline = false;
   bool scatter_gather_given = false;  // the scenario said it
+  // Whether a pipeline message is whole on every tensor-parallel rank, which the scatter needs.
+  bool pipeline_message_whole_per_tp_rank() const { return tp > 1 && pp > 1 && !sequence_parallel; }
   // Megatron-Core's --overlap-moe-expert-parallel-comm (Megatron-Bridge moe_a2a_overlap): in the
   // pipeline's steady state a forward and a backward of different micro-batches run merged layer by
   // layer, each one's token all-to-alls beside the other's compute (combined 1F1B); one more
