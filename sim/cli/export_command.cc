@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "cli/report_commands.h"
+#include "config/bridge_export.h"
 #include "config/megatron_export.h"
 #include "config/scenario.h"
 #include "config/torchtitan_export.h"
@@ -36,6 +37,15 @@ CLI::App* add_export_command(CLI::App& app, ExportArgs& args) {
            "`import torchtitan` reads it back",
            "Write the TOML to this file (default: stdout)");
   args.torchtitan_app = torchtitan;
+  CLI::App* bridge = tool(
+      "bridge",
+      "Write the Megatron-Bridge (NeMo) configuration (the ConfigContainer keys that decide a step, YAML) that runs "
+      "a scenario over a recipe of its model; `import bridge` reads it back",
+      "Write the YAML (or the overrides) to this file (default: stdout)");
+  bridge->add_flag("--overrides", args.overrides,
+                   "Print the keys as Hydra overrides, one per line (section.key=value), as Megatron-Bridge's "
+                   "scripts/training/run_recipe.py takes them");
+  args.bridge_app = bridge;
   return exp;
 }
 
@@ -77,7 +87,22 @@ void write_torchtitan_toml(const nlohmann::json& doc, const std::string& file, c
   emit(exported.notes, exported.toml, out, false);
 }
 
+void write_bridge_config(const nlohmann::json& doc, const std::string& file, const std::string& out, bool overrides) {
+  const config::Scenario scenario = config::parse_scenario(util::JsonNode(doc, file), config::default_data_dir());
+  const config::BridgeExport exported = config::export_bridge(doc, scenario);
+  if (!overrides) return emit(exported.notes, exported.yaml, out, false);
+  std::string text;
+  for (const auto& o : exported.overrides) text += o + "\n";
+  std::vector<std::string> notes = exported.notes;
+  notes.insert(notes.end(), exported.override_notes.begin(), exported.override_notes.end());
+  emit(notes, text, out, false);
+}
+
 int export_command(const ExportArgs& args) {
+  if (args.bridge_app != nullptr && args.bridge_app->parsed()) {
+    write_bridge_config(scenario_doc(args.scenario, args.sets), args.scenario, args.out, args.overrides);
+    return 0;
+  }
   if (args.torchtitan_app != nullptr && args.torchtitan_app->parsed()) {
     write_torchtitan_toml(scenario_doc(args.scenario, args.sets), args.scenario, args.out);
     return 0;

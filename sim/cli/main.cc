@@ -185,6 +185,7 @@ struct SearchArgs {
   std::string gpus, nodes;      // search at these GPU counts instead of the scenario's
   std::string megatron_script;  // write the fastest fitting layout's Megatron-LM launch script here
   std::string torchtitan_toml;  // ... or its torchtitan job configuration
+  std::string bridge_config;    // ... or its Megatron-Bridge configuration
 };
 
 // The items of a comma-separated option value, as indices into `names`; an unknown or repeated item
@@ -299,7 +300,8 @@ int search_layouts(const SearchArgs& a) {
     print(result, base);  // rank 0 prints
     for (const auto& [option, file] :
          {std::pair<std::string_view, const std::string&>{"--megatron-script", a.megatron_script},
-          {"--torchtitan-toml", a.torchtitan_toml}}) {
+          {"--torchtitan-toml", a.torchtitan_toml},
+          {"--bridge-config", a.bridge_config}}) {
       if (file.empty()) continue;
       if (result.fitting == 0 || result.ranked.empty())
         throw util::InputError(std::string(option), "", "no layout fits, so there is nothing to write");
@@ -309,8 +311,10 @@ int search_layouts(const SearchArgs& a) {
       best["training"] = result.ranked.front().training;
       if (option == "--megatron-script")
         trainsim::cli::write_megatron_script(best, a.scenario_file, file);
-      else
+      else if (option == "--torchtitan-toml")
         trainsim::cli::write_torchtitan_toml(best, a.scenario_file, file);
+      else
+        trainsim::cli::write_bridge_config(best, a.scenario_file, file);
     }
     return 0;
   }
@@ -318,6 +322,8 @@ int search_layouts(const SearchArgs& a) {
     throw util::InputError("--megatron-script", "", "takes one GPU count: search without --gpus / --nodes lists");
   if (!a.torchtitan_toml.empty())
     throw util::InputError("--torchtitan-toml", "", "takes one GPU count: search without --gpus / --nodes lists");
+  if (!a.bridge_config.empty())
+    throw util::InputError("--bridge-config", "", "takes one GPU count: search without --gpus / --nodes lists");
   // Several GPU counts: the same search at each, then the best layout per count.
   std::vector<std::int64_t> counts =
       trainsim::cli::parse_int_list(a.gpus.empty() ? a.nodes : a.gpus, a.gpus.empty() ? "--nodes" : "--gpus", 1, true);
@@ -491,6 +497,9 @@ int main(int argc, char** argv) {
   search->add_option("--torchtitan-toml", search_args.torchtitan_toml,
                      "Write the fastest layout that fits of a torchtitan scenario as torchtitan's job configuration to "
                      "this file (as `export torchtitan` writes it; one GPU count only)");
+  search->add_option("--bridge-config", search_args.bridge_config,
+                     "Write the fastest layout that fits as a Megatron-Bridge configuration YAML to this file (as "
+                     "`export bridge` writes it; one GPU count only)");
   search->add_option("--headroom", search_args.headroom,
                      "Share of GPU memory a layout must leave free to count as fitting: 5% or 0.05 (default 0)");
   search->add_option("--network", search_args.network,

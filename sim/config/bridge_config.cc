@@ -340,8 +340,10 @@ class Reader {
     if (!bucket.IsDefined() || bucket.IsNull())
       set("ddp-bucket-size", {"134217728"}, section,
           "comm_overlap.bucket_size (Megatron-Bridge's default with data parallelism)");
-    else
+    else {
+      ++read_;
       set("ddp-bucket-size", {scalar(bucket, "comm_overlap.bucket_size")}, bucket, "comm_overlap.bucket_size");
+    }
   }
 
   // A LoRA fine-tuning run (peft: Megatron-Bridge's LoRA): trainsim's training.peft "lora" with the

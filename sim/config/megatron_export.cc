@@ -66,7 +66,10 @@ class Exporter {
     parallel();
     training();
     outside();
-    return {render(), std::move(notes_)};
+    std::vector<MegatronFlag> flags;
+    for (const Group* g : {&model_, &parallel_, &training_, &data_})
+      for (const Arg& a : g->args) flags.push_back({a.flag, a.values});
+    return {render(), std::move(notes_), std::move(flags)};
   }
 
  private:
@@ -215,7 +218,7 @@ class Exporter {
     if (t.document_tokens > 0)
       notes_.push_back(fmt::format("training.document_tokens {}: packed documents come from the dataset, not a flag",
                                    t.document_tokens));
-    return {render(), std::move(notes_)};
+    return {render(), std::move(notes_), {}};
   }
 
   // A pipeline layout with its repeats written out, for comparing two spellings of one split.

@@ -24,9 +24,18 @@
 
 namespace trainsim::config {
 
+// One flag of the command, "--num-layers" with its values.
+struct MegatronFlag {
+  std::string flag;
+  std::vector<std::string> values;
+};
+
 struct MegatronExport {
   std::string script;              // the bash launch script
   std::vector<std::string> notes;  // what the script cannot say, one line each
+  // The flags of pretrain_gpt.py (pretrain_mamba.py) in the script's order, for another tool's
+  // form of the same run (config/bridge_export.h); empty for a Megatron-DeepSpeed script.
+  std::vector<MegatronFlag> flags;
 };
 
 // `doc` is the scenario's JSON as read (after --set), `scenario` the same parsed; messages name

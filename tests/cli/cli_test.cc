@@ -1390,3 +1390,43 @@ TEST_CASE("export megatron writes a script bash runs as import reads it; search 
   CHECK(eager.code == 2);
   CHECK(std::count(eager.err.begin(), eager.err.end(), '\n') == 1);
 }
+
+TEST_CASE("export bridge writes a YAML import bridge reads back to the same prediction; search writes its best") {
+  const fs::path yaml = temp_dir() / "qwen3-bridge.yaml";
+  Result r = run(fmt::format("export bridge configs/qwen3-30b-a3b-h100-16.json -o '{}'", yaml.string()));
+  INFO("stderr: " << r.err);
+  REQUIRE(r.code == 0);
+  CHECK(slurp(yaml).find("\nmodel:\n  num_layers: 48\n") != std::string::npos);
+  Result imported = run(fmt::format("import bridge '{}' --cluster dgx-h100 --gpus 16", yaml.string()));
+  INFO("import: " << imported.err);
+  REQUIRE(imported.code == 0);
+  const fs::path back = write("qwen3-bridge-back.json", imported.out);
+  Result original = run("run configs/qwen3-30b-a3b-h100-16.json --json");
+  Result again = run(fmt::format("run '{}' --json", back.string()));
+  REQUIRE(original.code == 0);
+  REQUIRE(again.code == 0);
+  REQUIRE(nlohmann::json::parse(original.out)["step_time_s"].is_number());
+  CHECK(nlohmann::json::parse(original.out)["step_time_s"] == nlohmann::json::parse(again.out)["step_time_s"]);
+
+  // --overrides: the same keys as run_recipe.py's Hydra overrides, one per line; the objects are notes.
+  Result o = run("export bridge configs/qwen3-30b-a3b-h100-16.json --overrides");
+  REQUIRE(o.code == 0);
+  CHECK(o.out.find("model.expert_model_parallel_size=16\n") != std::string::npos);
+  CHECK(o.out.find("activation_func") == std::string::npos);
+  CHECK(o.err.find("model.activation_func") != std::string::npos);
+
+  const fs::path best = temp_dir() / "best.yaml";
+  Result s = run(fmt::format("search configs/llama3.1-8b-h200-64.json --top 1 --bridge-config '{}'", best.string()));
+  REQUIRE(s.code == 0);
+  const auto first = s.out.find("\n   1 ");
+  REQUIRE(first != std::string::npos);
+  std::istringstream row(s.out.substr(first + 1));
+  std::string rank, tp;
+  row >> rank >> tp;
+  CHECK(slurp(best).find("\n  tensor_model_parallel_size: " + tp + "\n") != std::string::npos);
+
+  Result deepspeed = run("export bridge configs/bloom-176b-jean-zay-384.json");
+  CHECK(deepspeed.code == 2);
+  CHECK(std::count(deepspeed.err.begin(), deepspeed.err.end(), '\n') == 1);
+  CHECK(deepspeed.err.starts_with("configs/bloom-176b-jean-zay-384.json: training.framework: "));
+}
