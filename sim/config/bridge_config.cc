@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
+#include <map>
 #include <string_view>
 #include <vector>
 
@@ -267,6 +269,30 @@ class Reader {
     return dot == std::string::npos ? v : v.substr(dot + 1);
   }
 
+  // An enum member as a name: a repr ("AttnBackend.auto"), a name, or the object a ConfigContainer
+  // dump writes for it ({_target_: megatron.core.transformer.enums.AttnBackend, _call_: true,
+  // _args_: [5]}), whose value Megatron-Core's enums.py names (AttnBackend: flash 1, fused 2, unfused
+  // 3, local 4, auto 5; CudaGraphScope: full_iteration 1, attn 2, mlp 3, moe 4, moe_router 5,
+  // moe_preprocess 6, mamba 7, full_iteration_inference 8).
+  std::string enum_name(const YAML::Node& n, std::string_view path) const {
+    if (!is_map(n)) return enum_value(scalar(n, path));
+    const std::string target = enum_value(scalar(n["_target_"], path));
+    if (!is_sequence(n["_args_"]) || n["_args_"].size() != 1) fail(n, path, "expected an enum with one _args_ value");
+    const std::string v = scalar(n["_args_"][0], path);
+    static const std::map<std::string, std::vector<std::string>, std::less<>> kValues{
+        {"AttnBackend", {"flash", "fused", "unfused", "local", "auto"}},
+        {"CudaGraphScope",
+         {"full_iteration", "attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba",
+          "full_iteration_inference"}}};
+    const auto values = kValues.find(target);
+    if (values == kValues.end() || v.empty() ||
+        !std::all_of(v.begin(), v.end(), [](unsigned char c) { return std::isdigit(c) != 0; }))
+      return enum_value(v);
+    const auto i = std::stoul(v);
+    if (i < 1 || i > values->second.size()) fail(n, path, fmt::format("{} has no member of value {}", target, v));
+    return values->second[i - 1];
+  }
+
   void set(std::string_view flag, std::vector<std::string> values, const YAML::Node& n, std::string_view path,
            bool present = true) {
     settings_[std::string(flag)] = {std::move(values), line_of(n), std::string(path), present};
@@ -296,9 +322,9 @@ class Reader {
       case Kind::list: {
         std::vector<std::string> values;
         if (is_sequence(n)) {
-          for (const auto& item : n) values.push_back(enum_value(scalar(item, k.path)));
+          for (const auto& item : n) values.push_back(enum_name(item, k.path));
         } else {
-          values.push_back(enum_value(scalar(n, k.path)));
+          values.push_back(enum_name(n, k.path));
         }
         if (values.empty()) return;
         return set(k.flag, std::move(values), n, k.path);
@@ -460,9 +486,7 @@ class Reader {
     const YAML::Node backend = lookup("model.attention_backend");
     if (backend.IsDefined() && !backend.IsNull()) {
       ++read_;
-      const std::string b = is_map(backend) && is_sequence(backend["_args_"]) && backend["_args_"].size() > 0
-                                ? scalar(backend["_args_"][0], "model.attention_backend")
-                                : enum_value(scalar(backend, "model.attention_backend"));
+      const std::string b = enum_name(backend, "model.attention_backend");
       set("attention-backend", {b}, backend, "model.attention_backend");
     }
     pipeline_layout();

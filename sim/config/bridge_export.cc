@@ -1,6 +1,7 @@
 #include "config/bridge_export.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -305,11 +306,17 @@ class Exporter {
     const auto graphs = value("--cuda-graph-impl");
     put(g, "cuda_graph_impl", scalar(graphs ? *graphs : "none"));
     if (const auto scope = take("--cuda-graph-scope")) put(g, "cuda_graph_scope", list(*scope));
-    const auto backend = value("--attention-backend");
+    // Megatron-Core's AttnBackend by value, as a ConfigContainer dump writes it (enums.py: flash 1,
+    // fused 2, unfused 3, local 4, auto 5).
+    const std::string backend = value("--attention-backend").value_or("auto");
+    constexpr std::array<std::string_view, 5> kBackends{"flash", "fused", "unfused", "local", "auto"};
+    const auto at = std::find(kBackends.begin(), kBackends.end(), backend);
+    TRAINSIM_ASSERT(at != kBackends.end());
     put(g, "attention_backend",
         object("megatron.core.transformer.enums.AttnBackend",
-               fmt::format(", _args_: [{}]", backend ? *backend : "auto")),
-        backend ? "" : "Transformer Engine's fused attention where it applies");
+               fmt::format(", _call_: true, _args_: [{}]", at - kBackends.begin() + 1)),
+        fmt::format("{}{}", backend,
+                    backend == "auto" ? ": Transformer Engine's fused attention where it applies" : ""));
   }
 
   void recompute() {
@@ -433,8 +440,9 @@ class Exporter {
   }
 
   void dataset() {
-    put(dataset_, "seq_length", scalar(fmt::format("{}", s_.training.seq_len)),
-        "the recipe's data at this length (model.seq_length follows it)");
+    // GPTDatasetConfig's field; the fine-tuning datasets' (LoRA's) is seq_length.
+    put(dataset_, s_.training.lora ? "seq_length" : "sequence_length", scalar(fmt::format("{}", s_.training.seq_len)),
+        "the recipe's data at this length");
     if (s_.training.document_tokens > 0)
       notes_.push_back(fmt::format(
           "training.document_tokens {}: packed documents come from the dataset (packed_sequence_specs), not a key",

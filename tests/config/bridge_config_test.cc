@@ -250,3 +250,46 @@ TEST_CASE("Megatron-Bridge's BF16 first and last layers: mixed_precision's, read
   off.replace(off.find("first_last_layers_bf16: true"), 28, "first_last_layers_bf16: false");
   CHECK(!import(off).scenario["training"].contains("bf16_layers_at_end"));
 }
+
+TEST_CASE("Megatron-Core enums as a ConfigContainer dump writes them: by value, named by enums.py") {
+  const std::string base = R"(model:
+  num_layers: 4
+  hidden_size: 256
+  num_attention_heads: 4
+  vocab_size: 1000
+  seq_length: 128
+  attention_backend:
+    _args_:
+    - BACKEND
+    _call_: true
+    _target_: megatron.core.transformer.enums.AttnBackend
+  cuda_graph_impl: transformer_engine
+  cuda_graph_scope:
+  - {_target_: megatron.core.transformer.enums.CudaGraphScope, _call_: true, _args_: [2]}
+  - {_target_: megatron.core.transformer.enums.CudaGraphScope, _call_: true, _args_: [3]}
+mixed_precision:
+  bf16: true
+train:
+  global_batch_size: 8
+  micro_batch_size: 1
+)";
+  auto with = [&](const std::string& backend) {
+    std::string y = base;
+    y.replace(y.find("BACKEND"), 7, backend);
+    return y;
+  };
+  // AttnBackend: flash 1, fused 2, unfused 3, local 4, auto 5; CudaGraphScope: attn 2, mlp 3.
+  const ImportedScenario fused = import(with("5"), 8);
+  CHECK_FALSE(fused.scenario["training"].contains("attention"));
+  CHECK(fused.scenario["training"]["cuda_graph_scope"] == nlohmann::json::array({"attn", "mlp"}));
+  const ImportedScenario unfused = import(with("3"), 8);
+  CHECK(unfused.scenario["training"]["attention"] == "softmax");
+  // The member's name, as an older dump's repr spells it, reads the same.
+  CHECK(import(with("unfused"), 8).scenario == unfused.scenario);
+  try {
+    import(with("9"), 8);
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()) == "run.yaml: line 8: model.attention_backend: AttnBackend has no member of value 9");
+  }
+}

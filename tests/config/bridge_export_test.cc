@@ -143,7 +143,7 @@ TEST_CASE("the Bridge YAML for Llama 3.1 8B with FP8 on Blackwell, checked by ha
       "  overlap_param_gather: true\n  bucket_size: 40000000\n");
   // Blackwell's FP8 is Transformer Engine's MXFP8 recipe.
   has("mixed_precision:\n  bf16: true\n  fp16: false\n  fp8: e4m3\n  fp8_recipe: mxfp8 ");
-  has("dataset:\n  seq_length: 8192 ");
+  has("dataset:\n  sequence_length: 8192 ");
   CHECK(out.yaml.find("peft:") == std::string::npos);
   // The overrides: the same scalar keys, the objects left to the recipe with a note.
   CHECK(std::find(out.overrides.begin(), out.overrides.end(), "model.tensor_model_parallel_size=2") !=
@@ -170,6 +170,7 @@ TEST_CASE("a LoRA fine-tuning scenario becomes Megatron-Bridge's peft section") 
   INFO(yaml);
   CHECK(yaml.find("peft:\n  _target_: megatron.bridge.peft.lora.LoRA") != std::string::npos);
   CHECK(yaml.find("  dim: 16\n  target_modules: [linear_qkv, linear_proj]\n") != std::string::npos);
+  CHECK(yaml.find("dataset:\n  seq_length: 4096 ") != std::string::npos);  // a fine-tuning dataset's key
   CHECK(back.training.lora);
   CHECK(back.training.lora_rank == 16);
   CHECK(back.training.lora_targets == s.training.lora_targets);
