@@ -183,6 +183,7 @@ struct SearchArgs {
   std::string network;  // overrides the scenario's network model
   std::string headroom = "0";
   std::string gpus, nodes;      // search at these GPU counts instead of the scenario's
+  std::string clusters;         // ... or on each of these clusters
   std::string megatron_script;  // write the fastest fitting layout's Megatron-LM launch script here
   std::string torchtitan_toml;  // ... or its torchtitan job configuration
   std::string bridge_config;    // ... or its Megatron-Bridge configuration
@@ -212,70 +213,128 @@ std::vector<std::size_t> parse_choice_list(std::string_view value, const char* o
   return out;
 }
 
+// `search --clusters a,b,c`: the same search on each cluster (at the scenario's GPU count, or the one
+// --gpus / --nodes gives), then the best layout per cluster.
+template <typename AxesFor, typename Print>
+int search_clusters(const SearchArgs& a, nlohmann::json doc, const AxesFor& axes_for, int threads, double headroom,
+                    const Print& print) {
+  using namespace trainsim;
+  for (const auto& [option, value] :
+       {std::pair<const char*, const std::string&>{"--megatron-script", a.megatron_script},
+        {"--torchtitan-toml", a.torchtitan_toml},
+        {"--bridge-config", a.bridge_config}})
+    if (!value.empty()) throw util::InputError(option, "", "takes one cluster: search without --clusters");
+  std::vector<std::string> names;
+  std::string_view rest = a.clusters;
+  while (true) {
+    const std::size_t comma = rest.find(',');
+    const std::string name(rest.substr(0, comma));
+    if (name.empty()) throw util::InputError("--clusters", "", "expected a list of clusters like dgx-h100,dgx-b200");
+    if (std::find(names.begin(), names.end(), name) != names.end())
+      throw util::InputError("--clusters", "", fmt::format("{} is listed twice", name));
+    names.push_back(name);
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  std::int64_t count = 0;  // 0: the scenario's
+  if (!a.gpus.empty() || !a.nodes.empty()) {
+    const std::string option = a.gpus.empty() ? "--nodes" : "--gpus";
+    const auto counts = trainsim::cli::parse_int_list(a.gpus.empty() ? a.nodes : a.gpus, option, 1, true);
+    if (counts.size() > 1)
+      throw util::InputError(option, "", "takes one count with --clusters (compare clusters at one size)");
+    count = counts.front();
+  }
+  const auto data_dir = config::default_data_dir();
+  std::vector<nlohmann::json> docs;
+  std::vector<config::Scenario> bases;
+  // Every cluster is checked before any is searched, so a bad one fails at once.
+  for (const auto& name : names) {
+    nlohmann::json d = doc;
+    d["cluster"] = name;
+    config::Scenario b = config::parse_scenario(util::JsonNode(d, a.scenario_file), data_dir);
+    if (count > 0) {
+      d["gpus"] = a.nodes.empty() ? count : count * b.cluster.gpus_per_node;
+      b = config::parse_scenario(util::JsonNode(d, a.scenario_file), data_dir);
+    }
+    docs.push_back(std::move(d));
+    bases.push_back(std::move(b));
+  }
+  std::vector<search::Result> results;
+  for (std::size_t i = 0; i < bases.size(); ++i)
+    results.push_back(search::run_search(bases[i], docs[i], axes_for(bases[i]), threads, data_dir, headroom, a.top));
+  if (results.front().root) print(results, bases);
+  return 0;
+}
+
 int search_layouts(const SearchArgs& a) {
   using namespace trainsim;
   const auto data_dir = config::default_data_dir();
   nlohmann::json doc = trainsim::cli::scenario_doc(a.scenario_file, a.sets);
   const config::Scenario base = config::parse_scenario(util::JsonNode(doc, a.scenario_file), data_dir);
-  search::Axes axes = search::default_axes(base);
-  if (!a.tp.empty()) axes.tp = trainsim::cli::parse_int_list(a.tp, "--tp", 1, false);
-  if (!a.pp.empty()) axes.pp = trainsim::cli::parse_int_list(a.pp, "--pp", 1, false);
-  if (!a.cp.empty()) axes.cp = trainsim::cli::parse_int_list(a.cp, "--cp", 1, false);
-  if (!a.ep.empty()) {
-    if (!base.model.moe())
-      throw util::InputError("--ep", "", fmt::format("{} is not a mixture-of-experts model", base.model.name));
-    axes.ep = trainsim::cli::parse_int_list(a.ep, "--ep", 1, false);
-  }
-  if (!a.vp.empty()) axes.virtual_stages = trainsim::cli::parse_int_list(a.vp, "--vp", 1, false);
-  if (!a.micro_batch.empty())
-    axes.micro_batch = trainsim::cli::parse_int_list(a.micro_batch, "--micro-batch", 1, false);
-  if (!a.zero.empty()) {
-    axes.zero = trainsim::cli::parse_int_list(a.zero, "--zero", 0, false);
-    for (const auto z : axes.zero)
-      if (z > 3) throw util::InputError("--zero", "", fmt::format("must be 0, 1, 2 or 3, got {}", z));
-  }
-  if (!a.hsdp.empty()) axes.hsdp_nodes = trainsim::cli::parse_int_list(a.hsdp, "--hsdp", 0, false);
-  auto moe_only = [&](const char* option) {
-    if (!base.model.moe())
-      throw util::InputError(option, "", fmt::format("{} is not a mixture-of-experts model", base.model.name));
+  // The axes of a search on `b`: its defaults (which depend on the cluster), with the options' lists.
+  auto axes_for = [&](const config::Scenario& b) {
+    search::Axes axes = search::default_axes(b);
+    if (!a.tp.empty()) axes.tp = trainsim::cli::parse_int_list(a.tp, "--tp", 1, false);
+    if (!a.pp.empty()) axes.pp = trainsim::cli::parse_int_list(a.pp, "--pp", 1, false);
+    if (!a.cp.empty()) axes.cp = trainsim::cli::parse_int_list(a.cp, "--cp", 1, false);
+    if (!a.ep.empty()) {
+      if (!base.model.moe())
+        throw util::InputError("--ep", "", fmt::format("{} is not a mixture-of-experts model", base.model.name));
+      axes.ep = trainsim::cli::parse_int_list(a.ep, "--ep", 1, false);
+    }
+    if (!a.vp.empty()) axes.virtual_stages = trainsim::cli::parse_int_list(a.vp, "--vp", 1, false);
+    if (!a.micro_batch.empty())
+      axes.micro_batch = trainsim::cli::parse_int_list(a.micro_batch, "--micro-batch", 1, false);
+    if (!a.zero.empty()) {
+      axes.zero = trainsim::cli::parse_int_list(a.zero, "--zero", 0, false);
+      for (const auto z : axes.zero)
+        if (z > 3) throw util::InputError("--zero", "", fmt::format("must be 0, 1, 2 or 3, got {}", z));
+    }
+    if (!a.hsdp.empty()) axes.hsdp_nodes = trainsim::cli::parse_int_list(a.hsdp, "--hsdp", 0, false);
+    auto moe_only = [&](const char* option) {
+      if (!base.model.moe())
+        throw util::InputError(option, "", fmt::format("{} is not a mixture-of-experts model", base.model.name));
+    };
+    if (!a.a2a_overlap.empty()) {
+      moe_only("--a2a-overlap");
+      axes.moe_a2a_overlap.clear();
+      for (const std::size_t i : parse_choice_list(a.a2a_overlap, "--a2a-overlap", "value", {"off", "on"}))
+        axes.moe_a2a_overlap.push_back(i == 1);
+    }
+    if (!a.schedule.empty()) {
+      constexpr std::array<config::Schedule, 4> kSchedules = {config::Schedule::one_f_one_b, config::Schedule::gpipe,
+                                                              config::Schedule::zb_h1, config::Schedule::dualpipev};
+      axes.schedule.clear();
+      for (const std::size_t i :
+           parse_choice_list(a.schedule, "--schedule", "value", {"1f1b", "gpipe", "zb-h1", "dualpipev"}))
+        axes.schedule.push_back(kSchedules[i]);
+    }
+    if (!a.dispatcher.empty()) {
+      moe_only("--dispatcher");
+      axes.moe_dispatcher.clear();
+      for (const std::size_t i :
+           parse_choice_list(a.dispatcher, "--dispatcher", "value", {"alltoall", "allgather", "flex"}))
+        axes.moe_dispatcher.push_back(static_cast<config::MoeDispatcher>(i));
+    }
+    if (!a.precision.empty()) {
+      constexpr std::array<config::Precision, 4> kPrecisions = {config::Precision::bf16, config::Precision::fp16,
+                                                                config::Precision::fp8, config::Precision::nvfp4};
+      axes.precision.clear();
+      for (const std::size_t i :
+           parse_choice_list(a.precision, "--precision", "precision", {"bf16", "fp16", "fp8", "nvfp4"}))
+        axes.precision.push_back(kPrecisions[i]);
+    }
+    if (!a.recompute.empty()) {
+      constexpr std::array<config::Recompute, 3> kModes = {config::Recompute::none, config::Recompute::selective,
+                                                           config::Recompute::full};
+      axes.recompute.clear();
+      for (const std::size_t i :
+           parse_choice_list(a.recompute, "--recompute", "recompute", {"none", "selective", "full"}))
+        axes.recompute.push_back(kModes[i]);
+    }
+    return axes;
   };
-  if (!a.a2a_overlap.empty()) {
-    moe_only("--a2a-overlap");
-    axes.moe_a2a_overlap.clear();
-    for (const std::size_t i : parse_choice_list(a.a2a_overlap, "--a2a-overlap", "value", {"off", "on"}))
-      axes.moe_a2a_overlap.push_back(i == 1);
-  }
-  if (!a.schedule.empty()) {
-    constexpr std::array<config::Schedule, 4> kSchedules = {config::Schedule::one_f_one_b, config::Schedule::gpipe,
-                                                            config::Schedule::zb_h1, config::Schedule::dualpipev};
-    axes.schedule.clear();
-    for (const std::size_t i :
-         parse_choice_list(a.schedule, "--schedule", "value", {"1f1b", "gpipe", "zb-h1", "dualpipev"}))
-      axes.schedule.push_back(kSchedules[i]);
-  }
-  if (!a.dispatcher.empty()) {
-    moe_only("--dispatcher");
-    axes.moe_dispatcher.clear();
-    for (const std::size_t i :
-         parse_choice_list(a.dispatcher, "--dispatcher", "value", {"alltoall", "allgather", "flex"}))
-      axes.moe_dispatcher.push_back(static_cast<config::MoeDispatcher>(i));
-  }
-  if (!a.precision.empty()) {
-    constexpr std::array<config::Precision, 4> kPrecisions = {config::Precision::bf16, config::Precision::fp16,
-                                                              config::Precision::fp8, config::Precision::nvfp4};
-    axes.precision.clear();
-    for (const std::size_t i :
-         parse_choice_list(a.precision, "--precision", "precision", {"bf16", "fp16", "fp8", "nvfp4"}))
-      axes.precision.push_back(kPrecisions[i]);
-  }
-  if (!a.recompute.empty()) {
-    constexpr std::array<config::Recompute, 3> kModes = {config::Recompute::none, config::Recompute::selective,
-                                                         config::Recompute::full};
-    axes.recompute.clear();
-    for (const std::size_t i :
-         parse_choice_list(a.recompute, "--recompute", "recompute", {"none", "selective", "full"}))
-      axes.recompute.push_back(kModes[i]);
-  }
+  const search::Axes axes = axes_for(base);
   const int threads = a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (!a.network.empty()) {
     if (a.network != "analytical" && a.network != "flow")
@@ -294,6 +353,7 @@ int search_layouts(const SearchArgs& a) {
     else
       fmt::print("{}", search::to_text(results, bases, a.top));
   };
+  if (!a.clusters.empty()) return search_clusters(a, doc, axes_for, threads, headroom, print);
   if (a.gpus.empty() && a.nodes.empty()) {
     const auto result = search::run_search(base, doc, axes, threads, data_dir, headroom, a.top);
     if (!result.root) return 0;
@@ -491,6 +551,9 @@ int main(int argc, char** argv) {
       "layout per count");
   search->add_option("--nodes", search_args.nodes, "As --gpus, in nodes (times the cluster's GPUs per node)")
       ->excludes(search_gpus);
+  search->add_option("--clusters", search_args.clusters,
+                     "Search on each of these clusters (topology names or files: dgx-h100,dgx-b200,gb200-nvl72) at the "
+                     "scenario's GPU count (or one --gpus / --nodes), then list the best layout per cluster");
   search->add_option("--megatron-script", search_args.megatron_script,
                      "Write the fastest layout that fits as a Megatron-LM launch script to this file (as `export "
                      "megatron` writes it; one GPU count only)");

@@ -936,6 +936,7 @@ namespace {
 // The best fitting layout of each search, with tokens/s/GPU against the first count's best.
 struct BestRow {
   std::int64_t gpus = 0;
+  std::string cluster;
   const config::Scenario* base = nullptr;  // the count's base scenario
   const Candidate* best = nullptr;         // null: nothing fits at this count
   bool all_rejected = false;               // nothing passed the layout rules at this count
@@ -947,6 +948,12 @@ const char* none_cell(const BestRow& row) {
   return row.all_rejected ? "no layout passes the layout rules" : "no layout fits in memory";
 }
 
+// Whether the searches compare clusters (search --clusters) rather than GPU counts.
+bool by_cluster(const std::vector<config::Scenario>& bases) {
+  return std::any_of(bases.begin(), bases.end(),
+                     [&](const config::Scenario& b) { return b.cluster.name != bases.front().cluster.name; });
+}
+
 std::vector<BestRow> best_rows(const std::vector<Result>& results, const std::vector<config::Scenario>& bases) {
   TRAINSIM_ASSERT(results.size() == bases.size());
   std::vector<BestRow> rows;
@@ -954,6 +961,7 @@ std::vector<BestRow> best_rows(const std::vector<Result>& results, const std::ve
   for (std::size_t i = 0; i < results.size(); ++i) {
     BestRow row;
     row.gpus = bases[i].gpus;
+    row.cluster = bases[i].cluster.name;
     row.base = &bases[i];
     row.all_rejected = results[i].all_rejected();
     if (results[i].fitting > 0) {
@@ -977,17 +985,27 @@ std::string to_text(const std::vector<Result>& results, const std::vector<config
   const bool moe = !bases.empty() && bases.front().model.moe();
   const bool precision = !results.empty() && results.front().precision_axis;
   const bool train = !bases.empty() && bases.front().training.train_tokens > 0;
-  out += "\nbest layout per GPU count (scaling: tokens/s/GPU against the first count's best";
+  const bool clusters = by_cluster(bases);
+  // Per cluster, a first column of the clusters' names.
+  std::size_t width = 7;
+  if (clusters)
+    for (const auto& b : bases) width = std::max(width, b.cluster.name.size());
+  auto cluster_cell = [&](const std::string& name) {
+    return clusters ? fmt::format("{:<{}} ", name, width) : std::string();
+  };
+  out += clusters ? "\nbest layout per cluster (speed: tokens/s/GPU against the first cluster's best"
+                  : "\nbest layout per GPU count (scaling: tokens/s/GPU against the first count's best";
   out += train ? fmt::format("; days and GPU-hours to train {} tokens)\n",
                              report::si_count(bases.front().training.train_tokens))
                : std::string(")\n");
-  out += fmt::format("{:>6} {:>3} {:>3} {:>3}{} {:>5} {:>3} {:>4}  {:<9} {:>4}{} {:>9} {:>12} {:>6} {:>8}{}\n", "gpus",
-                     "tp", "pp", "cp", moe ? "  ep" : "", "dp", "vp", "mbs", "recompute", "zero",
-                     precision ? "  prec" : "", "step (s)", "tokens/s/GPU", "MFU", "scaling",
-                     train ? fmt::format(" {:>8} {:>10}", "days", "GPU-hours") : std::string());
+  out +=
+      fmt::format("{}{:>6} {:>3} {:>3} {:>3}{} {:>5} {:>3} {:>4}  {:<9} {:>4}{} {:>9} {:>12} {:>6} {:>8}{}\n",
+                  cluster_cell("cluster"), "gpus", "tp", "pp", "cp", moe ? "  ep" : "", "dp", "vp", "mbs", "recompute",
+                  "zero", precision ? "  prec" : "", "step (s)", "tokens/s/GPU", "MFU", clusters ? "speed" : "scaling",
+                  train ? fmt::format(" {:>8} {:>10}", "days", "GPU-hours") : std::string());
   for (const auto& row : best_rows(results, bases)) {
     if (row.best == nullptr) {
-      out += fmt::format("{:>6}  {}\n", row.gpus, none_cell(row));
+      out += fmt::format("{}{:>6}  {}\n", cluster_cell(row.cluster), row.gpus, none_cell(row));
       continue;
     }
     const Layout& l = row.best->layout;
@@ -998,9 +1016,9 @@ std::string to_text(const std::vector<Result>& results, const std::vector<config
       days = fmt::format(" {:>8.1f} {:>10}", t.days, report::si_count(t.gpu_hours));
     }
     out += fmt::format(
-        "{:>6} {:>3} {:>3} {:>3}{} {:>5} {:>3} {:>4}  {:<9} {:>4}{} {:>9.3f} {:>12.1f} {:>5.1f}% {:>7.1f}%{}\n",
-        row.gpus, l.tp, l.pp, l.cp, moe ? fmt::format(" {:>3}", ep_cell(l)) : std::string(), l.dp, vp_cell(l),
-        l.micro_batch, recompute_name(l.recompute), zero_cell(l),
+        "{}{:>6} {:>3} {:>3} {:>3}{} {:>5} {:>3} {:>4}  {:<9} {:>4}{} {:>9.3f} {:>12.1f} {:>5.1f}% {:>7.1f}%{}\n",
+        cluster_cell(row.cluster), row.gpus, l.tp, l.pp, l.cp, moe ? fmt::format(" {:>3}", ep_cell(l)) : std::string(),
+        l.dp, vp_cell(l), l.micro_batch, recompute_name(l.recompute), zero_cell(l),
         precision ? fmt::format(" {:>5}", report::precision_name(l.precision)) : std::string(), m.step_time_s,
         m.tokens_per_s_per_gpu, 100 * m.mfu, 100 * row.scaling_efficiency, days);
   }
@@ -1015,17 +1033,22 @@ std::string to_markdown(const std::vector<Result>& results, const std::vector<co
     out += to_markdown(results[i], bases[i], top);
   }
   const bool train = !bases.empty() && bases.front().training.train_tokens > 0;
-  out += "\n### Best layout per GPU count\n\n| GPUs | layout | step (s) | tokens/s/GPU | MFU | scaling |";
+  const bool clusters = by_cluster(bases);
+  out += clusters
+             ? "\n### Best layout per cluster\n\n| cluster | GPUs | layout | step (s) | tokens/s/GPU | MFU | speed |"
+             : "\n### Best layout per GPU count\n\n| GPUs | layout | step (s) | tokens/s/GPU | MFU | scaling |";
   if (train)
     out += fmt::format(" days for {} tokens | GPU-hours |", report::si_count(bases.front().training.train_tokens));
-  out += train ? "\n|---:|---|---:|---:|---:|---:|---:|---:|\n" : "\n|---:|---|---:|---:|---:|---:|\n";
+  out += clusters ? "\n|---" : "\n";
+  out += train ? "|---:|---|---:|---:|---:|---:|---:|---:|\n" : "|---:|---|---:|---:|---:|---:|\n";
+  auto cluster_cell = [&](const BestRow& row) { return clusters ? fmt::format("| {} ", row.cluster) : std::string(); };
   for (const auto& row : best_rows(results, bases)) {
     if (row.best == nullptr) {
-      out += fmt::format("| {} | {} | | | | |{}\n", row.gpus, none_cell(row), train ? " | |" : "");
+      out += fmt::format("{}| {} | {} | | | | |{}\n", cluster_cell(row), row.gpus, none_cell(row), train ? " | |" : "");
       continue;
     }
     const auto& m = row.best->metrics;
-    out += fmt::format("| {} | {} | {:.3f} | {:.1f} | {:.1f}% | {:.1f}% |", row.gpus,
+    out += fmt::format("{}| {} | {} | {:.3f} | {:.1f} | {:.1f}% | {:.1f}% |", cluster_cell(row), row.gpus,
                        layout_name(row.best->layout, bases.front().model.moe(), results.front().precision_axis),
                        m.step_time_s, m.tokens_per_s_per_gpu, 100 * m.mfu, 100 * row.scaling_efficiency);
     if (train) {
@@ -1042,19 +1065,21 @@ nlohmann::json to_json(const std::vector<Result>& results, const std::vector<con
   nlohmann::json searches = nlohmann::json::array();
   for (std::size_t i = 0; i < results.size(); ++i) searches.push_back(to_json(results[i], bases[i], top));
   nlohmann::json best = nlohmann::json::array();
+  const bool clusters = by_cluster(bases);
   for (const auto& row : best_rows(results, bases)) {
     if (row.best == nullptr) {
-      best.push_back({{"gpus", row.gpus}, {"fits", false}});
+      best.push_back({{"cluster", row.cluster}, {"gpus", row.gpus}, {"fits", false}});
       continue;
     }
     const auto& c = *row.best;
     nlohmann::json j = layout_json(c.layout);
-    j.update({{"gpus", row.gpus},
+    j.update({{"cluster", row.cluster},
+              {"gpus", row.gpus},
               {"fits", true},
               {"step_time_s", c.metrics.step_time_s},
               {"tokens_per_s_per_gpu", c.metrics.tokens_per_s_per_gpu},
               {"mfu", c.metrics.mfu},
-              {"scaling_efficiency", row.scaling_efficiency}});
+              {clusters ? "speed" : "scaling_efficiency", row.scaling_efficiency}});
     if (row.base->training.train_tokens > 0) {
       const report::TrainTime t = report::train_time(*row.base, c.metrics.step_time_s);
       j["time_to_train"] = {{"steps", t.steps}, {"days", t.days}, {"gpu_hours", t.gpu_hours}};

@@ -1007,6 +1007,49 @@ TEST_CASE("search at several GPU counts: each count's search, then its best layo
   CHECK(bad.err == "--gpus: sizes must increase: 32 after 64\n");
 }
 
+TEST_CASE("search on several clusters: each cluster's search, then its best layout with its speed") {
+  // Llama 3.1 8B on 64 GPUs of DGX H200 (the scenario's) and of DGX B200: each cluster's search is the
+  // search of the scenario with that cluster; the summary repeats each winner.
+  const std::string axes = "--tp 1,2 --pp 1 --cp 1 --vp 1 --micro-batch 1,2 --recompute none";
+  Result r = run("search configs/llama3.1-8b-h200-64.json " + axes + " --clusters dgx-h200,dgx-b200 --json --top 1");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["best"].size() == 2);
+  CHECK(j["best"][0]["cluster"] == "dgx-h200");
+  CHECK(j["best"][1]["cluster"] == "dgx-b200");
+  CHECK(j["best"][0]["speed"] == 1.0);
+  const double ratio =
+      j["best"][1]["tokens_per_s_per_gpu"].get<double>() / j["best"][0]["tokens_per_s_per_gpu"].get<double>();
+  CHECK(j["best"][1]["speed"].get<double>() == Approx(ratio));
+  CHECK(ratio > 1);  // a B200 outruns an H200
+  // Each cluster's search on its own gives the same winner.
+  Result h200 = run("search configs/llama3.1-8b-h200-64.json " + axes + " --json --top 1");
+  Result b200 = run("search configs/llama3.1-8b-h200-64.json " + axes + " --set cluster=dgx-b200 --json --top 1");
+  REQUIRE(h200.code == 0);
+  REQUIRE(b200.code == 0);
+  CHECK(nlohmann::json::parse(h200.out)["layouts"][0] == j["searches"][0]["layouts"][0]);
+  CHECK(nlohmann::json::parse(b200.out)["layouts"][0] == j["searches"][1]["layouts"][0]);
+  Result text = run("search configs/llama3.1-8b-h200-64.json " + axes + " --clusters dgx-h200,dgx-b200 --nodes 4");
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("best layout per cluster") != std::string::npos);
+  CHECK(text.out.find("\ndgx-b200     32 ") != std::string::npos);  // 4 nodes of 8
+
+  Result twice = run("search configs/llama3.1-8b-h200-64.json --clusters dgx-h200,dgx-h200");
+  CHECK(twice.code == 2);
+  CHECK(twice.err == "--clusters: dgx-h200 is listed twice\n");
+  Result counts = run("search configs/llama3.1-8b-h200-64.json --clusters dgx-h200,dgx-b200 --gpus 32,64");
+  CHECK(counts.code == 2);
+  CHECK(counts.err == "--gpus: takes one count with --clusters (compare clusters at one size)\n");
+  Result script = run("search configs/llama3.1-8b-h200-64.json --clusters dgx-h200 --bridge-config /tmp/x.yaml");
+  CHECK(script.code == 2);
+  CHECK(script.err == "--bridge-config: takes one cluster: search without --clusters\n");
+  Result unknown = run("search configs/llama3.1-8b-h200-64.json --clusters dgx-h200,dgx-z900");
+  CHECK(unknown.code == 2);
+  CHECK(std::count(unknown.err.begin(), unknown.err.end(), '\n') == 1);
+  CHECK(unknown.err.starts_with("configs/llama3.1-8b-h200-64.json: cluster: "));
+}
+
 #ifdef TRAINSIM_MPIEXEC
 TEST_CASE("search under mpirun: the ranks share the layouts and rank 0 prints the one-process answer") {
   // As root in a container: OpenMPI must be told root is fine, and CMA single copies may be barred.
