@@ -183,6 +183,7 @@ class Exporter {
       put_flag(g, "qk_pos_emb_head_dim", "--qk-pos-emb-head-dim");
       put_flag(g, "v_head_dim", "--v-head-dim");
     } else {
+      put(g, "multi_latent_attention", boolean(false));
       on("--group-query-attention");
       const auto groups = value("--num-query-groups");
       put(g, "num_query_groups", scalar(groups ? *groups : fmt::format("{}", m_.heads)),
