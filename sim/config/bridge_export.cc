@@ -100,16 +100,7 @@ class Exporter {
     // run without it, and the adapters below.
     Scenario base = s_;
     base.training.lora = false;
-    MegatronExport flags;
-    try {
-      flags = export_megatron(doc_, base);
-    } catch (const util::InputError& e) {
-      std::string problem = e.problem();
-      const std::string tool = "(trainsim export megatron)";
-      if (const auto at = problem.find(tool); at != std::string::npos) problem.erase(at);
-      while (!problem.empty() && problem.back() == ' ') problem.pop_back();
-      fail(e.path(), problem);
-    }
+    MegatronExport flags = export_megatron(doc_, base, "trainsim export bridge");
     for (auto& f : flags.flags) flags_[f.flag] = std::move(f.values);
     for (std::string& n : flags.notes) {
       const std::string script = "the script";
@@ -322,8 +313,8 @@ class Exporter {
 
   void recompute() {
     Section& g = model_;
+    put_flag(g, "recompute_granularity", "--recompute-granularity");
     const auto granularity = value("--recompute-granularity");
-    put(g, "recompute_granularity", granularity ? scalar(*granularity) : null_value());
     if (!granularity) return;
     if (*granularity == "selective") {
       const auto modules = take("--recompute-modules");
@@ -423,14 +414,12 @@ class Exporter {
     Section& g = mixed_precision_;
     put_switch(g, "bf16", "--bf16");
     put_switch(g, "fp16", "--fp16");
-    const auto fp8 = value("--fp8-format");
-    put(g, "fp8", fp8 ? scalar(*fp8) : null_value());
-    if (fp8)
+    put_flag(g, "fp8", "--fp8-format");
+    if (flags_.contains("--fp8-format"))
       put_flag(g, "fp8_recipe", "--fp8-recipe",
                s_.cluster.gpu.arch == hardware::Arch::blackwell ? "Blackwell: Transformer Engine's MXFP8" : "");
-    const auto fp4 = value("--fp4-format");
-    put(g, "fp4", fp4 ? scalar(*fp4) : null_value());
-    if (fp4) put_flag(g, "fp4_recipe", "--fp4-recipe");
+    put_flag(g, "fp4", "--fp4-format");
+    if (flags_.contains("--fp4-format")) put_flag(g, "fp4_recipe", "--fp4-recipe");
     const bool bf16_layers = on("--first-last-layers-bf16");
     put(g, "first_last_layers_bf16", boolean(bf16_layers));
     if (bf16_layers) {

@@ -52,7 +52,8 @@ std::string num(std::int64_t v) {
 
 class Exporter {
  public:
-  Exporter(const nlohmann::json& doc, const Scenario& s) : doc_(doc), s_(s), m_(s.model) {}
+  Exporter(const nlohmann::json& doc, const Scenario& s, std::string_view tool)
+      : doc_(doc), s_(s), m_(s.model), tool_(tool) {}
 
   MegatronExport run() {
     if (s_.training.framework != Framework::megatron)
@@ -228,7 +229,7 @@ class Exporter {
   }
 
   [[noreturn]] void fail(const std::string& path, const std::string& problem) const {
-    throw util::InputError(s_.file, path, fmt::format("{} (trainsim export megatron)", problem));
+    throw util::InputError(s_.file, path, fmt::format("{} ({})", problem, tool_));
   }
 
   void add(Group& g, std::string flag, std::vector<std::string> values = {}, std::string comment = {}) {
@@ -666,6 +667,7 @@ class Exporter {
   const nlohmann::json& doc_;
   const Scenario& s_;
   const workload::ModelSpec& m_;
+  std::string_view tool_;  // the command that asked, in error messages
   Group model_{"MODEL_ARGS", {}};
   Group parallel_{"PARALLEL_ARGS", {}};
   Group training_{"TRAINING_ARGS", {}};
@@ -677,8 +679,8 @@ class Exporter {
 
 }  // namespace
 
-MegatronExport export_megatron(const nlohmann::json& doc, const Scenario& scenario) {
-  return Exporter(doc, scenario).run();
+MegatronExport export_megatron(const nlohmann::json& doc, const Scenario& scenario, std::string_view tool) {
+  return Exporter(doc, scenario, tool).run();
 }
 
 }  // namespace trainsim::config

@@ -16,6 +16,7 @@
 // cost scale, a what-if routing imbalance).
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -39,7 +40,8 @@ struct MegatronExport {
 };
 
 // `doc` is the scenario's JSON as read (after --set), `scenario` the same parsed; messages name
-// `scenario.file`.
-MegatronExport export_megatron(const nlohmann::json& doc, const Scenario& scenario);
+// `scenario.file` and end with `(tool)`, the command that asked (export bridge builds on these flags).
+MegatronExport export_megatron(const nlohmann::json& doc, const Scenario& scenario,
+                               std::string_view tool = "trainsim export megatron");
 
 }  // namespace trainsim::config
