@@ -380,6 +380,35 @@ TEST_CASE("Llama 2, Qwen2 and Mixtral model files hold their published parameter
   CHECK((static_cast<double>(mixtral.total_params()) - inactive) / 1e9 == Approx(12.88).margin(0.005));
 }
 
+// Nemotron-4 (arXiv:2402.16819 Table 1 for 15B: 12.5B non-embedding and 3.2B embedding parameters;
+// arXiv:2406.11704 for 340B: 331.6B non-embedding and 9.4B embedding, 341B in all): squared-ReLU MLPs
+// without a gate, GQA with 8 KV heads, a 256,000-token vocabulary, untied. Mixtral-8x22B-v0.1
+// (Mistral's announcement: 141B parameters, 39B active): 56 layers, hidden 6144, 8 experts of 16384.
+// By hand, a dense layer is h(h + 2·8·head_dim) + h² + 2·h·ffn + 2h (the two norms' weights).
+TEST_CASE("Nemotron-4 and Mixtral 8x22B model files hold their published parameter counts") {
+  auto model = [](const std::string& name) {
+    const nlohmann::json j =
+        trainsim::util::read_json_file(std::string(TRAINSIM_SOURCE_DIR) + "/models/" + name + ".json");
+    return parse_model(JsonNode(j, name + ".json"));
+  };
+  auto dense_layer = [](std::int64_t h, std::int64_t head_dim, std::int64_t ffn) {
+    return h * (h + 2 * 8 * head_dim) + h * h + 2 * h * ffn + 2 * h;
+  };
+  const ModelSpec n340 = model("nemotron-4-340b");
+  CHECK(n340.total_params() == 96 * dense_layer(18432, 192, 73728) + std::int64_t{2} * 256000 * 18432 + 18432);
+  CHECK(static_cast<double>(n340.total_params() - std::int64_t{2} * 256000 * 18432) / 1e9 ==
+        Approx(331.6).margin(0.05));
+  CHECK(static_cast<double>(n340.total_params()) / 1e9 == Approx(341).margin(0.5));
+  const ModelSpec n15 = model("nemotron-4-15b");
+  CHECK(n15.total_params() == 32 * dense_layer(6144, 128, 24576) + std::int64_t{2} * 256000 * 6144 + 6144);
+  CHECK(static_cast<double>(n15.total_params() - std::int64_t{2} * 256000 * 6144) / 1e9 == Approx(12.5).margin(0.05));
+  const ModelSpec mixtral = model("mixtral-8x22b");
+  CHECK(static_cast<double>(mixtral.total_params()) / 1e9 == Approx(141).margin(0.5));
+  // Active: all but the 6 of 8 experts a token does not visit, in each of the 56 layers.
+  const double inactive = 56.0 * static_cast<double>(mixtral.expert_params_per_layer()) * 6 / 8;
+  CHECK((static_cast<double>(mixtral.total_params()) - inactive) / 1e9 == Approx(39).margin(0.5));
+}
+
 TEST_CASE("Kimi K2 has the model card's one trillion parameters, 32B of them active") {
   nlohmann::json j =
       nlohmann::json::parse(std::ifstream(std::filesystem::path(TRAINSIM_SOURCE_DIR) / "models" / "kimi-k2.json"));
