@@ -529,6 +529,17 @@ void allgather_dispatch_backward(std::vector<Op>& ops, const Dims& x) {
                        CommGroup::ep_etp));
 }
 
+// The alltoall dispatcher's second permutation: the rows a rank receives arrive grouped by source
+// rank, then by local expert, and with more than one local expert they are sorted by local expert
+// before the grouped GEMMs and back after them (Megatron-Core's token_dispatcher.py, "Permutation 2:
+// Sort tokens by local expert" / "Unpermutation 2", sort_chunks_by_idxs; with token dropping and
+// padding a transpose copy of the same rows). Each reads and writes the moe_rows rows, and the sort
+// their fp32 routing weights too; autograd runs the inverse copy in the backward.
+void sort_by_local_expert(std::vector<Op>& ops, const Dims& x, const char* name, bool with_probs) {
+  if (x.flex || x.allgather || x.local_experts <= 1) return;
+  ops.push_back(memory(name, 2 * act(x.moe_rows, x.he, x.d) + (with_probs ? 2 * x.moe_rows * 4 : 0)));
+}
+
 void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   const double d = x.d;
   const double routed = x.routed;  // token copies this rank sends (and receives)
@@ -581,6 +592,7 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
     after_dispatch = ops.size();
     if (x.etp > 1)
       ops.push_back(comm("moe_dispatch_all_gather", Comm::all_gather, act(x.moe_rows, x.he, d), CommGroup::etp));
+    sort_by_local_expert(ops, x, "moe_sort_by_local_expert", true);
   }
   const double fc1_width = x.swiglu ? 2 * x.fe : x.fe;
   const double kept = x.kept_rows;
@@ -608,6 +620,7 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   if (x.allgather) {
     allgather_combine(ops, x);
   } else {
+    sort_by_local_expert(ops, x, "moe_unsort_by_local_expert", false);
     if (x.etp > 1)
       ops.push_back(comm("moe_combine_reduce_scatter", Comm::reduce_scatter, act(x.moe_rows, x.he, d), CommGroup::etp));
     if (x.ep > 1)
@@ -663,6 +676,7 @@ void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
     after_combine = ops.size();
     if (x.etp > 1)
       ops.push_back(comm("moe_combine_grad_all_gather", Comm::all_gather, act(x.moe_rows, x.he, d), CommGroup::etp));
+    sort_by_local_expert(ops, x, "moe_unsort_by_local_expert_backward", false);
   }
   const double fc1_width = x.swiglu ? 2 * x.fe : x.fe;
   if (x.paged_stash) {
@@ -683,6 +697,7 @@ void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   if (x.allgather) {
     allgather_dispatch_backward(ops, x);
   } else {
+    sort_by_local_expert(ops, x, "moe_sort_by_local_expert_backward", true);
     if (x.etp > 1)
       ops.push_back(
           comm("moe_dispatch_grad_reduce_scatter", Comm::reduce_scatter, act(x.moe_rows, x.he, d), CommGroup::etp));
