@@ -561,6 +561,51 @@ TEST_CASE("MoE layer: expert FLOPs follow the tokens routed, all-to-alls move R�
   for (const Op& op : layer_forward(m, c)) CHECK(op.name.rfind("fc", 0) != 0);
 }
 
+// The alltoall dispatcher sorts the R·k rows a rank receives by local expert after the dispatch and
+// back before the combine, and autograd runs both copies again in the backward: each reads and writes
+// R·k·h·2 bytes, and the sorts also the rows' fp32 routing weights (R·k·4, read and written). With one
+// local expert (ep = E) the rows already are in order, and the flex dispatcher permutes once each
+// way (moe_permute): no sort either.
+TEST_CASE("MoE layer: the alltoall dispatcher sorts the received rows by local expert and back") {
+  const ModelSpec m = moe_model();
+  LayerConfig c;
+  c.micro_batch = 2;
+  c.seq_len = 2048;
+  const double rows = 2 * 2048 * 4, h = 1024;
+  auto bytes_of = [](const std::vector<Op>& ops, const std::string& name) {
+    double b = 0;
+    int n = 0;
+    for (const Op& op : ops)
+      if (op.name == name) {
+        CHECK(op.kind == OpKind::memory);
+        b += op.bytes;
+        ++n;
+      }
+    return std::pair{n, b};
+  };
+  for (std::int64_t ep : {1, 8}) {
+    INFO("ep " << ep);
+    c.ep = ep;
+    const auto fwd = layer_forward(m, c), bwd = layer_backward(m, c);
+    CHECK(bytes_of(fwd, "moe_sort_by_local_expert") == std::pair{1, 2 * rows * h * 2 + 2 * rows * 4});
+    CHECK(bytes_of(fwd, "moe_unsort_by_local_expert") == std::pair{1, 2 * rows * h * 2});
+    CHECK(bytes_of(bwd, "moe_unsort_by_local_expert_backward") == std::pair{1, 2 * rows * h * 2});
+    CHECK(bytes_of(bwd, "moe_sort_by_local_expert_backward") == std::pair{1, 2 * rows * h * 2 + 2 * rows * 4});
+  }
+  auto sorts = [](const std::vector<Op>& ops) {
+    return std::ranges::count_if(
+        ops, [](const Op& op) { return op.name.find("sort_by_local_expert") != std::string::npos; });
+  };
+  c.ep = 32;  // one local expert
+  CHECK(sorts(layer_forward(m, c)) + sorts(layer_backward(m, c)) == 0);
+  c.ep = 8;
+  c.moe_flex_dispatch = true;
+  CHECK(sorts(layer_forward(m, c)) + sorts(layer_backward(m, c)) == 0);
+  c.moe_flex_dispatch = false;
+  c.moe_allgather_dispatch = true;
+  CHECK(sorts(layer_forward(m, c)) + sorts(layer_backward(m, c)) == 0);
+}
+
 // One rank of the moe_model() layer for the routing tests below: micro-batch 2 of 2,048 tokens (R =
 // 4,096 routed with k = 4 of E = 32 experts), ep 8, hidden 1,024, expert width 512; a GEMM pass over
 // `rows` routed copies costs the SwiGLU experts' fc1 (2F wide) and fc2.
