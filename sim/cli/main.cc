@@ -45,11 +45,14 @@
 
 namespace {
 
+std::vector<double> parse_prices(std::string_view value, const std::vector<std::string>& clusters);
+
 int run_command(const std::string& scenario_file, const std::vector<std::string>& sets, bool json, bool all_ranks,
-                const trainsim::cli::RunOutputs& outputs) {
+                const std::string& price, const trainsim::cli::RunOutputs& outputs) {
   using namespace trainsim;
   const nlohmann::json doc = cli::scenario_doc(scenario_file, sets);
   auto scenario = config::parse_scenario(util::JsonNode(doc, scenario_file), config::default_data_dir());
+  if (!price.empty()) scenario.gpu_hour_price_usd = parse_prices(price, {}).front();
   scenario.accuracy = config::published_accuracy(scenario, config::default_data_dir());
   for (const auto& w : scenario.warnings) spdlog::warn("warning: {}", w);
   spdlog::info("simulating {} ranks", scenario.gpus);
@@ -184,6 +187,7 @@ struct SearchArgs {
   std::string headroom = "0";
   std::string gpus, nodes;      // search at these GPU counts instead of the scenario's
   std::string clusters;         // ... or on each of these clusters
+  std::string price;            // --price: US dollars per GPU-hour (NAME=USD,... with --clusters)
   std::string megatron_script;  // write the fastest fitting layout's Megatron-LM launch script here
   std::string torchtitan_toml;  // ... or its torchtitan job configuration
   std::string bridge_config;    // ... or its Megatron-Bridge configuration
@@ -211,6 +215,45 @@ std::vector<std::size_t> parse_choice_list(std::string_view value, const char* o
     value.remove_prefix(comma + 1);
   }
   return out;
+}
+
+// `--price`: US dollars per GPU-hour. One number for the one cluster of a run or search; with
+// `--clusters`, NAME=USD for each of them, comma-separated (a price of one cluster says nothing of
+// another's). Each mistake is an InputError naming the option.
+std::vector<double> parse_prices(std::string_view value, const std::vector<std::string>& clusters) {
+  using trainsim::util::InputError;
+  auto amount = [](std::string_view text) {
+    double x = 0;
+    if (!trainsim::cli::detail::parse_number(std::string(text), x) || x <= 0 || x > 1e6)
+      throw InputError(
+          "--price", "",
+          fmt::format("expected US dollars per GPU-hour (a number above 0, at most 10^6), got \"{}\"", text));
+    return x;
+  };
+  if (clusters.empty()) return {amount(value)};
+  std::vector<double> prices(clusters.size(), 0.0);
+  while (true) {
+    const std::size_t comma = value.find(',');
+    const std::string_view item = value.substr(0, comma);
+    const std::size_t eq = item.find('=');
+    if (eq == std::string_view::npos)
+      throw InputError("--price", "",
+                       fmt::format("with --clusters, give each cluster its price as NAME=USD (e.g. {}=2.5), got \"{}\"",
+                                   clusters.front(), item));
+    const std::string name(item.substr(0, eq));
+    const auto it = std::find(clusters.begin(), clusters.end(), name);
+    if (it == clusters.end())
+      throw InputError("--price", "",
+                       fmt::format("{} is not one of the --clusters ({})", name, fmt::join(clusters, ", ")));
+    double& price = prices[static_cast<std::size_t>(it - clusters.begin())];
+    if (price > 0) throw InputError("--price", "", fmt::format("{} is priced twice", name));
+    price = amount(item.substr(eq + 1));
+    if (comma == std::string_view::npos) break;
+    value.remove_prefix(comma + 1);
+  }
+  for (std::size_t i = 0; i < clusters.size(); ++i)
+    if (prices[i] <= 0) throw InputError("--price", "", fmt::format("gives no price for {}", clusters[i]));
+  return prices;
 }
 
 // `search --clusters a,b,c`: the same search on each cluster (at the scenario's GPU count, or the one
@@ -259,6 +302,10 @@ int search_clusters(const SearchArgs& a, nlohmann::json doc, const AxesFor& axes
     docs.push_back(std::move(d));
     bases.push_back(std::move(b));
   }
+  if (!a.price.empty()) {
+    const std::vector<double> prices = parse_prices(a.price, names);
+    for (std::size_t i = 0; i < bases.size(); ++i) bases[i].gpu_hour_price_usd = prices[i];
+  }
   std::vector<search::Result> results;
   for (std::size_t i = 0; i < bases.size(); ++i)
     results.push_back(search::run_search(bases[i], docs[i], axes_for(bases[i]), threads, data_dir, headroom, a.top));
@@ -270,7 +317,8 @@ int search_layouts(const SearchArgs& a) {
   using namespace trainsim;
   const auto data_dir = config::default_data_dir();
   nlohmann::json doc = trainsim::cli::scenario_doc(a.scenario_file, a.sets);
-  const config::Scenario base = config::parse_scenario(util::JsonNode(doc, a.scenario_file), data_dir);
+  config::Scenario base = config::parse_scenario(util::JsonNode(doc, a.scenario_file), data_dir);
+  if (!a.price.empty() && a.clusters.empty()) base.gpu_hour_price_usd = parse_prices(a.price, {}).front();
   // The axes of a search on `b`: its defaults (which depend on the cluster), with the options' lists.
   auto axes_for = [&](const config::Scenario& b) {
     search::Axes axes = search::default_axes(b);
@@ -443,6 +491,10 @@ int main(int argc, char** argv) {
   bool all_ranks = false;
   run->add_flag("--all-ranks", all_ranks,
                 "Simulate every rank instead of one representative per class of identical ranks (same result, slower)");
+  std::string run_price;
+  run->add_option(
+      "--price", run_price,
+      "US dollars per GPU-hour of the cluster: adds what a million tokens (and training.train_tokens) cost");
   trainsim::cli::RunOutputs run_outputs;
   run->add_option("--trace", run_outputs.trace_file,
                   "Write the simulated timeline as a Chrome/Perfetto trace (JSON) to this file");
@@ -554,6 +606,10 @@ int main(int argc, char** argv) {
   search->add_option("--clusters", search_args.clusters,
                      "Search on each of these clusters (topology names or files: dgx-h100,dgx-b200,gb200-nvl72) at the "
                      "scenario's GPU count (or one --gpus / --nodes), then list the best layout per cluster");
+  search->add_option(
+      "--price", search_args.price,
+      "US dollars per GPU-hour (with --clusters NAME=USD for each: dgx-h100=2.5,gb200-nvl72=4): adds what "
+      "a million tokens (and training.train_tokens) cost on the best layouts");
   search->add_option("--megatron-script", search_args.megatron_script,
                      "Write the fastest layout that fits as a Megatron-LM launch script to this file (as `export "
                      "megatron` writes it; one GPU count only)");
@@ -595,7 +651,7 @@ int main(int argc, char** argv) {
   spdlog::set_level(verbose ? spdlog::level::info : spdlog::level::warn);
 
   try {
-    if (run->parsed()) return run_command(scenario_file, run_sets, json, all_ranks, run_outputs);
+    if (run->parsed()) return run_command(scenario_file, run_sets, json, all_ranks, run_price, run_outputs);
     if (auto code = trainsim::cli::run_report_commands(report_commands)) return *code;
     if (search->parsed()) return search_command(search_args, &argc, &argv);
     if (calibrate->parsed()) return trainsim::calibrate::run_command(calibrate_options);

@@ -284,6 +284,9 @@ struct Scenario {
   // The step-time error of published runs of this kind, when the caller looked it up
   // (config::published_accuracy; `run` does): the summary quotes it.
   std::optional<PublishedAccuracy> accuracy;
+  // What one GPU-hour of the cluster costs, US dollars (0: not given): the commands' `--price`, not a
+  // scenario key. The reports then add what the tokens cost (report::cost).
+  double gpu_hour_price_usd = 0;
 };
 
 // Where named models and topologies live: <data_dir>/models/NAME.json, <data_dir>/topologies/NAME.json.

@@ -233,6 +233,29 @@ TrainTime train_time(const config::Scenario& sc, double step_time_s) {
   return t;
 }
 
+Cost cost(const config::Scenario& sc, double step_time_s) {
+  Cost c;
+  const double price = sc.gpu_hour_price_usd;
+  if (price <= 0) return c;
+  constexpr double kSecondsPerHour = 3600;
+  const double tokens = static_cast<double>(sc.training.global_batch * sc.training.seq_len);
+  c.usd_per_million_tokens = price * static_cast<double>(sc.gpus) * step_time_s / kSecondsPerHour / tokens * 1e6;
+  if (sc.training.train_tokens > 0) c.usd_to_train = price * train_time(sc, step_time_s).gpu_hours;
+  return c;
+}
+
+std::string usd(double v) {
+  return fmt::format("${}", si_count(v));
+}
+
+nlohmann::json cost_json(const config::Scenario& sc, double step_time_s) {
+  const Cost c = cost(sc, step_time_s);
+  nlohmann::json j = {{"usd_per_gpu_hour", sc.gpu_hour_price_usd},
+                      {"usd_per_million_tokens", c.usd_per_million_tokens}};
+  if (sc.training.train_tokens > 0) j["usd_to_train"] = c.usd_to_train;
+  return j;
+}
+
 // What a rank held at its peak, GiB per memory category.
 nlohmann::json breakdown_json(const parallel::RankMemory& m) {
   nlohmann::json held = nlohmann::json::object();
@@ -395,6 +418,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
     out["scenario"]["train_tokens"] = sc.training.train_tokens;
     out["time_to_train"] = {{"steps", m.train.steps}, {"days", m.train.days}, {"gpu_hours", m.train.gpu_hours}};
   }
+  if (sc.gpu_hour_price_usd > 0) out["cost"] = cost_json(sc, m.step_time_s);
   if (sc.training.lora) {
     out["scenario"]["peft"] = "lora";
     out["scenario"]["lora_rank"] = sc.training.lora_rank;
@@ -569,6 +593,12 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
         "restarts, evaluation or checkpoints)\n",
         si_count(sc.training.train_tokens), thousands(static_cast<double>(m.train.steps)), m.train.days,
         si_count(m.train.gpu_hours));
+  if (sc.gpu_hour_price_usd > 0) {
+    const Cost c = cost(sc, m.step_time_s);
+    out += fmt::format("cost          {} per million tokens at {} per GPU-hour{}\n", usd(c.usd_per_million_tokens),
+                       usd(sc.gpu_hour_price_usd),
+                       sc.training.train_tokens > 0 ? fmt::format("; {} to train", usd(c.usd_to_train)) : "");
+  }
   std::string cp_ep_parts;
   if (p.cp > 1) cp_ep_parts = fmt::format(" · CP {:.1f}%", pct(r.mean.cp_exposed_s));
   if (sc.model.moe()) cp_ep_parts += fmt::format(" · EP {:.1f}%", pct(r.mean.ep_exposed_s));

@@ -41,6 +41,18 @@ struct Metrics {
 };
 
 TrainTime train_time(const config::Scenario& sc, double step_time_s);
+// At the scenario's price per GPU-hour (`--price`, Scenario::gpu_hour_price_usd): a million tokens'
+// cost, price · GPUs · step time / 3600 / (global_batch · seq_len) · 10^6, and with
+// training.train_tokens the whole steps' (price · TrainTime::gpu_hours; else 0). Zeros without a price.
+struct Cost {
+  double usd_per_million_tokens = 0;
+  double usd_to_train = 0;
+};
+Cost cost(const config::Scenario& sc, double step_time_s);
+// A dollar amount in three significant digits: "$0.523", "$12.3", "$7.83M".
+std::string usd(double v);
+// The JSON `cost` object: {usd_per_gpu_hour, usd_per_million_tokens, usd_to_train (with a budget)}.
+nlohmann::json cost_json(const config::Scenario& sc, double step_time_s);
 // The stage whose rank runs the most kernel time in the step, that time, and each KernelKind's share
 // of it (percent); no stage: total_s 0.
 struct BusiestKernels {

@@ -810,6 +810,12 @@ std::string to_text(const Result& r, const config::Scenario& base, std::size_t t
     out += fmt::format("to train      {} tokens with it: {:.1f} days · {} GPU-hours\n",
                        report::si_count(base.training.train_tokens), t.days, report::si_count(t.gpu_hours));
   }
+  if (base.gpu_hour_price_usd > 0) {
+    const report::Cost c = report::cost(base, best.metrics.step_time_s);
+    out += fmt::format("cost          {} per million tokens with it at {} per GPU-hour{}\n",
+                       report::usd(c.usd_per_million_tokens), report::usd(base.gpu_hour_price_usd),
+                       base.training.train_tokens > 0 ? fmt::format("; {} to train", report::usd(c.usd_to_train)) : "");
+  }
   return out;
 }
 
@@ -891,6 +897,7 @@ nlohmann::json to_json(const Result& r, const config::Scenario& base, std::size_
               {"exposed_comm_fraction", c.exposed_comm_fraction},
               {"peak_gib", m.peak_gib},
               {"scenario", {{"parallel", c.parallel}, {"training", c.training}}}});
+    if (base.gpu_hour_price_usd > 0) j["cost"] = report::cost_json(base, m.step_time_s);
     layouts.push_back(std::move(j));
   }
   out = {{"search",
@@ -949,6 +956,11 @@ const char* none_cell(const BestRow& row) {
 }
 
 // Whether the searches compare clusters (search --clusters) rather than GPU counts.
+// Whether the searches carry a price per GPU-hour (`--price`: all of them or none).
+bool priced_bases(const std::vector<config::Scenario>& bases) {
+  return !bases.empty() && bases.front().gpu_hour_price_usd > 0;
+}
+
 bool by_cluster(const std::vector<config::Scenario>& bases) {
   return std::any_of(bases.begin(), bases.end(),
                      [&](const config::Scenario& b) { return b.cluster.name != bases.front().cluster.name; });
@@ -985,6 +997,7 @@ std::string to_text(const std::vector<Result>& results, const std::vector<config
   const bool moe = !bases.empty() && bases.front().model.moe();
   const bool precision = !results.empty() && results.front().precision_axis;
   const bool train = !bases.empty() && bases.front().training.train_tokens > 0;
+  const bool priced = priced_bases(bases);
   const bool clusters = by_cluster(bases);
   // Per cluster, a first column of the clusters' names.
   std::size_t width = 7;
@@ -995,14 +1008,18 @@ std::string to_text(const std::vector<Result>& results, const std::vector<config
   };
   out += clusters ? "\nbest layout per cluster (speed: tokens/s/GPU against the first cluster's best"
                   : "\nbest layout per GPU count (scaling: tokens/s/GPU against the first count's best";
-  out += train ? fmt::format("; days and GPU-hours to train {} tokens)\n",
+  out += train ? fmt::format("; days and GPU-hours to train {} tokens",
                              report::si_count(bases.front().training.train_tokens))
-               : std::string(")\n");
-  out +=
-      fmt::format("{}{:>6} {:>3} {:>3} {:>3}{} {:>5} {:>3} {:>4}  {:<9} {:>4}{} {:>9} {:>12} {:>6} {:>8}{}\n",
-                  cluster_cell("cluster"), "gpus", "tp", "pp", "cp", moe ? "  ep" : "", "dp", "vp", "mbs", "recompute",
-                  "zero", precision ? "  prec" : "", "step (s)", "tokens/s/GPU", "MFU", clusters ? "speed" : "scaling",
-                  train ? fmt::format(" {:>8} {:>10}", "days", "GPU-hours") : std::string());
+               : std::string();
+  out += priced ? fmt::format("; US dollars per million tokens{} at the --price per GPU-hour)\n",
+                              train ? " and to train" : "")
+                : std::string(")\n");
+  out += fmt::format(
+      "{}{:>6} {:>3} {:>3} {:>3}{} {:>5} {:>3} {:>4}  {:<9} {:>4}{} {:>9} {:>12} {:>6} {:>8}{}{}\n",
+      cluster_cell("cluster"), "gpus", "tp", "pp", "cp", moe ? "  ep" : "", "dp", "vp", "mbs", "recompute", "zero",
+      precision ? "  prec" : "", "step (s)", "tokens/s/GPU", "MFU", clusters ? "speed" : "scaling",
+      train ? fmt::format(" {:>8} {:>10}", "days", "GPU-hours") : std::string(),
+      priced ? fmt::format(" {:>8}{}", "$/Mtok", train ? fmt::format(" {:>10}", "$ to train") : "") : std::string());
   for (const auto& row : best_rows(results, bases)) {
     if (row.best == nullptr) {
       out += fmt::format("{}{:>6}  {}\n", cluster_cell(row.cluster), row.gpus, none_cell(row));
@@ -1014,6 +1031,11 @@ std::string to_text(const std::vector<Result>& results, const std::vector<config
     if (train) {
       const report::TrainTime t = report::train_time(*row.base, m.step_time_s);
       days = fmt::format(" {:>8.1f} {:>10}", t.days, report::si_count(t.gpu_hours));
+    }
+    if (priced) {
+      const report::Cost c = report::cost(*row.base, m.step_time_s);
+      days += fmt::format(" {:>8}{}", report::usd(c.usd_per_million_tokens),
+                          train ? fmt::format(" {:>10}", report::usd(c.usd_to_train)) : "");
     }
     out += fmt::format(
         "{}{:>6} {:>3} {:>3} {:>3}{} {:>5} {:>3} {:>4}  {:<9} {:>4}{} {:>9.3f} {:>12.1f} {:>5.1f}% {:>7.1f}%{}\n",
@@ -1033,18 +1055,24 @@ std::string to_markdown(const std::vector<Result>& results, const std::vector<co
     out += to_markdown(results[i], bases[i], top);
   }
   const bool train = !bases.empty() && bases.front().training.train_tokens > 0;
+  const bool priced = priced_bases(bases);
   const bool clusters = by_cluster(bases);
   out += clusters
              ? "\n### Best layout per cluster\n\n| cluster | GPUs | layout | step (s) | tokens/s/GPU | MFU | speed |"
              : "\n### Best layout per GPU count\n\n| GPUs | layout | step (s) | tokens/s/GPU | MFU | scaling |";
   if (train)
     out += fmt::format(" days for {} tokens | GPU-hours |", report::si_count(bases.front().training.train_tokens));
+  if (priced) out += train ? " $ per million tokens | $ to train |" : " $ per million tokens |";
   out += clusters ? "\n|---" : "\n";
-  out += train ? "|---:|---|---:|---:|---:|---:|---:|---:|\n" : "|---:|---|---:|---:|---:|---:|\n";
+  out += "|---:|---|---:|---:|---:|---:|";
+  for (int i = 0; i < (train ? 2 : 0) + (priced ? (train ? 2 : 1) : 0); ++i) out += "---:|";
+  out += "\n";
   auto cluster_cell = [&](const BestRow& row) { return clusters ? fmt::format("| {} ", row.cluster) : std::string(); };
   for (const auto& row : best_rows(results, bases)) {
     if (row.best == nullptr) {
-      out += fmt::format("{}| {} | {} | | | | |{}\n", cluster_cell(row), row.gpus, none_cell(row), train ? " | |" : "");
+      std::string empty = train ? " | |" : "";
+      if (priced) empty += train ? " | |" : " |";
+      out += fmt::format("{}| {} | {} | | | | |{}\n", cluster_cell(row), row.gpus, none_cell(row), empty);
       continue;
     }
     const auto& m = row.best->metrics;
@@ -1054,6 +1082,11 @@ std::string to_markdown(const std::vector<Result>& results, const std::vector<co
     if (train) {
       const report::TrainTime t = report::train_time(*row.base, m.step_time_s);
       out += fmt::format(" {:.1f} | {:.0f} |", t.days, t.gpu_hours);
+    }
+    if (priced) {
+      const report::Cost c = report::cost(*row.base, m.step_time_s);
+      out += fmt::format(" {:.3g} |", c.usd_per_million_tokens);
+      if (train) out += fmt::format(" {:.0f} |", c.usd_to_train);
     }
     out += "\n";
   }
@@ -1084,6 +1117,7 @@ nlohmann::json to_json(const std::vector<Result>& results, const std::vector<con
       const report::TrainTime t = report::train_time(*row.base, c.metrics.step_time_s);
       j["time_to_train"] = {{"steps", t.steps}, {"days", t.days}, {"gpu_hours", t.gpu_hours}};
     }
+    if (row.base->gpu_hour_price_usd > 0) j["cost"] = report::cost_json(*row.base, c.metrics.step_time_s);
     best.push_back(std::move(j));
   }
   return {{"searches", searches}, {"best", best}};

@@ -1050,6 +1050,57 @@ TEST_CASE("search on several clusters: each cluster's search, then its best layo
   CHECK(unknown.err.starts_with("configs/llama3.1-8b-h200-64.json: cluster: "));
 }
 
+TEST_CASE(
+    "price per GPU-hour (--price): what a million tokens and the token budget cost, per cluster with --clusters") {
+  // A million tokens cost price · GPUs · step time / 3600 / (global batch · sequence) · 10^6 dollars;
+  // the budget, price · GPU-hours of its whole steps (run's time_to_train).
+  auto per_million = [](double price, double gpus, double step_s, double tokens_per_step) {
+    return price * gpus * step_s / 3600 / tokens_per_step * 1e6;
+  };
+  Result r = run("run configs/llama3.1-8b-h200-64.json --json --price 2.5 --set training.train_tokens=1e12");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  const double step = j["step_time_s"].get<double>();
+  const double tokens = j["scenario"]["global_batch"].get<double>() * j["scenario"]["seq_len"].get<double>();
+  CHECK(j["cost"]["usd_per_gpu_hour"] == 2.5);
+  CHECK(j["cost"]["usd_per_million_tokens"].get<double>() == Approx(per_million(2.5, 64, step, tokens)));
+  CHECK(j["cost"]["usd_to_train"].get<double>() == Approx(2.5 * j["time_to_train"]["gpu_hours"].get<double>()));
+  Result text = run("run configs/llama3.1-8b-h200-64.json --price 2.5");
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find(fmt::format("\ncost          ${:.3g} per million tokens at $2.5 per GPU-hour\n",
+                                  per_million(2.5, 64, step, tokens))) != std::string::npos);
+  CHECK(run("run configs/llama3.1-8b-h200-64.json").out.find("\ncost") == std::string::npos);
+
+  const std::string axes = "--tp 1,2 --pp 1 --cp 1 --vp 1 --micro-batch 1,2 --recompute none --top 1";
+  Result s = run("search configs/llama3.1-8b-h200-64.json " + axes +
+                 " --clusters dgx-h200,dgx-b200 --price dgx-b200=4,dgx-h200=3 --json");
+  INFO(s.err);
+  REQUIRE(s.code == 0);
+  const auto best = nlohmann::json::parse(s.out)["best"];
+  REQUIRE(best.size() == 2);
+  for (const auto& [i, price] : {std::pair{0, 3.0}, std::pair{1, 4.0}}) {
+    const auto& b = best[static_cast<std::size_t>(i)];
+    CHECK(b["cost"]["usd_per_gpu_hour"] == price);
+    CHECK(b["cost"]["usd_per_million_tokens"].get<double>() ==
+          Approx(per_million(price, 64, b["step_time_s"].get<double>(), tokens)));
+  }
+  auto error = [](const std::string& args) {
+    Result e = run(args);
+    CHECK(e.code == 2);
+    CHECK(std::count(e.err.begin(), e.err.end(), '\n') == 1);
+    return e.err;
+  };
+  CHECK(error("run configs/llama3.1-8b-h200-64.json --price 0") ==
+        "--price: expected US dollars per GPU-hour (a number above 0, at most 10^6), got \"0\"\n");
+  CHECK(error("search configs/llama3.1-8b-h200-64.json --clusters dgx-h200,dgx-b200 --price dgx-h200=3") ==
+        "--price: gives no price for dgx-b200\n");
+  CHECK(error("search configs/llama3.1-8b-h200-64.json --clusters dgx-h200,dgx-b200 --price 3")
+            .starts_with("--price: with --clusters, give each cluster its price as NAME=USD"));
+  CHECK(error("search configs/llama3.1-8b-h200-64.json --clusters dgx-h200 --price dgx-b200=3") ==
+        "--price: dgx-b200 is not one of the --clusters (dgx-h200)\n");
+}
+
 #ifdef TRAINSIM_MPIEXEC
 TEST_CASE("search under mpirun: the ranks share the layouts and rank 0 prints the one-process answer") {
   // As root in a container: OpenMPI must be told root is fine, and CMA single copies may be barred.
