@@ -45,14 +45,12 @@
 
 namespace {
 
-std::vector<double> parse_prices(std::string_view value, const std::vector<std::string>& clusters);
-
 int run_command(const std::string& scenario_file, const std::vector<std::string>& sets, bool json, bool all_ranks,
                 const std::string& price, const trainsim::cli::RunOutputs& outputs) {
   using namespace trainsim;
   const nlohmann::json doc = cli::scenario_doc(scenario_file, sets);
   auto scenario = config::parse_scenario(util::JsonNode(doc, scenario_file), config::default_data_dir());
-  if (!price.empty()) scenario.gpu_hour_price_usd = parse_prices(price, {}).front();
+  if (!price.empty()) scenario.gpu_hour_price_usd = trainsim::cli::parse_prices(price, {}).front();
   scenario.accuracy = config::published_accuracy(scenario, config::default_data_dir());
   for (const auto& w : scenario.warnings) spdlog::warn("warning: {}", w);
   spdlog::info("simulating {} ranks", scenario.gpus);
@@ -217,45 +215,6 @@ std::vector<std::size_t> parse_choice_list(std::string_view value, const char* o
   return out;
 }
 
-// `--price`: US dollars per GPU-hour. One number for the one cluster of a run or search; with
-// `--clusters`, NAME=USD for each of them, comma-separated (a price of one cluster says nothing of
-// another's). Each mistake is an InputError naming the option.
-std::vector<double> parse_prices(std::string_view value, const std::vector<std::string>& clusters) {
-  using trainsim::util::InputError;
-  auto amount = [](std::string_view text) {
-    double x = 0;
-    if (!trainsim::cli::detail::parse_number(std::string(text), x) || x <= 0 || x > 1e6)
-      throw InputError(
-          "--price", "",
-          fmt::format("expected US dollars per GPU-hour (a number above 0, at most 10^6), got \"{}\"", text));
-    return x;
-  };
-  if (clusters.empty()) return {amount(value)};
-  std::vector<double> prices(clusters.size(), 0.0);
-  while (true) {
-    const std::size_t comma = value.find(',');
-    const std::string_view item = value.substr(0, comma);
-    const std::size_t eq = item.find('=');
-    if (eq == std::string_view::npos)
-      throw InputError("--price", "",
-                       fmt::format("with --clusters, give each cluster its price as NAME=USD (e.g. {}=2.5), got \"{}\"",
-                                   clusters.front(), item));
-    const std::string name(item.substr(0, eq));
-    const auto it = std::find(clusters.begin(), clusters.end(), name);
-    if (it == clusters.end())
-      throw InputError("--price", "",
-                       fmt::format("{} is not one of the --clusters ({})", name, fmt::join(clusters, ", ")));
-    double& price = prices[static_cast<std::size_t>(it - clusters.begin())];
-    if (price > 0) throw InputError("--price", "", fmt::format("{} is priced twice", name));
-    price = amount(item.substr(eq + 1));
-    if (comma == std::string_view::npos) break;
-    value.remove_prefix(comma + 1);
-  }
-  for (std::size_t i = 0; i < clusters.size(); ++i)
-    if (prices[i] <= 0) throw InputError("--price", "", fmt::format("gives no price for {}", clusters[i]));
-  return prices;
-}
-
 // `search --clusters a,b,c`: the same search on each cluster (at the scenario's GPU count, or the one
 // --gpus / --nodes gives), then the best layout per cluster.
 template <typename AxesFor, typename Print>
@@ -303,7 +262,7 @@ int search_clusters(const SearchArgs& a, nlohmann::json doc, const AxesFor& axes
     bases.push_back(std::move(b));
   }
   if (!a.price.empty()) {
-    const std::vector<double> prices = parse_prices(a.price, names);
+    const std::vector<double> prices = trainsim::cli::parse_prices(a.price, names);
     for (std::size_t i = 0; i < bases.size(); ++i) bases[i].gpu_hour_price_usd = prices[i];
   }
   std::vector<search::Result> results;
@@ -318,7 +277,8 @@ int search_layouts(const SearchArgs& a) {
   const auto data_dir = config::default_data_dir();
   nlohmann::json doc = trainsim::cli::scenario_doc(a.scenario_file, a.sets);
   config::Scenario base = config::parse_scenario(util::JsonNode(doc, a.scenario_file), data_dir);
-  if (!a.price.empty() && a.clusters.empty()) base.gpu_hour_price_usd = parse_prices(a.price, {}).front();
+  if (!a.price.empty() && a.clusters.empty())
+    base.gpu_hour_price_usd = trainsim::cli::parse_prices(a.price, {}).front();
   // The axes of a search on `b`: its defaults (which depend on the cluster), with the options' lists.
   auto axes_for = [&](const config::Scenario& b) {
     search::Axes axes = search::default_axes(b);

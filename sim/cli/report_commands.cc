@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "cli/option_checks.h"
 #include "report/chrome_trace.h"
 #include "report/compare.h"
 #include "report/html.h"
@@ -135,6 +136,42 @@ std::vector<std::int64_t> parse_int_list(const std::string& text, const std::str
   return out;
 }
 
+std::vector<double> parse_prices(std::string_view value, const std::vector<std::string>& clusters) {
+  using util::InputError;
+  auto amount = [](std::string_view text) {
+    double x = 0;
+    if (!detail::parse_number(std::string(text), x) || x <= 0 || x > 1e6)
+      throw InputError(
+          "--price", "",
+          fmt::format("expected US dollars per GPU-hour (a number above 0, at most 10^6), got \"{}\"", text));
+    return x;
+  };
+  if (clusters.empty()) return {amount(value)};
+  std::vector<double> prices(clusters.size(), 0.0);
+  while (true) {
+    const std::size_t comma = value.find(',');
+    const std::string_view item = value.substr(0, comma);
+    const std::size_t eq = item.find('=');
+    if (eq == std::string_view::npos)
+      throw InputError("--price", "",
+                       fmt::format("with --clusters, give each cluster its price as NAME=USD (e.g. {}=2.5), got \"{}\"",
+                                   clusters.front(), item));
+    const std::string name(item.substr(0, eq));
+    const auto it = std::find(clusters.begin(), clusters.end(), name);
+    if (it == clusters.end())
+      throw InputError("--price", "",
+                       fmt::format("{} is not one of the --clusters ({})", name, fmt::join(clusters, ", ")));
+    double& price = prices[static_cast<std::size_t>(it - clusters.begin())];
+    if (price > 0) throw InputError("--price", "", fmt::format("{} is priced twice", name));
+    price = amount(item.substr(eq + 1));
+    if (comma == std::string_view::npos) break;
+    value.remove_prefix(comma + 1);
+  }
+  for (std::size_t i = 0; i < clusters.size(); ++i)
+    if (prices[i] <= 0) throw InputError("--price", "", fmt::format("gives no price for {}", clusters[i]));
+  return prices;
+}
+
 int scale_command(const ScaleArgs& args) {
   const auto data_dir = config::default_data_dir();
   report::Keep keep;
@@ -150,6 +187,7 @@ int scale_command(const ScaleArgs& args) {
 
   const nlohmann::json doc = scenario_doc(args.scenario_file, args.sets);
   const config::Scenario base = config::parse_scenario(util::JsonNode(doc, args.scenario_file), data_dir);
+  const double price = args.price.empty() ? 0.0 : parse_prices(args.price, {}).front();
   std::vector<std::int64_t> sizes =
       parse_int_list(args.gpus.empty() ? args.nodes : args.gpus, args.gpus.empty() ? "--nodes" : "--gpus", 1, true);
   if (!args.nodes.empty())
@@ -172,6 +210,7 @@ int scale_command(const ScaleArgs& args) {
     }
     try {
       scenarios.push_back(config::parse_scenario(util::JsonNode(d, args.scenario_file), data_dir));
+      scenarios.back().gpu_hour_price_usd = price;
     } catch (const util::InputError& e) {
       throw util::InputError(e.file(), e.path(), fmt::format("at {} GPUs ({}): {}", n, size_flag, e.problem()));
     }
@@ -239,6 +278,9 @@ void add_report_commands(CLI::App& app, ReportCommands& c) {
   c.scale->add_option("--keep", c.scale_args.keep,
                       "What stays fixed: global-batch (default; fewer micro-batches per pipeline as DP grows) or "
                       "per-gpu-batch (the global batch grows with the GPUs)");
+  c.scale->add_option("--price", c.scale_args.price,
+                      "US dollars per GPU-hour of the cluster: adds what a million tokens (and training.train_tokens) "
+                      "cost at each size");
   c.scale->add_option("--report", c.scale_args.report_dir,
                       "Write index.html (SVG plots), summary.md and results.json into this directory");
   auto* json = c.scale->add_flag("--json", c.scale_args.json, "Print the results as one JSON object");

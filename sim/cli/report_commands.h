@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -46,9 +47,15 @@ struct ScaleArgs {
   std::string nodes;              // --nodes 8,16,32 (times the cluster's GPUs per node)
   std::string keep = "global-batch";
   std::string report_dir;
+  std::string price;  // --price: US dollars per GPU-hour
   bool json = false;
   bool markdown = false;
 };
+
+// `--price`: US dollars per GPU-hour. One number for the one cluster of a run or search; with
+// `--clusters`, NAME=USD for each of them, comma-separated (a price of one cluster says nothing of
+// another's). Each mistake is an InputError naming the option.
+std::vector<double> parse_prices(std::string_view value, const std::vector<std::string>& clusters);
 
 // Re-runs the scenario at each size; prints a table (text, --markdown or --json) and writes the
 // HTML report, summary.md and results.json into --report DIR.

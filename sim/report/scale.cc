@@ -71,6 +71,11 @@ bool train_columns(const std::vector<ScalePoint>& points) {
   return !points.empty() && points.front().scenario.training.train_tokens > 0;
 }
 
+// `--price`: the study adds what a million tokens (and the budget) cost at each size.
+bool cost_columns(const std::vector<ScalePoint>& points) {
+  return !points.empty() && points.front().scenario.gpu_hour_price_usd > 0;
+}
+
 }  // namespace
 
 std::string scale_markdown(const std::vector<ScalePoint>& points, Keep keep) {
@@ -81,12 +86,16 @@ std::string scale_markdown(const std::vector<ScalePoint>& points, Keep keep) {
   out +=
       "| GPUs | DP | global batch | micro-batches | step time (s) | tokens/s | tokens/s/GPU | TFLOP/s/GPU | MFU | "
       "scaling eff. | bubble | exposed comm | peak GiB | fits |";
-  const bool train = train_columns(points);
+  const bool train = train_columns(points), priced = cost_columns(points);
   if (train)
     out += fmt::format(" days for {} tokens | GPU-hours |", si_count(points.front().scenario.training.train_tokens));
-  out += train ? "\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|\n"
-               : "\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|\n";
-  for (const auto& r : scale_rows(points)) {
+  if (priced) out += train ? " $ per million tokens | $ to train |" : " $ per million tokens |";
+  out += "\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|";
+  for (int i = 0; i < (train ? 2 : 0) + (priced ? (train ? 2 : 1) : 0); ++i) out += "---:|";
+  out += "\n";
+  const auto rows = scale_rows(points);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const ScaleRow& r = rows[i];
     out += fmt::format(
         "| {} | {} | {} | {} | {:.3f} | {:.0f} | {:.1f} | {:.1f} | {:.1f}% | {:.1f}% | {:.1f}% | {:.1f}% | {:.1f} | "
         "{} |",
@@ -94,6 +103,11 @@ std::string scale_markdown(const std::vector<ScalePoint>& points, Keep keep) {
         r.model_tflops_per_gpu, 100 * r.mfu, 100 * r.scaling_efficiency, 100 * r.bubble_fraction,
         100 * r.exposed_comm_fraction, r.peak_gib, r.fits ? "yes" : "**no**");
     if (train) out += fmt::format(" {:.1f} | {:.0f} |", r.train.days, r.train.gpu_hours);
+    if (priced) {
+      const Cost c = cost(points[i].scenario, r.step_time_s);
+      out += fmt::format(" {:.3g} |", c.usd_per_million_tokens);
+      if (train) out += fmt::format(" {:.0f} |", c.usd_to_train);
+    }
     out += "\n";
   }
   return out;
@@ -105,12 +119,16 @@ std::string scale_text(const std::vector<ScalePoint>& points, Keep keep) {
   out += fmt::format("{:>6} {:>5} {:>6} {:>6} {:>10} {:>12} {:>8} {:>8} {:>6} {:>7} {:>7} {:>7} {:>7} {:>5}\n", "GPUs",
                      "DP", "batch", "micro", "step (s)", "tokens/s", "tok/s/G", "TFLOP/s", "MFU", "eff.", "bubble",
                      "comm", "GiB", "fits");
-  const bool train = train_columns(points);
-  if (train) {
+  const bool train = train_columns(points), priced = cost_columns(points);
+  if (train || priced) {
     out.pop_back();
-    out += fmt::format(" {:>8} {:>12}\n", "days", "GPU-hours");
+    if (train) out += fmt::format(" {:>8} {:>12}", "days", "GPU-hours");
+    if (priced) out += fmt::format(" {:>8}{}", "$/Mtok", train ? fmt::format(" {:>10}", "$ to train") : "");
+    out += '\n';
   }
-  for (const auto& r : scale_rows(points)) {
+  const auto rows = scale_rows(points);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const ScaleRow& r = rows[i];
     out += fmt::format(
         "{:>6} {:>5} {:>6} {:>6} {:>10.3f} {:>12.0f} {:>8.1f} {:>8.1f} {:>5.1f}% {:>6.1f}% {:>6.1f}% {:>6.1f}% "
         "{:>7.1f} {:>5}",
@@ -118,11 +136,19 @@ std::string scale_text(const std::vector<ScalePoint>& points, Keep keep) {
         r.model_tflops_per_gpu, 100 * r.mfu, 100 * r.scaling_efficiency, 100 * r.bubble_fraction,
         100 * r.exposed_comm_fraction, r.peak_gib, r.fits ? "yes" : "NO");
     if (train) out += fmt::format(" {:>8.1f} {:>12.0f}", r.train.days, r.train.gpu_hours);
+    if (priced) {
+      const Cost c = cost(points[i].scenario, r.step_time_s);
+      out += fmt::format(" {:>8}{}", usd(c.usd_per_million_tokens),
+                         train ? fmt::format(" {:>10}", usd(c.usd_to_train)) : "");
+    }
     out += "\n";
   }
   if (train)
     out += fmt::format("days and GPU-hours to train {} tokens, every step as the simulated one\n",
                        si_count(points.front().scenario.training.train_tokens));
+  if (priced)
+    out += fmt::format("US dollars per million tokens{} at {} per GPU-hour\n", train ? " and to train" : "",
+                       usd(points.front().scenario.gpu_hour_price_usd));
   return out;
 }
 

@@ -1085,6 +1085,16 @@ TEST_CASE(
     CHECK(b["cost"]["usd_per_million_tokens"].get<double>() ==
           Approx(per_million(price, 64, b["step_time_s"].get<double>(), tokens)));
   }
+  // scale: each size's run at the price, in its JSON run and its table's column.
+  Result sc = run("scale configs/llama3.1-8b-h200-64.json --gpus 32,64 --price 2.5 --json");
+  REQUIRE(sc.code == 0);
+  for (const auto& one : nlohmann::json::parse(sc.out)["runs"])
+    CHECK(one["cost"]["usd_per_million_tokens"].get<double>() ==
+          Approx(per_million(2.5, one["scenario"]["gpus"].get<double>(), one["step_time_s"].get<double>(), tokens)));
+  Result st = run("scale configs/llama3.1-8b-h200-64.json --gpus 32,64 --price 2.5");
+  REQUIRE(st.code == 0);
+  CHECK(st.out.find("$/Mtok") != std::string::npos);
+  CHECK(st.out.find("US dollars per million tokens at $2.5 per GPU-hour\n") != std::string::npos);
   auto error = [](const std::string& args) {
     Result e = run(args);
     CHECK(e.code == 2);
