@@ -1088,7 +1088,8 @@ TEST_CASE(
   // scale: each size's run at the price, in its JSON run and its table's column.
   Result sc = run("scale configs/llama3.1-8b-h200-64.json --gpus 32,64 --price 2.5 --json");
   REQUIRE(sc.code == 0);
-  for (const auto& one : nlohmann::json::parse(sc.out)["runs"])
+  const auto scaled = nlohmann::json::parse(sc.out);
+  for (const auto& one : scaled["runs"])
     CHECK(one["cost"]["usd_per_million_tokens"].get<double>() ==
           Approx(per_million(2.5, one["scenario"]["gpus"].get<double>(), one["step_time_s"].get<double>(), tokens)));
   Result st = run("scale configs/llama3.1-8b-h200-64.json --gpus 32,64 --price 2.5");
