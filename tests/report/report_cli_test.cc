@@ -207,6 +207,26 @@ TEST_CASE("the new commands and options are in --help") {
   CHECK(compare_help.out.find("--max-slowdown") != std::string::npos);
 }
 
+// --price: the run page's summary gains a cost row, the scaling study's table a column, each the
+// figure the text summary prints (cli_test.cc checks those against the formula).
+TEST_CASE("report pages with --price: the run's cost row, the scaling study's cost column") {
+  const fs::path dir = temp_dir() / "priced";
+  Result r = run(fmt::format("run configs/llama3.1-8b-h200-64.json --price 2 --report '{}'", (dir / "run").string()));
+  REQUIRE(r.code == 0);
+  Result text = run("run configs/llama3.1-8b-h200-64.json --price 2");
+  const std::size_t at = text.out.find("cost          ");
+  REQUIRE(at != std::string::npos);
+  const std::string line = text.out.substr(at + 14, text.out.find('\n', at) - at - 14);
+  CHECK(slurp(dir / "run" / "index.html").find("<tr><th>cost</th><td>" + line + "</td></tr>") != std::string::npos);
+  Result s = run(fmt::format("scale configs/llama3.1-8b-h200-64.json --gpus 32,64 --price 2 --report '{}'",
+                             (dir / "scale").string()));
+  REQUIRE(s.code == 0);
+  const std::string page = slurp(dir / "scale" / "index.html");
+  CHECK(page.find("<th>$ per million tokens</th>") != std::string::npos);
+  CHECK(std::count(page.begin(), page.end(), '$') >= 3);  // the header and both sizes' cells
+  CHECK(slurp(dir / "scale" / "summary.md").find("| $ per million tokens |") != std::string::npos);
+}
+
 TEST_CASE("run --report writes index.html; a directory that cannot be made is a one-line error, exit 2") {
   const fs::path dir = temp_dir() / "run-report" / "nested";
   Result r = run(fmt::format("run configs/llama3.1-8b-h200-64.json --report '{}'", dir.string()));
