@@ -325,14 +325,8 @@ std::string summary_table(const config::Scenario& sc, const parallel::StepResult
     rows.insert(rows.begin() + 3,
                 {"to train", fmt::format("{} tokens: {:.1f} days · {} GPU-hours", si_count(sc.training.train_tokens),
                                          m.train.days, si_count(m.train.gpu_hours))});
-  if (sc.gpu_hour_price_usd > 0) {
-    const Cost c = cost(sc, m.step_time_s);
-    rows.insert(rows.begin() + (sc.training.train_tokens > 0 ? 4 : 3),
-                {"cost", fmt::format("{} per million tokens at {} per GPU-hour{}", usd(c.usd_per_million_tokens),
-                                     usd(sc.gpu_hour_price_usd),
-                                     sc.training.train_tokens > 0 ? fmt::format("; {} to train", usd(c.usd_to_train))
-                                                                  : std::string())});
-  }
+  if (sc.gpu_hour_price_usd > 0)
+    rows.insert(rows.begin() + (sc.training.train_tokens > 0 ? 4 : 3), {"cost", cost_line(sc, m.step_time_s)});
   std::string out = "<table class=\"summary\">\n";
   for (const auto& [k, v] : rows)
     out += fmt::format("<tr><th>{}</th><td>{}</td></tr>\n", html_escape(k), html_escape(v));

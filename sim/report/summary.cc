@@ -248,6 +248,13 @@ std::string usd(double v) {
   return fmt::format("${}", si_count(v));
 }
 
+std::string cost_line(const config::Scenario& sc, double step_time_s) {
+  const Cost c = cost(sc, step_time_s);
+  return fmt::format("{} per million tokens at {} per GPU-hour{}", usd(c.usd_per_million_tokens),
+                     usd(sc.gpu_hour_price_usd),
+                     sc.training.train_tokens > 0 ? fmt::format("; {} to train", usd(c.usd_to_train)) : "");
+}
+
 nlohmann::json cost_json(const config::Scenario& sc, double step_time_s) {
   const Cost c = cost(sc, step_time_s);
   nlohmann::json j = {{"usd_per_gpu_hour", sc.gpu_hour_price_usd},
@@ -593,12 +600,7 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
         "restarts, evaluation or checkpoints)\n",
         si_count(sc.training.train_tokens), thousands(static_cast<double>(m.train.steps)), m.train.days,
         si_count(m.train.gpu_hours));
-  if (sc.gpu_hour_price_usd > 0) {
-    const Cost c = cost(sc, m.step_time_s);
-    out += fmt::format("cost          {} per million tokens at {} per GPU-hour{}\n", usd(c.usd_per_million_tokens),
-                       usd(sc.gpu_hour_price_usd),
-                       sc.training.train_tokens > 0 ? fmt::format("; {} to train", usd(c.usd_to_train)) : "");
-  }
+  if (sc.gpu_hour_price_usd > 0) out += fmt::format("cost          {}\n", cost_line(sc, m.step_time_s));
   std::string cp_ep_parts;
   if (p.cp > 1) cp_ep_parts = fmt::format(" · CP {:.1f}%", pct(r.mean.cp_exposed_s));
   if (sc.model.moe()) cp_ep_parts += fmt::format(" · EP {:.1f}%", pct(r.mean.ep_exposed_s));

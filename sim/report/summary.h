@@ -51,6 +51,9 @@ struct Cost {
 Cost cost(const config::Scenario& sc, double step_time_s);
 // A dollar amount in three significant digits: "$0.523", "$12.3", "$7.83M".
 std::string usd(double v);
+// "$0.877 per million tokens at $2.49 per GPU-hour" (and "; $13.2M to train" with a budget): the
+// `cost` line of run's summary and HTML page and of search's best layout.
+std::string cost_line(const config::Scenario& sc, double step_time_s);
 // The JSON `cost` object: {usd_per_gpu_hour, usd_per_million_tokens, usd_to_train (with a budget)}.
 nlohmann::json cost_json(const config::Scenario& sc, double step_time_s);
 // The stage whose rank runs the most kernel time in the step, that time, and each KernelKind's share

@@ -810,12 +810,8 @@ std::string to_text(const Result& r, const config::Scenario& base, std::size_t t
     out += fmt::format("to train      {} tokens with it: {:.1f} days · {} GPU-hours\n",
                        report::si_count(base.training.train_tokens), t.days, report::si_count(t.gpu_hours));
   }
-  if (base.gpu_hour_price_usd > 0) {
-    const report::Cost c = report::cost(base, best.metrics.step_time_s);
-    out += fmt::format("cost          {} per million tokens with it at {} per GPU-hour{}\n",
-                       report::usd(c.usd_per_million_tokens), report::usd(base.gpu_hour_price_usd),
-                       base.training.train_tokens > 0 ? fmt::format("; {} to train", report::usd(c.usd_to_train)) : "");
-  }
+  if (base.gpu_hour_price_usd > 0)
+    out += fmt::format("cost          {} with it\n", report::cost_line(base, best.metrics.step_time_s));
   return out;
 }
 
@@ -955,12 +951,12 @@ const char* none_cell(const BestRow& row) {
   return row.all_rejected ? "no layout passes the layout rules" : "no layout fits in memory";
 }
 
-// Whether the searches compare clusters (search --clusters) rather than GPU counts.
 // Whether the searches carry a price per GPU-hour (`--price`: all of them or none).
 bool priced_bases(const std::vector<config::Scenario>& bases) {
   return !bases.empty() && bases.front().gpu_hour_price_usd > 0;
 }
 
+// Whether the searches compare clusters (search --clusters) rather than GPU counts.
 bool by_cluster(const std::vector<config::Scenario>& bases) {
   return std::any_of(bases.begin(), bases.end(),
                      [&](const config::Scenario& b) { return b.cluster.name != bases.front().cluster.name; });

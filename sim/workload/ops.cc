@@ -534,9 +534,10 @@ void allgather_dispatch_backward(std::vector<Op>& ops, const Dims& x) {
 // before the grouped GEMMs and back after them (Megatron-Core's token_dispatcher.py, "Permutation 2:
 // Sort tokens by local expert" / "Unpermutation 2", sort_chunks_by_idxs; with token dropping and
 // padding a transpose copy of the same rows). Each reads and writes the moe_rows rows, and the sort
-// their fp32 routing weights too; autograd runs the inverse copy in the backward.
+// their fp32 routing weights too; autograd runs the inverse copy in the backward. Called on the
+// paths that are not the allgather dispatcher's; the flex dispatcher's permutation already groups them.
 void sort_by_local_expert(std::vector<Op>& ops, const Dims& x, const char* name, bool with_probs) {
-  if (x.flex || x.allgather || x.local_experts <= 1) return;
+  if (x.flex || x.local_experts <= 1) return;
   ops.push_back(memory(name, 2 * act(x.moe_rows, x.he, x.d) + (with_probs ? 2 * x.moe_rows * 4 : 0)));
 }
 
