@@ -409,6 +409,41 @@ TEST_CASE("Nemotron-4 and Mixtral 8x22B model files hold their published paramet
   CHECK((static_cast<double>(mixtral.total_params()) - inactive) / 1e9 == Approx(39).margin(0.5));
 }
 
+// Llama 4 (meta-llama/Llama-4-Scout-17B-16E and Llama-4-Maverick-17B-128E, their text_config): 48
+// layers of hidden 5120, 40 query and 8 KV heads of 128, a shared expert of 8192 beside routed experts
+// of 8192 (top 1), vocab 202048, untied. Scout: 16 experts on every layer and per-head query/key norms;
+// Maverick: 128 experts on every second layer (1, 3, ...), dense MLPs of 16384 between. Meta's model
+// cards: 109B and 400B total (Scout's with its vision encoder), 17B active each. By hand, attention
+// h(h + 2·1024) + h², a SwiGLU MLP of width f 3·h·f, a router h·E, two norms 2h.
+TEST_CASE("Llama 4 Scout and Maverick model files hold Meta's parameter counts") {
+  auto model = [](const std::string& name) {
+    const nlohmann::json j =
+        trainsim::util::read_json_file(std::string(TRAINSIM_SOURCE_DIR) + "/models/" + name + ".json");
+    return parse_model(JsonNode(j, name + ".json"));
+  };
+  const std::int64_t h = 5120, attention = h * (h + 2 * 1024) + h * h, mlp = 3 * h * 8192, embeddings = 2 * 202048 * h;
+  const ModelSpec scout = model("llama4-scout");
+  const ModelSpec maverick = model("llama4-maverick");
+  CHECK(scout.moe_layer_count() == 48);
+  CHECK(maverick.moe_layer_count() == 24);
+  // Per layer without the norms and the query/key norms (a few thousand parameters in all).
+  const double scout_layer = static_cast<double>(attention + 17 * mlp + h * 16);
+  CHECK(static_cast<double>(scout.total_params()) == Approx(48 * scout_layer + embeddings).epsilon(1e-5));
+  CHECK(static_cast<double>(scout.total_params()) / 1e9 == Approx(109).epsilon(0.02));
+  const double maverick_moe = static_cast<double>(attention + 129 * mlp + h * 128);
+  const double maverick_dense = static_cast<double>(attention + 3 * h * 16384);
+  CHECK(static_cast<double>(maverick.total_params()) ==
+        Approx(24 * maverick_moe + 24 * maverick_dense + embeddings).epsilon(1e-5));
+  CHECK(static_cast<double>(maverick.total_params()) / 1e9 == Approx(400).epsilon(0.005));
+  // Active: a token visits one routed expert and the shared one.
+  const double scout_active =
+      static_cast<double>(scout.total_params()) - 48.0 * static_cast<double>(scout.expert_params_per_layer()) * 15 / 16;
+  const double maverick_active = static_cast<double>(maverick.total_params()) -
+                                 24.0 * static_cast<double>(maverick.expert_params_per_layer()) * 127 / 128;
+  CHECK(scout_active / 1e9 == Approx(17).epsilon(0.02));
+  CHECK(maverick_active / 1e9 == Approx(17).epsilon(0.02));
+}
+
 TEST_CASE("Kimi K2 has the model card's one trillion parameters, 32B of them active") {
   nlohmann::json j =
       nlohmann::json::parse(std::ifstream(std::filesystem::path(TRAINSIM_SOURCE_DIR) / "models" / "kimi-k2.json"));
