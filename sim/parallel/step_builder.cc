@@ -718,6 +718,8 @@ struct LayerOps {
   std::int64_t input_bytes = 0;
   std::int64_t ring_kv_bytes = 0;  // context parallelism: one K/V block
   std::int64_t cp_q_bytes = 0;     // ... and the rank's query block
+  // torchtitan under context parallelism: PyTorch's context_parallel kernels around each step.
+  std::optional<workload::TorchtitanCpKernels> titan_cp;
 };
 
 // The backward ops split for zero-bubble schedules: the input-gradient pass, the weight-gradient
@@ -1152,6 +1154,53 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     }
     w.emit(list, phase, saves);
   };
+  // torchtitan: PyTorch's context_parallel (workload::TorchtitanCpKernels), as the last rank of the CP
+  // group runs it. Step j attends the rank's queries to the j-th block of s/cp keys (1/cp of its
+  // attention work, as the ring above); the keys and values arrive by one all-gather, issued after
+  // the first concatenation and waited for by the second step (allgather, torchtitan's default
+  // rotate method), or around the ring, each block sent on as the step that uses it starts (p2p,
+  // its alltoall method). The backward gathers or rings the keys and values again, and passes the
+  // fp32 dK and dV on around the ring after every step: step j + 1 adds its gradients into the
+  // buffer step j's sender passed on, after its own attention backward.
+  auto titan_cp_attention = [&](const Op& op, std::string_view phase, Saves saves) {
+    const workload::TorchtitanCpKernels& k = *ops.titan_cp;
+    const std::int64_t kv_bytes = share_of(op, ops.ring_kv_bytes);
+    const bool bwd = op.attention.backward;
+    const bool gather = par.cp_comm == config::ParallelSpec::CpComm::allgather;
+    Op step = op;
+    step.time_memo_s = -1;
+    step.flops /= static_cast<double>(cp);
+    step.bytes /= static_cast<double>(cp);
+    step.attention.seq_kv = std::min(op.attention.seq_kv / cp, op.attention.seq_q);
+    if (bwd) w.emit({k.grad_zeros}, phase, saves);
+    std::optional<Dep> arrived, grad_arrived;
+    for (std::int64_t j = 0; j < cp; ++j) {
+      if (arrived) w.after(*arrived);
+      if (j + 1 < cp) {
+        w.emit({k.kv_cat}, phase, saves);
+        if (!gather) {
+          w.side(p2p(TaskKind::send, kCpSend, kCpNext, kv_bytes, "send_kv"));
+          arrived = w.side(p2p(TaskKind::recv, kCpRecv, kCpPrev, kv_bytes, "recv_kv"));
+        } else if (j == 0) {
+          arrived =
+              w.comm_side(cp_comm_op("attention_kv_cp_all_gather", workload::Comm::all_gather, kv_bytes * cp), phase);
+        }
+      }
+      if (j == 1) step.saved_bytes = 0;  // the logsumexp is saved once
+      w.emit({step}, phase, saves);
+      if (!bwd) {
+        w.emit({j == 0 ? k.first_merge : k.merge}, phase, saves);
+        continue;
+      }
+      if (grad_arrived) w.after(*grad_arrived);
+      w.emit({j == 0 ? k.first_grad_kv_accumulate : k.grad_kv_accumulate, k.grad_kv_cat}, phase, saves);
+      w.side(p2p(TaskKind::send, kCpSend, kCpNext, k.grad_kv_bytes, "send_kv_grad"));
+      grad_arrived = w.side(p2p(TaskKind::recv, kCpRecv, kCpPrev, k.grad_kv_bytes, "recv_kv_grad"));
+      w.emit({k.grad_q_accumulate}, phase, saves);
+    }
+    if (bwd) w.after(*grad_arrived);
+    w.emit({bwd ? k.grad_to_bf16 : k.out_to_bf16}, phase, saves);
+  };
   // Sliding-window attention under context parallelism (the op's queries each see `window` keys).
   // allgather and a2a as above, the attention on the window. p2p: Transformer Engine's halo
   // exchange (AttnFuncWithCPAndKVP2PSWA): of the 2·cp chunks of L = s/(2·cp) tokens, the rank holds
@@ -1198,7 +1247,9 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       w.emit(run, phase, saves, recomputing);
       run.clear();
       const Saves kept = recomputing ? Saves::all : saves;
-      if (op.attention.window > 0)
+      if (ops.titan_cp)
+        titan_cp_attention(op, phase, kept);
+      else if (op.attention.window > 0)
         windowed_attention(op, phase, kept);
       else if (par.cp_comm == config::ParallelSpec::CpComm::p2p)
         ring_attention(op, phase, kept);
@@ -2056,7 +2107,10 @@ StepWorkload step_workload(const config::Scenario& sc, const hardware::ComputeMo
     ops.emb_bwd = workload::torchtitan_embedding_backward(sc.model, lc, o);
     ops.head_fwd = workload::torchtitan_head_forward(sc.model, lc, o);
     ops.head_bwd = workload::torchtitan_head_backward(sc.model, lc, o);
-    if (par.cp > 1) ops.ring_kv_bytes = workload::torchtitan_cp_kv_bytes(sc.model, lc);
+    if (par.cp > 1) {
+      ops.ring_kv_bytes = workload::torchtitan_cp_kv_bytes(sc.model, lc);
+      ops.titan_cp = workload::torchtitan_cp_kernels(sc.model, lc, o.host);
+    }
   }
   // Each op's time, once: the stages emit the same lists for every micro-batch and layer.
   auto memoize = [&compute](std::vector<Op>& list) {
@@ -2068,6 +2122,12 @@ StepWorkload step_workload(const config::Scenario& sc, const hardware::ComputeMo
     memoize(ops.bwd[k]);
   }
   for (std::vector<Op>* list : {&ops.emb_fwd, &ops.emb_bwd, &ops.head_fwd, &ops.head_bwd}) memoize(*list);
+  if (ops.titan_cp) {
+    workload::TorchtitanCpKernels& k = *ops.titan_cp;
+    for (Op* op : {&k.kv_cat, &k.first_merge, &k.merge, &k.out_to_bf16, &k.grad_zeros, &k.first_grad_kv_accumulate,
+                   &k.grad_kv_accumulate, &k.grad_kv_cat, &k.grad_q_accumulate, &k.grad_to_bf16})
+      op->time_memo_s = compute.time_s(*op);
+  }
   return out;
 }
 

@@ -438,6 +438,30 @@ std::int64_t torchtitan_cp_kv_bytes(const ModelSpec& m, const LayerConfig& c) {
   return to_bytes(2 * x.T * x.q * kBf16);
 }
 
+TorchtitanCpKernels torchtitan_cp_kernels(const ModelSpec& m, const LayerConfig& c, const EagerHost& host) {
+  const Dims x = dims(m, c);
+  const double hf = host.forward_s, hb = host.backward_s;
+  const double o = x.T * x.q * kBf16, o32 = 2 * o, l = lse(x);
+  TorchtitanCpKernels k;
+  k.kv_cat = kernel("cp_kv_cat", 2 * o, 2 * o, hf, 0, 1, 2 * o);
+  // The accumulated fp32 output is held through the steps (the workspace of each merge).
+  k.first_merge = kernel("cp_merge_out_to_fp32", o, o32, hf, 0, 1, o32);
+  k.merge = kernel("cp_merge", o + 5 * o32 + 9 * l, 4 * o32 + 5 * l, hf, 0, 9, 3 * o32);
+  k.out_to_bf16 = kernel("cp_merged_out_to_bf16", o32, o, hf);
+  // Backward: the three fp32 accumulators, the buffer sent on and the one received held through it.
+  const double held = 3 * o32 + 4 * o32;
+  k.grad_zeros = kernel("cp_grad_zeros", 0, 3 * o32, hb, 0, 3, held);
+  k.first_grad_kv_accumulate = kernel("cp_grad_kv_accumulate", 2 * (o32 + o), 2 * o32, hb, 0, 2, held);
+  // _partial_update of dK and of dV: the first half += the step's, then the halves concatenated.
+  k.grad_kv_accumulate =
+      kernel("cp_grad_kv_partial_update", 2 * (o32 / 2 + o / 2 + o32), 2 * (o32 / 2 + o32), hb, 0, 4, held);
+  k.grad_kv_cat = kernel("cp_grad_kv_cat", 2 * o32, 2 * o32, hb, 0, 1, held);
+  k.grad_q_accumulate = kernel("cp_grad_q_accumulate", o32 + o, o32, hb, 0, 1, held);
+  k.grad_to_bf16 = kernel("cp_grad_to_bf16", 3 * o32, 3 * o, hb, 0, 2, held);
+  k.grad_kv_bytes = to_bytes(2 * o32);
+  return k;
+}
+
 std::int64_t torchtitan_block_linear_params(const ModelSpec& m, std::int64_t tp) {
   const std::int64_t h = m.hidden, q = m.heads * m.head_dim, kv = m.kv_heads * m.head_dim;
   return (h * (q + 2 * kv) + q * h + 3 * m.ffn_hidden * h) / tp;

@@ -99,6 +99,28 @@ Op torchtitan_optimizer_step(const ModelSpec& m, std::int64_t dp, std::int64_t t
 // all-to-all ring passes on).
 std::int64_t torchtitan_cp_kv_bytes(const ModelSpec& m, const LayerConfig& c);
 
+// The kernels PyTorch's context_parallel runs around each attention step
+// (torch/distributed/tensor/experimental/_attention.py, _templated_ring_attention and its backward,
+// with its defaults convert_to_f32 and causal load balancing), eager, for the rank that waits longest,
+// the last of the CP group (every later step of it attends with all its queries, none only with the
+// second half). T·q elements make one of its Q, K, V, output tensors (o bytes in bf16, 2o in fp32).
+// Forward: before each of the first cp - 1 exchanges, the keys and values concatenated into one
+// buffer (torch.cat); after each step's attention, _SDPAMerger.step: the step's output cast to fp32
+// and, from the second step on, merged, out - sigmoid(lse_b - lse)·(out - out_b) and lse -
+// logsigmoid(lse - lse_b) (4 kernels on the output, 5 on the logsumexp); at the end the merged
+// output cast back. Backward: fp32 dQ, dK, dV zeroed; after each step's attention backward, dK and dV
+// accumulated (the first step into the zeros; later into the buffer received from the previous rank,
+// the step's half-sequence gradient added into its first half and the halves concatenated again,
+// _partial_update), concatenated (torch.cat) and sent on around the ring in fp32, and dQ accumulated;
+// at the end the dK and dV received last and dQ cast to bf16.
+struct TorchtitanCpKernels {
+  Op kv_cat;
+  Op first_merge, merge, out_to_bf16;
+  Op grad_zeros, first_grad_kv_accumulate, grad_kv_accumulate, grad_kv_cat, grad_q_accumulate, grad_to_bf16;
+  std::int64_t grad_kv_bytes = 0;  // the fp32 dK and dV a step sends on
+};
+TorchtitanCpKernels torchtitan_cp_kernels(const ModelSpec& m, const LayerConfig& c, const EagerHost& host);
+
 // The parameters of one transformer block's linears a tensor-parallel rank holds (FSDP2 gathers them
 // in fp8 under Float8 with FSDP float8 all-gather; the block's two norms stay bf16).
 std::int64_t torchtitan_block_linear_params(const ModelSpec& m, std::int64_t tp);

@@ -277,3 +277,50 @@ TEST_CASE("torchtitan FSDP2 kernels: a copy-out after each gather, a reduce-scat
   CHECK(workload::torchtitan_grad_accumulate(layer, false, 4, 0).bytes == Approx(10 * layer));
   CHECK(workload::torchtitan_grad_accumulate(layer, true, 2, 0).kernels == 0);
 }
+
+TEST_CASE("torchtitan context parallelism: PyTorch's context_parallel steps, merges and fp32 dK/dV ring") {
+  // cp 4 on 4 GPUs, one micro-batch, 4 layers, no recompute. Per layer, PyTorch's context_parallel
+  // (allgather rotation, torchtitan's default) all-gathers K and V once in the forward and once in the
+  // backward, runs cp attention steps in each, and in the backward sends the fp32 dK and dV on to the
+  // next CP rank after every step: 4 sends of grad_kv_bytes a layer, none in the forward.
+  nlohmann::json j = titan_scenario(4);
+  j["parallel"]["cp"] = 4;
+  j["parallel"]["cp_comm_type"] = "allgather";
+  j["training"]["global_batch"] = 2;
+  const auto sc = parse(j);
+  const hardware::ComputeModel cm(sc.cluster.gpu);
+  workload::LayerConfig lc = layer_config();
+  lc.cp = 4;
+  const workload::TorchtitanCpKernels k =
+      workload::torchtitan_cp_kernels(sc.model, lc, {sc.training.host_forward_s, sc.training.host_backward_s});
+  // The rank's 256 tokens of 8 heads x 128, K and V in fp32.
+  CHECK(k.grad_kv_bytes == std::int64_t{2} * 2 * 256 * 1024 * 4);
+  const auto plan = parallel::build_step(sc, cm);
+  const engine::Program& p = plan.programs[0];
+  int grad_sends = 0, other_sends = 0;
+  for (const auto& t : p.stream(parallel::kCpSend))
+    if (t.kind == engine::TaskKind::send) (t.bytes == k.grad_kv_bytes ? grad_sends : other_sends)++;
+  CHECK(grad_sends == 4 * 4);
+  CHECK(other_sends == 0);
+  int gathers = 0;
+  for (int s = 0; s < parallel::kStreamCount; ++s)
+    for (const auto& t : p.stream(s))
+      if (t.kind == engine::TaskKind::collective &&
+          static_cast<network::CollectiveOp>(t.op) == network::CollectiveOp::all_gather &&
+          t.bytes == 4 * workload::torchtitan_cp_kv_bytes(sc.model, lc))
+        ++gathers;
+  CHECK(gathers == 2 * 4);
+  // With the ring rotation (cp_comm_type p2p, torchtitan's "alltoall") K and V travel instead: 3
+  // blocks a pass, bf16, beside the 4 fp32 gradient sends of the backward.
+  j["parallel"]["cp_comm_type"] = "p2p";
+  const auto ring = parallel::build_step(parse(j), cm);
+  int kv_sends = 0;
+  grad_sends = 0;
+  for (const auto& t : ring.programs[0].stream(parallel::kCpSend)) {
+    if (t.kind != engine::TaskKind::send) continue;
+    if (t.bytes == k.grad_kv_bytes) ++grad_sends;
+    if (t.bytes == workload::torchtitan_cp_kv_bytes(sc.model, lc)) ++kv_sends;
+  }
+  CHECK(grad_sends == 4 * 4);
+  CHECK(kv_sends == 2 * 3 * 4);
+}

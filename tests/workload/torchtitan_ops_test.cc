@@ -197,6 +197,31 @@ TEST_CASE("torchtitan with context parallelism: the rank's s/cp queries against 
   CHECK(torchtitan_cp_kv_bytes(tiny_llama3(), c) == 2 * 512 * 1024 * 2);
 }
 
+TEST_CASE("torchtitan context parallelism: PyTorch's fp32 merges and gradient accumulators by hand") {
+  // cp 4, b 2, s 1024: the rank's T = 512 tokens of q = 8 heads x 128 (K and V repeated to them):
+  // o = 512 * 1024 * 2 bytes a bf16 tensor, twice that in fp32; the logsumexp 4 * b * heads * s/cp.
+  LayerConfig c = config();
+  c.cp = 4;
+  const TorchtitanCpKernels k = torchtitan_cp_kernels(tiny_llama3(), c, EagerHost{});
+  const double o = 512.0 * 1024 * 2, o32 = 2 * o, lse = 4.0 * 2 * 8 * 256;
+  CHECK(k.kv_cat.bytes == Approx(4 * o));  // torch.cat([key, value]): both read and written
+  CHECK(k.first_merge.bytes == Approx(o + o32));
+  // On the output, bytes read and written by kernel: out_b.to(fp32) (o, o32), out - out_b (2 o32, o32),
+  // sigmoid(lse_b - lse) * (...) (o32, o32), out - (...) (2 o32, o32); on the logsumexp (lse bytes
+  // each) lse_b - lse (2, 1), sigmoid (1, 1), lse - lse_b (2, 1), logsigmoid (1, 1), lse - (...)
+  // (2, 1), and the product's broadcast read of the sigmoid: 9 read and 5 written.
+  CHECK(k.merge.bytes == Approx(o + 5 * o32 + 4 * o32 + 14 * lse));
+  CHECK(k.merge.kernels == 9);
+  CHECK(k.out_to_bf16.bytes == Approx(o32 + o));
+  CHECK(k.grad_zeros.bytes == Approx(3 * o32));
+  // dK and dV: the received fp32 buffer's first half += the step's half-sequence bf16 gradient, then
+  // the halves concatenated again (_partial_update), for each of the two.
+  CHECK(k.grad_kv_accumulate.bytes == Approx(2 * (o32 / 2 + o / 2 + o32 / 2) + 2 * 2 * o32));
+  CHECK(k.grad_kv_cat.bytes == Approx(4 * o32));
+  CHECK(k.grad_q_accumulate.bytes == Approx(o32 + o + o32));
+  CHECK(k.grad_kv_bytes == static_cast<std::int64_t>(2 * o32));
+}
+
 TEST_CASE("torchtitan with tensor parallelism: sharded GEMMs and heads, the sequence-parallel collectives") {
   LayerConfig c = config();
   c.tp = 2;
