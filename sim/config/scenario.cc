@@ -586,7 +586,8 @@ TrainingSpec parse_training(const util::JsonNode& node) {
                        "optimizer",
                        "bf16_layers_at_start",
                        "bf16_layers_at_end",
-                       "torch_compile"});
+                       "torch_compile",
+                       "torch_compile_loss"});
   TrainingSpec t;
   if (auto v = node.find("micro_batch")) t.micro_batch = v->as_positive_int();
   t.global_batch = node.at("global_batch").as_positive_int();
@@ -636,6 +637,10 @@ TrainingSpec parse_training(const util::JsonNode& node) {
   if (auto v = node.find("torch_compile")) {
     if (t.framework != Framework::torchtitan) v->fail("applies to \"framework\": \"torchtitan\" only");
     t.torch_compile = v->as_bool();
+  }
+  if (auto v = node.find("torch_compile_loss")) {
+    if (t.framework != Framework::torchtitan) v->fail("applies to \"framework\": \"torchtitan\" only");
+    t.torch_compile_loss = v->as_bool();
   }
   for (const char* key : {"host_forward_us", "host_backward_us"}) {
     auto v = node.find(key);

@@ -208,6 +208,9 @@ struct TrainingSpec {
   // torchtitan: each transformer block compiled by torch.compile (Inductor's fused kernels) instead
   // of run eagerly.
   bool torch_compile = false;
+  // torchtitan: the loss compiled too (its build_cross_entropy_loss with compile on, since early
+  // 2025): Inductor's fused cross-entropy over the bf16 logits, no fp32 copy of them.
+  bool torch_compile_loss = false;
   // pytorch_eager, torchtitan: CPU time to issue one kernel in the forward (Python, dispatcher, autograd
   // recording) and in the backward (autograd engine). [A] 8 and 4 µs: typical of PyTorch 2.x on a
   // server CPU; tools/device/torch_steps.py measures both on the machine it runs on.

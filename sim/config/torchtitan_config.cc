@@ -830,12 +830,20 @@ class Importer {
     const Entry* compile_e = k_.find({"compile.enable", "training.compile"});
     bool compile = compile_e != nullptr && k_.boolean(*compile_e);
     const Entry* components_e = k_.find({"compile.components"});
+    // The loss: compiled with the model by 2025's build_cross_entropy_loss (training.compile), or as
+    // compile.components says; December 2024's train.py left it eager.
+    bool compile_loss = compile && layout2025_;
     if (compile && components_e != nullptr) {
       const auto c = k_.strings(*components_e);
+      compile_loss = std::find(c.begin(), c.end(), "loss") != c.end();
       if (std::find(c.begin(), c.end(), "model") == c.end()) {
         compile = false;
         note("compile.components leaves out the model: its blocks run eager");
       }
+    }
+    if (compile_loss) {
+      t["torch_compile_loss"] = true;
+      origin("training.torch_compile_loss", components_e != nullptr ? components_e : compile_e);
     }
     const Entry* backend_e = k_.find({"compile.backend"});
     if (compile && backend_e != nullptr && k_.text(*backend_e) != "inductor")

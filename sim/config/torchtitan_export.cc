@@ -92,8 +92,12 @@ class Exporter {
     out += fmt::format("pipeline_parallel_degree = {}\n", p.pp);
     if (p.pp > 1) out += pipeline();
 
-    if (t.torch_compile)
-      out += "\n[compile]\nenable = true\ncomponents = [\"model\"]  # trainsim runs the loss eager\n";
+    if (t.torch_compile || t.torch_compile_loss) {
+      std::string components;
+      if (t.torch_compile) components = "\"model\"";
+      if (t.torch_compile_loss) components += std::string(components.empty() ? "" : ", ") + "\"loss\"";
+      out += fmt::format("\n[compile]\nenable = true\ncomponents = [{}]\n", components);
+    }
 
     out += "\n[activation_checkpoint]\n" + checkpointing();
 

@@ -2100,7 +2100,8 @@ StepWorkload step_workload(const config::Scenario& sc, const hardware::ComputeMo
     const workload::TorchtitanOptions o{sc.training.torch_compile,
                                         sc.training.recompute == config::Recompute::selective,
                                         {sc.training.host_forward_s, sc.training.host_backward_s},
-                                        sc.training.precision == config::Precision::fp8};
+                                        sc.training.precision == config::Precision::fp8,
+                                        sc.training.torch_compile_loss};
     ops.fwd[kMainKind] = workload::torchtitan_layer_forward(sc.model, lc, o);
     ops.bwd[kMainKind] = workload::torchtitan_layer_backward(sc.model, lc, o);
     ops.emb_fwd = workload::torchtitan_embedding_forward(sc.model, lc, o);

@@ -390,8 +390,10 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
     out["scenario"]["framework"] = config::framework_key(sc.training);
   if (p.scatter_gather_tensors_in_pipeline) out["scenario"]["scatter_gather_tensors_in_pipeline"] = true;
   if (p.zero1_grad_all_reduce) out["scenario"]["zero1_grad_reduce"] = "all_reduce";
-  if (sc.training.framework == config::Framework::torchtitan)
+  if (sc.training.framework == config::Framework::torchtitan) {
     out["scenario"]["torch_compile"] = sc.training.torch_compile;
+    out["scenario"]["torch_compile_loss"] = sc.training.torch_compile_loss;
+  }
   if (!modules_part(sc).empty() && sc.training.framework == config::Framework::megatron)
     out["scenario"]["recompute_modules"] = config::recompute_module_names(sc.training.recompute_modules);
   if (p.moe_a2a_overlap) out["scenario"]["moe_a2a_overlap"] = true;
@@ -478,10 +480,13 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   out += fmt::format("{} on {} x {} ({})\n", sc.model.name, sc.gpus, sc.cluster.gpu.name, sc.cluster.name);
   if (sc.training.framework == config::Framework::torchtitan)
     out += fmt::format(
-        "software      torchtitan: FSDP2 (fp32 master weights, bf16 compute, {} gradient reduce-scatter{}), {}{}\n",
+        "software      torchtitan: FSDP2 (fp32 master weights, bf16 compute, {} gradient reduce-scatter{}), {}{}{}\n",
         sc.training.grad_reduce_in_fp32 ? "fp32" : "bf16",
         sc.parallel.zero == 2 ? ", weights kept from forward to backward" : "",
         sc.training.torch_compile ? "torch.compile'd blocks" : "eager blocks",
+        !sc.training.torch_compile_loss ? ""
+        : sc.training.torch_compile     ? " and loss"
+                                        : ", torch.compile'd loss",
         sc.training.precision == config::Precision::fp8 ? ", Float8 linears" : "");
   if (sc.training.framework == config::Framework::pytorch_eager)
     out += "software      eager PyTorch on one GPU: pure bf16, fused AdamW\n";

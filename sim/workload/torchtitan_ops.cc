@@ -406,6 +406,22 @@ std::vector<Op> torchtitan_head_forward(const ModelSpec& m, const LayerConfig& c
   rmsnorm_forward(ops, "final_norm", x, hf);
   if (tp) ops.push_back(tp_comm("output_input_all_gather", Comm::all_gather, full(x), hf));
   ops.push_back(gemm("output", x.T, x.Vr, x.h, hf, full(x), l16));  // keeps its (gathered) input
+  const double rows = x.T * kFp32;
+  if (o.compile_loss) {
+    // Inductor's cross-entropy: the row maxima, then the sums of exponentials and the target logits
+    // (one kernel reading the logits twice; under loss parallelism split by the all-reduces); the
+    // bf16 logits and the fp32 logsumexp kept for the backward.
+    if (tp) {
+      ops.push_back(kernel("cross_entropy_row_max", l16, rows, hf));
+      ops.push_back(tp_comm("loss_parallel_max_all_reduce", Comm::all_reduce, rows, hf));
+      ops.push_back(kernel("cross_entropy_sum_exp_target", l16 + x.T * kInt64, 2 * rows, hf, l16 + rows));
+      ops.push_back(tp_comm("loss_parallel_sum_all_reduce", Comm::all_reduce, rows, hf));
+      ops.push_back(tp_comm("loss_parallel_target_all_reduce", Comm::all_reduce, rows, hf));
+    } else {
+      ops.push_back(kernel("cross_entropy_fused", 2 * l16 + x.T * kInt64, 2 * rows, hf, l16 + rows));
+    }
+    return ops;
+  }
   // cross_entropy(pred.flatten(0, 1).float(), labels): the fp32 copy, log_softmax (keeps its output),
   // nll_loss; the bf16 logits die with the copy.
   ops.push_back(kernel("logits_to_fp32", l16, l32, hf, 0, 1, l16 + l32));
@@ -423,9 +439,14 @@ std::vector<Op> torchtitan_head_backward(const ModelSpec& m, const LayerConfig& 
   const double l16 = x.T * x.Vr * kBf16, l32 = x.T * x.Vr * kFp32;
   std::vector<Op> ops;
   ops.push_back(kernel("loss_grad_fill", 0, kFp32, hb));
-  ops.push_back(kernel("nll_loss_backward", x.T * (kInt64 + kFp32), l32, hb, 0, 2, l32));
-  ops.push_back(kernel("log_softmax_backward", 2 * l32, l32, hb, 0, 1, 2 * l32));
-  ops.push_back(kernel("logits_grad_to_bf16", l32, l16, hb, 0, 1, l32 + l16));
+  if (o.compile_loss) {
+    // The gradient of the logits from the kept logits and logsumexp: softmax - one-hot, in bf16.
+    ops.push_back(kernel("cross_entropy_fused_backward", l16 + x.T * (kFp32 + kInt64), l16, hb, 0, 1, 2 * l16));
+  } else {
+    ops.push_back(kernel("nll_loss_backward", x.T * (kInt64 + kFp32), l32, hb, 0, 2, l32));
+    ops.push_back(kernel("log_softmax_backward", 2 * l32, l32, hb, 0, 1, 2 * l32));
+    ops.push_back(kernel("logits_grad_to_bf16", l32, l16, hb, 0, 1, l32 + l16));
+  }
   ops.push_back(gemm("output_dgrad", x.T, x.h, x.Vr, hb, 0, l16));
   if (x.tp > 1) ops.push_back(tp_comm("output_input_grad_reduce_scatter", Comm::reduce_scatter, full(x), hb));
   ops.push_back(gemm("output_wgrad", x.Vr, x.h, x.T, hb, 0, l16 + x.Vr * x.h * kBf16));

@@ -11,6 +11,15 @@
 // scaled_dot_product_attention's fused kernel; the feed-forward is w2(silu(w1(x)) * w3(x)); the loss
 // is cross_entropy over the fp32 logits.
 //
+// Compiled loss (training.torch_compile_loss: torchtitan's build_cross_entropy_loss compiles
+// cross_entropy(pred.flatten(0, 1).float(), labels) with compile on, since early 2025; the Dec 2024
+// train.py left it eager, "compiling loss function causes CUDA errors"): [A] Inductor fuses the cast
+// into the reductions, one kernel reading the bf16 logits twice (the row maximum, then the sum of
+// exponentials and the target logit) and writing the fp32 logsumexp, which the backward keeps with
+// the logits; the backward one kernel reading them and writing the bf16 gradient of the logits
+// (softmax - one-hot, scaled): no fp32 copy of the logits exists. Under tensor parallelism the loss-
+// parallel all-reduces of the row maxima, sums and target logits stay between its kernels.
+//
 // Compiled (training.torch_compile: torchtitan compiles each transformer block with torch.compile):
 // Inductor fuses the element-wise work between the GEMMs and the attention kernel, [A] one kernel
 // per fused group: each RMSNorm with the residual add before it, the query's rotation, the key's
@@ -58,10 +67,11 @@
 namespace trainsim::workload {
 
 struct TorchtitanOptions {
-  bool compile = false;  // torch.compile'd blocks
-  bool sac = false;      // torchtitan's selective (op) activation checkpointing
-  EagerHost host;        // CPU time per kernel issued
-  bool float8 = false;   // torchao Float8 linears (needs compile)
+  bool compile = false;       // torch.compile'd blocks
+  bool sac = false;           // torchtitan's selective (op) activation checkpointing
+  EagerHost host;             // CPU time per kernel issued
+  bool float8 = false;        // torchao Float8 linears (needs compile)
+  bool compile_loss = false;  // the loss compiled (torchtitan's build_cross_entropy_loss, 2025)
 };
 
 // FSDP2's copy of a gathered unit out of the all-gather buffer into its parameters, `bytes` (the

@@ -367,7 +367,9 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
        "attention, framework, host_forward_us, host_backward_us, grad_reduce_in_fp32, cross_entropy, "
        "recompute_modules, cpu_offload_layers, host_overhead, cuda_graph_scope, host_cost_scale, peft, lora_rank, "
        "lora_targets, document_tokens, train_tokens, moe_load_imbalance, optimizer, bf16_layers_at_start, "
-       "bf16_layers_at_end, torch_compile)"},
+       "bf16_layers_at_end, torch_compile, torch_compile_loss)"},
+      {[](json& d) { d["training"]["torch_compile_loss"] = true; }, "training.torch_compile_loss",
+       "applies to \"framework\": \"torchtitan\" only"},
       {[](json& d) { d["training"]["optimizer"] = "adam"; }, "training.optimizer", "expected an object, got a string"},
       {[](json& d) {
          d["training"]["optimizer"] = {{"use_precision_aware_optimizer", "yes"}};

@@ -162,6 +162,7 @@ TEST_CASE("torchtitan import: a 2025 FSDP configuration of Llama 3 8B") {
   CHECK(t["precision"] == "bf16");
   CHECK(t["recompute"] == "selective");
   CHECK(t["torch_compile"] == true);
+  CHECK(t["torch_compile_loss"] == true);  // compile.components names the loss
   CHECK(t["attention"] == "flash2");
   CHECK_FALSE(t.contains("grad_reduce_in_fp32"));  // mixed_precision_reduce float32 by default
   CHECK(contains(m.no_effect, "optimizer.lr"));
@@ -196,7 +197,8 @@ TEST_CASE("torchtitan import: a December 2024 3D configuration gives torchtitan'
   CHECK(t["precision"] == "fp8");
   CHECK(t["recompute"] == "full");
   CHECK(t["torch_compile"] == true);
-  CHECK(m.not_modelled.empty());  // the Float8 flags are the ones trainsim models
+  CHECK_FALSE(t.contains("torch_compile_loss"));  // December 2024's train.py left the loss eager
+  CHECK(m.not_modelled.empty());                  // the Float8 flags are the ones trainsim models
   CHECK(contains(m.no_effect, "training.warmup_steps"));
   CHECK(contains(m.no_effect, "model.tokenizer_path"));
   CHECK(starts_with_any(m.notes, "optimizer: December 2024 torchtitan steps the foreach AdamW"));
@@ -295,6 +297,10 @@ TEST_CASE("torchtitan import: command-line overrides, switches and their negatio
 
   // A negated switch beats the file, whichever layout spells the key.
   CHECK_FALSE(import(kLlama8b, 8, {"--compile.no-enable"}).scenario["training"].contains("torch_compile"));
+  CHECK_FALSE(import(kLlama8b, 8, {"--compile.no-enable"}).scenario["training"].contains("torch_compile_loss"));
+  const auto blocks_only = import(kLlama8b, 8, {"--compile.components", "model"}).scenario["training"];
+  CHECK(blocks_only["torch_compile"] == true);
+  CHECK_FALSE(blocks_only.contains("torch_compile_loss"));
   CHECK_FALSE(import(kLlama8b, 8, {"--training.no_compile"}).scenario["training"].contains("torch_compile"));
   CHECK(import(kLlama8b, 0, {"--parallelism.data_parallel_shard_degree", "4"}).scenario["gpus"] == 4);
 

@@ -53,8 +53,9 @@ std::string describe(const Scenario& s) {
                      t.recompute_layers, t.recompute_modules, static_cast<int>(t.attention));
   // The token budget as the steps it takes (torchtitan counts steps).
   const double steps = std::ceil(t.train_tokens / static_cast<double>(t.global_batch * t.seq_len));
-  out += fmt::format("precision {} compile {} fp32 reduce {} framework {} steps {}\n", static_cast<int>(t.precision),
-                     t.torch_compile, t.grad_reduce_in_fp32, static_cast<int>(t.framework), steps);
+  out += fmt::format("precision {} compile {} loss {} fp32 reduce {} framework {} steps {}\n",
+                     static_cast<int>(t.precision), t.torch_compile, t.torch_compile_loss, t.grad_reduce_in_fp32,
+                     static_cast<int>(t.framework), steps);
   return out;
 }
 
@@ -108,7 +109,7 @@ std::string error_of(const nlohmann::json& doc) {
 
 TEST_CASE("export torchtitan: every torchtitan record and config imports back to the same scenario") {
   const auto scenarios = torchtitan_scenarios();
-  REQUIRE(scenarios.size() >= 45);  // 44 torchtitan records and the 70B example
+  REQUIRE(scenarios.size() >= 49);  // 48 torchtitan records (4 of them compiling the loss) and the 70B example
   for (const auto& [name, doc] : scenarios) round_trip(doc, name);
 }
 

@@ -222,6 +222,28 @@ TEST_CASE("torchtitan context parallelism: PyTorch's fp32 merges and gradient ac
   CHECK(k.grad_kv_bytes == static_cast<std::int64_t>(2 * o32));
 }
 
+TEST_CASE("torchtitan compiled loss: one fused kernel each way over the bf16 logits, no fp32 copy") {
+  // T = 2048 tokens, V = 32000: the bf16 logits l16 = 2·T·V bytes, the fp32 per-row values 4·T.
+  const double T = 2048, V = 32000, l16 = 2 * T * V, rows = 4 * T;
+  TorchtitanOptions o = options(true, false);
+  o.compile_loss = true;
+  const auto fwd = torchtitan_head_forward(tiny_llama3(), config(), o);
+  const auto bwd = torchtitan_head_backward(tiny_llama3(), config(), o);
+  const Op& ce = find(fwd, "cross_entropy_fused");
+  CHECK(ce.bytes == Approx(2 * l16 + 8 * T + 2 * rows));           // the logits read twice, the labels, two row values
+  CHECK(ce.saved_bytes == static_cast<std::int64_t>(l16 + rows));  // the logits and the logsumexp
+  CHECK(find(bwd, "cross_entropy_fused_backward").bytes == Approx(l16 + 12 * T + l16));
+  auto none_named = [](const std::vector<Op>& ops, const std::string& name) {
+    return std::none_of(ops.begin(), ops.end(), [&](const Op& op) { return op.name == name; });
+  };
+  CHECK(none_named(fwd, "logits_to_fp32"));
+  CHECK(none_named(fwd, "log_softmax"));
+  CHECK(none_named(bwd, "log_softmax_backward"));
+  // Eager, the fp32 copy and log_softmax's output (kept for the backward) are 2·l16 each.
+  const auto eager = torchtitan_head_forward(tiny_llama3(), config(), options(true, false));
+  CHECK(find(eager, "log_softmax").saved_bytes == static_cast<std::int64_t>(2 * l16));
+}
+
 TEST_CASE("torchtitan with tensor parallelism: sharded GEMMs and heads, the sequence-parallel collectives") {
   LayerConfig c = config();
   c.tp = 2;
