@@ -535,9 +535,10 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
                                               p.dp * p.cp / p.dist_opt_instances)
                                 : fmt::format(" ({} optimizer instances)", p.dist_opt_instances),
                   schedule_name(p));
-  out += fmt::format("batch         {} sequences of {} tokens = {} micro-batches of {} per pipeline · recompute {}{}\n",
+  out += fmt::format("batch         {} sequences of {} tokens = {} micro-batch{} of {} per pipeline · recompute {}{}\n",
                      sc.training.global_batch, sc.training.seq_len, sc.training.num_micro_batches,
-                     sc.training.micro_batch, recompute_name(sc.training.recompute), modules_part(sc));
+                     sc.training.num_micro_batches == 1 ? "" : "es", sc.training.micro_batch,
+                     recompute_name(sc.training.recompute), modules_part(sc));
   if (const auto& model = sc.model; model.moe() && !model.hybrid()) {
     // A mixture of experts' routing and where its experts are (a hybrid model's line is below).
     std::string where = "every layer";
