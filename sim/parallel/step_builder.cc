@@ -1085,16 +1085,20 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   auto share_of = [](const Op& op, std::int64_t bytes) {
     return static_cast<std::int64_t>(static_cast<double>(bytes) * op.attention.head_share);
   };
-  auto ring_attention = [&](const Op& op, std::string_view phase, Saves saves) {
-    const std::int64_t kv_bytes = share_of(op, ops.ring_kv_bytes);
-    const bool bwd = op.attention.backward;
+  // Each step's kernel: the rank's queries against one block of s/cp keys (with packed documents,
+  // each document's 1/cp in it), 1/cp of the op's work.
+  auto ring_step = [cp](const Op& op) {
     Op step = op;
     step.time_memo_s = -1;
     step.flops /= static_cast<double>(cp);
     step.bytes /= static_cast<double>(cp);
-    // Each step's kernel: the rank's queries against one block of s/cp keys (with packed documents,
-    // each document's 1/cp in it).
     step.attention.seq_kv = std::min(op.attention.seq_kv / cp, op.attention.seq_q);
+    return step;
+  };
+  auto ring_attention = [&](const Op& op, std::string_view phase, Saves saves) {
+    const std::int64_t kv_bytes = share_of(op, ops.ring_kv_bytes);
+    const bool bwd = op.attention.backward;
+    Op step = ring_step(op);
     std::optional<Dep> arrived;
     for (std::int64_t j = 0; j < cp; ++j) {
       if (arrived) w.after(*arrived);
@@ -1167,11 +1171,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     const std::int64_t kv_bytes = share_of(op, ops.ring_kv_bytes);
     const bool bwd = op.attention.backward;
     const bool gather = par.cp_comm == config::ParallelSpec::CpComm::allgather;
-    Op step = op;
-    step.time_memo_s = -1;
-    step.flops /= static_cast<double>(cp);
-    step.bytes /= static_cast<double>(cp);
-    step.attention.seq_kv = std::min(op.attention.seq_kv / cp, op.attention.seq_q);
+    Op step = ring_step(op);
     if (bwd) w.emit({k.grad_zeros}, phase, saves);
     std::optional<Dep> arrived, grad_arrived;
     for (std::int64_t j = 0; j < cp; ++j) {
