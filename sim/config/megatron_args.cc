@@ -684,7 +684,13 @@ class Importer {
     const bool hybrid = !pattern_.empty();
     std::vector<std::string> differ;
     if ((norm == "RMSNorm") == gelu) differ.push_back(norm);
-    if (biases != gelu) differ.push_back(biases ? "linear biases" : "no linear biases");
+    // Megatron's linear biases (its default; --disable-bias-linear drops them) on a non-GPT kind are
+    // trainsim's linear_bias, except in a hybrid model or with multi-head latent attention (not
+    // modelled there); a GPT (gelu) model without them is not modelled either.
+    if (biases && !gelu && !hybrid && !f_.on("multi-latent-attention"))
+      put(m, "model", "linear_bias", true, "");
+    else if (biases != gelu)
+      differ.push_back(biases ? "linear biases" : "no linear biases");
     const bool rotary = positions == "rope" || positions == "yarn";
     if (!hybrid && rotary == gelu) differ.push_back(fmt::format("{} positions", positions));
     if (f_.on("add-qkv-bias")) differ.push_back("QKV biases");
@@ -693,7 +699,7 @@ class Importer {
           "the {} MLP is modelled as trainsim's {} kind ({}); the input's {} (a few memory-bound kernels and "
           "parameters apart)",
           gelu ? "GELU" : kind, kind,
-          gelu ? "LayerNorm, linear biases, learned positions" : "RMSNorm, no biases, rotary positions", join(differ)));
+          gelu ? "LayerNorm, linear biases, learned positions" : "RMSNorm, rotary positions", join(differ)));
 
     const auto ffn_flag = f_.integer("ffn-hidden-size");
     const std::int64_t ffn = ffn_flag.value_or(default_ffn(hidden_, swiglu));

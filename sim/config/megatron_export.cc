@@ -93,7 +93,7 @@ class Exporter {
     if (m_.mlp == workload::MlpKind::swiglu) {
       add(g, "--swiglu");
       add(g, "--normalization", {"rmsnorm"});
-      add(g, "--disable-bias-linear");
+      if (!m_.linear_bias) add(g, "--disable-bias-linear");
       add(g, "--use-rotary-position-embeddings");
     }
     if (!m_.tied_embeddings) add(g, "--untie-embeddings-and-output-weights");
@@ -273,7 +273,7 @@ class Exporter {
     }
     if (m_.rms_norm()) {
       add(g, "--normalization", {"RMSNorm"});
-      add(g, "--disable-bias-linear");
+      if (!m_.linear_bias) add(g, "--disable-bias-linear");
     }
     if (hybrid)
       add(g, "--position-embedding-type", {"none"}, "Megatron-Core MambaModel's default");

@@ -79,17 +79,17 @@ std::int64_t mlp_matrices(const ModelSpec& m) {
   return m.mlp == MlpKind::swiglu ? 3 : 2;
 }
 
-// The attention block: its projections, its norm, (GPT) the QKV and output biases, and (Qwen3) the
-// query and key norms' weights, one head_dim vector each.
+// The attention block: its projections, its norm, (GPT, GPT-OSS) the QKV and output biases, and
+// (Qwen3) the query and key norms' weights, one head_dim vector each.
 std::int64_t attention_block_params(const ModelSpec& m) {
-  const std::int64_t biases = m.mlp == MlpKind::gelu ? q_dim(m) + 2 * kv_dim(m) + m.hidden : 0;
+  const std::int64_t biases = m.biased() ? q_dim(m) + 2 * kv_dim(m) + m.hidden : 0;
   const std::int64_t qk_norms = m.qk_norm ? 2 * m.head_dim : 0;
   return m.attention_params_per_layer() + norm_params(m) + biases + qk_norms;
 }
 
 // The MLP block (dense, or a mixture of experts' router, routed experts, shared expert and latent
-// projections) with its norm; GPT's linears carry biases (Narayanan's 13h per layer with the
-// attention's), under MoE every expert its fc1 and fc2 biases.
+// projections) with its norm; biased linears (GPT: Narayanan's 13h per layer with the attention's)
+// add fc1's and fc2's biases, under MoE every expert's (fc1's gate and up halves under SwiGLU).
 std::int64_t mlp_block_params(const ModelSpec& m) {
   const std::int64_t mats = mlp_matrices(m);
   std::int64_t n = norm_params(m);
@@ -99,10 +99,14 @@ std::int64_t mlp_block_params(const ModelSpec& m) {
   } else {
     n += mats * m.hidden * m.ffn_hidden;
   }
-  if (m.mlp == MlpKind::gelu) {
-    n += m.moe() ? m.experts * (m.moe_ffn_hidden + m.hidden) +
-                       (m.shared_expert_ffn_hidden > 0 ? m.shared_expert_ffn_hidden + m.hidden : 0)
-                 : m.ffn_hidden + m.hidden;
+  if (m.biased()) {
+    const std::int64_t fc1 = mats - 1;  // fc1's outputs per unit of width: 2 with SwiGLU's gate
+    // A mixture of experts: the router's bias, one per expert, then each expert's (at the latent
+    // width it works at in a latent MoE) and the shared expert's.
+    const std::int64_t expert_out = m.moe_latent > 0 ? m.moe_latent : m.hidden;
+    n += m.moe() ? m.experts * (1 + fc1 * m.moe_ffn_hidden + expert_out) +
+                       (m.shared_expert_ffn_hidden > 0 ? fc1 * m.shared_expert_ffn_hidden + m.hidden : 0)
+                 : fc1 * m.ffn_hidden + m.hidden;
   }
   return n;
 }
@@ -357,6 +361,7 @@ ModelSpec parse_model(const util::JsonNode& node) {
                        "sliding_window",
                        "sliding_window_pattern",
                        "qk_norm",
+                       "linear_bias",
                        "first_dense_layers",
                        "q_lora_rank",
                        "kv_lora_rank",
@@ -531,6 +536,12 @@ ModelSpec parse_model(const util::JsonNode& node) {
     m.qk_norm = q->as_bool();
     if (m.qk_norm && (m.mla() || m.hybrid()))
       q->fail("applies to models with a QKV projection (not multi-head latent attention or hybrid models)");
+  }
+  if (auto b = node.find("linear_bias")) {
+    m.linear_bias = b->as_bool();
+    if (!m.linear_bias && m.mlp == MlpKind::gelu) b->fail("a GPT (gelu) model always carries linear biases");
+    if (m.linear_bias && (m.mla() || m.hybrid()))
+      b->fail("linear biases with multi-head latent attention or in a hybrid model are not supported yet");
   }
   return m;
 }
@@ -707,9 +718,12 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
     m.mtp_layers = mtp->as_nonnegative_int();
   // Qwen3 and Qwen3-MoE (model_type qwen3, qwen3_moe) normalise each head's query and key (their
   // q_norm and k_norm modules); the config carries no switch for it.
+  // GPT-OSS (model_type gpt_oss): biases on the QKV and output projections (attention_bias) and on
+  // every expert's gate_up_proj and down_proj and the router (its modules carry them without a switch).
   if (auto type = node.find("model_type"); type && type->json().is_string()) {
     const std::string t = type->json().get<std::string>();
     if (t == "qwen3" || t == "qwen3_moe") m.qk_norm = true;
+    if (t == "gpt_oss") m.linear_bias = true;
   }
   validate(m, node);
   return m;

@@ -50,6 +50,9 @@ struct ModelSpec {
   // Qwen3's per-head RMSNorm of the queries and keys after the QKV projection (Megatron-Core's
   // qk_layernorm; Hugging Face's q_norm and k_norm).
   bool qk_norm = false;
+  // Biases on the attention's and the MLP's linear layers, every routed and shared expert's included
+  // (Megatron-Core's add_bias_linear; GPT-OSS). GPT's gelu models always carry them (biased()).
+  bool linear_bias = false;
   // Share of the layers that are windowed (0 without a window).
   double windowed_fraction() const {
     if (sliding_window == 0) return 0;
@@ -116,10 +119,11 @@ struct ModelSpec {
   bool moe() const { return experts > 0; }
   bool mla() const { return kv_lora_rank > 0; }
   bool hybrid() const { return !hybrid_pattern.empty(); }
-  // RMSNorm and no linear biases (every kind but GPT's gelu); rotary positions in the attention
+  // RMSNorm (every kind but GPT's gelu); linear biases (gelu, or linear_bias); rotary positions in the attention
   // (Llama-style models; a hybrid model's attention layers use no position embedding, Megatron-Core
   // MambaModel's default position_embedding_type "none", as Nemotron-H trains).
   bool rms_norm() const { return mlp != MlpKind::gelu; }
+  bool biased() const { return mlp == MlpKind::gelu || linear_bias; }
   bool rotary() const { return mlp != MlpKind::gelu && !hybrid(); }
   // Whether the hybrid pattern has a layer of this letter ('M', '*', '-', 'E'); false for other models.
   bool hybrid_has(char c) const { return hybrid_pattern.find(c) != std::string::npos; }

@@ -37,6 +37,7 @@ struct Dims {
   bool sp, drop, swiglu;
   bool rms = false, rotary = false;  // RMSNorm (else LayerNorm); rotary positions in attention
   bool qk_norm = false;              // per-head RMSNorms of Q and K (Qwen3)
+  bool bias = false;                 // linear biases (ModelSpec::biased)
   std::string activation;            // a non-gated MLP's activation op: "gelu" or "squared_relu"
   std::int64_t window = 0;           // sliding-window attention: the window, and the share of layers with it
   double windowed = 0;
@@ -171,6 +172,7 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
   x.rms = m.rms_norm();
   x.rotary = m.rotary();
   x.qk_norm = m.qk_norm;
+  x.bias = m.biased();
   x.activation = m.mlp == MlpKind::squared_relu ? "squared_relu" : "gelu";
   x.he = x.h;
   if (m.mamba_heads > 0) {
@@ -541,6 +543,24 @@ void sort_by_local_expert(std::vector<Op>& ops, const Dims& x, const char* name,
   ops.push_back(memory(name, 2 * act(x.moe_rows, x.he, x.d) + (with_probs ? 2 * x.moe_rows * 4 : 0)));
 }
 
+// fc2's bias under Megatron-Core's TEGroupedMLP, which cannot add it in the grouped GEMM since each
+// row's copy is scaled by its routing weight: fc2 returns it (skip_bias_add) and _apply_bias adds it
+// in eager PyTorch, per local expert over that expert's rows t + b·p (a multiply and an add), then
+// concatenates the pieces (torch.cat). The bias and the probabilities are taken in the compute dtype
+// (GPT-OSS's provider leaves moe_router_dtype unset, so the router's probabilities are bf16; an fp32
+// router would promote b·p and everything after it to fp32). Forward per element of the moe_rows
+// rows: b·p written; t and b·p read, the sum written; the cat read and written: 6 elements. Backward
+// (autograd): the multiply's two gradients, grad·p and grad·b, each written and read back by its
+// sum (over the rows for the bias, over the width for the weight), 3 + 3; the cat of the pieces'
+// gradients for t (split's backward), 2: 8 elements. fc1's bias runs in the grouped GEMM and the
+// fused activation (skip_bias_add false, bias_activation_fusion), at no cost trainsim counts.
+Op experts_fc2_bias(const Dims& x, bool backward) {
+  const double elements = x.moe_rows * x.he;
+  const auto per_expert = static_cast<std::int32_t>(x.local_experts);
+  return backward ? memory("experts_fc2_bias_backward", 8 * elements * x.d, 0, 4 * per_expert + 2)
+                  : memory("experts_fc2_bias", 6 * elements * x.d, 0, 2 * per_expert + 1);
+}
+
 void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   const double d = x.d;
   const double routed = x.routed;  // token copies this rank sends (and receives)
@@ -618,6 +638,7 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
     ops.push_back(memory("moe_paged_stash", 2 * stash, 0, 3));
     ops.back().workspace_bytes = to_bytes(stash * x.cap_rows / x.moe_rows);
   }
+  if (x.bias) ops.push_back(experts_fc2_bias(x, false));
   if (x.allgather) {
     allgather_combine(ops, x);
   } else {
@@ -680,6 +701,7 @@ void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
     sort_by_local_expert(ops, x, "moe_unsort_by_local_expert_backward", false);
   }
   const double fc1_width = x.swiglu ? 2 * x.fe : x.fe;
+  if (x.bias) ops.push_back(experts_fc2_bias(x, true));
   if (x.paged_stash) {
     // Paged stashing: the kept tensors copied back from their pages before the experts' backward.
     ops.push_back(memory("moe_paged_stash_restore", 2 * paged_stash_bytes(x, gemm_in_d), 0, 3));
@@ -1451,12 +1473,14 @@ std::int64_t layer_params_per_rank(const ModelSpec& model, std::int64_t tp, Laye
   }
   std::int64_t n = (attention + (with_mlp ? mats * m.hidden * mlp_width : 0)) / tp + replicated;
   if (with_mlp && m.moe()) n += m.hidden * m.experts + 2 * m.hidden * m.moe_latent;
-  if (m.mlp == MlpKind::gelu) {
-    // LayerNorm weight + bias per block (replicated); column-parallel biases split, row-parallel not.
-    if (with_attention) n += 2 * m.hidden + (q + 2 * kv) / tp + m.hidden;
-    if (with_mlp) n += 2 * m.hidden + (mlp_width > 0 ? mlp_width / tp + m.hidden : 0);
-  } else {
-    n += (with_attention ? m.hidden : 0) + (with_mlp ? m.hidden : 0);  // RMSNorm weights, replicated
+  // LayerNorm weight + bias per block, or RMSNorm's weight (replicated).
+  const std::int64_t norm = m.mlp == MlpKind::gelu ? 2 * m.hidden : m.hidden;
+  n += (with_attention ? norm : 0) + (with_mlp ? norm : 0);
+  if (m.biased()) {
+    // Column-parallel biases split, row-parallel ones not; a router's bias (one per expert) replicated.
+    if (with_attention) n += (q + 2 * kv) / tp + m.hidden;
+    if (with_mlp && mlp_width > 0) n += (mats - 1) * mlp_width / tp + m.hidden;
+    if (with_mlp && m.moe()) n += m.experts;
   }
   return n;
 }
@@ -1466,7 +1490,8 @@ std::int64_t layer_expert_params_per_rank(const ModelSpec& m, std::int64_t ep, s
   TRAINSIM_ASSERT(ep >= 1 && etp >= 1 && m.experts % ep == 0 && m.moe_ffn_hidden % etp == 0);
   const std::int64_t mats = m.mlp == MlpKind::swiglu ? 3 : 2;
   std::int64_t per_expert = mats * (m.moe_latent > 0 ? m.moe_latent : m.hidden) * m.moe_ffn_hidden / etp;
-  if (m.mlp == MlpKind::gelu) per_expert += m.moe_ffn_hidden / etp + m.hidden;  // fc1 (split) and fc2 biases
+  // fc1's biases (split, SwiGLU's gate and up halves), fc2's (at the width the experts work at).
+  if (m.biased()) per_expert += (mats - 1) * m.moe_ffn_hidden / etp + (m.moe_latent > 0 ? m.moe_latent : m.hidden);
   return m.experts / ep * per_expert;
 }
 

@@ -139,6 +139,14 @@ TEST_CASE("Megatron's defaults: the SwiGLU width, dropout, top-k, and one micro-
   CHECK(m.scenario["training"]["global_batch"] == 16);  // 1 x dp 16
   CHECK(!m.scenario["model"].contains("ffn_hidden"));   // every layer a MoE layer
   CHECK(m.notes.size() >= 4);
+  CHECK(!m.scenario["model"].contains("linear_bias"));  // --disable-bias-linear
+  // Without --disable-bias-linear a SwiGLU model keeps Megatron's default linear biases (GPT-OSS).
+  const ImportedScenario biased = import(R"(
+    --num-layers 4 --hidden-size 4096 --num-attention-heads 32 --swiglu --normalization RMSNorm
+    --position-embedding-type rope --vocab-size 32000 --num-experts 8 --moe-grouped-gemm
+    --moe-token-dispatcher-type alltoall --expert-model-parallel-size 8 --seq-length 4096 --bf16)",
+                                         "dgx-h100", 16);
+  CHECK(biased.scenario["model"]["linear_bias"] == true);
 }
 
 TEST_CASE("layouts: interleaving, FSDP strategies, buckets, dense layers before the experts") {

@@ -75,12 +75,21 @@ TEST_CASE("every model file in models/ parses") {
     ++count;
   }
   CHECK(count >= 17);
-  // GPT-OSS 120B: OpenAI's model card gives 116.8 B parameters (its biases and attention sinks, about
-  // 0.01 B, are not modelled here).
+  // GPT-OSS 120B: OpenAI's model card gives 116.8 B parameters. By hand from its config.json (h 2880,
+  // 64 query and 8 key-value heads of 64, 128 experts of 2880, vocabulary 201,088, untied): per layer
+  // QKV 2880 x 5120 and output 4096 x 2880 with their biases (5120 + 2880), the router 2880 x 128 and
+  // its bias, 128 experts of 3 x 2880 x 2880 with fc1's 5760 and fc2's 2880 biases, two RMSNorms; then
+  // the embedding, the output layer and the final norm. Its attention sinks (64 per layer, 2304 in
+  // all) are the only parameters left out.
   const nlohmann::json oss =
       trainsim::util::read_json_file(std::string(TRAINSIM_SOURCE_DIR) + "/models/gpt-oss-120b.json");
-  CHECK(std::abs(static_cast<double>(parse_model(JsonNode(oss, "gpt-oss-120b.json")).total_params()) / 1e9 - 116.8) <
-        0.05);
+  const ModelSpec gpt_oss = parse_model(JsonNode(oss, "gpt-oss-120b.json"));
+  CHECK(gpt_oss.linear_bias);
+  const std::int64_t h = 2880, experts = 128;
+  const std::int64_t layer =
+      h * 5120 + 4096 * h + (5120 + h) + h * experts + experts + experts * (3 * h * h + 2 * h + h) + 2 * h;
+  CHECK(gpt_oss.total_params() == 36 * layer + 2 * 201088 * h + h);
+  CHECK(std::abs(static_cast<double>(gpt_oss.total_params()) / 1e9 - 116.8) < 0.05);
 }
 
 TEST_CASE("model JSON defaults and validation") {
@@ -96,7 +105,8 @@ TEST_CASE("model JSON defaults and validation") {
         }) ==
         "m.json: colour: unknown key (expected one of: name, layers, hidden, heads, kv_heads, ffn_hidden, "
         "vocab, mlp, tied_embeddings, head_dim, dropout, experts, experts_per_token, moe_ffn_hidden, "
-        "shared_expert_ffn_hidden, sliding_window, sliding_window_pattern, qk_norm, first_dense_layers, q_lora_rank, "
+        "shared_expert_ffn_hidden, sliding_window, sliding_window_pattern, qk_norm, linear_bias, first_dense_layers, "
+        "q_lora_rank, "
         "kv_lora_rank, qk_rope_head_dim, v_head_dim, mtp_layers, moe_latent, router_groups, router_group_topk, "
         "moe_layer_freq, attention_chunk, hybrid_pattern, mamba_heads, "
         "mamba_head_dim, mamba_state, mamba_groups, mamba_conv, mamba_chunk)");
@@ -124,6 +134,17 @@ TEST_CASE("model JSON defaults and validation") {
           parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4,
                                 "vocab": 100, "mlp": "gelu"})");
         }) == "m.json: ffn_hidden: missing required key");
+  CHECK(error_of([] {
+          parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4,
+                                "ffn_hidden": 256, "vocab": 100, "mlp": "gelu", "linear_bias": false})");
+        }) == "m.json: linear_bias: a GPT (gelu) model always carries linear biases");
+  // linear_bias on a Llama-style model adds the attention's and the MLP's biases (fc1's gate and up
+  // halves under SwiGLU) to each layer: q + 2 kv + h, and 2 F + h.
+  const ModelSpec plain = parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2,
+                                    "ffn_hidden": 256, "vocab": 100, "mlp": "swiglu"})");
+  const ModelSpec biased = parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2,
+                                     "ffn_hidden": 256, "vocab": 100, "mlp": "swiglu", "linear_bias": true})");
+  CHECK(biased.total_params() - plain.total_params() == 2 * ((64 + 2 * 32 + 64) + (2 * 256 + 64)));
 }
 
 TEST_CASE("Hugging Face Llama config reads its keys and ignores the rest") {
@@ -287,6 +308,7 @@ TEST_CASE("a GPT-OSS config.json: alternating sliding-window layers and experts"
   CHECK(m.windowed_fraction() == 0.5);
   CHECK(m.experts == 128);
   CHECK(m.moe_ffn_hidden == 2880);
+  CHECK(m.linear_bias);  // model_type gpt_oss: biased attention, router and experts
   // Model FLOPs: a windowed layer's scores and context count 128 keys per query, a full one s.
   ModelSpec full = m;
   full.sliding_window = 0;

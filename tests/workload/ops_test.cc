@@ -606,6 +606,40 @@ TEST_CASE("MoE layer: the alltoall dispatcher sorts the received rows by local e
   CHECK(sorts(layer_forward(m, c)) + sorts(layer_backward(m, c)) == 0);
 }
 
+// Biased experts (GPT-OSS; ModelSpec::linear_bias): Megatron-Core's TEGroupedMLP adds fc2's bias,
+// scaled by each row's routing weight, in eager PyTorch after the grouped GEMM (_apply_bias): per
+// local expert a multiply and an add, then a cat, reading and writing 6 bf16 elements per element of
+// the R·k x h rows; autograd's backward 8 (the two gradients of the multiply, each written and read
+// back by its sum, and split's cat), in 4 kernels per local expert and 2 cats. Without biases, no op.
+TEST_CASE("MoE layer with biased experts: fc2's bias added per expert in eager PyTorch") {
+  ModelSpec m = moe_model();
+  LayerConfig c;
+  c.micro_batch = 2;
+  c.seq_len = 2048;
+  c.ep = 8;  // 4 local experts
+  const double rows = 2 * 2048 * 4, h = 1024;
+  auto find = [](const std::vector<Op>& ops, const std::string& name) {
+    return std::ranges::find_if(ops, [&](const Op& op) { return op.name == name; });
+  };
+  {
+    const auto fwd = layer_forward(m, c), bwd = layer_backward(m, c);
+    CHECK(find(fwd, "experts_fc2_bias") == fwd.end());
+    CHECK(find(bwd, "experts_fc2_bias_backward") == bwd.end());
+  }
+  m.linear_bias = true;
+  const auto fwd = layer_forward(m, c), bwd = layer_backward(m, c);
+  const auto f = find(fwd, "experts_fc2_bias"), b = find(bwd, "experts_fc2_bias_backward");
+  REQUIRE(f != fwd.end());
+  REQUIRE(b != bwd.end());
+  CHECK(f->bytes == 6 * rows * h * 2);
+  CHECK(f->kernels == 2 * 4 + 1);
+  CHECK(b->bytes == 8 * rows * h * 2);
+  CHECK(b->kernels == 4 * 4 + 2);
+  // Right after fc2 in the forward, right before fc2's data gradient in the backward.
+  CHECK(std::prev(f)->name == "experts_fc2");
+  CHECK(std::next(b)->name == "experts_fc2_dgrad");
+}
+
 // One rank of the moe_model() layer for the routing tests below: micro-batch 2 of 2,048 tokens (R =
 // 4,096 routed with k = 4 of E = 32 experts), ep 8, hidden 1,024, expert width 512; a GEMM pass over
 // `rows` routed copies costs the SwiGLU experts' fc1 (2F wide) and fc2.
