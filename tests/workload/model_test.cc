@@ -429,6 +429,16 @@ TEST_CASE("Nemotron-4 and Mixtral 8x22B model files hold their published paramet
   // Active: all but the 6 of 8 experts a token does not visit, in each of the 56 layers.
   const double inactive = 56.0 * static_cast<double>(mixtral.expert_params_per_layer()) * 6 / 8;
   CHECK((static_cast<double>(mixtral.total_params()) - inactive) / 1e9 == Approx(39).margin(0.5));
+  // Grok-1 (xai-org/grok-1): by hand, per layer attention 6144·(6144 + 2·1024) + 6144², a router
+  // 6144·8, 8 gated experts of 3·6144·32768, two RMSNorms; the tied embedding once and the final norm.
+  // xAI says 314B; the count is 315.7 B. Active: 6 of the 8 experts left out of each layer.
+  const ModelSpec grok = model("grok-1");
+  const std::int64_t gh = 6144;
+  const std::int64_t grok_layer = gh * (gh + 2 * 1024) + gh * gh + gh * 8 + 8 * 3 * gh * 32768 + 2 * gh;
+  CHECK(grok.total_params() == 64 * grok_layer + 131072 * gh + gh);
+  CHECK(static_cast<double>(grok.total_params()) / 1e9 == Approx(315.7).margin(0.05));
+  const double grok_inactive = 64.0 * static_cast<double>(grok.expert_params_per_layer()) * 6 / 8;
+  CHECK((static_cast<double>(grok.total_params()) - grok_inactive) / 1e9 == Approx(83.76).margin(0.01));
 }
 
 // Llama 4 (meta-llama/Llama-4-Scout-17B-16E and Llama-4-Maverick-17B-128E, their text_config): 48
