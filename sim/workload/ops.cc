@@ -551,8 +551,8 @@ void sort_by_local_expert(std::vector<Op>& ops, const Dims& x, const char* name,
 // router would promote b·p and everything after it to fp32). Forward per element of the moe_rows
 // rows: b·p written; t and b·p read, the sum written; the cat read and written: 6 elements. Backward
 // (autograd): the multiply's two gradients, grad·p and grad·b, each written and read back by its
-// sum (over the rows for the bias, over the width for the routing weight), 3 + 3; the cat of the pieces.
-// gradients for t (split's backward), 2: 8 elements. fc1's bias runs in the grouped GEMM and the
+// sum (over the rows for the bias, over the width for the routing weight), 3 + 3; the cat of the
+// pieces' gradients for t (split's backward), 2: 8 elements. fc1's bias runs in the grouped GEMM and the
 // fused activation (skip_bias_add false, bias_activation_fusion), the attention's in the QKV GEMM's
 // epilogue and the residual add, at no cost trainsim counts (GPT-OSS's unfused bias-dropout-add
 // adds one element-wise pass over the layer's tokens, under 0.5% of a layer).
