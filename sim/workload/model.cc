@@ -150,6 +150,14 @@ ModelSpec parse_hf_llama(const util::JsonNode& n, const std::string& fallback_na
     }
   }
   if (auto tie = n.find("tie_word_embeddings")) m.tied_embeddings = tie->as_bool();
+  // Llama's attention_bias (the q, k, v and o projections) and mlp_bias (gate, up and down): both
+  // true is every linear biased, trainsim's linear_bias (on a SwiGLU model; GPT's kind has them
+  // anyway). One without the other is not modelled (a few parameters and element-wise adds).
+  auto flag = [&n](const char* key) {
+    auto f = n.find(key);
+    return f && f->json().is_boolean() && f->as_bool();
+  };
+  if (flag("attention_bias") && flag("mlp_bias") && m.mlp != MlpKind::gelu) m.linear_bias = true;
   return m;
 }
 

@@ -309,6 +309,11 @@ TEST_CASE("a GPT-OSS config.json: alternating sliding-window layers and experts"
   CHECK(m.experts == 128);
   CHECK(m.moe_ffn_hidden == 2880);
   CHECK(m.linear_bias);  // model_type gpt_oss: biased attention, router and experts
+  // A Llama config with both of Llama's bias switches on is linear_bias; either alone is not.
+  const std::string llama = R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
+    "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 10, "attention_bias": true, "mlp_bias": )";
+  CHECK(parse_hf(llama + "true}").linear_bias);
+  CHECK_FALSE(parse_hf(llama + "false}").linear_bias);
   // Model FLOPs: a windowed layer's scores and context count 128 keys per query, a full one s.
   ModelSpec full = m;
   full.sliding_window = 0;
