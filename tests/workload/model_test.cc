@@ -20,6 +20,13 @@ ModelSpec parse(const std::string& text) {
   return parse_model(JsonNode(j, "m.json"));
 }
 
+// A model file shipped in models/, by its name.
+ModelSpec model(const std::string& name) {
+  const nlohmann::json j =
+      trainsim::util::read_json_file(std::string(TRAINSIM_SOURCE_DIR) + "/models/" + name + ".json");
+  return parse_model(JsonNode(j, name + ".json"));
+}
+
 ModelSpec parse_hf(const std::string& text) {
   nlohmann::json j = nlohmann::json::parse(text);
   JsonNode node(j, "config.json");
@@ -81,9 +88,7 @@ TEST_CASE("every model file in models/ parses") {
   // its bias, 128 experts of 3 x 2880 x 2880 with fc1's 5760 and fc2's 2880 biases, two RMSNorms; then
   // the embedding, the output layer and the final norm. Its attention sinks (64 per layer, 2304 in
   // all) are the only parameters left out.
-  const nlohmann::json oss =
-      trainsim::util::read_json_file(std::string(TRAINSIM_SOURCE_DIR) + "/models/gpt-oss-120b.json");
-  const ModelSpec gpt_oss = parse_model(JsonNode(oss, "gpt-oss-120b.json"));
+  const ModelSpec gpt_oss = model("gpt-oss-120b");
   CHECK(gpt_oss.linear_bias);
   const std::int64_t h = 2880, experts = 128;
   const std::int64_t layer =
@@ -389,11 +394,6 @@ TEST_CASE("DeepSeek-V3: its Hugging Face config reads as models/deepseek-v3.json
 // output + 40 layers of 4·5120² + 3·5120·13824 + 2·5120, + 5120 = 13,015,864,320), Qwen2-7B 7.62 B (its QKV biases, 0.1
 // M, not modelled), Mixtral-8x7B 46.70 B in all and 12.88 B active (Mistral's announcement: 46.7B, 12.9B per token).
 TEST_CASE("Llama 2, Qwen2 and Mixtral model files hold their published parameter counts") {
-  auto model = [](const std::string& name) {
-    const nlohmann::json j =
-        trainsim::util::read_json_file(std::string(TRAINSIM_SOURCE_DIR) + "/models/" + name + ".json");
-    return parse_model(JsonNode(j, name + ".json"));
-  };
   auto billions = [](std::int64_t n) { return static_cast<double>(n) / 1e9; };
   CHECK(billions(model("llama2-7b").total_params()) == Approx(6.74).margin(0.005));
   CHECK(billions(model("llama2-70b").total_params()) == Approx(68.98).margin(0.005));
@@ -413,11 +413,6 @@ TEST_CASE("Llama 2, Qwen2 and Mixtral model files hold their published parameter
 // (Mistral's announcement: 141B parameters, 39B active): 56 layers, hidden 6144, 8 experts of 16384.
 // By hand, a dense layer is h(h + 2·8·head_dim) + h² + 2·h·ffn + 2h (the two norms' weights).
 TEST_CASE("Nemotron-4 and Mixtral 8x22B model files hold their published parameter counts") {
-  auto model = [](const std::string& name) {
-    const nlohmann::json j =
-        trainsim::util::read_json_file(std::string(TRAINSIM_SOURCE_DIR) + "/models/" + name + ".json");
-    return parse_model(JsonNode(j, name + ".json"));
-  };
   auto dense_layer = [](std::int64_t h, std::int64_t head_dim, std::int64_t ffn) {
     return h * (h + 2 * 8 * head_dim) + h * h + 2 * h * ffn + 2 * h;
   };
@@ -453,11 +448,6 @@ TEST_CASE("Nemotron-4 and Mixtral 8x22B model files hold their published paramet
 // cards: 109B and 400B total (Scout's with its vision encoder), 17B active each. By hand, attention
 // h(h + 2·1024) + h², a SwiGLU MLP of width f 3·h·f, a router h·E, two norms 2h.
 TEST_CASE("Llama 4 Scout and Maverick model files hold Meta's parameter counts") {
-  auto model = [](const std::string& name) {
-    const nlohmann::json j =
-        trainsim::util::read_json_file(std::string(TRAINSIM_SOURCE_DIR) + "/models/" + name + ".json");
-    return parse_model(JsonNode(j, name + ".json"));
-  };
   const std::int64_t h = 5120, attention = h * (h + 2 * 1024) + h * h, mlp = 3 * h * 8192, embeddings = 2 * 202048 * h;
   const ModelSpec scout = model("llama4-scout");
   const ModelSpec maverick = model("llama4-maverick");
