@@ -432,6 +432,23 @@ class Reader {
           fmt::format("model.softmax_type {}: attention sinks are not modelled (the fused attention's "
                       "time is a plain softmax's)",
                       softmax.Scalar()));
+    // Gemma 2's and 3's layer specs (Megatron-Bridge's Gemma model providers) add a norm after each
+    // row-parallel linear, which no flag says; Gemma 2's also runs unfused attention to soft-cap it.
+    const YAML::Node spec = lookup("model.transformer_layer_spec");
+    if (spec.IsDefined() && !spec.IsNull()) {
+      const std::string target =
+          is_map(spec) ? (spec["_target_"].IsDefined() && spec["_target_"].IsScalar() ? spec["_target_"].Scalar()
+                                                                                      : std::string())
+                       : (spec.IsScalar() ? spec.Scalar() : std::string());
+      for (const std::string_view gemma : {"gemma2_layer_spec", "gemma3_layer_spec"})
+        if (target.ends_with(gemma))
+          notes_.push_back(fmt::format(
+              "model.transformer_layer_spec {}: its post-norms are not in the flags; --model with a model that has "
+              "post_norms (models/gemma2-9b.json, gemma2-27b.json, gemma3-27b.json) models them{}",
+              gemma,
+              gemma == "gemma2_layer_spec" ? "; Gemma 2's unfused attention with logit soft-capping is not modelled"
+                                           : ""));
+    }
     for (const char* path : {"mixed_precision.fp8_param_gather", "ddp.fp8_param_gather",
                              "model.defer_embedding_wgrad_compute", "model.fine_grained_activation_offloading",
                              "model.cutedsl_fused_grouped_mlp", "model.fp8_dot_product_attention"}) {

@@ -59,6 +59,10 @@ class Exporter {
     if (s_.training.framework != Framework::megatron)
       fail("training.framework", fmt::format("{} is a PyTorch training step, not a Megatron-LM run",
                                              config::framework_name(s_.training.framework)));
+    if (m_.post_norms)
+      fail("model.post_norms",
+           "Megatron-LM has no flag for post-norms; Megatron-Bridge runs them only inside its Gemma 2 and Gemma 3 "
+           "model providers, which trainsim does not write");
     if (s_.training.deepspeed) return run_deepspeed();
     if (s_.training.lora)
       fail("training.peft",

@@ -752,6 +752,7 @@ void check_eager(const util::JsonNode& root, const Scenario& s) {
   refuse(m.tied_embeddings, "untied embeddings (its LM head is a separate weight)");
   refuse(m.head_dim % 2 != 0, "an even head_dim (rotary embedding)");
   refuse(m.linear_bias, "a model without linear biases (its Llama has none)");
+  refuse(m.post_norms, "a model without post_norms (its Llama has none)");
   refuse(t.recompute != Recompute::none, "recompute none");
   refuse(t.precision != Precision::bf16, "precision bf16");
   refuse(t.attention != workload::AttentionImpl::flash && t.attention != workload::AttentionImpl::flash2,
@@ -853,6 +854,7 @@ void check_torchtitan(const util::JsonNode& root, Scenario& s) {
   refuse(m.head_dim % 2 != 0, framework_path, "needs an even head_dim (rotary embedding)");
   refuse(m.qk_norm, framework_path, "with qk_norm is not supported yet");
   refuse(m.linear_bias, framework_path, "needs a model without linear biases (torchtitan's Llama has none)");
+  refuse(m.post_norms, framework_path, "needs a model without post_norms (torchtitan's Llama has none)");
   refuse(m.heads % m.kv_heads != 0, framework_path, "needs heads a multiple of kv_heads (repeat_kv)");
   refuse(t.precision != Precision::bf16 && t.precision != Precision::fp8, util::join_path(training_path, "precision"),
          "runs bf16, or fp8 as torchao's Float8");

@@ -1,6 +1,10 @@
 #include "workload/model.h"
 
 #include <algorithm>
+#include <array>
+#include <optional>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -79,20 +83,25 @@ std::int64_t mlp_matrices(const ModelSpec& m) {
   return m.mlp == MlpKind::swiglu ? 3 : 2;
 }
 
-// The attention block: its projections, its norm, (GPT, GPT-OSS) the QKV and output biases, and
+// The norms of a block: its pre-norm, and with post_norms (Gemma 2, 3) the norm on its output.
+std::int64_t block_norm_params(const ModelSpec& m) {
+  return (m.post_norms ? 2 : 1) * norm_params(m);
+}
+
+// The attention block: its projections, its norms, (GPT, GPT-OSS) the QKV and output biases, and
 // (Qwen3) the query and key norms' weights, one head_dim vector each.
 std::int64_t attention_block_params(const ModelSpec& m) {
   const std::int64_t biases = m.biased() ? q_dim(m) + 2 * kv_dim(m) + m.hidden : 0;
   const std::int64_t qk_norms = m.qk_norm ? 2 * m.head_dim : 0;
-  return m.attention_params_per_layer() + norm_params(m) + biases + qk_norms;
+  return m.attention_params_per_layer() + block_norm_params(m) + biases + qk_norms;
 }
 
 // The MLP block (dense, or a mixture of experts' router, routed experts, shared expert and latent
-// projections) with its norm; biased linears (GPT: Narayanan's 13h per layer with the attention's)
+// projections) with its norms; biased linears (GPT: Narayanan's 13h per layer with the attention's)
 // add fc1's and fc2's biases, under MoE every expert's (fc1's gate and up halves under SwiGLU).
 std::int64_t mlp_block_params(const ModelSpec& m) {
   const std::int64_t mats = mlp_matrices(m);
-  std::int64_t n = norm_params(m);
+  std::int64_t n = block_norm_params(m);
   if (m.moe()) {
     n += m.hidden * m.experts + m.expert_params_per_layer() + mats * m.hidden * m.shared_expert_ffn_hidden +
          2 * m.hidden * m.moe_latent;
@@ -370,6 +379,7 @@ ModelSpec parse_model(const util::JsonNode& node) {
                        "sliding_window_pattern",
                        "qk_norm",
                        "linear_bias",
+                       "post_norms",
                        "first_dense_layers",
                        "q_lora_rank",
                        "kv_lora_rank",
@@ -551,8 +561,50 @@ ModelSpec parse_model(const util::JsonNode& node) {
     if (m.linear_bias && (m.mla() || m.hybrid()))
       b->fail("linear biases with multi-head latent attention or in a hybrid model are not supported yet");
   }
+  if (auto p = node.find("post_norms")) {
+    m.post_norms = p->as_bool();
+    if (m.post_norms && m.hybrid()) p->fail("post-norms in a hybrid model are not supported yet");
+  }
   return m;
 }
+
+namespace {
+
+// Hugging Face architectures whose configs carry a decoder's keys (num_hidden_layers, hidden_size,
+// ...) but whose layers trainsim does not model: read as a Llama they would make another model
+// without a word. One error line naming model_type instead.
+void refuse_hf_architecture(const std::string& type, const std::optional<util::JsonNode>& node) {
+  static const std::array<std::pair<std::string_view, std::string_view>, 20> kUnsupported = {{
+      {"jamba", "Mamba (v1) layers"},
+      {"bamba", "Mamba-2 layers outside Nemotron-H's pattern"},
+      {"zamba", "Mamba layers"},
+      {"zamba2", "Mamba-2 layers with shared attention blocks"},
+      {"falcon_h1", "parallel attention and Mamba-2 mixers"},
+      {"falcon_mamba", "Mamba (v1) layers"},
+      {"mamba", "Mamba (v1) layers"},
+      {"mamba2", "Mamba-2 layers outside Nemotron-H's pattern"},
+      {"granitemoehybrid", "Mamba-2 layers outside Nemotron-H's pattern"},
+      {"recurrent_gemma", "recurrent (RG-LRU) layers"},
+      {"rwkv", "RWKV's recurrent layers"},
+      {"qwen3_next", "linear-attention (Gated DeltaNet) layers"},
+      {"lfm2", "convolution layers"},
+      {"minimax", "lightning (linear) attention layers"},
+      {"bert", "an encoder (bidirectional, no causal decoder)"},
+      {"roberta", "an encoder (bidirectional, no causal decoder)"},
+      {"modernbert", "an encoder (bidirectional, no causal decoder)"},
+      {"t5", "an encoder-decoder"},
+      {"bart", "an encoder-decoder"},
+      {"whisper", "an encoder-decoder"},
+  }};
+  for (const auto& [name, why] : kUnsupported)
+    if (type == name)
+      node->fail(
+          fmt::format("\"{}\" is not supported ({}); trainsim models decoder-only transformers, mixtures "
+                      "of experts and Nemotron-H hybrids",
+                      type, why));
+}
+
+}  // namespace
 
 bool is_hf_config(const util::JsonNode& node) {
   return node.is_object() && (node.has("model_type") || node.has("architectures"));
@@ -565,6 +617,16 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
     return parse_hf_config(*text, fallback_name);
   }
   if (node.has("hybrid_override_pattern")) return parse_hf_nemotron_h(node, fallback_name);
+  auto model_type = node.find("model_type");
+  const std::string type =
+      model_type && model_type->json().is_string() ? model_type->json().get<std::string>() : std::string();
+  refuse_hf_architecture(type, model_type);
+  // Gemma (model_type gemma, gemma2, gemma3_text): a gated GELU MLP whatever hidden_act says (the
+  // GEMMs of SwiGLU's kind; its tanh GELU costs as SiLU), tied embeddings unless the config says
+  // otherwise (GemmaConfig's default). Gemma 2 and 3 add the sandwich norms (post_norms); Gemma 3 the
+  // query and key norms; Gemma 2 windows every other layer, the even ones counted from 0 (its
+  // configs before layer_types carry no pattern).
+  const bool gemma = type == "gemma" || type == "gemma2" || type == "gemma3_text";
   // Per-layer attention kinds (GPT-OSS, Gemma 3, ...): full and sliding-window layers in a pattern
   // that repeats every N layers with the N-th full; anything else is refused.
   std::int64_t window_pattern = 0;  // 0: no sliding layers listed; 1: all windowed; N: every N-th full
@@ -588,8 +650,16 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
               "supported yet");
     }
   }
+  if (type == "gemma2" && window_pattern == 0 && !node.has("layer_types") && !node.has("sliding_window_pattern"))
+    window_pattern = 2;
   ModelSpec m = node.has("n_layer") || node.has("n_embd") ? parse_hf_gpt2(node, fallback_name)
                                                           : parse_hf_llama(node, fallback_name);
+  if (gemma) {
+    m.mlp = MlpKind::swiglu;
+    if (!node.has("tie_word_embeddings")) m.tied_embeddings = true;
+    m.post_norms = type != "gemma";
+    m.qk_norm = type == "gemma3_text";
+  }
   // Sliding windows: by layer_types, by Gemma's sliding_window_pattern, or (Mistral) on every layer
   // unless use_sliding_window is false (Qwen2 and Qwen3 configs carry a window they do not use) or
   // layer_types lists only full layers.
@@ -628,7 +698,7 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
     // interleave_moe_layer_step-th layer counted from 1 (Maverick: 2, Scout: 1); the other layers a
     // dense MLP of intermediate_size_mlp; per-head query/key norms (use_qk_norm); chunked attention
     // on its rotary layers (attention_chunk_size).
-    if (auto type = node.find("model_type"); type && type->json().is_string() && type->as_string() == "llama4_text") {
+    if (type == "llama4_text") {
       m.shared_expert_ffn_hidden = m.moe_ffn_hidden;
       std::vector<bool> moe(static_cast<std::size_t>(m.layers), false);
       if (auto listed = node.find("moe_layers"); listed && listed->json().is_array()) {
@@ -728,11 +798,8 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
   // q_norm and k_norm modules); the config carries no switch for it.
   // GPT-OSS (model_type gpt_oss): biases on the QKV and output projections (attention_bias) and on
   // every expert's gate_up_proj and down_proj and the router (its modules carry them without a switch).
-  if (auto type = node.find("model_type"); type && type->json().is_string()) {
-    const std::string t = type->json().get<std::string>();
-    if (t == "qwen3" || t == "qwen3_moe") m.qk_norm = true;
-    if (t == "gpt_oss") m.linear_bias = true;
-  }
+  if (type == "qwen3" || type == "qwen3_moe") m.qk_norm = true;
+  if (type == "gpt_oss") m.linear_bias = true;
   validate(m, node);
   return m;
 }

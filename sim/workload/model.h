@@ -1,7 +1,7 @@
 #pragma once
 // A decoder-only transformer as the simulator sees it, and the two file formats it is read from:
 // trainsim's own model JSON (models/*.json, or inline in a scenario) and a Hugging Face config.json
-// (Llama, Mistral, Qwen2, GPT-2, and the mixture-of-experts Mixtral, Qwen2-MoE and Qwen3-MoE key
+// (Llama, Mistral, Qwen2, Gemma, GPT-2, and the mixture-of-experts Mixtral, Qwen2-MoE and Qwen3-MoE key
 // names). A mixture-of-experts model replaces every layer's MLP by `experts` routed experts of width
 // moe_ffn_hidden, of which each token visits experts_per_token, plus optionally a shared expert.
 
@@ -53,6 +53,10 @@ struct ModelSpec {
   // Biases on the attention's and the MLP's linear layers, every routed and shared expert's included
   // (Megatron-Core's add_bias_linear; GPT-OSS). GPT's gelu models always carry them (biased()).
   bool linear_bias = false;
+  // Gemma 2's and Gemma 3's sandwich norms: a norm on the attention's and on the MLP's output before
+  // each residual add, beside the usual pre-norms (Hugging Face's post_attention_layernorm and
+  // post_feedforward_layernorm; Megatron-Bridge's TERowParallelLinearLayerNorm).
+  bool post_norms = false;
   // Share of the layers that are windowed (0 without a window).
   double windowed_fraction() const {
     if (sliding_window == 0) return 0;

@@ -37,6 +37,7 @@ struct Dims {
   bool sp, drop, swiglu;
   bool rms = false, rotary = false;  // RMSNorm (else LayerNorm); rotary positions in attention
   bool qk_norm = false;              // per-head RMSNorms of Q and K (Qwen3)
+  bool post_norms = false;           // norms on the attention's and the MLP's outputs (Gemma 2, 3)
   bool bias = false;                 // linear biases (ModelSpec::biased)
   std::string activation;            // a non-gated MLP's activation op: "gelu" or "squared_relu"
   std::int64_t window = 0;           // sliding-window attention: the window, and the share of layers with it
@@ -172,6 +173,7 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
   x.rms = m.rms_norm();
   x.rotary = m.rotary();
   x.qk_norm = m.qk_norm;
+  x.post_norms = m.post_norms;
   x.bias = m.biased();
   x.activation = m.mlp == MlpKind::squared_relu ? "squared_relu" : "gelu";
   x.he = x.h;
@@ -1088,6 +1090,10 @@ std::vector<Op> layer_forward(const ModelSpec& model, const LayerConfig& c, Laye
       ops.push_back(x.sp ? comm("attention_reduce_scatter", Comm::reduce_scatter, full)
                          : comm("attention_all_reduce", Comm::all_reduce, full));
     }
+    // Gemma's post-attention norm (Megatron-Bridge's TERowParallelLinearLayerNorm: a Transformer
+    // Engine norm on the projection's reduced output, the sequence shard under SP): reads the branch,
+    // writes it normed, keeps its input.
+    if (x.post_norms) ops.push_back(memory("attention_output_" + norm, 2 * region_act, region_act));
     // Bias + dropout + residual add: reads the branch and the residual, writes the sum and the mask.
     ops.push_back(x.drop ? memory("attention_dropout_add", region_act * 3 + mask, mask)
                          : memory("attention_residual_add", region_act * 3));
@@ -1106,9 +1112,12 @@ std::vector<Op> layer_forward(const ModelSpec& model, const LayerConfig& c, Laye
       ops.back().rerun |= kRecomputeLayernorm;
       if (modules & kRecomputeMoe) ops.push_back(checkpoint_input("moe_checkpoint_input", region_act));
       moe_forward(ops, x, gemm_in_d);
+      if (x.post_norms) ops.push_back(memory("mlp_output_" + norm, 2 * region_act, region_act));
       ops[mlp].graph = kGraphMoeRouter;
     } else {
       tp_mlp_forward(ops, x, dense_mlp(x), region_gemm_in, gemm_in_d);
+      // The post-norm sits in fc2's module, so the MLP's checkpoint reruns it.
+      if (x.post_norms) ops.push_back(memory("mlp_output_" + norm, 2 * region_act, region_act));
       tag(ops, mlp, kRecomputeMlp);
     }
     ops.push_back(x.drop ? memory("mlp_dropout_add", region_act * 3 + mask, mask)
@@ -1184,6 +1193,9 @@ std::vector<Op> layer_backward(const ModelSpec& model, const LayerConfig& c, Lay
   if (with_mlp) {
     // Dropout backward reads the grad and the mask, writes the grad; the residual grad passes on.
     if (x.drop) ops.push_back(memory("mlp_dropout_add_backward", region_act * 2 + mask));
+    // A post-norm's backward reads the output gradient and its kept input, writes the input gradient
+    // (and reduces its weight's gradient: two kernels, as the pre-norms').
+    if (x.post_norms) ops.push_back(memory("mlp_output_" + norm + "_backward", 3 * region_act, 0, 2));
     if (x.moe) {
       moe_backward(ops, x, gemm_in_d);
     } else {
@@ -1201,6 +1213,7 @@ std::vector<Op> layer_backward(const ModelSpec& model, const LayerConfig& c, Lay
   const double qkv_width = x.q + 2 * x.kv;
   if (with_attention) {
     if (x.drop) ops.push_back(memory("attention_dropout_add_backward", region_act * 2 + mask));
+    if (x.post_norms) ops.push_back(memory("attention_output_" + norm + "_backward", 3 * region_act, 0, 2));
     if (tp && x.sp) ops.push_back(comm("attention_output_grad_all_gather", Comm::all_gather, full));
     const double context = x.mla ? x.kv : x.q;
     ops.push_back(gemm("attention_output_dgrad", x.tokens, context, x.h, x.d));
@@ -1475,8 +1488,8 @@ std::int64_t layer_params_per_rank(const ModelSpec& model, std::int64_t tp, Laye
   }
   std::int64_t n = (attention + (with_mlp ? mats * m.hidden * mlp_width : 0)) / tp + replicated;
   if (with_mlp && m.moe()) n += m.hidden * m.experts + 2 * m.hidden * m.moe_latent;
-  // LayerNorm weight + bias per block, or RMSNorm's weight (replicated).
-  const std::int64_t norm = m.mlp == MlpKind::gelu ? 2 * m.hidden : m.hidden;
+  // LayerNorm weight + bias per block, or RMSNorm's weight (replicated); twice with post-norms.
+  const std::int64_t norm = (m.mlp == MlpKind::gelu ? 2 * m.hidden : m.hidden) * (m.post_norms ? 2 : 1);
   n += (with_attention ? norm : 0) + (with_mlp ? norm : 0);
   if (m.biased()) {
     // Column-parallel biases split, row-parallel ones not; a router's bias (one per expert) replicated.

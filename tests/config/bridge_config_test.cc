@@ -293,3 +293,34 @@ train:
     CHECK(std::string(e.what()) == "run.yaml: line 8: model.attention_backend: AttnBackend has no member of value 9");
   }
 }
+
+// Megatron-Bridge's Gemma 2 and Gemma 3 providers name their own layer spec, whose post-norms no
+// flag says: a note points at a model with post_norms.
+TEST_CASE("a Gemma layer spec is a note naming the post-norms the flags leave out") {
+  const std::string base = R"(model:
+  num_layers: 2
+  hidden_size: 64
+  num_attention_heads: 4
+  ffn_hidden_size: 128
+  vocab_size: 100
+  transformer_layer_spec:
+    _call_: false
+    _target_: megatron.bridge.models.gemma.gemma2_provider.gemma2_layer_spec
+train:
+  global_batch_size: 8
+  micro_batch_size: 1
+)";
+  auto has_note = [](const std::vector<std::string>& notes, const std::string& text) {
+    for (const auto& n : notes)
+      if (n.find(text) != std::string::npos) return true;
+    return false;
+  };
+  const auto gemma2 = read_bridge_config(base, "run.yaml", 8);
+  CHECK(has_note(gemma2.notes, "model.transformer_layer_spec gemma2_layer_spec: its post-norms are not in the flags"));
+  CHECK(has_note(gemma2.notes, "unfused attention with logit soft-capping is not modelled"));
+  std::string g3 = base;
+  g3.replace(g3.find("gemma2_provider.gemma2"), 22, "gemma3_provider.gemma3");
+  const auto gemma3 = read_bridge_config(g3, "run.yaml", 8);
+  CHECK(has_note(gemma3.notes, "gemma3_layer_spec: its post-norms"));
+  CHECK_FALSE(has_note(gemma3.notes, "soft-capping"));
+}

@@ -88,6 +88,8 @@ TEST_CASE("pytorch-eager refuses what its model does not cover", "[config]") {
   CHECK(error(eager({{"attention", "softmax"}})) ==
         "eager.json: training.framework: pytorch-eager needs fused attention (attention flash or flash2)");
   CHECK(error(eager({{"precision", "fp16"}})) == "eager.json: training.framework: pytorch-eager needs precision bf16");
+  CHECK(error(eager(json::object(), {{"post_norms", true}})) ==
+        "eager.json: training.framework: pytorch-eager needs a model without post_norms (its Llama has none)");
   // Grouped-query attention is a known gap: "not supported yet", which validate lists as skipped.
   CHECK(error(eager(json::object(), {{"kv_heads", 2}})) ==
         "eager.json: training.framework: pytorch-eager with grouped-query attention (kv_heads 2 < heads 8) is not "
@@ -161,6 +163,10 @@ TEST_CASE("torchtitan refuses what its model does not cover, on the key's path",
         "cross_entropy)");
   CHECK(error(eager({{"torch_compile", true}})) ==
         "eager.json: training.torch_compile: applies to \"framework\": \"torchtitan\" only");
+  json gemma = titan();
+  gemma["model"]["post_norms"] = true;
+  CHECK(error(gemma) ==
+        "eager.json: training.framework: torchtitan needs a model without post_norms (torchtitan's Llama has none)");
   json moe = titan();
   moe["model"].erase("ffn_hidden");
   moe["model"].update({{"experts", 8}, {"experts_per_token", 2}, {"moe_ffn_hidden", 512}});

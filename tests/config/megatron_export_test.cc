@@ -156,6 +156,9 @@ TEST_CASE("what Megatron-LM cannot run is one error naming the key") {
   auto flash1 = base;
   flash1["training"]["attention"] = "flash1";
   CHECK(export_error(flash1).starts_with("s.json: training.attention:"));
+  auto gemma = base;
+  gemma["model"] = "gemma2-9b";
+  CHECK(export_error(gemma).starts_with("s.json: model.post_norms: Megatron-LM has no flag for post-norms"));
   CHECK(export_error(base) == "no error");
 }
 

@@ -110,7 +110,8 @@ TEST_CASE("model JSON defaults and validation") {
         }) ==
         "m.json: colour: unknown key (expected one of: name, layers, hidden, heads, kv_heads, ffn_hidden, "
         "vocab, mlp, tied_embeddings, head_dim, dropout, experts, experts_per_token, moe_ffn_hidden, "
-        "shared_expert_ffn_hidden, sliding_window, sliding_window_pattern, qk_norm, linear_bias, first_dense_layers, "
+        "shared_expert_ffn_hidden, sliding_window, sliding_window_pattern, qk_norm, linear_bias, post_norms, "
+        "first_dense_layers, "
         "q_lora_rank, "
         "kv_lora_rank, qk_rope_head_dim, v_head_dim, mtp_layers, moe_latent, router_groups, router_group_topk, "
         "moe_layer_freq, attention_chunk, hybrid_pattern, mamba_heads, "
@@ -430,11 +431,13 @@ TEST_CASE("Nemotron-4 and Mixtral 8x22B model files hold their published paramet
   const double inactive = 56.0 * static_cast<double>(mixtral.expert_params_per_layer()) * 6 / 8;
   CHECK((static_cast<double>(mixtral.total_params()) - inactive) / 1e9 == Approx(39).margin(0.5));
   // Grok-1 (xai-org/grok-1): by hand, per layer attention 6144·(6144 + 2·1024) + 6144², a router
-  // 6144·8, 8 gated experts of 3·6144·32768, two RMSNorms; the tied embedding once and the final norm.
-  // xAI says 314B; the count is 315.7 B. Active: 6 of the 8 experts left out of each layer.
+  // 6144·8, 8 gated experts of 3·6144·32768, four RMSNorms (the pre-norms and, after the attention and
+  // the experts, the post-norms of its model.py); the tied embedding once and the final norm. xAI says
+  // 314B; the count is 315.7 B. Active: 6 of the 8 experts left out of each layer.
   const ModelSpec grok = model("grok-1");
+  CHECK(grok.post_norms);
   const std::int64_t gh = 6144;
-  const std::int64_t grok_layer = gh * (gh + 2 * 1024) + gh * gh + gh * 8 + 8 * 3 * gh * 32768 + 2 * gh;
+  const std::int64_t grok_layer = gh * (gh + 2 * 1024) + gh * gh + gh * 8 + 8 * 3 * gh * 32768 + 4 * gh;
   CHECK(grok.total_params() == 64 * grok_layer + 131072 * gh + gh);
   CHECK(static_cast<double>(grok.total_params()) / 1e9 == Approx(315.7).margin(0.05));
   const double grok_inactive = 64.0 * static_cast<double>(grok.expert_params_per_layer()) * 6 / 8;
@@ -704,4 +707,79 @@ TEST_CASE("Llama 4: interleaved experts with a shared expert, dense layers of in
       parse_hf("{" + text + R"(, "num_local_experts": 16, "moe_layers": [0, 47], "interleave_moe_layer_step": 2})");
   CHECK(listed.moe_layer_count() == 2);
   CHECK(listed.moe_layer_pattern.front() == '1');
+}
+
+// Gemma's config.json files (google/gemma-7b, gemma-2-9b, gemma-3-27b-pt's text_config, the keys
+// trainsim reads). Gemma 7B: 28 x (attention 3072·(4096 + 2·4096) + 4096·3072 + gated MLP
+// 3·3072·24576 + 2 norms of 3072) + tied 256000 x 3072 embedding + final norm = 8,537,680,896 (Gemma
+// 1's "8.54B"). Gemma 2 9B: 42 x (3584·(4096 + 2·2048) + 4096·3584 + 3·3584·14336 + 4 norms of 3584)
+// + 256000·3584 + 3584 = 9,241,705,984 (the Hub's count for google/gemma-2-9b). Gemma 3 27B's text
+// model: 62 x (5376·(4096 + 2·2048) + 4096·5376 + 3·5376·21504 + 4·5376 + q and k norms 2·128)
+// + 262208·5376 + 5376 = 27,009,346,304.
+TEST_CASE("Gemma configs: gated GELU, tied embeddings, post-norms, Gemma 2's alternating windows") {
+  const ModelSpec g1 = parse_hf(R"({"model_type": "gemma", "hidden_act": "gelu", "hidden_size": 3072,
+      "intermediate_size": 24576, "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256,
+      "num_hidden_layers": 28, "vocab_size": 256000})");
+  CHECK(g1.mlp == MlpKind::swiglu);
+  CHECK(g1.tied_embeddings);
+  CHECK_FALSE(g1.post_norms);
+  CHECK(g1.sliding_window == 0);
+  CHECK(g1.total_params() == 8'537'680'896);
+  const ModelSpec g2 = parse_hf(R"({"model_type": "gemma2", "hidden_act": "gelu_pytorch_tanh",
+      "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 3584, "intermediate_size": 14336,
+      "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "num_hidden_layers": 42,
+      "vocab_size": 256000, "sliding_window": 4096, "attn_logit_softcapping": 50.0,
+      "final_logit_softcapping": 30.0})");
+  CHECK(g2.mlp == MlpKind::swiglu);
+  CHECK(g2.post_norms);
+  CHECK_FALSE(g2.qk_norm);
+  CHECK(g2.sliding_window == 4096);
+  CHECK(g2.sliding_window_pattern == 2);
+  CHECK(g2.total_params() == 9'241'705'984);
+  const ModelSpec g3 = parse_hf(R"({"model_type": "gemma3", "text_config": {"model_type": "gemma3_text",
+      "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 5376, "intermediate_size": 21504,
+      "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128, "num_hidden_layers": 62,
+      "vocab_size": 262208, "sliding_window": 1024, "sliding_window_pattern": 6}})");
+  CHECK(g3.post_norms);
+  CHECK(g3.qk_norm);
+  CHECK(g3.sliding_window_pattern == 6);
+  CHECK(g3.total_params() == 27'009'346'304);
+  // A config that says tie_word_embeddings false keeps its head.
+  const ModelSpec untied = parse_hf(R"({"model_type": "gemma", "hidden_size": 64, "intermediate_size": 128,
+      "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 10, "tie_word_embeddings": false})");
+  CHECK_FALSE(untied.tied_embeddings);
+  // The model key: each of a layer's two blocks gains a norm of h; not in a hybrid model.
+  const std::string base = R"("name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4, "ffn_hidden": 256,
+                              "vocab": 100, "mlp": "swiglu")";
+  CHECK(parse("{" + base + R"(, "post_norms": true})").total_params() - parse("{" + base + "}").total_params() ==
+        2 * 2 * 64);
+  CHECK(
+      error_of([] {
+        parse(
+            R"({"name": "x", "hybrid_pattern": "M*", "hidden": 64, "heads": 4, "kv_heads": 4, "vocab": 100, "mlp": "swiglu",
+                    "mamba_heads": 2, "mamba_head_dim": 32, "mamba_state": 16, "mamba_groups": 1, "post_norms": true})");
+      }) == "m.json: post_norms: post-norms in a hybrid model are not supported yet");
+}
+
+// The model files: Gemma 2 9B and Gemma 3 27B as their configs above read; Gemma 2 27B (46 layers,
+// hidden 4608, 32 query and 16 KV heads of 128, MLP 36864): 46 x (4608·(4096 + 2·2048) + 4096·4608
+// + 3·4608·36864 + 4·4608) + 256000·4608 + 4608 = 27,227,128,320 (the Hub's count for gemma-2-27b).
+TEST_CASE("Gemma model files hold the configs' parameter counts") {
+  CHECK(model("gemma2-9b").total_params() == 9'241'705'984);
+  CHECK(model("gemma2-27b").total_params() == 27'227'128'320);
+  CHECK(model("gemma3-27b").total_params() == 27'009'346'304);
+  CHECK(model("gemma2-27b").windowed_fraction() == 0.5);
+}
+
+TEST_CASE("Hugging Face architectures trainsim does not model are refused by model_type") {
+  CHECK(error_of([] {
+          parse_hf(R"({"model_type": "jamba", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+              "intermediate_size": 14336, "vocab_size": 65536, "num_experts": 16, "num_experts_per_tok": 2})");
+        }) ==
+        "config.json: model_type: \"jamba\" is not supported (Mamba (v1) layers); trainsim models decoder-only "
+        "transformers, mixtures of experts and Nemotron-H hybrids");
+  CHECK(error_of([] {
+          parse_hf(R"({"model_type": "bert", "num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12,
+              "intermediate_size": 3072, "vocab_size": 30522, "hidden_act": "gelu"})");
+        }).find("\"bert\" is not supported (an encoder") != std::string::npos);
 }

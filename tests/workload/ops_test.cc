@@ -1108,3 +1108,41 @@ TEST_CASE("Qwen3's q/k norms: Q and K read and written once each way, their inpu
       CHECK(fwd[i + 1].name == "rotary_embedding");
     }
 }
+
+// Gemma 2's and 3's post-norms on a TP rank of 8 with 8,192 tokens under sequence parallelism: each
+// norms its block's output on the rank's sequence shard, 8192 / 8 = 1,024 tokens of 8,192 (Llama 70B's
+// hidden), after the reduce-scatter and before the residual add: it reads and writes 1024 · 8192 · 2
+// bytes and keeps its input; its backward reads the gradient and the input and writes the input's
+// gradient (3 ·), before the all-gather of the projection's output gradient. Four ops more per layer.
+TEST_CASE("post-norms: a norm on each block's output, on the sequence shard, before the residual add") {
+  ModelSpec m = llama70b();
+  LayerConfig c = llama70b_tp8_8k();
+  c.sequence_parallel = true;
+  const auto plain_fwd = layer_forward(m, c);
+  const auto plain_bwd = layer_backward(m, c);
+  m.post_norms = true;
+  const auto fwd = layer_forward(m, c);
+  const auto bwd = layer_backward(m, c);
+  const double shard = 1024.0 * 8192 * 2;
+  for (const char* name : {"attention_output_rmsnorm", "mlp_output_rmsnorm"}) {
+    const Op& norm = op_named(fwd, name);
+    CHECK(norm.bytes == Approx(2 * shard));
+    CHECK(norm.saved_bytes == static_cast<std::int64_t>(shard));
+    CHECK(op_named(bwd, std::string(name) + "_backward").bytes == Approx(3 * shard));
+  }
+  CHECK(fwd.size() == plain_fwd.size() + 2);
+  CHECK(bwd.size() == plain_bwd.size() + 2);
+  for (std::size_t i = 0; i < fwd.size(); ++i) {
+    if (fwd[i].name == "attention_output_rmsnorm") {
+      CHECK(fwd[i - 1].name == "attention_reduce_scatter");
+      CHECK(fwd[i + 1].name == "attention_residual_add");
+    }
+    if (fwd[i].name == "mlp_output_rmsnorm") CHECK(fwd[i + 1].name == "mlp_residual_add");
+  }
+  for (std::size_t i = 0; i < bwd.size(); ++i)
+    if (bwd[i].name == "attention_output_rmsnorm_backward")
+      CHECK(bwd[i + 1].name == "attention_output_grad_all_gather");
+  // Two more replicated norm weights per layer on each rank.
+  ModelSpec plain = llama70b();
+  CHECK(layer_params_per_rank(m, 8) - layer_params_per_rank(plain, 8) == 2 * 8192);
+}
