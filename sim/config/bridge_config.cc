@@ -98,6 +98,8 @@ constexpr auto kKeys = std::to_array<Key>({
     {"model.cuda_graph_scope", "cuda-graph-scope", Kind::list, "model.cuda_graph_impl"},
     {"model.cross_entropy_loss_fusion", "cross-entropy-loss-fusion", Kind::on},
     {"model.cpu_offloading", "cpu-offloading", Kind::on},
+    {"model.fine_grained_activation_offloading", "fine-grained-activation-offloading", Kind::on},
+    {"model.offload_modules", "offload-modules", Kind::list, "model.fine_grained_activation_offloading"},
     {"model.cpu_offloading_num_layers", "cpu-offloading-num-layers", Kind::value, "model.cpu_offloading"},
     {"model.transformer_impl", "transformer-impl", Kind::value},
     {"model.seq_length", "seq-length", Kind::value},
@@ -449,9 +451,9 @@ class Reader {
               gemma == "gemma2_layer_spec" ? "; Gemma 2's unfused attention with logit soft-capping is not modelled"
                                            : ""));
     }
-    for (const char* path : {"mixed_precision.fp8_param_gather", "ddp.fp8_param_gather",
-                             "model.defer_embedding_wgrad_compute", "model.fine_grained_activation_offloading",
-                             "model.cutedsl_fused_grouped_mlp", "model.fp8_dot_product_attention"}) {
+    for (const char* path :
+         {"mixed_precision.fp8_param_gather", "ddp.fp8_param_gather", "model.defer_embedding_wgrad_compute",
+          "model.cutedsl_fused_grouped_mlp", "model.fp8_dot_product_attention"}) {
       const YAML::Node n = lookup(path);
       if (n.IsDefined() && n.IsScalar() && truthy(n.Scalar()))
         notes_.push_back(fmt::format("{} is on: not modelled", path));

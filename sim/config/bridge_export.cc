@@ -295,6 +295,10 @@ class Exporter {
     const bool offload = on("--cpu-offloading");
     put(g, "cpu_offloading", boolean(offload));
     if (offload) put_flag(g, "cpu_offloading_num_layers", "--cpu-offloading-num-layers");
+    if (on("--fine-grained-activation-offloading")) {
+      put(g, "fine_grained_activation_offloading", boolean(true));
+      if (const auto modules = take("--offload-modules")) put(g, "offload_modules", list(*modules));
+    }
     const auto graphs = value("--cuda-graph-impl");
     put(g, "cuda_graph_impl", scalar(graphs ? *graphs : "none"));
     if (const auto scope = take("--cuda-graph-scope")) put(g, "cuda_graph_scope", list(*scope));

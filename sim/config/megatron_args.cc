@@ -951,6 +951,13 @@ class Importer {
       if (!n)
         note("--cpu-offloading without --cpu-offloading-num-layers: Megatron's default 0 layers, nothing offloaded");
     }
+    if (f_.on("fine-grained-activation-offloading")) {
+      const auto modules = f_.list("offload-modules");
+      if (!modules.empty())
+        put(t, "training", "offload_modules", modules, "offload-modules");
+      else
+        note("--fine-grained-activation-offloading without --offload-modules: nothing offloaded");
+    }
     cuda_graphs();
     moe_dispatch();
     optimizer();

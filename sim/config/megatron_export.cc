@@ -509,6 +509,10 @@ class Exporter {
       add(g, "--cpu-offloading");
       add(g, "--cpu-offloading-num-layers", {num(t.cpu_offload_layers)});
     }
+    if (t.offload_modules != 0) {
+      add(g, "--fine-grained-activation-offloading", {}, "needs NVTE_CPU_OFFLOAD_V1=1 in the environment");
+      add(g, "--offload-modules", offload_module_names(t.offload_modules));
+    }
     if (t.cuda_graph_full_iteration) {
       add(g, "--cuda-graph-impl", {"local"});
       add(g, "--cuda-graph-scope", {"full_iteration"}, "the whole step one graph");

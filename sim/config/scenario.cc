@@ -440,6 +440,10 @@ std::uint8_t parse_name_bits(const util::JsonNode& v, std::span<const std::strin
   return mask;
 }
 
+// Megatron-Core's --offload-modules names: workload::OffloadModule's bits in order.
+constexpr std::array<std::string_view, 7> kOffloadModuleNames = {"attn_norm", "qkv_linear", "core_attn", "attn_proj",
+                                                                 "mlp_norm",  "expert_fc1", "moe_act"};
+
 std::uint8_t parse_recompute_modules(const util::JsonNode& v) {
   if (!v.json().is_array()) v.fail("must be an array of module names");
   if (v.json().empty()) v.fail("must name at least one module");
@@ -574,6 +578,7 @@ TrainingSpec parse_training(const util::JsonNode& node) {
                        "cross_entropy",
                        "recompute_modules",
                        "cpu_offload_layers",
+                       "offload_modules",
                        "host_overhead",
                        "cuda_graph_scope",
                        "host_cost_scale",
@@ -619,6 +624,18 @@ TrainingSpec parse_training(const util::JsonNode& node) {
       v->fail(
           "needs \"recompute\": \"none\" (Megatron-Core: CPU offloading does not work with activation "
           "recomputation)");
+  }
+  if (auto v = node.find("offload_modules")) {
+    if (!v->json().is_array()) v->fail("must be an array of module names (empty: no offloading)");
+    for (std::size_t i = 0; i < v->json().size(); ++i)
+      if (v->json()[i].is_string() && v->json()[i].get<std::string>() == "fused_group_mlp")
+        util::JsonNode(v->json()[i], v->file(), fmt::format("{}[{}]", v->path(), i))
+            .fail("\"fused_group_mlp\" (Transformer Engine's op-fuser grouped MLP) is not supported yet");
+    t.offload_modules = parse_name_bits(*v, kOffloadModuleNames, "module");
+    if ((t.offload_modules & workload::kOffloadAttnProj) && !(t.offload_modules & workload::kOffloadCoreAttn))
+      v->fail("\"attn_proj\" needs \"core_attn\" (Megatron-Core: the projection's input is the attention's output)");
+    if (t.offload_modules != 0 && t.cpu_offload_layers > 0)
+      v->fail("cannot be combined with cpu_offload_layers (Megatron-Core)");
   }
   if (auto v = node.find("attention")) {
     constexpr std::array<workload::AttentionImpl, 4> kAttention = {
@@ -1389,6 +1406,33 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     refuse(s.cluster.host_link_Bps <= 0,
            fmt::format("the topology \"{}\" states no host_link_GBps (GPU-host copy bandwidth)", s.cluster.name));
   }
+  // Fine-grained activation offloading, with Megatron-Core's TransformerConfig checks.
+  if (const std::uint8_t mods = s.training.offload_modules; mods != 0) {
+    const std::string path = util::join_path(training_path, "offload_modules");
+    auto refuse = [&](bool bad, const std::string& why) {
+      if (bad) throw util::InputError(file, path, why);
+    };
+    constexpr std::uint8_t kMoeModules = workload::kOffloadExpertFc1 | workload::kOffloadMoeAct;
+    refuse(s.training.framework != Framework::megatron || s.training.deepspeed,
+           "needs framework megatron (Megatron-Core's fine-grained activation offloading)");
+    refuse((mods & kMoeModules) && !m.moe(), "\"expert_fc1\" and \"moe_act\" need a mixture-of-experts model");
+    refuse((mods & workload::kOffloadMlpNorm) && !m.moe(),
+           "\"mlp_norm\" needs a mixture-of-experts model (a dense layer's pre-MLP norm is fused into fc1)");
+    refuse(
+        (mods & workload::kOffloadAttnNorm) && !m.mla(),
+        "\"attn_norm\" needs multi-head latent attention (elsewhere the input norm is fused into the QKV projection)");
+    refuse((mods & kMoeModules) && s.training.recompute == Recompute::selective &&
+               (s.training.recompute_modules & workload::kRecomputeMoe),
+           "\"expert_fc1\" and \"moe_act\" do not work with the \"moe\" recompute module (Megatron-Core)");
+    refuse((mods & kMoeModules) && p.moe_paged_stash,
+           "\"expert_fc1\" and \"moe_act\" cannot be combined with "
+           "moe_paged_stash (Megatron-Core)");
+    refuse(m.hybrid(), "in a hybrid model is not supported yet");
+    refuse(p.schedule != Schedule::one_f_one_b && p.schedule != Schedule::interleaved,
+           "needs schedule 1f1b or interleaved (Megatron-Core's pipeline schedules)");
+    refuse(s.cluster.host_link_Bps <= 0,
+           fmt::format("the topology \"{}\" states no host_link_GBps (GPU-host copy bandwidth)", s.cluster.name));
+  }
   // The precision-aware optimizer and its CPU offload, with Megatron's arguments.py checks.
   if (const OptimizerSpec& o = s.training.optimizer; o.use_precision_aware_optimizer) {
     const std::string path = util::join_path(training_path, "optimizer");
@@ -1551,6 +1595,13 @@ std::string_view framework_name(Framework f) {
 
 std::string_view framework_key(const TrainingSpec& t) {
   return t.deepspeed ? std::string_view("megatron-deepspeed") : framework_name(t.framework);
+}
+
+std::vector<std::string> offload_module_names(std::uint8_t mask) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < kOffloadModuleNames.size(); ++i)
+    if (mask & (1u << i)) out.emplace_back(kOffloadModuleNames[i]);
+  return out;
 }
 
 std::vector<std::string> recompute_module_names(std::uint8_t mask) {

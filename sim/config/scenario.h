@@ -200,6 +200,11 @@ struct TrainingSpec {
   // the first N transformer layers are copied to pinned host memory during the forward and back
   // during the backward; 0: none.
   std::int64_t cpu_offload_layers = 0;
+  // Fine-grained activation offloading (Megatron-Core's --fine-grained-activation-offloading with
+  // --offload-modules; workload::OffloadModule bits; 0: off): after each layer's forward the saved
+  // tensors of these modules are copied to pinned host memory and freed when the copy ends; they
+  // come back one layer ahead of the backward.
+  std::uint8_t offload_modules = 0;
   std::int64_t num_micro_batches = 1;  // derived: global_batch / (micro_batch * dp), per pipeline
   Framework framework = Framework::megatron;
   // training.framework "megatron-deepspeed": Megatron-DeepSpeed, Megatron's model and kernels under
@@ -342,6 +347,8 @@ std::vector<std::string> lora_target_names(const TrainingSpec& training);
 // The names of selective recompute's modules in `mask` (workload::RecomputeModule bits), as
 // Megatron-Core's --recompute-modules spells them, in bit order.
 std::vector<std::string> recompute_module_names(std::uint8_t mask);
+// training.offload_modules' names (Megatron-Core's --offload-modules) of the OffloadModule bits.
+std::vector<std::string> offload_module_names(std::uint8_t mask);
 // The framework's name as training.framework spells it ("megatron", "pytorch-eager", "torchtitan").
 std::string_view framework_name(Framework f);
 // The training.framework key of a scenario's settings ("megatron-deepspeed" for DeepSpeed's engine).

@@ -293,10 +293,11 @@ class StageWriter {
 
   // Adds a task that starts after the last task but that later tasks do not wait for (a bucket's
   // gradient reduction during backward, a collective overlapped with a GEMM).
-  Dep side(Task t) {
+  Dep side(Task t, std::optional<Dep> also = std::nullopt) {
     flush();
     std::vector<Dep> deps = pending_;
     if (last_) deps.push_back(*last_);
+    if (also) deps.push_back(*also);
     issue(t, deps, launch_s_, launch_s_);
     return p_.add(t, deps);
   }
@@ -1027,6 +1028,39 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     if (l == 0) w.after(*host_copy_issued);
   };
 
+  // Fine-grained activation offloading (Megatron-Core's --offload-modules; fine_grained_activation_
+  // offload.py): after each layer's forward the saved tensors of the listed modules go to pinned host
+  // memory on the copy stream, freed on the GPU when the copy ends (the compute never waits for it);
+  // in the backward, layer l's come back while layer l + 1's backward runs (the handler reloads about
+  // one layer ahead), and layer l's backward waits for them. A chunk's top layer comes back while the
+  // stage's previous backward pass ends (its pre-reload of the next backward chunk), or, for the
+  // stage's first backward, not at all: the handler keeps the last layer's groups of a chunk whose
+  // backward comes next on the GPU. Both directions share one copy stream here (Megatron-Core has
+  // one per direction). Micro-batches of a chunk run their backwards in forward order (a FIFO).
+  const std::uint8_t fg_modules = sc.training.offload_modules;
+  std::array<std::int64_t, kLayerKinds> fg_kind_bytes{};
+  for (std::size_t k = 0; k < kLayerKinds; ++k)
+    fg_kind_bytes[k] = workload::offloaded_bytes(
+        ops.fwd[k], fg_modules, recompute == config::Recompute::selective ? sc.training.recompute_modules : 0);
+  struct FgRecord {
+    std::vector<std::optional<Dep>> offload, reload;  // per layer: the copy out, the copy back
+    std::int64_t bytes = 0;                           // what the micro-batch's chunk holds in host memory
+  };
+  std::vector<std::deque<FgRecord>> fg_queue(static_cast<std::size_t>(stage.chunks));
+  std::int64_t fg_host_bytes = 0, fg_host_peak = 0;
+  auto fg_bytes = [&](std::int64_t c, std::int64_t l) {
+    return full_recompute(l) ? std::int64_t{0} : fg_kind_bytes[kind_of(c, l)];
+  };
+  auto fg_copy = [&](std::string_view name, std::int64_t c, std::int64_t l, std::int64_t bytes, bool reload) {
+    Task t = host_copy(name, l, bytes, reload);
+    t.label = p.label(fmt::format("{} chunk {} layer {}", name, c, l));
+    if (!reload) {
+      t.mem_free_bytes = bytes;
+      t.mem_category = kActivations;
+    }
+    return t;
+  };
+
   auto p2p = [&p](TaskKind kind, std::uint8_t stream, std::uint8_t slot, std::int64_t bytes, const char* name) {
     Task t;
     t.kind = kind;
@@ -1593,6 +1627,64 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   };
 
   std::vector<std::int64_t> forwards(static_cast<std::size_t>(v), 0), backwards(static_cast<std::size_t>(v), 0);
+  const std::vector<ScheduleStep> steps = schedule(par.schedule, pp, v, m, stage_index, par.moe_a2a_overlap);
+  std::size_t step_at = 0;  // the step being built
+  // The chunk of the first backward pass after the current step (none: -1).
+  auto next_backward_chunk = [&]() -> std::int64_t {
+    for (std::size_t i = step_at + 1; i < steps.size(); ++i) {
+      const ScheduleStep& st = steps[i];
+      if (st.pass == Pass::backward || st.pass == Pass::backward_input) return st.chunk;
+      if (st.pass == Pass::merged) return st.backward_chunk;
+    }
+    return -1;
+  };
+  auto fg_start_forward = [&](std::int64_t c) {
+    if (fg_modules == 0) return;
+    FgRecord r;
+    r.offload.resize(static_cast<std::size_t>(chunk_layers(c)));
+    r.reload.resize(r.offload.size());
+    fg_queue[static_cast<std::size_t>(c)].push_back(std::move(r));
+  };
+  // After layer l of chunk c's forward (the micro-batch at the back of its queue).
+  auto fg_after_forward = [&](std::int64_t c, std::int64_t l) {
+    if (fg_modules == 0) return;
+    auto& queue = fg_queue[static_cast<std::size_t>(c)];
+    const std::int64_t bytes = fg_bytes(c, l);
+    const bool next_up = l == chunk_layers(c) - 1 && queue.size() == 1 && next_backward_chunk() == c;
+    if (bytes == 0 || next_up) return;
+    queue.back().offload[static_cast<std::size_t>(l)] = w.side(fg_copy("offload_to_host", c, l, bytes, false));
+    queue.back().bytes += bytes;
+    fg_host_bytes += bytes;
+    fg_host_peak = std::max(fg_host_peak, fg_host_bytes);
+  };
+  // Issues the copy back of layer l of the oldest micro-batch of chunk c, if it went out and is not
+  // coming back yet.
+  auto fg_reload = [&](std::int64_t c, std::int64_t l) {
+    auto& queue = fg_queue[static_cast<std::size_t>(c)];
+    if (queue.empty() || l < 0) return;
+    FgRecord& r = queue.front();
+    const auto i = static_cast<std::size_t>(l);
+    if (!r.offload[i] || r.reload[i]) return;
+    r.reload[i] = w.side(fg_copy("reload_from_host", c, l, fg_bytes(c, l), true), r.offload[i]);
+  };
+  // Before layer l of chunk c's backward: its tensors (reloaded now if not already), and the next
+  // layer's reload.
+  auto fg_before_backward = [&](std::int64_t c, std::int64_t l) {
+    if (fg_modules == 0) return;
+    fg_reload(c, l);
+    auto& queue = fg_queue[static_cast<std::size_t>(c)];
+    if (const auto& back = queue.front().reload[static_cast<std::size_t>(l)]) w.after(*back);
+    fg_reload(c, l - 1);
+  };
+  // After chunk c's backward pass: its micro-batch leaves the queue, and the next backward pass's top
+  // layer starts coming back.
+  auto fg_end_backward = [&](std::int64_t c) {
+    if (fg_modules == 0) return;
+    auto& queue = fg_queue[static_cast<std::size_t>(c)];
+    fg_host_bytes -= queue.front().bytes;
+    queue.pop_front();
+    if (const std::int64_t next = next_backward_chunk(); next >= 0) fg_reload(next, chunk_layers(next) - 1);
+  };
   auto forward = [&](std::int64_t c) {
     const bool first_mb = forwards[static_cast<std::size_t>(c)]++ == 0;
     if (const auto in = upstream(c)) {
@@ -1600,6 +1692,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       if (scatter_gather) w.emit(gather_forward, "forward", Saves::none);
     }
     start_pass(c);
+    fg_start_forward(c);
     const auto order = forward_order(c);
     std::size_t i = 0;
     if (has_embedding(c)) {
@@ -1615,6 +1708,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       emit(layer_fwd(c, l), "forward", fwd_saves(l));
       leave_unit(c, layer_unit(c, l), false);
       offload_after_forward(l);
+      fg_after_forward(c, l);
     }
     if (has_head(c)) {
       unit_needed(c, head_unit(c), first_mb);
@@ -1689,6 +1783,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     }
     for (std::int64_t l = chunk_layers(c) - 1; l >= 0; --l) {
       reload_before_backward(l);
+      fg_before_backward(c, l);
       enter_unit(c, order, i++, true);
       grads_from_first(layer_unit(c, l));
       if (full_recompute(l)) emit(layer_fwd(c, l), "recompute", Saves::all);
@@ -1707,6 +1802,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       fsdp_grads(emb_unit(c));
       if (!input_only) unit_done(c, emb_unit(c), last_mb);
     }
+    fg_end_backward(c);
     if (const auto out = upstream(c))
       w.after(w.add(p2p(TaskKind::send, kPpSend, *out, p2p_bytes, "send_backward"), true, p2p_sync));
   };
@@ -1754,6 +1850,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   auto merged = [&](std::int64_t cf, std::int64_t cb) {
     const bool first_mb = forwards[static_cast<std::size_t>(cf)]++ == 0;
     const bool last_mb = ++backwards[static_cast<std::size_t>(cb)] == m;
+    fg_start_forward(cf);
     if (const auto in = upstream(cf))
       w.after(w.add(p2p(TaskKind::recv, kPpRecv, *in, p2p_bytes, "recv_forward"), false));
     if (const auto in = downstream(cb))
@@ -1786,6 +1883,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       if (f_prev < 0) return;
       if (f_combine) w.after(*f_combine);
       emit(fwd_parts(cf, f_prev).parts.back(), "forward", fwd_saves(f_prev));
+      fg_after_forward(cf, f_prev);
       f_prev = -1;
       f_combine.reset();
     };
@@ -1794,6 +1892,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       const A2aParts& fp = fwd_parts(cf, i);
       const A2aParts& bp = bwd_parts(cb, lb);
       finish_backward_layer();
+      fg_before_backward(cb, lb);
       if (recompute == config::Recompute::selective)
         emit(layer_fwd(cb, lb), "recompute", Saves::all, /*recomputing=*/true);
       std::optional<Dep> b_combine, f_dispatch;
@@ -1823,6 +1922,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     }
     finish_backward_layer();
     for (std::int64_t l = lb_count - 1 - pairs; l >= 0; --l) {  // backward layers without a partner
+      fg_before_backward(cb, l);
       if (recompute == config::Recompute::selective)
         emit(layer_fwd(cb, l), "recompute", Saves::all, /*recomputing=*/true);
       emit(layer_bwd(cb, l), "backward", Saves::none);
@@ -1834,10 +1934,12 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       w.free_at_last(sum_saved(ops.emb_fwd));
       unit_done(cb, emb_unit(cb), last_mb);
     }
+    fg_end_backward(cb);
     finish_forward_layer();
     for (std::int64_t l = pairs; l < lf_count; ++l) {  // forward layers without a partner
       unit_needed(cf, layer_unit(cf, l), first_mb);
       emit(layer_fwd(cf, l), "forward", fwd_saves(l));
+      fg_after_forward(cf, l);
     }
     if (has_head(cf)) {
       unit_needed(cf, head_unit(cf), first_mb);
@@ -1849,7 +1951,8 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       w.after(w.add(p2p(TaskKind::send, kPpSend, *out, p2p_bytes, "send_backward"), true));
   };
 
-  for (const ScheduleStep& step : schedule(par.schedule, pp, v, m, stage_index, par.moe_a2a_overlap)) {
+  for (step_at = 0; step_at < steps.size(); ++step_at) {
+    const ScheduleStep& step = steps[step_at];
     switch (step.pass) {
       case Pass::forward:
         forward(step.chunk);
@@ -1939,7 +2042,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   p.initial_mem_bytes[kWeights] = held.weights;
   p.initial_mem_bytes[kGradients] = held.gradients;
   p.initial_mem_bytes[kOptimizer] = held.optimizer;
-  stage.host_offload_bytes += held.host_bytes;
+  stage.host_offload_bytes += held.host_bytes + fg_host_peak;
 }
 
 }  // namespace

@@ -172,7 +172,8 @@ std::string modules_part(const config::Scenario& sc) {
 
 // Activation offloading or the optimizer's CPU offload: host copies to report.
 bool offloads(const config::Scenario& sc) {
-  return sc.training.cpu_offload_layers > 0 || sc.training.optimizer.optimizer_cpu_offload;
+  return sc.training.cpu_offload_layers > 0 || sc.training.offload_modules != 0 ||
+         sc.training.optimizer.optimizer_cpu_offload;
 }
 
 }  // namespace
@@ -460,6 +461,8 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
   }
   if (offloading) {
     if (sc.training.cpu_offload_layers > 0) out["scenario"]["cpu_offload_layers"] = sc.training.cpu_offload_layers;
+    if (sc.training.offload_modules != 0)
+      out["scenario"]["offload_modules"] = config::offload_module_names(sc.training.offload_modules);
     out["memory"]["host_offload_gib"] = m.host_offload_gib;
     if (m.host_share_gib > 0) out["memory"]["host_share_gib"] = m.host_share_gib;
     out["time_breakdown_s"]["offload_exposed"] = r.mean.offload_exposed_s;
@@ -564,6 +567,9 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
     std::vector<std::string> what;
     if (sc.training.cpu_offload_layers > 0)
       what.push_back(fmt::format("activations of {} of {} layers", sc.training.cpu_offload_layers, sc.model.layers));
+    if (sc.training.offload_modules != 0)
+      what.push_back(fmt::format("the saved tensors of {} in every layer",
+                                 fmt::join(config::offload_module_names(sc.training.offload_modules), ", ")));
     if (sc.training.optimizer.optimizer_cpu_offload)
       what.push_back(fmt::format("the Adam step of {:g}% of the parameters",
                                  100 * sc.training.optimizer.optimizer_offload_fraction));

@@ -143,6 +143,9 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
   if (l.recompute != config::Recompute::selective) t.erase("recompute_modules");
   // And its activation offloading with the layouts Megatron-Core allows it on: pp 1, no recompute.
   if (l.pp > 1 || l.recompute != config::Recompute::none) t.erase("cpu_offload_layers");
+  // Fine-grained offloading with Megatron-Core's schedules only.
+  if (l.schedule != config::Schedule::one_f_one_b && l.schedule != config::Schedule::interleaved)
+    t.erase("offload_modules");
   // The expert all-to-all overlap as the layout says (enumerate keeps it on only where it applies:
   // ep > 1, pp 1 or interleaved, no full recompute), and not with FSDP.
   if (fsdp) c.layout.moe_a2a_overlap = false;

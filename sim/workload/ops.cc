@@ -623,6 +623,7 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   const double kept = x.kept_rows;
   ops.push_back(
       grouped(gemm("experts_fc1", x.expert_rows, fc1_width, x.he, d, act(kept, x.he, gemm_in_d), x.local_experts)));
+  ops.back().offload = kOffloadExpertFc1;
   if (shared_overlap) ops[after_dispatch].comm_join = true;
   if (x.swiglu)
     ops.push_back(
@@ -630,7 +631,8 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   else
     ops.push_back(memory("experts_" + x.activation, 2 * act(x.moe_rows, x.fe, d) + x.moe_rows * 4,
                          act(kept, x.fe, d) + kept * 4));
-  ops.back().rerun |= kRecomputeMoeAct;  // moe_act: the activation runs again, fc2 keeps no input
+  ops.back().rerun |= kRecomputeMoeAct;
+  ops.back().offload = kOffloadMoeAct;  // moe_act: the activation runs again, fc2 keeps no input
   ops.push_back(
       grouped(gemm("experts_fc2", x.expert_rows, x.he, x.fe, d, act(kept, x.fe, gemm_in_d), x.local_experts)));
   ops.back().discards |= kRecomputeMoeAct;
@@ -853,6 +855,7 @@ void insert_lora(std::vector<Op>& ops, const Dims& x, const LayerConfig& c, bool
 void mla_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   const double d = x.d;
   const double latent = x.ql + x.kvl + x.rope;
+  const std::size_t down = ops.size();
   ops.push_back(gemm("qkv_down_proj", x.region, latent, x.h, d, act(x.region, x.h, gemm_in_d)));
   // Recomputing the layernorm drops the bf16 norm output this GEMM keeps (FP8 keeps its own copy).
   if (gemm_in_d == d) ops.back().discards |= kRecomputeLayernorm;
@@ -876,6 +879,9 @@ void mla_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
                        act(x.tokens, 2 * x.q + x.kv, d), 2));
   tag(ops, up, kRecomputeMlaUpProj, false);
   ops.back().discards |= kRecomputeMlaUpProj;
+  // The projections' kept tensors are qkv_linear's; Q, K and V, which the attention keeps, core_attn's.
+  for (std::size_t i = down; i + 1 < ops.size(); ++i) ops[i].offload = kOffloadQkvLinear;
+  ops.back().offload = kOffloadCoreAttn;
 }
 
 // Its backward, from the core's input gradients to the layer input's: rotary, the up projections'
@@ -1054,6 +1060,8 @@ std::vector<Op> layer_forward(const ModelSpec& model, const LayerConfig& c, Laye
     // fuses the others into the next GEMM.)
     ops.push_back(memory("input_" + norm, 2 * region_act, region_act));
     if (x.mla) ops.back().rerun |= kRecomputeLayernorm;
+    // A separate norm module (MLA's) is attn_norm's; fused into the QKV projection, qkv_linear's.
+    ops.back().offload = x.mla ? kOffloadAttnNorm : kOffloadQkvLinear;
     if (x.mla) {
       mla_forward(ops, x, gemm_in_d);
     } else {
@@ -1061,11 +1069,15 @@ std::vector<Op> layer_forward(const ModelSpec& model, const LayerConfig& c, Laye
       // Column-parallel QKV: keeps its input (sharded under SP) and Q, K, V for the attention core.
       const double qkv_width = x.q + 2 * x.kv;
       ops.push_back(gemm("qkv", x.tokens, qkv_width, x.h, x.d, region_gemm_in + act(x.tokens, qkv_width, x.d)));
+      ops.back().offload = kOffloadQkvLinear;
+      ops.back().offload_tail = kOffloadCoreAttn;
+      ops.back().offload_tail_bytes = to_bytes(act(x.tokens, qkv_width, x.d));
       // Qwen3's per-head RMSNorms of Q and K (Megatron-Core's q_layernorm and k_layernorm, two
       // Transformer Engine norm modules): read Q and K, write them; each keeps its input.
       if (x.qk_norm) {
         ops.push_back(memory("qk_rmsnorm", 2 * act(x.tokens, x.q + x.kv, x.d), act(x.tokens, x.q + x.kv, x.d), 2));
         ops.back().host_calls = 2;
+        ops.back().offload = kOffloadQkvLinear;
       }
       // Llama-family (swiglu) models rotate Q and K; GPT models add learned positions at the embedding.
       if (x.rotary) ops.push_back(memory("rotary_embedding", 2 * act(x.tokens, x.q + x.kv, x.d)));
@@ -1086,6 +1098,10 @@ std::vector<Op> layer_forward(const ModelSpec& model, const LayerConfig& c, Laye
     }
 
     ops.push_back(gemm("attention_output", x.tokens, x.h, context, x.d, act(x.tokens, context, gemm_in_d)));
+    // Its input is the attention's output, which the attention keeps too: either module's offload
+    // moves it (the softmax statistics the attention also keeps are below Megatron-Core's
+    // min_offloaded_tensor_size and stay).
+    ops.back().offload = kOffloadAttnProj | kOffloadCoreAttn;
     if (tp) {
       ops.push_back(x.sp ? comm("attention_reduce_scatter", Comm::reduce_scatter, full)
                          : comm("attention_all_reduce", Comm::all_reduce, full));
@@ -1110,6 +1126,7 @@ std::vector<Op> layer_forward(const ModelSpec& model, const LayerConfig& c, Laye
         memory((block == LayerBlock::transformer ? "post_attention_" : "pre_mlp_") + norm, 2 * region_act, region_act));
     if (x.moe) {
       ops.back().rerun |= kRecomputeLayernorm;
+      ops.back().offload = kOffloadMlpNorm;  // a module of its own before the router
       if (modules & kRecomputeMoe) ops.push_back(checkpoint_input("moe_checkpoint_input", region_act));
       moe_forward(ops, x, gemm_in_d);
       if (x.post_norms) ops.push_back(memory("mlp_output_" + norm, 2 * region_act, region_act));
@@ -1432,6 +1449,20 @@ std::vector<Op> mtp_backward(const ModelSpec& m, const LayerConfig& c) {
     ops.push_back(op);
   }
   return ops;
+}
+
+std::int64_t offloaded_bytes(const std::vector<Op>& forward, std::uint8_t modules, std::uint8_t recompute_modules,
+                             bool saves_none) {
+  if (saves_none) return 0;
+  if (recompute_modules & kRecomputeCoreAttn) modules &= static_cast<std::uint8_t>(~kOffloadCoreAttn);
+  std::int64_t n = 0;
+  for (const Op& op : forward) {
+    if (op.discards & recompute_modules) continue;
+    const std::int64_t tail = op.offload_tail != 0 ? op.offload_tail_bytes : 0;
+    if (op.offload & modules) n += op.saved_bytes - tail;
+    if (op.offload_tail & modules) n += tail;
+  }
+  return n;
 }
 
 std::int64_t mtp_params_per_rank(const ModelSpec& m, std::int64_t tp) {

@@ -63,6 +63,21 @@ enum RecomputeModule : std::uint8_t {
   kRecomputeTorchtitanOp = 128,
 };
 
+// Megatron-Core's fine-grained activation offloading (--offload-modules): the modules whose saved
+// tensors go to host memory after their forward and come back before their backward. attn_norm and
+// mlp_norm are norms that run as modules of their own (multi-head latent attention's input norm, a
+// mixture-of-experts layer's pre-MLP norm); a norm fused into the next linear belongs to that
+// linear's module (qkv_linear), or to none (a dense MLP's fc1).
+enum OffloadModule : std::uint8_t {
+  kOffloadAttnNorm = 1,   // the separate input norm's input
+  kOffloadQkvLinear = 2,  // what the QKV projection keeps: its (fused norm's) input, the q/k norms', MLA's projections'
+  kOffloadCoreAttn = 4,   // Q, K, V and the attention's output and statistics
+  kOffloadAttnProj = 8,   // the output projection's input
+  kOffloadMlpNorm = 16,   // the separate pre-MLP norm's input
+  kOffloadExpertFc1 = 32,  // the experts' permuted input to fc1
+  kOffloadMoeAct = 64,     // the experts' activation input (fc1's output)
+};
+
 struct GemmShape {
   std::int64_t m = 0, n = 0, k = 0;
   std::int64_t batch = 1;
@@ -102,6 +117,12 @@ struct Op {
   // input is an op of its own (no work; saved bytes only), emitted when LayerConfig asks for it.
   std::uint8_t rerun = 0;
   std::uint8_t discards = 0;
+  // Fine-grained activation offloading: the module (OffloadModule bit) whose saved tensors its saved
+  // bytes are, and the module of the last `offload_tail_bytes` of them when they are two modules'
+  // (the QKV projection keeps its input for qkv_linear and Q, K, V for the core attention).
+  std::uint8_t offload = 0;
+  std::uint8_t offload_tail = 0;
+  std::int64_t offload_tail_bytes = 0;
   // Not run again by a full recompute of its layer (FSDP2's copy-out of the gathered parameters: the
   // backward gathers and copies them out itself).
   bool skip_in_recompute = false;
@@ -271,6 +292,14 @@ Op zero_grad_buffer(std::int64_t params, std::int64_t bytes_per_param = 4);
 // Parameters one TP rank holds for one layer / the embedding / the output layer. The output layer
 // counts the final norm, plus its vocab-parallel weight unless embeddings are tied (then the
 // embedding's weight serves; a last pipeline stage without the embedding keeps a copy of it).
+// The saved bytes of a layer's forward ops that fine-grained activation offloading moves to host
+// memory with `modules` (OffloadModule bits): those of the ops kept in the forward (all but what
+// selective recompute's `recompute_modules` discard; nothing under full recompute, `saves_none`).
+// The core attention recomputed (core_attn) is not offloaded: Megatron-Core's checkpointed branch
+// bypasses the offload.
+std::int64_t offloaded_bytes(const std::vector<Op>& forward, std::uint8_t modules, std::uint8_t recompute_modules,
+                             bool saves_none = false);
+
 // For a mixture-of-experts layer, layer_params_per_rank counts what data parallelism reduces
 // (attention, norms, router, shared expert) and layer_expert_params_per_rank the routed experts one
 // rank holds, which the expert data-parallel group reduces.

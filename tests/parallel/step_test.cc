@@ -2707,3 +2707,106 @@ TEST_CASE("attention_chunk: sequences within one chunk run, longer ones are one 
         "test.json: training.seq_len: 2048 tokens exceed the model's attention chunk (1024): chunked "
         "attention over several chunks is not supported yet (within one chunk it is causal attention)");
 }
+
+namespace {
+
+// offload_scenario's GPU with fine-grained activation offloading of `modules` instead of whole layers.
+nlohmann::json fine_offload_scenario(double host_GBps, const nlohmann::json& modules) {
+  auto j = offload_scenario(host_GBps, 0);
+  j["training"].erase("cpu_offload_layers");
+  j["training"]["offload_modules"] = modules;
+  return j;
+}
+
+}  // namespace
+
+TEST_CASE("fine-grained offloading: every layer's listed modules go out, the top layer stays, reloads one ahead") {
+  // One micro-batch on one GPU, 8 layers: its backward comes next, so the handler keeps the top
+  // layer's groups (layer 7) and offloads layers 0..6. Each layer's backward waits for its tensors,
+  // which came back while the layer above ran backward. A fast link hides the copies.
+  const nlohmann::json attention = {"qkv_linear", "core_attn", "attn_proj"};
+  const auto plain = scenario(offload_scenario(1000, 0));
+  const auto qkv = scenario(fine_offload_scenario(1000, {"qkv_linear"}));
+  const auto all = scenario(fine_offload_scenario(1000, attention));
+  workload::LayerConfig lc;
+  lc.seq_len = 2048;
+  const auto fwd = workload::layer_forward(all.model, lc);
+  const std::int64_t b_all = workload::offloaded_bytes(fwd, all.training.offload_modules, 0);
+  const std::int64_t b_qkv = workload::offloaded_bytes(fwd, qkv.training.offload_modules, 0);
+  REQUIRE(b_qkv > 0);
+  REQUIRE(b_all > b_qkv);
+  const auto base_r = parallel::simulate_step(plain);
+  const auto qkv_r = parallel::simulate_step(qkv);
+  const auto r = parallel::simulate_step(all);
+  const auto act = [](const parallel::StepResult& x) {
+    return x.memory[x.peak_rank].peak_breakdown_bytes[kActivations];
+  };
+  // The peak comes in the top layers' backward, while six or seven layers are still out: the two
+  // lists' peaks differ by six to seven layers' worth of what one offloads and the other keeps.
+  CHECK(act(qkv_r) - act(r) >= 6 * (b_all - b_qkv));
+  CHECK(act(qkv_r) - act(r) <= 7 * (b_all - b_qkv));
+  CHECK(act(base_r) - act(r) >= 6 * b_all);
+  CHECK(r.host_offload_bytes == 7 * b_all);
+  CHECK(r.step_time_s == Approx(base_r.step_time_s).epsilon(1e-3));
+  hardware::ComputeModel cm(all.cluster.gpu);
+  const auto plan = parallel::build_step(all, cm);
+  std::vector<std::string> expected;
+  for (int l = 0; l < 7; ++l) expected.push_back("offload_to_host chunk 0 layer " + std::to_string(l));
+  for (int l = 6; l >= 0; --l) expected.push_back("reload_from_host chunk 0 layer " + std::to_string(l));
+  CHECK(labels(plan.programs[0], parallel::kHostCopy) == expected);
+}
+
+TEST_CASE("fine-grained offloading under 1F1B: micro-batches in flight hold the host memory") {
+  // pp 2, 4 micro-batches of 8 layers per stage. Stage 0 runs F0 F1 B0 F2 B1 F3 B2 B3: micro-batch
+  // 0's backward is the next one after its forward (its top layer stays), the others' are not, so
+  // after F2 micro-batches 1 and 2 are out whole: 16 layers. Stage 1 runs each backward right after
+  // its forward: 7 layers out at a time.
+  auto j = fine_offload_scenario(1000, {"qkv_linear", "core_attn"});
+  j["gpus"] = 2;
+  j["parallel"]["pp"] = 2;
+  j["model"]["layers"] = 16;
+  j["training"]["global_batch"] = 4;
+  const auto s = scenario(j);
+  workload::LayerConfig lc;
+  lc.seq_len = 2048;
+  const std::int64_t b = workload::offloaded_bytes(workload::layer_forward(s.model, lc), s.training.offload_modules, 0);
+  const auto r = parallel::simulate_step(s);
+  CHECK(r.host_offload_bytes == 16 * b);
+  auto plain = j;
+  plain["training"].erase("offload_modules");
+  CHECK(parallel::simulate_step(scenario(plain)).memory[0].peak_bytes > r.memory[0].peak_bytes);
+}
+
+TEST_CASE("fine-grained offloading is refused where Megatron-Core refuses it") {
+  auto j = fine_offload_scenario(50, {"attn_proj"});
+  CHECK(refusal(j) ==
+        "test.json: training.offload_modules: \"attn_proj\" needs \"core_attn\" (Megatron-Core: the projection's "
+        "input is the attention's output)");
+  j = fine_offload_scenario(50, {"expert_fc1"});
+  CHECK(refusal(j) ==
+        "test.json: training.offload_modules: \"expert_fc1\" and \"moe_act\" need a mixture-of-experts model");
+  j = fine_offload_scenario(50, {"mlp_norm"});
+  CHECK(refusal(j).starts_with("test.json: training.offload_modules: \"mlp_norm\" needs a mixture-of-experts model"));
+  j = fine_offload_scenario(50, {"attn_norm"});
+  CHECK(refusal(j).starts_with("test.json: training.offload_modules: \"attn_norm\" needs multi-head latent"));
+  j = fine_offload_scenario(50, {"fused_group_mlp"});
+  CHECK(refusal(j) ==
+        "test.json: training.offload_modules[0]: \"fused_group_mlp\" (Transformer Engine's op-fuser grouped MLP) is "
+        "not supported yet");
+  j = fine_offload_scenario(50, {"core_attn", "mlp"});
+  CHECK(
+      refusal(j).starts_with("test.json: training.offload_modules[1]: unknown module \"mlp\" (expected one of: "
+                             "attn_norm, qkv_linear, core_attn"));
+  j = fine_offload_scenario(50, {"core_attn"});
+  j["training"]["cpu_offload_layers"] = 2;
+  CHECK(refusal(j) ==
+        "test.json: training.offload_modules: cannot be combined with cpu_offload_layers (Megatron-Core)");
+  j = fine_offload_scenario(50, {"core_attn"});
+  j["cluster"].erase("host_link_GBps");
+  CHECK(refusal(j).starts_with("test.json: training.offload_modules: the topology \"dgx-h100\" states no host_link"));
+  j = fine_offload_scenario(50, {"core_attn"});
+  j["parallel"]["schedule"] = "gpipe";
+  CHECK(refusal(j) ==
+        "test.json: training.offload_modules: needs schedule 1f1b or interleaved (Megatron-Core's pipeline schedules)");
+  CHECK(refusal(fine_offload_scenario(50, nlohmann::json::array())) == "accepted");
+}

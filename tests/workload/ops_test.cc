@@ -1146,3 +1146,44 @@ TEST_CASE("post-norms: a norm on each block's output, on the sequence shard, bef
   ModelSpec plain = llama70b();
   CHECK(layer_params_per_rank(m, 8) - layer_params_per_rank(plain, 8) == 2 * 8192);
 }
+
+// Fine-grained activation offloading's bytes per layer, Llama 70B on a TP rank of 8 with 8,192
+// tokens in bf16 (no SP: the norm region is every token): qkv_linear moves the fused norm's input
+// and the QKV projection's input, 2 · 8192 · 8192 · 2 bytes; core_attn Q, K, V (8192 · (1024 + 2 ·
+// 128) · 2) and the attention's output, 8192 · 1024 · 2, which attn_proj (the projection's input)
+// moves too; the MLP's tensors belong to no module of a dense layer. Recomputing core_attn leaves
+// its tensors on the GPU (Megatron-Core's checkpointed branch bypasses the offload); full
+// recompute offloads nothing.
+TEST_CASE("fine-grained offloading: the bytes each module's saved tensors take") {
+  const ModelSpec m = llama70b();
+  const LayerConfig c = llama70b_tp8_8k();
+  const auto fwd = layer_forward(m, c);
+  const std::int64_t norm_and_qkv_input = 2LL * 8192 * 8192 * 2;
+  const std::int64_t qkv = 8192LL * (1024 + 2 * 128) * 2;
+  const std::int64_t out = 8192LL * 1024 * 2;
+  CHECK(offloaded_bytes(fwd, kOffloadQkvLinear, 0) == norm_and_qkv_input);
+  CHECK(offloaded_bytes(fwd, kOffloadCoreAttn, 0) == qkv + out);
+  CHECK(offloaded_bytes(fwd, kOffloadCoreAttn | kOffloadAttnProj, 0) == qkv + out);
+  CHECK(offloaded_bytes(fwd, kOffloadQkvLinear | kOffloadCoreAttn, kRecomputeCoreAttn) == norm_and_qkv_input);
+  CHECK(offloaded_bytes(fwd, kOffloadQkvLinear, 0, true) == 0);
+  CHECK(offloaded_bytes(fwd, kOffloadMlpNorm | kOffloadExpertFc1 | kOffloadMoeAct, 0) == 0);
+}
+
+// The mixture-of-experts modules on one rank of ep 4 with 4,096 tokens (tp 1): the rank's 8 experts
+// receive 4096 · 4 = 16,384 rows under balanced routing. expert_fc1 moves their permuted input,
+// 16384 · 1024 · 2 bytes; moe_act fc1's output, the activation's input, 16384 · 2 · 512 · 2, and the
+// routing weights it keeps, 16384 · 4; mlp_norm the pre-MLP norm's input, 4096 · 1024 · 2.
+TEST_CASE("fine-grained offloading: the experts' modules and the separate pre-MLP norm") {
+  const ModelSpec m = moe_model();
+  LayerConfig c;
+  c.seq_len = 4096;
+  c.ep = 4;
+  const auto fwd = layer_forward(m, c);
+  CHECK(offloaded_bytes(fwd, kOffloadExpertFc1, 0) == 16384LL * 1024 * 2);
+  CHECK(offloaded_bytes(fwd, kOffloadMoeAct, 0) == 16384LL * 2 * 512 * 2 + 16384LL * 4);
+  CHECK(offloaded_bytes(fwd, kOffloadMlpNorm, 0) == 4096LL * 1024 * 2);
+  // Recomputing moe_act keeps (and offloads) the activation's input; recomputing the whole MoE
+  // layer keeps neither module's tensors.
+  CHECK(offloaded_bytes(fwd, kOffloadMoeAct, kRecomputeMoeAct) == 16384LL * 2 * 512 * 2 + 16384LL * 4);
+  CHECK(offloaded_bytes(fwd, kOffloadExpertFc1 | kOffloadMoeAct, kRecomputeMoe) == 0);
+}
