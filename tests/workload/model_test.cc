@@ -782,4 +782,14 @@ TEST_CASE("Hugging Face architectures trainsim does not model are refused by mod
           parse_hf(R"({"model_type": "bert", "num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12,
               "intermediate_size": 3072, "vocab_size": 30522, "hidden_act": "gelu"})");
         }).find("\"bert\" is not supported (an encoder") != std::string::npos);
+  // Inside a multimodal config the text_config's own model_type is the one named.
+  CHECK(error_of([] {
+          parse_hf(R"({"model_type": "mllama", "text_config": {"model_type": "mllama_text_model",
+              "num_hidden_layers": 40, "hidden_size": 4096, "num_attention_heads": 32, "intermediate_size": 14336,
+              "vocab_size": 128256}})");
+        }).starts_with("config.json: text_config.model_type: \"mllama_text_model\" is not supported"));
+  CHECK(error_of([] {
+          parse_hf(R"({"model_type": "deepseek_v32", "num_hidden_layers": 61, "hidden_size": 7168,
+              "num_attention_heads": 128, "intermediate_size": 18432, "vocab_size": 129280})");
+        }).find("DeepSeek Sparse Attention") != std::string::npos);
 }
