@@ -1051,13 +1051,14 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   auto fg_bytes = [&](std::int64_t c, std::int64_t l) {
     return full_recompute(l) ? std::int64_t{0} : fg_kind_bytes[kind_of(c, l)];
   };
+  // A copy out frees its bytes when it ends; a copy back allocates them when it starts.
   auto fg_copy = [&](std::string_view name, std::int64_t c, std::int64_t l, std::int64_t bytes, bool reload) {
-    Task t = host_copy(name, l, bytes, reload);
+    Task t;
+    t.stream = kHostCopy;
+    t.duration = engine::Time::from_seconds(static_cast<double>(bytes) / sc.cluster.host_link_Bps);
     t.label = p.label(fmt::format("{} chunk {} layer {}", name, c, l));
-    if (!reload) {
-      t.mem_free_bytes = bytes;
-      t.mem_category = kActivations;
-    }
+    (reload ? t.mem_alloc_bytes : t.mem_free_bytes) = bytes;
+    t.mem_category = kActivations;
     return t;
   };
 
