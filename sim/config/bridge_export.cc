@@ -346,6 +346,8 @@ class Exporter {
     put(g, "use_distributed_optimizer", boolean(distributed), distributed ? "zero 1" : "");
     const auto instances = value("--num-distributed-optimizer-instances");
     put(g, "num_distributed_optimizer_instances", scalar(instances ? *instances : "1"));
+    if (const auto outer = take("--outer-dp-sharding-strategy"))
+      put(g, "outer_dp_sharding_strategy", scalar(outer->front()));
     const bool fsdp = on("--use-megatron-fsdp");
     put(g, "use_megatron_fsdp", boolean(fsdp));
     if (fsdp)

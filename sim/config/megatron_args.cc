@@ -582,7 +582,9 @@ class Importer {
       // With --num-distributed-optimizer-instances, the outer strategy no_shard (its default) is HSDP:
       // replicas of the inner sharding, as trainsim's instances with zero 3. optim (HFSDP) also
       // shards the optimizer states across the replicas.
-      if (const auto outer = f_.value("outer-dp-sharding-strategy"); outer && *outer != "no_shard")
+      if (const auto outer = f_.value("outer-dp-sharding-strategy"); outer && *outer == "optim")
+        put(p, "parallel", "outer_dp_sharding_strategy", std::string("optim"), "outer-dp-sharding-strategy");
+      else if (outer && *outer != "no_shard")
         out_.not_modelled.push_back(fmt::format(
             "--outer-dp-sharding-strategy {} (simulated as no_shard: each replica holds its shard's optimizer states)",
             *outer));

@@ -377,6 +377,7 @@ class Exporter {
            "(reduce_scatter)");
     if (p.zero == 1) add(g, "--use-distributed-optimizer", {}, "zero 1");
     if (p.dist_opt_instances > 1) add(g, "--num-distributed-optimizer-instances", {num(p.dist_opt_instances)});
+    if (p.outer_optim_shard) add(g, "--outer-dp-sharding-strategy", {"optim"});
     if (p.zero >= 2) {
       if (p.zero == 2 && p.zero2_param_gather == ParallelSpec::Zero2Gather::per_unit)
         fail("parallel.zero2_param_gather",

@@ -269,6 +269,7 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
                        "zero1_grad_reduce",
                        "pipeline_layout",
                        "distributed_optimizer_instances",
+                       "outer_dp_sharding_strategy",
                        "cp_comm_type",
                        "moe_shared_expert_overlap",
                        "scatter_gather_tensors_in_pipeline"});
@@ -350,6 +351,11 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
       v->fail(
           "applies to the distributed optimizer (zero 1, Megatron's --num-distributed-optimizer-instances) and to "
           "fully sharded data parallelism (zero 3: hybrid sharding, HSDP) only");
+  }
+  if (auto v = node.find("outer_dp_sharding_strategy")) {
+    p.outer_optim_shard = parse_choice(*v, Choices{{"no_shard", "optim"}, {}}) == 1;
+    if (p.outer_optim_shard && (p.zero != 3 || p.dist_opt_instances < 2))
+      v->fail("\"optim\" applies to hybrid sharding only (zero 3 with distributed_optimizer_instances > 1)");
   }
   if (auto v = node.find("first_stage_layers")) p.first_stage_layers = v->as_positive_int();
   if (auto v = node.find("last_stage_layers")) p.last_stage_layers = v->as_positive_int();
@@ -1427,7 +1433,6 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     refuse((mods & kMoeModules) && p.moe_paged_stash,
            "\"expert_fc1\" and \"moe_act\" cannot be combined with "
            "moe_paged_stash (Megatron-Core)");
-    refuse(m.hybrid(), "in a hybrid model is not supported yet");
     refuse(p.schedule != Schedule::one_f_one_b && p.schedule != Schedule::interleaved,
            "needs schedule 1f1b or interleaved (Megatron-Core's pipeline schedules)");
     refuse(s.cluster.host_link_Bps <= 0,

@@ -102,6 +102,10 @@ struct ParallelSpec {
   // reduce-scattered within it and then all-reduced across the instances, parameters all-gathered
   // within it.
   std::int64_t dist_opt_instances = 1;
+  // With zero 3 and instances (Megatron FSDP's HSDP): --outer-dp-sharding-strategy optim also shards
+  // the optimizer states (and fp32 main weights) across the replicas (false: no_shard, its default,
+  // each replica holds its shard's states).
+  bool outer_optim_shard = false;
   // With zero 1: the gradients all-reduced whole (each rank then updates its shard and the shards
   // are all-gathered) instead of reduce-scattered: DeepSpeed's BF16_Optimizer and its ZeRO-1 with
   // reduce_scatter false (parallel.zero1_grad_reduce "all_reduce").

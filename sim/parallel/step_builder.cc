@@ -163,6 +163,10 @@ StaticMemory static_memory(const config::Scenario& sc, const StagePlan& stage) {
   StaticMemory m;
   m.opt_params =
       par.zero >= 1 ? shard(params, dp / par.dist_opt_instances) + shard(expert_params, edp) : params + expert_params;
+  // Megatron FSDP's outer "optim" sharding: the states sharded across the replicas as well, over every
+  // data-parallel rank (the replicas' shards, reduced across them, go on to one rank each).
+  if (par.outer_optim_shard)
+    m.opt_params = shard(params, dp) + shard(expert_params, sc.model.moe() ? par.expert_dp() : 1);
   const config::OptimizerSpec& opt = sc.training.optimizer;
   m.cpu_params =
       opt.optimizer_cpu_offload

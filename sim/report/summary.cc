@@ -420,6 +420,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
   }
   if (sc.training.document_tokens > 0) out["scenario"]["document_tokens"] = sc.training.document_tokens;
   if (p.dist_opt_instances > 1) out["scenario"]["distributed_optimizer_instances"] = p.dist_opt_instances;
+  if (p.outer_optim_shard) out["scenario"]["outer_dp_sharding_strategy"] = "optim";
   if (p.moe_shared_expert_overlap) out["scenario"]["moe_shared_expert_overlap"] = true;
   if (p.cp_comm != config::ParallelSpec::CpComm::p2p) out["scenario"]["cp_comm_type"] = config::cp_comm_name(p.cp_comm);
   if (sc.training.bf16_layers_at_start > 0) out["scenario"]["bf16_layers_at_start"] = sc.training.bf16_layers_at_start;
@@ -534,8 +535,9 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
                                                          : "off",
                   p.zero,
                   p.dist_opt_instances <= 1 ? std::string()
-                  : p.zero >= 3 ? fmt::format(" (hybrid: {} replicas of {}-way sharding)", p.dist_opt_instances,
-                                              p.dp * p.cp / p.dist_opt_instances)
+                  : p.zero >= 3 ? fmt::format(" (hybrid: {} replicas of {}-way sharding{})", p.dist_opt_instances,
+                                              p.dp * p.cp / p.dist_opt_instances,
+                                              p.outer_optim_shard ? ", optimizer sharded across them" : "")
                                 : fmt::format(" ({} optimizer instances)", p.dist_opt_instances),
                   schedule_name(p));
   out += fmt::format("batch         {} sequences of {} tokens = {} micro-batch{} of {} per pipeline · recompute {}{}\n",

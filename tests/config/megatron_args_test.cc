@@ -320,7 +320,7 @@ TEST_CASE("--num-distributed-optimizer-instances: the distributed optimizer's in
   CHECK(four.scenario["parallel"]["distributed_optimizer_instances"] == 4);
   CHECK(parse(four).parallel.dist_opt_instances == 4);
   // Megatron FSDP with instances is hybrid sharding (HSDP, its outer strategy no_shard); optim
-  // (HFSDP) also shards the optimizer states across the replicas, which trainsim does not.
+  // (HFSDP) also shards the optimizer states across the replicas: outer_dp_sharding_strategy.
   const std::string fsdp =
       "torchrun --nproc-per-node 8 --nnodes 4 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
       "--num-attention-heads 32 --swiglu --vocab-size 32000 --seq-length 4096 --bf16 --use-megatron-fsdp "
@@ -330,8 +330,9 @@ TEST_CASE("--num-distributed-optimizer-instances: the distributed optimizer's in
   CHECK(parse(hsdp).parallel.dist_opt_instances == 4);
   CHECK(hsdp.not_modelled.empty());
   const auto hfsdp = import(fsdp + " --outer-dp-sharding-strategy optim");
-  CHECK(hfsdp.not_modelled == std::vector<std::string>{"--outer-dp-sharding-strategy optim (simulated as no_shard: "
-                                                       "each replica holds its shard's optimizer states)"});
+  CHECK(hfsdp.not_modelled.empty());
+  CHECK(parse(hfsdp).parallel.outer_optim_shard);
+  CHECK_FALSE(parse(hsdp).parallel.outer_optim_shard);
 }
 
 TEST_CASE("--cp-comm-type: a2a and allgather read, a2a+p2p simulated as the ring, a bad type one line") {

@@ -360,7 +360,9 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
        "moe_expert_capacity_factor, moe_pad_expert_input_to_capacity, moe_expert_rank_capacity_factor, "
        "moe_paged_stash, first_stage_layers, last_stage_layers, "
        "account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split, fsdp_prefetch, "
-       "zero2_param_gather, zero1_grad_reduce, pipeline_layout, distributed_optimizer_instances, cp_comm_type, "
+       "zero2_param_gather, zero1_grad_reduce, pipeline_layout, distributed_optimizer_instances, "
+       "outer_dp_sharding_strategy, "
+       "cp_comm_type, "
        "moe_shared_expert_overlap, scatter_gather_tensors_in_pipeline)"},
       {[](json& d) { d["training"]["learning_rate"] = 3e-4; }, "training.learning_rate",
        "unknown key (expected one of: micro_batch, global_batch, seq_len, recompute, recompute_layers, precision, "

@@ -2386,6 +2386,35 @@ TEST_CASE("distributed optimizer instances: states sharded within an instance, t
         "sharding, HSDP) only");
 }
 
+TEST_CASE("hybrid sharding's outer optim strategy shards the optimizer states across the replicas") {
+  // zero 3 on 8 GPUs in 2 replicas of 4-way sharding: each rank keeps the Adam states of a quarter of
+  // its parameters (no_shard) or, with the states sharded across the replicas too, of an eighth, as
+  // plain zero 3 over all 8; the weights and gradients stay sharded 4 ways either way.
+  auto j = base(8, 1, 1, 16);
+  j["parallel"]["zero"] = 3;
+  j["parallel"]["distributed_optimizer_instances"] = 2;
+  auto optim = j;
+  optim["parallel"]["outer_dp_sharding_strategy"] = "optim";
+  auto plain = j;
+  plain["parallel"].erase("distributed_optimizer_instances");
+  const auto hsdp_r = parallel::simulate_step(scenario(j));
+  const auto optim_r = parallel::simulate_step(scenario(optim));
+  const auto plain_r = parallel::simulate_step(scenario(plain));
+  const auto bytes = [](const parallel::StepResult& r, parallel::MemCategory c) {
+    return r.memory[0].peak_breakdown_bytes[c];
+  };
+  CHECK(bytes(optim_r, parallel::kOptimizer) == bytes(plain_r, parallel::kOptimizer));
+  CHECK(bytes(hsdp_r, parallel::kOptimizer) ==
+        Approx(2.0 * static_cast<double>(bytes(optim_r, parallel::kOptimizer))).epsilon(1e-6));
+  CHECK(bytes(optim_r, parallel::kWeights) == bytes(hsdp_r, parallel::kWeights));
+  auto bad = j;
+  bad["parallel"]["distributed_optimizer_instances"] = 1;
+  bad["parallel"]["outer_dp_sharding_strategy"] = "optim";
+  CHECK(refusal(bad) ==
+        "test.json: parallel.outer_dp_sharding_strategy: \"optim\" applies to hybrid sharding only "
+        "(zero 3 with distributed_optimizer_instances > 1)");
+}
+
 TEST_CASE("context parallelism's all-to-all and all-gather types: the collectives around each attention") {
   // The uniform model (32 heads of 128, no GQA) at cp 2, micro-batch 1 of 4096 tokens: each rank
   // holds 2048 tokens, so Q is 2048·4096·2 B = 16 MiB and K with V 32 MiB. a2a: per layer forward

@@ -530,6 +530,12 @@ TEST_CASE("Nemotron 3 hybrid models: parameters and model FLOPs match the publis
   const ModelSpec super = load("nemotron-3-super");
   CHECK(super.layers == 88);
   CHECK(model_flops_per_sequence(super, 8192) / 8192 / 1e9 == Approx(831e3 / 9856).epsilon(0.05));
+  // Ultra 550B-A55B (its model card's name): the 26.08 table's GB300 row, 1,281 TFLOP/s/GPU at 3,552
+  // tokens/s/GPU, 360.6 GFLOP per token.
+  const ModelSpec ultra = load("nemotron-3-ultra");
+  CHECK(ultra.layers == 108);
+  CHECK(static_cast<double>(ultra.main_params()) / 1e9 == Approx(550).epsilon(0.02));
+  CHECK(model_flops_per_sequence(ultra, 8192) / 8192 / 1e9 == Approx(1281e3 / 3552).epsilon(0.05));
 }
 
 TEST_CASE("hybrid model JSON is checked") {
