@@ -954,7 +954,19 @@ class Importer {
         note("--cpu-offloading without --cpu-offloading-num-layers: Megatron's default 0 layers, nothing offloaded");
     }
     if (f_.on("fine-grained-activation-offloading")) {
-      const auto modules = f_.list("offload-modules");
+      auto modules = f_.list("offload-modules");
+      // Transformer Engine's op-fuser grouped MLP keeps the experts' fc1 input and activation input
+      // above the default size threshold: trainsim's expert_fc1 and moe_act.
+      if (const auto fused = std::find(modules.begin(), modules.end(), "fused_group_mlp"); fused != modules.end()) {
+        modules.erase(fused);
+        for (const char* name : {"expert_fc1", "moe_act"})
+          if (std::find(modules.begin(), modules.end(), name) == modules.end()) modules.emplace_back(name);
+        note(
+            "--offload-modules fused_group_mlp: offloaded as expert_fc1 and moe_act (the fused grouped MLP's "
+            "tensors above Megatron-Core's default min_offloaded_tensor_size); with a threshold that leaves only the "
+            "activation's input, as the Nemotron 3 Ultra recipes' 350-500 million, set training.offload_modules to "
+            "[\"moe_act\"]");
+      }
       if (!modules.empty())
         put(t, "training", "offload_modules", modules, "offload-modules");
       else

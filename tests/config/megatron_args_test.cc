@@ -420,3 +420,26 @@ TEST_CASE("--moe-layer-freq: N, dense layers first, or any pattern") {
         nlohmann::ordered_json::array({0, 1, 1, 0}));
   CHECK(!import(cmd + " --moe-layer-freq 1").scenario["model"].contains("moe_layer_freq"));
 }
+
+TEST_CASE("--fine-grained-activation-offloading --offload-modules: training.offload_modules") {
+  const std::string moe =
+      "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 8 --hidden-size 2048 --num-attention-heads 16 "
+      "--swiglu --vocab-size 32000 --seq-length 4096 --bf16 --num-experts 8 --moe-router-topk 2 "
+      "--moe-ffn-hidden-size 1408 --moe-grouped-gemm --expert-model-parallel-size 8 "
+      "--fine-grained-activation-offloading";
+  const auto attention = import(moe + " --offload-modules core_attn attn_proj");
+  CHECK(attention.scenario["training"]["offload_modules"] == nlohmann::json::array({"core_attn", "attn_proj"}));
+  CHECK(parse(attention).training.offload_modules ==
+        (trainsim::workload::kOffloadCoreAttn | trainsim::workload::kOffloadAttnProj));
+  // Transformer Engine's fused grouped MLP: what it keeps above the default threshold.
+  const auto fused = import(moe + " --offload-modules fused_group_mlp");
+  CHECK(fused.scenario["training"]["offload_modules"] == nlohmann::json::array({"expert_fc1", "moe_act"}));
+  CHECK(std::any_of(fused.notes.begin(), fused.notes.end(), [](const std::string& n) {
+    return n.starts_with("--offload-modules fused_group_mlp: offloaded as expert_fc1 and moe_act");
+  }));
+  const auto none = import(moe);
+  CHECK(!none.scenario["training"].contains("offload_modules"));
+  CHECK(std::any_of(none.notes.begin(), none.notes.end(), [](const std::string& n) {
+    return n.find("without --offload-modules: nothing offloaded") != std::string::npos;
+  }));
+}
