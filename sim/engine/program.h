@@ -18,7 +18,7 @@
 
 namespace trainsim::engine {
 
-inline constexpr int kMaxStreams = 11;  // busy masks are StreamMask bits
+inline constexpr int kMaxStreams = 12;  // busy masks are StreamMask bits
 using StreamMask = std::uint16_t;
 inline constexpr int kMaxSlots = 12;  // group slots and peer slots per rank
 inline constexpr int kMaxMemCategories = 8;

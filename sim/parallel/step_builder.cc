@@ -29,7 +29,7 @@ using workload::Op;
 
 const char* stream_name(int stream) {
   static constexpr const char* kNames[] = {"compute", "tp-comm", "dp-comm", "pp-send",   "pp-recv", "dp-gather",
-                                           "cp-send", "cp-recv", "ep-comm", "host-copy", "host"};
+                                           "cp-send", "cp-recv", "ep-comm", "host-copy", "host",    "host-reload"};
   return stream >= 0 && stream < kStreamCount ? kNames[stream] : "?";
 }
 
@@ -1039,8 +1039,9 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   // one layer ahead), and layer l's backward waits for them. A chunk's top layer comes back while the
   // stage's previous backward pass ends (its pre-reload of the next backward chunk), or, for the
   // stage's first backward, not at all: the handler keeps the last layer's groups of a chunk whose
-  // backward comes next on the GPU. Both directions share one copy stream here (Megatron-Core has
-  // one per direction). Micro-batches of a chunk run their backwards in forward order (a FIFO).
+  // backward comes next on the GPU. The copies out and back run on two streams, as Megatron-Core's
+  // D2H and H2D streams (a link's two directions). Micro-batches of a chunk run their backwards in
+  // forward order (a FIFO).
   const std::uint8_t fg_modules = sc.training.offload_modules;
   std::array<std::int64_t, kLayerKinds> fg_kind_bytes{};
   for (std::size_t k = 0; k < kLayerKinds; ++k)
@@ -1058,7 +1059,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   // A copy out frees its bytes when it ends; a copy back allocates them when it starts.
   auto fg_copy = [&](std::string_view name, std::int64_t c, std::int64_t l, std::int64_t bytes, bool reload) {
     Task t;
-    t.stream = kHostCopy;
+    t.stream = reload ? kHostReload : kHostCopy;
     t.duration = engine::Time::from_seconds(static_cast<double>(bytes) / sc.cluster.host_link_Bps);
     t.label = p.label(fmt::format("{} chunk {} layer {}", name, c, l));
     (reload ? t.mem_alloc_bytes : t.mem_free_bytes) = bytes;

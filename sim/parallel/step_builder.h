@@ -25,13 +25,14 @@ enum Stream : std::uint8_t {
   kDpComm = 2,  // gradient reductions, ZeRO-1/2 parameter all-gathers
   kPpSend = 3,
   kPpRecv = 4,
-  kDpGather = 5,  // ZeRO-3 parameter all-gathers (FSDP runs them on their own stream)
-  kCpSend = 6,    // context parallelism: ring-attention K/V blocks to the next CP rank
-  kCpRecv = 7,    // ... and from the previous one
-  kEpComm = 8,    // mixture of experts: token dispatch / combine over the expert groups
-  kHostCopy = 9,  // activation offloading: copies to and from host memory
-  kHost = 10,     // the CPU thread that issues the kernels (Megatron's host overhead; not a GPU stream)
-  kStreamCount = 11
+  kDpGather = 5,     // ZeRO-3 parameter all-gathers (FSDP runs them on their own stream)
+  kCpSend = 6,       // context parallelism: ring-attention K/V blocks to the next CP rank
+  kCpRecv = 7,       // ... and from the previous one
+  kEpComm = 8,       // mixture of experts: token dispatch / combine over the expert groups
+  kHostCopy = 9,     // activation offloading: copies to and from host memory
+  kHost = 10,        // the CPU thread that issues the kernels (Megatron's host overhead; not a GPU stream)
+  kHostReload = 11,  // fine-grained activation offloading's copies back from host memory (its H2D stream)
+  kStreamCount = 12
 };
 // Group slots and peer slots of every rank's Binding.
 // kDpGatherGroup is the DP group again, as a second communicator for the gather stream (a group

@@ -35,15 +35,15 @@ engine::Executor::BucketMap bucket_map() {
   engine::Executor::BucketMap map{};
   for (std::size_t mask = 0; mask < map.size(); ++mask) {
     auto busy = [mask](int s) { return (mask >> s) & 1u; };
-    map[mask] = busy(kCompute)                     ? kBusyCompute
-                : busy(kTpComm)                    ? kBusyTp
-                : busy(kEpComm)                    ? kBusyEp
-                : busy(kCpSend)                    ? kBusyCp
-                : busy(kPpSend)                    ? kBusyPp
-                : busy(kDpComm) || busy(kDpGather) ? kBusyDp
-                : busy(kHostCopy)                  ? kBusyOffload
-                : busy(kHost)                      ? kHostBound
-                                                   : kIdle;
+    map[mask] = busy(kCompute)                         ? kBusyCompute
+                : busy(kTpComm)                        ? kBusyTp
+                : busy(kEpComm)                        ? kBusyEp
+                : busy(kCpSend)                        ? kBusyCp
+                : busy(kPpSend)                        ? kBusyPp
+                : busy(kDpComm) || busy(kDpGather)     ? kBusyDp
+                : busy(kHostCopy) || busy(kHostReload) ? kBusyOffload
+                : busy(kHost)                          ? kHostBound
+                                                       : kIdle;
   }
   return map;
 }
