@@ -993,15 +993,18 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     if (k < total % offload_layers) extra = k + 1;
     offload_window[static_cast<std::size_t>(k)] = total / offload_layers * (k + 1) - 1 + extra;
   }
-  auto host_copy = [&](std::string_view name, std::int64_t layer, std::int64_t bytes, bool reload) {
+  // A copy of `bytes` of activations between GPU and host memory over the host link.
+  auto host_copy_task = [&](const std::string& label, std::uint8_t stream, std::int64_t bytes) {
     Task t;
-    t.stream = kHostCopy;
+    t.stream = stream;
     t.duration = engine::Time::from_seconds(static_cast<double>(bytes) / sc.cluster.host_link_Bps);
-    t.label = p.label(fmt::format("{} layer {}", name, layer));
-    if (reload) {
-      t.mem_alloc_bytes = bytes;
-      t.mem_category = kActivations;
-    }
+    t.label = p.label(label);
+    t.mem_category = kActivations;
+    return t;
+  };
+  auto host_copy = [&](std::string_view name, std::int64_t layer, std::int64_t bytes, bool reload) {
+    Task t = host_copy_task(fmt::format("{} layer {}", name, layer), kHostCopy, bytes);
+    if (reload) t.mem_alloc_bytes = bytes;
     return t;
   };
   auto offload_bytes = [&](std::int64_t l) { return kind_saved[kind_of(0, l)]; };
@@ -1058,12 +1061,8 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   };
   // A copy out frees its bytes when it ends; a copy back allocates them when it starts.
   auto fg_copy = [&](std::string_view name, std::int64_t c, std::int64_t l, std::int64_t bytes, bool reload) {
-    Task t;
-    t.stream = reload ? kHostReload : kHostCopy;
-    t.duration = engine::Time::from_seconds(static_cast<double>(bytes) / sc.cluster.host_link_Bps);
-    t.label = p.label(fmt::format("{} chunk {} layer {}", name, c, l));
+    Task t = host_copy_task(fmt::format("{} chunk {} layer {}", name, c, l), reload ? kHostReload : kHostCopy, bytes);
     (reload ? t.mem_alloc_bytes : t.mem_free_bytes) = bytes;
-    t.mem_category = kActivations;
     return t;
   };
 

@@ -1129,14 +1129,13 @@ std::vector<Op> layer_forward(const ModelSpec& model, const LayerConfig& c, Laye
       ops.back().offload = kOffloadMlpNorm;  // a module of its own before the router
       if (modules & kRecomputeMoe) ops.push_back(checkpoint_input("moe_checkpoint_input", region_act));
       moe_forward(ops, x, gemm_in_d);
-      if (x.post_norms) ops.push_back(memory("mlp_output_" + norm, 2 * region_act, region_act));
       ops[mlp].graph = kGraphMoeRouter;
     } else {
       tp_mlp_forward(ops, x, dense_mlp(x), region_gemm_in, gemm_in_d);
-      // The post-norm sits in fc2's module, so the MLP's checkpoint reruns it.
-      if (x.post_norms) ops.push_back(memory("mlp_output_" + norm, 2 * region_act, region_act));
-      tag(ops, mlp, kRecomputeMlp);
     }
+    if (x.post_norms) ops.push_back(memory("mlp_output_" + norm, 2 * region_act, region_act));
+    // The post-norm sits in fc2's module, so a dense MLP's checkpoint reruns it.
+    if (!x.moe) tag(ops, mlp, kRecomputeMlp);
     ops.push_back(x.drop ? memory("mlp_dropout_add", region_act * 3 + mask, mask)
                          : memory("mlp_residual_add", region_act * 3));
     if (!x.moe) graph(ops, mlp, kGraphMlp);
