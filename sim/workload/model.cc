@@ -574,7 +574,7 @@ namespace {
 // ...) but whose layers trainsim does not model: read as a Llama they would make another model
 // without a word. One error line naming model_type instead.
 void refuse_hf_architecture(const std::string& type, const std::optional<util::JsonNode>& node) {
-  static const std::array<std::pair<std::string_view, std::string_view>, 23> kUnsupported = {{
+  static const std::array<std::pair<std::string_view, std::string_view>, 26> kUnsupported = {{
       {"jamba", "Mamba (v1) layers"},
       {"bamba", "Mamba-2 layers outside Nemotron-H's pattern"},
       {"zamba", "Mamba layers"},
@@ -591,6 +591,11 @@ void refuse_hf_architecture(const std::string& type, const std::optional<util::J
       {"minimax", "lightning (linear) attention layers"},
       {"kimi_linear", "linear-attention (Kimi Delta Attention) layers"},
       {"deepseek_v32", "DeepSeek Sparse Attention: its lightning indexer and top-k key selection"},
+      {"deepseek_v4", "compressed sparse attention with its indexer, and hyper-connections"},
+      {"gemma4_text",
+       "per-layer input embeddings, full-attention layers with their own head size and shared keys and values, "
+       "a dense MLP beside the experts"},
+      {"gemma3n_text", "AltUp, LAuReL blocks and per-layer input embeddings"},
       {"mllama_text_model", "cross-attention layers to the image"},
       {"bert", "an encoder (bidirectional, no causal decoder)"},
       {"roberta", "an encoder (bidirectional, no causal decoder)"},

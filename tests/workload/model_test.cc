@@ -798,4 +798,14 @@ TEST_CASE("Hugging Face architectures trainsim does not model are refused by mod
           parse_hf(R"({"model_type": "deepseek_v32", "num_hidden_layers": 61, "hidden_size": 7168,
               "num_attention_heads": 128, "intermediate_size": 18432, "vocab_size": 129280})");
         }).find("DeepSeek Sparse Attention") != std::string::npos);
+  // Gemma 4 under its multimodal wrapper (google/gemma-4-31B's layout of keys), DeepSeek V4.
+  CHECK(error_of([] {
+          parse_hf(R"({"model_type": "gemma4", "text_config": {"model_type": "gemma4_text",
+              "num_hidden_layers": 60, "hidden_size": 5376, "num_attention_heads": 32, "num_key_value_heads": 16,
+              "head_dim": 256, "global_head_dim": 512, "intermediate_size": 21504, "vocab_size": 262144}})");
+        }).starts_with("config.json: text_config.model_type: \"gemma4_text\" is not supported (per-layer input"));
+  CHECK(error_of([] {
+          parse_hf(R"({"model_type": "deepseek_v4", "num_hidden_layers": 43, "hidden_size": 4096,
+              "num_attention_heads": 64, "intermediate_size": 2048, "vocab_size": 129280})");
+        }).find("compressed sparse attention") != std::string::npos);
 }
