@@ -195,6 +195,10 @@ int import_command(const ImportArgs& args) {
     config::ImportedScenario imported = config::import_megatron({flags.command}, options);
     for (const auto& [key, value] : flags.training.items()) imported.scenario["training"][key] = value;
     imported.origin.insert(flags.training_origin.begin(), flags.training_origin.end());
+    if (imported.scenario["model"].is_object()) {  // the flags' model, not a --model
+      for (const auto& [key, value] : flags.model.items()) imported.scenario["model"][key] = value;
+      imported.origin.insert(flags.model_origin.begin(), flags.model_origin.end());
+    }
     return finish(imported, options, args.out, flags.notes, flags.keys_not_read);
   }
 

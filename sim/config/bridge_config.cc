@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <map>
 #include <string_view>
 #include <vector>
@@ -205,6 +207,8 @@ class Reader {
       }
     }
     peft(out);
+    out.model = std::move(model_);
+    out.model_origin = std::move(model_origin_);
     out.notes = std::move(notes_);
     out.keys_not_read = std::max(0, count_leaves(root_) - read_);
     return out;
@@ -426,6 +430,57 @@ class Reader {
     }
   }
 
+  // Gemma 2's and 3's layer specs (Megatron-Bridge's Gemma model providers) add a norm after each
+  // row-parallel linear, which no flag says: the model built from the flags gets post_norms. Gemma
+  // 2's runs its own unfused attention (Gemma2DotProductAttention, whatever attention_backend says),
+  // soft-capping the scores by attn_logit_softcapping, and its output layer the logits by
+  // final_logit_softcapping.
+  void gemma_layer_spec() {
+    const YAML::Node spec = lookup("model.transformer_layer_spec");
+    if (!spec.IsDefined() || spec.IsNull()) return;
+    const std::string target =
+        is_map(spec)
+            ? (spec["_target_"].IsDefined() && spec["_target_"].IsScalar() ? spec["_target_"].Scalar() : std::string())
+            : (spec.IsScalar() ? spec.Scalar() : std::string());
+    const bool gemma2 = target.ends_with("gemma2_layer_spec");
+    if (!gemma2 && !target.ends_with("gemma3_layer_spec")) return;
+    const std::string name = gemma2 ? "gemma2_layer_spec" : "gemma3_layer_spec";
+    model_["post_norms"] = true;
+    model_origin_["model.post_norms"] = fmt::format("line {}: model.transformer_layer_spec {}", line_of(spec), name);
+    if (!gemma2) {
+      notes_.push_back(
+          "model.transformer_layer_spec gemma3_layer_spec: a norm after each row-parallel linear, "
+          "which no flag says (model post_norms)");
+      return;
+    }
+    set("attention-backend", {"unfused"}, spec, "model.transformer_layer_spec");
+    // Its attention windows every other layer itself (no window_attn_skip_freq).
+    if (const YAML::Node w = lookup("model.window_size"); w.IsDefined() && !w.IsNull()) {
+      model_["sliding_window_pattern"] = 2;
+      model_origin_["model.sliding_window_pattern"] =
+          fmt::format("line {}: model.transformer_layer_spec gemma2_layer_spec", line_of(spec));
+    }
+    std::string caps;
+    for (const auto& [path, key] : {std::pair{"model.attn_logit_softcapping", "attention_softcap"},
+                                    std::pair{"model.final_logit_softcapping", "logit_softcap"}}) {
+      const YAML::Node n = lookup(path);
+      if (!n.IsDefined() || n.IsNull()) continue;
+      ++read_;
+      const std::string text = scalar(n, path);
+      char* end = nullptr;
+      const double cap = std::strtod(text.c_str(), &end);
+      if (end == text.c_str() || *end != '\0' || !std::isfinite(cap) || cap <= 0)
+        fail(n, path, fmt::format("\"{}\" is not a positive number", text));
+      model_[key] = cap;
+      model_origin_[std::string("model.") + key] = fmt::format("line {}: {} {}", line_of(n), path, n.Scalar());
+      caps += fmt::format("{}{} {}", caps.empty() ? "" : ", ", key, n.Scalar());
+    }
+    notes_.push_back(fmt::format(
+        "model.transformer_layer_spec gemma2_layer_spec: a norm after each row-parallel linear (model post_norms) and "
+        "its own unfused attention (attention \"softmax\", whatever attention_backend says){}",
+        caps.empty() ? "" : ", soft-capped (model " + caps + ")"));
+  }
+
   // Settings that change a step but that trainsim does not model, when the file turns them on.
   void unmodelled() {
     const YAML::Node softmax = lookup("model.softmax_type");
@@ -434,23 +489,7 @@ class Reader {
           fmt::format("model.softmax_type {}: attention sinks are not modelled (the fused attention's "
                       "time is a plain softmax's)",
                       softmax.Scalar()));
-    // Gemma 2's and 3's layer specs (Megatron-Bridge's Gemma model providers) add a norm after each
-    // row-parallel linear, which no flag says; Gemma 2's also runs unfused attention to soft-cap it.
-    const YAML::Node spec = lookup("model.transformer_layer_spec");
-    if (spec.IsDefined() && !spec.IsNull()) {
-      const std::string target =
-          is_map(spec) ? (spec["_target_"].IsDefined() && spec["_target_"].IsScalar() ? spec["_target_"].Scalar()
-                                                                                      : std::string())
-                       : (spec.IsScalar() ? spec.Scalar() : std::string());
-      for (const std::string_view gemma : {"gemma2_layer_spec", "gemma3_layer_spec"})
-        if (target.ends_with(gemma))
-          notes_.push_back(fmt::format(
-              "model.transformer_layer_spec {}: its post-norms are not in the flags; --model with a model that has "
-              "post_norms (models/gemma2-9b.json, gemma2-27b.json, gemma3-27b.json) models them{}",
-              gemma,
-              gemma == "gemma2_layer_spec" ? "; Gemma 2's unfused attention with logit soft-capping is not modelled"
-                                           : ""));
-    }
+    gemma_layer_spec();
     for (const char* path :
          {"mixed_precision.fp8_param_gather", "ddp.fp8_param_gather", "model.defer_embedding_wgrad_compute",
           "model.cutedsl_fused_grouped_mlp", "model.fp8_dot_product_attention"}) {
@@ -586,6 +625,8 @@ class Reader {
   YAML::Node root_;
   std::map<std::string, Setting> settings_;
   std::vector<std::string> notes_;
+  nlohmann::ordered_json model_ = nlohmann::ordered_json::object();
+  std::map<std::string, std::string> model_origin_;
   int read_ = 0;
 };
 

@@ -27,6 +27,10 @@ struct BridgeFlags {
   // the YAML key behind each ("training.lora_rank" -> "line 12: peft.dim 32").
   nlohmann::ordered_json training = nlohmann::ordered_json::object();
   std::map<std::string, std::string> training_origin;
+  // Model keys with no Megatron-LM flag (a Gemma layer spec's post_norms and soft-caps), for the model
+  // the flags build (not a --model), with the YAML key behind each.
+  nlohmann::ordered_json model = nlohmann::ordered_json::object();
+  std::map<std::string, std::string> model_origin;
 };
 
 // Megatron-LM's own YAML form of a command (its functional tests' model_config.yaml): a MODEL_ARGS

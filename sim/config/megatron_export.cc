@@ -63,6 +63,10 @@ class Exporter {
       fail("model.post_norms",
            "Megatron-LM has no flag for post-norms; Megatron-Bridge runs them only inside its Gemma 2 and Gemma 3 "
            "model providers, which trainsim does not write");
+    if (m_.attention_softcap > 0 || m_.logit_softcap > 0)
+      fail(m_.attention_softcap > 0 ? "model.attention_softcap" : "model.logit_softcap",
+           "Megatron-LM has no flag for soft-capped logits; Megatron-Bridge runs them only inside its Gemma 2 model "
+           "provider, which trainsim does not write");
     if (s_.training.deepspeed) return run_deepspeed();
     if (s_.training.lora)
       fail("training.peft",

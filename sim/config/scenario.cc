@@ -1223,10 +1223,24 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
                            fmt::format("{} tokens exceed the model's attention chunk ({}): chunked attention over "
                                        "several chunks is not supported yet (within one chunk it is causal attention)",
                                        s.training.seq_len, m.attention_chunk));
-  if (m.sliding_window > 0) {
-    if (s.training.attention == workload::AttentionImpl::softmax)
+  if (m.attention_softcap > 0 || m.logit_softcap > 0) {
+    if (s.training.framework != Framework::megatron)
+      throw util::InputError(file, util::join_path(training_path, "framework"),
+                             fmt::format("{} with soft-capped logits (attention_softcap, logit_softcap) is not "
+                                         "supported yet",
+                                         framework_name(s.training.framework)));
+    if (m.attention_softcap > 0 && s.training.attention != workload::AttentionImpl::softmax)
       throw util::InputError(file, util::join_path(training_path, "attention"),
-                             "sliding-window attention runs fused (flash, flash2 or flash1), not softmax");
+                             "the model soft-caps its attention scores (attention_softcap), which Transformer "
+                             "Engine's fused kernels cannot: Megatron-Bridge runs it unfused (Gemma 2's "
+                             "Gemma2DotProductAttention), attention \"softmax\"");
+  }
+  if (m.sliding_window > 0) {
+    if (s.training.attention == workload::AttentionImpl::softmax && m.attention_softcap == 0)
+      throw util::InputError(file, util::join_path(training_path, "attention"),
+                             "sliding-window attention runs fused (flash, flash2 or flash1), not softmax (Megatron-"
+                             "Core's unfused attention takes no window; Gemma 2's, a model with attention_softcap, "
+                             "masks the whole score matrix)");
     if (s.training.framework != Framework::megatron)
       throw util::InputError(
           file, util::join_path(training_path, "framework"),

@@ -380,6 +380,8 @@ ModelSpec parse_model(const util::JsonNode& node) {
                        "qk_norm",
                        "linear_bias",
                        "post_norms",
+                       "attention_softcap",
+                       "logit_softcap",
                        "first_dense_layers",
                        "q_lora_rank",
                        "kv_lora_rank",
@@ -565,6 +567,12 @@ ModelSpec parse_model(const util::JsonNode& node) {
     m.post_norms = p->as_bool();
     if (m.post_norms && m.hybrid()) p->fail("post-norms in a hybrid model are not supported yet");
   }
+  if (auto cap = node.find("attention_softcap")) {
+    m.attention_softcap = cap->as_positive_number();
+    if (m.mla() || m.hybrid())
+      cap->fail("soft-capped attention with multi-head latent attention or in a hybrid model is not supported yet");
+  }
+  if (auto cap = node.find("logit_softcap")) m.logit_softcap = cap->as_positive_number();
   return m;
 }
 
@@ -668,6 +676,10 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
     m.post_norms = type != "gemma";
     m.qk_norm = type == "gemma3_text";
   }
+  // Gemma 2's soft-capping (null in Gemma 3's configs, absent elsewhere).
+  for (const auto& [key, cap] : {std::pair{"attn_logit_softcapping", &m.attention_softcap},
+                                 std::pair{"final_logit_softcapping", &m.logit_softcap}})
+    if (auto n = node.find(key); n && !n->json().is_null()) *cap = n->as_positive_number();
   // Sliding windows: by layer_types, by Gemma's sliding_window_pattern, or (Mistral) on every layer
   // unless use_sliding_window is false (Qwen2 and Qwen3 configs carry a window they do not use) or
   // layer_types lists only full layers.

@@ -57,6 +57,13 @@ struct ModelSpec {
   // each residual add, beside the usual pre-norms (Hugging Face's post_attention_layernorm and
   // post_feedforward_layernorm; Megatron-Bridge's TERowParallelLinearLayerNorm).
   bool post_norms = false;
+  // Gemma 2's tanh soft-capping (0: none): attention scores become cap·tanh(scores / cap) before the
+  // softmax (Hugging Face's attn_logit_softcapping), the output layer's logits likewise
+  // (final_logit_softcapping). Megatron-Bridge applies the first in its unfused attention
+  // (Gemma2DotProductAttention: Transformer Engine's fused kernels take no cap), so a model with it
+  // runs training.attention "softmax"; the second on the logits before the loss.
+  double attention_softcap = 0;
+  double logit_softcap = 0;
   // Share of the layers that are windowed (0 without a window).
   double windowed_fraction() const {
     if (sliding_window == 0) return 0;

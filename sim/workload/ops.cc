@@ -42,6 +42,7 @@ struct Dims {
   std::string activation;            // a non-gated MLP's activation op: "gelu" or "squared_relu"
   std::int64_t window = 0;           // sliding-window attention: the window, and the share of layers with it
   double windowed = 0;
+  bool softcap = false;  // attention scores soft-capped (Gemma 2; unfused attention only)
   // Mixture of experts: experts, top-k, local experts (experts / ep), expert width per ETP rank, the
   // shared expert's width per TP rank, token copies through this rank's experts (region·k·etp under
   // balanced routing) and rows per local expert.
@@ -194,7 +195,10 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
   }
   x.window = m.sliding_window;
   x.windowed = m.windowed_fraction();
-  TRAINSIM_ASSERT(x.windowed == 0 || c.attention != AttentionImpl::softmax);
+  x.softcap = m.attention_softcap > 0;
+  // Only Gemma 2's unfused attention takes a window, and it computes every score anyway.
+  TRAINSIM_ASSERT(x.windowed == 0 || c.attention != AttentionImpl::softmax || x.softcap);
+  TRAINSIM_ASSERT(!x.softcap || c.attention == AttentionImpl::softmax);
   if (m.moe()) {
     x.moe = true;
     x.experts = static_cast<double>(m.experts);
@@ -1089,7 +1093,16 @@ std::vector<Op> layer_forward(const ModelSpec& model, const LayerConfig& c, Laye
       const double batch = x.b * x.heads;
       TRAINSIM_ASSERT(c.cp == 1);               // context parallelism runs fused attention only
       const double scores = batch * x.s * x.s;  // elements of one s x s score tensor on this rank
+      // Grouped-query attention: Megatron-Core's unfused attention (and Gemma 2's) repeat_interleaves
+      // K and V to the query heads; the two score GEMMs keep the copies (the originals are then free).
+      if (x.kv < x.q) {
+        ops.push_back(core(memory("attention_kv_repeat", act(x.tokens, 2 * (x.kv + x.q), x.d),
+                                  act(x.tokens, 2 * (x.q - x.kv), x.d), 2)));
+      }
       ops.push_back(core(gemm("attention_scores", x.s, x.s, x.hd, x.d, 0, batch)));
+      // Gemma 2's soft-cap, cap·tanh(scores / cap): three element-wise kernels over the scores (div,
+      // tanh, mul; each reads and writes them), tanh's output kept for its backward.
+      if (x.softcap) ops.push_back(core(memory("attention_logit_softcap", 6 * scores * x.d, scores * x.d, 3)));
       ops.push_back(core(memory("scale_mask_softmax", 2 * scores * x.d, scores * x.d)));
       if (x.drop) ops.push_back(core(memory("attention_probs_dropout", scores * (2 * x.d + 1), scores)));
       // Keeps its inputs: the dropout output (the softmax output without dropout, already kept) and V
@@ -1244,8 +1257,13 @@ std::vector<Op> layer_backward(const ModelSpec& model, const LayerConfig& c, Lay
       ops.push_back(core(gemm("attention_context_value_grad", x.s, x.hd, x.s, x.d, 0, batch)));
       if (x.drop) ops.push_back(core(memory("attention_probs_dropout_backward", scores * (2 * x.d + 1))));
       ops.push_back(core(memory("scale_mask_softmax_backward", 3 * scores * x.d)));
+      // mul's and div's backward read and write the gradient; tanh's reads it and the kept output.
+      if (x.softcap) ops.push_back(core(memory("attention_logit_softcap_backward", 7 * scores * x.d, 0, 3)));
       ops.push_back(core(gemm("attention_scores_query_grad", x.s, x.hd, x.s, x.d, 0, batch)));
       ops.push_back(core(gemm("attention_scores_key_grad", x.s, x.hd, x.s, x.d, 0, batch)));
+      // The repeated heads' gradients summed back onto K and V.
+      if (x.kv < x.q)
+        ops.push_back(core(memory("attention_kv_repeat_backward", act(x.tokens, 2 * (x.q + x.kv), x.d), 0, 2)));
     }
     if (x.mla) {
       mla_backward(ops, x, gemm_in_d);
@@ -1351,6 +1369,9 @@ std::vector<Op> head_forward(const ModelSpec& m, const LayerConfig& c) {
   ops.push_back(memory(x.rms ? "final_rmsnorm" : "final_layernorm", 2 * region_act, region_act));
   if (tp && x.sp) ops.push_back(comm("output_input_all_gather", Comm::all_gather, full));
   ops.push_back(gemm("output_layer", x.tokens, vocab, x.h, x.d, c.frozen_weights ? 0 : region_act));
+  // Gemma 2's final soft-cap (Megatron-Bridge's Gemma2OutputLayer): div, tanh, mul over the logits,
+  // tanh's output kept; the loss then keeps the capped logits as it kept the raw ones.
+  if (m.logit_softcap > 0) ops.push_back(memory("output_logit_softcap", 6 * logits * x.d, logits * x.d, 3));
   if (c.fused_cross_entropy) {
     // One kernel reads each bf16 logit once (2 B) and writes one fp32 statistic per token; the
     // logits stay saved for the backward. Under TP the same three per-token all-reduces.
@@ -1394,6 +1415,7 @@ std::vector<Op> head_backward(const ModelSpec& m, const LayerConfig& c) {
     ops.push_back(memory("cross_entropy_backward", logits * 2 * x.d));
   else
     ops.push_back(memory("cross_entropy_backward", logits * (8 + 4 + 3 * x.d), 0, 3));
+  if (m.logit_softcap > 0) ops.push_back(memory("output_logit_softcap_backward", 7 * logits * x.d, 0, 3));
   if (tp && x.sp) ops.push_back(comm("output_input_all_gather", Comm::all_gather, full));
   ops.push_back(gemm("output_layer_dgrad", x.tokens, x.h, vocab, x.d));
   if (tp) {

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -295,14 +296,21 @@ train:
 }
 
 // Megatron-Bridge's Gemma 2 and Gemma 3 providers name their own layer spec, whose post-norms no
-// flag says: a note points at a model with post_norms.
-TEST_CASE("a Gemma layer spec is a note naming the post-norms the flags leave out") {
+// flag says: the model the flags build gets post_norms; Gemma 2's also its unfused attention (over
+// an attention_backend the file gives) and its two soft-caps.
+TEST_CASE("a Gemma layer spec gives the flags' model its post-norms, Gemma 2's its soft-capped unfused attention") {
   const std::string base = R"(model:
   num_layers: 2
   hidden_size: 64
   num_attention_heads: 4
   ffn_hidden_size: 128
   vocab_size: 100
+  attention_backend:
+    _call_: true
+    _target_: megatron.core.transformer.enums.AttnBackend
+    _args_: [5]
+  attn_logit_softcapping: 50.0
+  final_logit_softcapping: 30.0
   transformer_layer_spec:
     _call_: false
     _target_: megatron.bridge.models.gemma.gemma2_provider.gemma2_layer_spec
@@ -316,11 +324,29 @@ train:
     return false;
   };
   const auto gemma2 = read_bridge_config(base, "run.yaml", 8);
-  CHECK(has_note(gemma2.notes, "model.transformer_layer_spec gemma2_layer_spec: its post-norms are not in the flags"));
-  CHECK(has_note(gemma2.notes, "unfused attention with logit soft-capping is not modelled"));
+  CHECK(gemma2.model ==
+        nlohmann::ordered_json::parse(R"({"post_norms": true, "attention_softcap": 50.0, "logit_softcap": 30.0})"));
+  CHECK(has_note(gemma2.notes,
+                 "model.transformer_layer_spec gemma2_layer_spec: a norm after each row-parallel linear (model "
+                 "post_norms) and its own unfused attention (attention \"softmax\", whatever attention_backend "
+                 "says), soft-capped (model attention_softcap 50.0, logit_softcap 30.0)"));
+  const auto& words = gemma2.command.words;
+  const auto backend = std::find(words.begin(), words.end(), "--attention-backend");
+  REQUIRE(backend != words.end());
+  CHECK(*(backend + 1) == "unfused");
   std::string g3 = base;
   g3.replace(g3.find("gemma2_provider.gemma2"), 22, "gemma3_provider.gemma3");
   const auto gemma3 = read_bridge_config(g3, "run.yaml", 8);
-  CHECK(has_note(gemma3.notes, "gemma3_layer_spec: its post-norms"));
-  CHECK_FALSE(has_note(gemma3.notes, "soft-capping"));
+  CHECK(gemma3.model == nlohmann::ordered_json::parse(R"({"post_norms": true})"));
+  CHECK(has_note(gemma3.notes, "gemma3_layer_spec: a norm after each row-parallel linear"));
+  CHECK_FALSE(has_note(gemma3.notes, "soft-cap"));
+  std::string bad = base;
+  bad.replace(bad.find("50.0"), 4, "-1.0");
+  try {
+    read_bridge_config(bad, "run.yaml", 8);
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()) ==
+          "run.yaml: line 11: model.attn_logit_softcapping: \"-1.0\" is not a positive number");
+  }
 }

@@ -157,8 +157,14 @@ TEST_CASE("what Megatron-LM cannot run is one error naming the key") {
   flash1["training"]["attention"] = "flash1";
   CHECK(export_error(flash1).starts_with("s.json: training.attention:"));
   auto gemma = base;
-  gemma["model"] = "gemma2-9b";
+  gemma["model"] = "gemma3-27b";
   CHECK(export_error(gemma).starts_with("s.json: model.post_norms: Megatron-LM has no flag for post-norms"));
+  auto capped = base;
+  capped["model"] = {{"name", "capped"},   {"layers", 2},    {"hidden", 1024},  {"heads", 8},         {"kv_heads", 8},
+                     {"ffn_hidden", 4096}, {"vocab", 32000}, {"mlp", "swiglu"}, {"logit_softcap", 30}};
+  CHECK(export_error(capped).starts_with(
+      "s.json: model.logit_softcap: Megatron-LM has no flag for soft-capped logits; Megatron-Bridge runs them only "
+      "inside its Gemma 2 model provider"));
   CHECK(export_error(base) == "no error");
 }
 

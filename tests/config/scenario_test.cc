@@ -824,9 +824,26 @@ TEST_CASE("sliding-window models: unfused attention is refused; context parallel
   j["parallel"] = {{"cp", 1}};
   j["training"]["attention"] = "softmax";
   CHECK(error() ==
-        "s.json: training.attention: sliding-window attention runs fused (flash, flash2 or flash1), not softmax");
+        "s.json: training.attention: sliding-window attention runs fused (flash, flash2 or flash1), not softmax "
+        "(Megatron-Core's unfused attention takes no window; Gemma 2's, a model with attention_softcap, masks the "
+        "whole score matrix)");
   j["training"]["attention"] = "flash";
   CHECK(error() == "no error");
+  // Gemma 2's soft-capped attention: unfused (the window masks the whole score matrix), Megatron only.
+  j["model"]["attention_softcap"] = 50;
+  CHECK(error() ==
+        "s.json: training.attention: the model soft-caps its attention scores (attention_softcap), which "
+        "Transformer Engine's fused kernels cannot: Megatron-Bridge runs it unfused (Gemma 2's "
+        "Gemma2DotProductAttention), attention \"softmax\"");
+  j["training"]["attention"] = "softmax";
+  CHECK(error() == "no error");
+  j["model"].erase("attention_softcap");
+  j["model"]["logit_softcap"] = 30;
+  j["training"]["framework"] = "pytorch-eager";
+  j["gpus"] = 1;
+  CHECK(error() ==
+        "s.json: training.framework: pytorch-eager with soft-capped logits (attention_softcap, logit_softcap) is "
+        "not supported yet");
 }
 
 TEST_CASE("pipeline_layout: Megatron-Core's layout string places the layers, one error line per mistake") {

@@ -111,7 +111,7 @@ TEST_CASE("model JSON defaults and validation") {
         "m.json: colour: unknown key (expected one of: name, layers, hidden, heads, kv_heads, ffn_hidden, "
         "vocab, mlp, tied_embeddings, head_dim, dropout, experts, experts_per_token, moe_ffn_hidden, "
         "shared_expert_ffn_hidden, sliding_window, sliding_window_pattern, qk_norm, linear_bias, post_norms, "
-        "first_dense_layers, "
+        "attention_softcap, logit_softcap, first_dense_layers, "
         "q_lora_rank, "
         "kv_lora_rank, qk_rope_head_dim, v_head_dim, mtp_layers, moe_latent, router_groups, router_group_topk, "
         "moe_layer_freq, attention_chunk, hybrid_pattern, mamba_heads, "
@@ -742,6 +742,8 @@ TEST_CASE("Gemma configs: gated GELU, tied embeddings, post-norms, Gemma 2's alt
   CHECK(g2.sliding_window == 4096);
   CHECK(g2.sliding_window_pattern == 2);
   CHECK(g2.total_params() == 9'241'705'984);
+  CHECK(g2.attention_softcap == 50.0);
+  CHECK(g2.logit_softcap == 30.0);
   const ModelSpec g3 = parse_hf(R"({"model_type": "gemma3", "text_config": {"model_type": "gemma3_text",
       "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 5376, "intermediate_size": 21504,
       "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128, "num_hidden_layers": 62,
@@ -750,6 +752,7 @@ TEST_CASE("Gemma configs: gated GELU, tied embeddings, post-norms, Gemma 2's alt
   CHECK(g3.qk_norm);
   CHECK(g3.sliding_window_pattern == 6);
   CHECK(g3.total_params() == 27'009'346'304);
+  CHECK(g3.attention_softcap == 0);  // Gemma 3 caps nothing (its configs carry the keys as null)
   // A config that says tie_word_embeddings false keeps its head.
   const ModelSpec untied = parse_hf(R"({"model_type": "gemma", "hidden_size": 64, "intermediate_size": 128,
       "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 10, "tie_word_embeddings": false})");

@@ -1187,3 +1187,58 @@ TEST_CASE("fine-grained offloading: the experts' modules and the separate pre-ML
   CHECK(offloaded_bytes(fwd, kOffloadMoeAct, kRecomputeMoeAct) == 16384LL * 2 * 512 * 2 + 16384LL * 4);
   CHECK(offloaded_bytes(fwd, kOffloadExpertFc1 | kOffloadMoeAct, kRecomputeMoe) == 0);
 }
+
+// Gemma 2 as Megatron-Bridge runs it (Gemma2DotProductAttention, Gemma2OutputLayer), by hand for
+// 16 query and 8 KV heads of 256 at TP 2 over one 8,192-token sequence (a = 8 heads, q = 2048 and
+// kv = 1024 channels per rank; bf16): K and V repeated to the query heads (read 2·kv, write 2·q per
+// token; the copies are kept, 2·(q − kv) more than Q, K, V), the scores soft-capped by div, tanh and
+// mul (each reads and writes a·s² bf16 scores; tanh's output kept), the softmax as before; every
+// score computed, windowed layer or not. The backward: 7 score passes for the cap, the repeated
+// gradients summed back (read 2·q, write 2·kv). The output layer's logits capped the same way.
+TEST_CASE("Gemma 2's unfused attention: repeated K and V, soft-capped scores and logits, by hand") {
+  ModelSpec m;
+  m.name = "gemma2-like";
+  m.layers = 2;
+  m.hidden = 3584;
+  m.heads = 16;
+  m.kv_heads = 8;
+  m.head_dim = 256;
+  m.ffn_hidden = 14336;
+  m.vocab = 256000;
+  m.mlp = MlpKind::swiglu;
+  m.tied_embeddings = true;
+  m.sliding_window = 4096;
+  m.sliding_window_pattern = 2;
+  m.attention_softcap = 50;
+  m.logit_softcap = 30;
+  LayerConfig c;
+  c.micro_batch = 1;
+  c.seq_len = 8192;
+  c.tp = 2;
+  c.attention = AttentionImpl::softmax;
+  const double s = 8192, a = 8, q = 2048, kv = 1024, scores = a * s * s;
+  const auto fwd = layer_forward(m, c);
+  CHECK(op_named(fwd, "attention_kv_repeat").bytes == s * 2 * (kv + q) * 2);
+  CHECK(op_named(fwd, "attention_kv_repeat").saved_bytes == static_cast<std::int64_t>(s * 2 * (q - kv) * 2));
+  CHECK(op_named(fwd, "attention_logit_softcap").bytes == 6 * scores * 2);
+  CHECK(op_named(fwd, "attention_logit_softcap").kernels == 3);
+  CHECK(op_named(fwd, "attention_scores").flops == 2 * scores * 256);  // the whole s x s, window or not
+  // The attention core keeps the repeated K and V's extra, tanh's output and the softmax's.
+  CHECK(saved(fwd, true) == s * 2 * (q - kv) * 2 + 2 * scores * 2);
+  const auto bwd = layer_backward(m, c);
+  CHECK(op_named(bwd, "attention_logit_softcap_backward").bytes == 7 * scores * 2);
+  CHECK(op_named(bwd, "attention_kv_repeat_backward").bytes == s * 2 * (q + kv) * 2);
+  const double logits = s * 256000 / 2;
+  CHECK(op_named(head_forward(m, c), "output_logit_softcap").bytes == 6 * logits * 2);
+  CHECK(op_named(head_forward(m, c), "output_logit_softcap").saved_bytes == static_cast<std::int64_t>(logits * 2));
+  CHECK(op_named(head_backward(m, c), "output_logit_softcap_backward").bytes == 7 * logits * 2);
+  // Without the caps and with as many KV heads as query heads, none of these ops.
+  m.attention_softcap = m.logit_softcap = 0;
+  m.sliding_window = 0;
+  m.sliding_window_pattern = 1;
+  m.kv_heads = 16;
+  for (const Op& op : layer_forward(m, c)) {
+    CHECK(op.name.find("softcap") == std::string::npos);
+    CHECK(op.name.find("kv_repeat") == std::string::npos);
+  }
+}
