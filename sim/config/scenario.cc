@@ -780,11 +780,6 @@ void check_eager(const util::JsonNode& root, const Scenario& s) {
   refuse(t.precision != Precision::bf16, "precision bf16");
   refuse(t.attention != workload::AttentionImpl::flash && t.attention != workload::AttentionImpl::flash2,
          "fused attention (attention flash or flash2)");
-  if (m.kv_heads != m.heads)
-    throw util::InputError(file, framework_path,
-                           fmt::format("pytorch-eager with grouped-query attention (kv_heads {} < heads {}) is not "
-                                       "supported yet",
-                                       m.kv_heads, m.heads));
 }
 
 // torchtitan as trainsim models it (workload/torchtitan_ops.h): a Llama model, data parallelism by

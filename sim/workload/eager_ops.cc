@@ -12,7 +12,7 @@
 //   rmsnorm(x)  = x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w        6 kernels
 //   qkv         = linear(rmsnorm(x), Wqkv); q, k, v = split(qkv)               views
 //   rope(t)     = t * cos + cat(-t2, t1) * sin  (t1, t2 the halves of t)        5 kernels each
-//   a           = sdpa(rope(q), rope(k), v, is_causal=True)                     1 fused kernel
+//   a           = sdpa(rope(q), rope(k), v, is_causal=True[, enable_gqa=True])  1 fused kernel
 //   h           = x + linear(a, Wo)
 //   g, u        = chunk(linear(rmsnorm(h), Wgate_up), 2); out = h + linear(silu(g) * u, Wdown)
 // and the head: logits = linear(rmsnorm(x), Wout); loss = cross_entropy(logits.float(), targets).
@@ -129,6 +129,13 @@ Op attention(const Dims& x, const LayerConfig& c, bool backward, double host) {
   Op op = eager::sdpa(x.b, x.s, x.s, x.n, x.hd, qo, kv, c.attention, backward, host);
   // Saved: rotated q and k, v (a view keeping the whole qkv output), the output and the logsumexp.
   if (!backward) op.saved_bytes = to_bytes(2 * qo + kv + x.T * x.W * kBf16 + lse);
+  // Grouped-query attention (enable_gqa) under the FlashAttention-2 backend: its backward writes dK
+  // and dV for every query head (PyTorch's copy of flash-attn's mha_bwd allocates them expanded) and
+  // sums them over each group afterwards (gqa_dkv_sum below); cuDNN's reduces them itself.
+  if (backward && x.kv < x.q && c.attention == AttentionImpl::flash2) {
+    op.bytes += 2 * (qo - kv);
+    op.workspace_bytes = to_bytes(2 * qo);
+  }
   return op;
 }
 
@@ -176,6 +183,11 @@ std::vector<Op> eager_layer_backward(const ModelSpec& m, const LayerConfig& c, c
   ops.push_back(gemm("attention_output_wgrad", x.h, x.q, x.T, hb));
   ops.push_back(accumulate("attention_output", x.h * x.q, hb));
   ops.push_back(attention(x, c, true, hb));
+  if (x.kv < x.q && c.attention == AttentionImpl::flash2) {
+    // at::sum_out over each group of the expanded dK and dV (read 2·T·q, write 2·T·kv, bf16).
+    ops.push_back(
+        kernel("sdpa_gqa_dkv_sum", 2 * x.T * x.q * kBf16, 2 * x.T * x.kv * kBf16, hb, 0, 2, 2 * x.T * x.q * kBf16));
+  }
   rope_backward(ops, "rope_q", x, x.q, hb);
   rope_backward(ops, "rope_k", x, x.kv, hb);
   const double qkv = x.T * x.W * kBf16;

@@ -90,10 +90,8 @@ TEST_CASE("pytorch-eager refuses what its model does not cover", "[config]") {
   CHECK(error(eager({{"precision", "fp16"}})) == "eager.json: training.framework: pytorch-eager needs precision bf16");
   CHECK(error(eager(json::object(), {{"post_norms", true}})) ==
         "eager.json: training.framework: pytorch-eager needs a model without post_norms (its Llama has none)");
-  // Grouped-query attention is a known gap: "not supported yet", which validate lists as skipped.
-  CHECK(error(eager(json::object(), {{"kv_heads", 2}})) ==
-        "eager.json: training.framework: pytorch-eager with grouped-query attention (kv_heads 2 < heads 8) is not "
-        "supported yet");
+  // Grouped-query attention runs SDPA's enable_gqa (the model keys already make kv_heads divide heads).
+  CHECK(parse(eager(json::object(), {{"kv_heads", 2}})).model.kv_heads == 2);
 }
 
 namespace {

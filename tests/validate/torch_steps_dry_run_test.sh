@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tools/device/torch_steps.py without a GPU: --list and argument errors need no torch; where a
-# python3 with torch exists, --dry-run builds the model, trains two tiny configurations on the CPU
+# python3 with torch exists, --dry-run builds the model, trains three tiny configurations on the CPU (one with grouped-query attention)
 # and writes the JSON gen-torch-records reads (which refuses it: a dry run measures no GPU), and
 # --count-ops shows that one block dispatches exactly the kernels trainsim's eager op list holds.
 # Exit 77 (skipped) when no python3 here has torch.
@@ -35,11 +35,14 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["tool"] == "tools/device/torch_steps.py" and d["format"] == 1 and d["dry_run"] is True, d
 assert d["host_overhead"]["forward_us"] > 0 and d["host_overhead"]["backward_us"] > 0
-assert [c["name"] for c in d["configs"]] == ["tiny_s64_b2", "tiny_s128_b1"], d["configs"]
+assert [c["name"] for c in d["configs"]] == ["tiny_s64_b2", "tiny_s128_b1", "tiny-gqa_s64_b2"], d["configs"]
+# QKV width q + 2kv: 64 + 2*64 for tiny, 64 + 2*32 for tiny-gqa (2 KV heads of 16).
+params = {"tiny": 2 * 512 * 64 + 64 + 2 * (64 * 192 + 64 * 64 + 3 * 64 * 176 + 2 * 64),
+          "tiny-gqa": 2 * 512 * 64 + 64 + 2 * (64 * 128 + 64 * 64 + 3 * 64 * 176 + 2 * 64)}
 for c in d["configs"]:
     assert "error" not in c, c
     assert c["step_time_s"] > 0 and len(c["step_time_samples_s"]) == 2
-    assert c["params"] == 2 * 512 * 64 + 64 + 2 * (64 * 192 + 64 * 64 + 3 * 64 * 176 + 2 * 64), c["params"]
+    assert c["params"] == params[c["model"]["name"]], c["params"]
 PY
 # The kernels one block dispatches, attention left out, are those sim/workload/eager_ops.cc lists
 # (forward 30 = 31 - attention; backward 63 ATen ops = 70 kernels - 3 of attention - 4, as each of

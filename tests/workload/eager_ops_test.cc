@@ -195,3 +195,32 @@ TEST_CASE("Eager parameter tensors are the model's parameters: 6 per layer, embe
   for (std::int64_t n : sizes) total += n;
   CHECK(total == m.total_params());
 }
+
+// Grouped-query attention (SDPA's enable_gqa), the tiny model with 2 KV heads of 128 (kv = 256
+// channels, q = 1024): the QKV width is q + 2kv = 1536, so v's base (the whole qkv output) is 2T·1536
+// and the rotated k 2T·256. Under the FlashAttention-2 backend the backward writes dK and dV for every
+// query head and sums each group: the expanded pair 2·2T·q bytes instead of 2·2T·kv, then one sum per
+// tensor reading 2·2T·q and writing 2·2T·kv, the expanded pair alive meanwhile. cuDNN reduces in its
+// own kernels: no sum op.
+TEST_CASE("Eager grouped-query attention: K and V kept at their own width, FA2's expanded dK and dV summed") {
+  ModelSpec m = tiny_llama();
+  const ModelSpec mha = m;
+  m.kv_heads = 2;
+  const double T = 2048, q = 1024, kv = 256;
+  const Op sdpa = find(eager_layer_forward(m, config(), kHost), "sdpa");
+  CHECK(sdpa.saved_bytes ==
+        static_cast<std::int64_t>(2 * T * q * 2 + 2 * T * kv + 2 * T * (q + 2 * kv) + 4 * 2 * 8 * 1024));
+  const auto bwd = eager_layer_backward(m, config(), kHost);
+  const Op& back = find(bwd, "sdpa_backward");
+  // The MHA backward moves 4 bytes-of-q + 4 bytes-of-kv + accumulators + lse; here kv shrinks and the
+  // expanded dK, dV come back.
+  const Op& back_mha = find(eager_layer_backward(mha, config(), kHost), "sdpa_backward");
+  CHECK(back_mha.bytes - back.bytes == Approx(4 * (T * q * 2 - T * kv * 2) - 2 * (T * q * 2 - T * kv * 2)));
+  CHECK(back.workspace_bytes == static_cast<std::int64_t>(2 * T * q * 2));
+  const Op& sum = find(bwd, "sdpa_gqa_dkv_sum");
+  CHECK(sum.bytes == 2 * T * q * 2 + 2 * T * kv * 2);
+  CHECK(sum.kernels == 2);
+  LayerConfig cudnn = config();
+  cudnn.attention = AttentionImpl::flash;
+  for (const Op& op : eager_layer_backward(m, cudnn, kHost)) CHECK(op.name != "sdpa_gqa_dkv_sum");
+}

@@ -48,14 +48,17 @@ import statistics
 import sys
 import time
 
-# Llama-style shapes, multi-head attention (kv_heads = heads), Llama 2's 32000-token vocabulary.
+# Llama-style shapes with Llama 2's 32000-token vocabulary: multi-head attention (kv_heads = heads),
+# and Llama 3.2 1B's grouped-query shape (32 query heads of 64 over 8 KV heads, SDPA's enable_gqa).
 MODELS = {
     "llama-125m": {"layers": 12, "hidden": 768, "heads": 12, "kv_heads": 12, "ffn_hidden": 2048, "vocab": 32000},
     "llama-350m": {"layers": 24, "hidden": 1024, "heads": 16, "kv_heads": 16, "ffn_hidden": 2816, "vocab": 32000},
     "llama-1b": {"layers": 16, "hidden": 2048, "heads": 16, "kv_heads": 16, "ffn_hidden": 5632, "vocab": 32000},
     "llama-3b": {"layers": 26, "hidden": 3072, "heads": 24, "kv_heads": 24, "ffn_hidden": 8192, "vocab": 32000},
+    "llama-1b-gqa": {"layers": 16, "hidden": 2048, "heads": 32, "kv_heads": 8, "ffn_hidden": 8192, "vocab": 32000},
     # --dry-run only.
     "tiny": {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4, "ffn_hidden": 176, "vocab": 512},
+    "tiny-gqa": {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn_hidden": 176, "vocab": 512},
 }
 
 # (model, seq_len, micro_batch): 8k-16k tokens a step, sequences 1k to 8k. trainsim predicts
@@ -69,9 +72,10 @@ CONFIGS = [
     ("llama-1b", 8192, 1),
     ("llama-3b", 1024, 8),
     ("llama-3b", 4096, 2),
+    ("llama-1b-gqa", 4096, 2),
 ]
 QUICK = [("llama-125m", 1024, 16), ("llama-1b", 2048, 4)]
-DRY = [("tiny", 64, 2), ("tiny", 128, 1)]
+DRY = [("tiny", 64, 2), ("tiny", 128, 1), ("tiny-gqa", 64, 2)]
 
 EPS = 1e-5
 ROPE_THETA = 10000.0
