@@ -214,7 +214,8 @@ TEST_CASE("Eager grouped-query attention: K and V kept at their own width, FA2's
   const Op& back = find(bwd, "sdpa_backward");
   // The MHA backward moves 4 bytes-of-q + 4 bytes-of-kv + accumulators + lse; here kv shrinks and the
   // expanded dK, dV come back.
-  const Op& back_mha = find(eager_layer_backward(mha, config(), kHost), "sdpa_backward");
+  const auto bwd_mha = eager_layer_backward(mha, config(), kHost);
+  const Op& back_mha = find(bwd_mha, "sdpa_backward");
   CHECK(back_mha.bytes - back.bytes == Approx(4 * (T * q * 2 - T * kv * 2) - 2 * (T * q * 2 - T * kv * 2)));
   CHECK(back.workspace_bytes == static_cast<std::int64_t>(2 * T * q * 2));
   const Op& sum = find(bwd, "sdpa_gqa_dkv_sum");
