@@ -1348,12 +1348,26 @@ std::vector<Op> embedding_backward(const ModelSpec& m, const LayerConfig& c) {
   if (x.drop) ops.push_back(memory("embedding_dropout_backward", 2 * region_act + x.region * x.h));
   if (c.frozen_weights) return ops;  // a frozen embedding takes no gradient
   if (c.tp > 1 && x.sp) ops.push_back(comm("embedding_grad_all_gather", Comm::all_gather, full));
-  // Scatter-add of the output grad into the rank's rows of the weight grad (read grad, read and
-  // write the touched rows).
+  // VocabParallelEmbedding's F.embedding: its backward (ATen's embedding_dense_backward) builds a
+  // dense bf16 gradient of the rank's whole table, zeroed, then the token rows summed into it
+  // (read grad, read and write the touched rows), and Megatron's DDP hook adds it to main_grad
+  // (read both, write main_grad; the embedding has no fused gradient accumulation). The dense table
+  // lives until the add.
+  const double table = static_cast<double>((m.vocab + c.tp - 1) / c.tp) * x.h;
+  const double g = static_cast<double>(c.grad_bytes);
+  Op zero = memory("embedding_grad_zero", table * x.d);
+  zero.weight_grad = true;
+  zero.workspace_bytes = to_bytes(table * x.d);
+  ops.push_back(zero);
   Op grad = memory("embedding_grad", 3 * full);
   grad.weight_grad = true;
   grad.grad_output_bytes = to_bytes(full);
+  grad.workspace_bytes = to_bytes(table * x.d);
   ops.push_back(grad);
+  Op add = memory("embedding_grad_main_grad_add", table * (x.d + 2 * g));
+  add.weight_grad = true;
+  add.workspace_bytes = to_bytes(table * x.d);
+  ops.push_back(add);
   return ops;
 }
 

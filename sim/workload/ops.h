@@ -137,8 +137,8 @@ struct Op {
   bool weight_grad = false;
   std::int64_t grad_output_bytes = 0;
   std::int64_t held_input_bytes = 0;
-  // PyTorch eager mode only (eager_ops.h; 0 in Megatron's op lists): bytes alive only while the op
-  // runs (temporaries beyond its saved tensors).
+  // Bytes alive only while the op runs (temporaries beyond its saved tensors): PyTorch eager mode's
+  // (eager_ops.h), and in Megatron's lists the embedding's dense weight gradient.
   std::int64_t workspace_bytes = 0;
   // The CPU time to issue the op's kernels: set by eager_ops.h, and by the step builder for
   // Megatron's op lists from the following.
@@ -232,6 +232,9 @@ struct LayerConfig {
   // bf16 logits once and keeps them, the backward writes the gradient over them. Otherwise Megatron's
   // unfused vocab-parallel cross-entropy in fp32.
   bool fused_cross_entropy = false;
+  // Bytes per element of Megatron's gradient buffer (main_grad): 4, or 2 where gradients are reduced
+  // in bf16 (training.grad_reduce_in_fp32 false). The embedding's dense gradient is added into it.
+  std::int64_t grad_bytes = 4;
   // Selective recompute's modules (RecomputeModule bits): adds the kept input of each checkpointed
   // module (mlp, moe) to the forward's ops. The ops' rerun / discards bits are set regardless.
   std::uint8_t recompute_modules = kRecomputeCoreAttn;

@@ -1242,3 +1242,22 @@ TEST_CASE("Gemma 2's unfused attention: repeated K and V, soft-capped scores and
     CHECK(op.name.find("kv_repeat") == std::string::npos);
   }
 }
+
+// Megatron's embedding gradient (VocabParallelEmbedding's F.embedding, then the DDP hook): a dense
+// bf16 gradient of the rank's V/t·h table zeroed (2 B written per element), the token rows summed
+// into it (3·b·s·h·2 B), and the table added to main_grad (read 2 + g, write g B per element; g = 4,
+// or 2 with gradients reduced in bf16); the dense table alive as workspace meanwhile. Llama 3.1 70B
+// at TP 8, 8,192 tokens: V/t = 16,032 rows of 8,192.
+TEST_CASE("the embedding's dense weight gradient is zeroed, filled and added to main_grad") {
+  const ModelSpec m = llama70b();
+  LayerConfig c = llama70b_tp8_8k();
+  const double table = 16032.0 * 8192, tokens = 8192, h = 8192;
+  for (const std::int64_t g : {4, 2}) {
+    c.grad_bytes = g;
+    const auto ops = embedding_backward(m, c);
+    CHECK(op_named(ops, "embedding_grad_zero").bytes == table * 2);
+    CHECK(op_named(ops, "embedding_grad").bytes == 3 * tokens * h * 2);
+    CHECK(op_named(ops, "embedding_grad_main_grad_add").bytes == table * (2 + 2 * static_cast<double>(g)));
+    for (const Op& op : ops) CHECK(op.workspace_bytes == static_cast<std::int64_t>(table * 2));
+  }
+}
