@@ -1353,21 +1353,15 @@ std::vector<Op> embedding_backward(const ModelSpec& m, const LayerConfig& c) {
   // (read grad, read and write the touched rows), and Megatron's DDP hook adds it to main_grad
   // (read both, write main_grad; the embedding has no fused gradient accumulation). The dense table
   // lives until the add.
-  const double table = static_cast<double>((m.vocab + c.tp - 1) / c.tp) * x.h;
+  const double table = static_cast<double>(embedding_params_per_rank(m, c.tp));
   const double g = static_cast<double>(c.grad_bytes);
-  Op zero = memory("embedding_grad_zero", table * x.d);
-  zero.weight_grad = true;
-  zero.workspace_bytes = to_bytes(table * x.d);
-  ops.push_back(zero);
-  Op grad = memory("embedding_grad", 3 * full);
-  grad.weight_grad = true;
-  grad.grad_output_bytes = to_bytes(full);
-  grad.workspace_bytes = to_bytes(table * x.d);
-  ops.push_back(grad);
-  Op add = memory("embedding_grad_main_grad_add", table * (x.d + 2 * g));
-  add.weight_grad = true;
-  add.workspace_bytes = to_bytes(table * x.d);
-  ops.push_back(add);
+  for (Op op : {memory("embedding_grad_zero", table * x.d), memory("embedding_grad", 3 * full),
+                memory("embedding_grad_main_grad_add", table * (x.d + 2 * g))}) {
+    op.weight_grad = true;
+    op.workspace_bytes = to_bytes(table * x.d);
+    ops.push_back(op);
+  }
+  ops[ops.size() - 2].grad_output_bytes = to_bytes(full);  // the scatter reads the output gradient
   return ops;
 }
 
