@@ -99,6 +99,7 @@ constexpr auto kKeys = std::to_array<Key>({
     {"model.cuda_graph_impl", "cuda-graph-impl", Kind::value},
     {"model.cuda_graph_scope", "cuda-graph-scope", Kind::list, "model.cuda_graph_impl"},
     {"model.cross_entropy_loss_fusion", "cross-entropy-loss-fusion", Kind::on},
+    {"model.gradient_accumulation_fusion", "no-gradient-accumulation-fusion", Kind::off},
     {"model.cpu_offloading", "cpu-offloading", Kind::on},
     {"model.fine_grained_activation_offloading", "fine-grained-activation-offloading", Kind::on},
     {"model.offload_modules", "offload-modules", Kind::list, "model.fine_grained_activation_offloading"},

@@ -292,6 +292,7 @@ class Exporter {
     put(g, "tp_comm_overlap", boolean(tp_comm_overlap_));
     recompute();
     put_switch(g, "cross_entropy_loss_fusion", "--cross-entropy-loss-fusion");
+    if (on("--no-gradient-accumulation-fusion")) put(g, "gradient_accumulation_fusion", boolean(false));
     const bool offload = on("--cpu-offloading");
     put(g, "cpu_offloading", boolean(offload));
     if (offload) put_flag(g, "cpu_offloading_num_layers", "--cpu-offloading-num-layers");

@@ -510,6 +510,7 @@ class Exporter {
         fail("training.attention", "FlashAttention v1 is not among Megatron-LM's attention backends");
     }
     if (t.fused_cross_entropy) add(g, "--cross-entropy-loss-fusion");
+    if (!t.gradient_accumulation_fusion) add(g, "--no-gradient-accumulation-fusion");
     if (t.cpu_offload_layers > 0) {
       add(g, "--cpu-offloading");
       add(g, "--cpu-offloading-num-layers", {num(t.cpu_offload_layers)});

@@ -581,6 +581,7 @@ TrainingSpec parse_training(const util::JsonNode& node) {
                        "host_forward_us",
                        "host_backward_us",
                        "grad_reduce_in_fp32",
+                       "gradient_accumulation_fusion",
                        "cross_entropy",
                        "recompute_modules",
                        "cpu_offload_layers",
@@ -754,6 +755,12 @@ TrainingSpec parse_training(const util::JsonNode& node) {
       v->fail("applies to \"framework\": \"megatron\" only (pytorch-eager keeps bf16 gradients)");
     t.grad_reduce_in_fp32 = v->as_bool();
   }
+  if (auto v = node.find("gradient_accumulation_fusion")) {
+    if (t.framework != Framework::megatron)
+      v->fail(fmt::format("applies to \"framework\": \"megatron\" only ({} has no main_grad buffer)",
+                          framework_name(t.framework)));
+    t.gradient_accumulation_fusion = v->as_bool();
+  }
   return t;
 }
 
@@ -849,6 +856,8 @@ void check_deepspeed(const util::JsonNode& root, const Scenario& s) {
   refuse(p.cp > 1 && (p.tp > 1 || p.pp > 1), parallel_key("cp"),
          "DeepSpeed-Ulysses runs with tp 1 and pp 1 (Megatron-DeepSpeed's assertion)");
   refuse(t.fused_cross_entropy, training_key("cross_entropy"), "has no fused cross-entropy (Transformer Engine's)");
+  refuse(!t.gradient_accumulation_fusion, training_key("gradient_accumulation_fusion"),
+         "DeepSpeed's engine accumulates the gradients (Megatron's DDP hook and its main_grad are not there)");
   refuse(t.lora, training_key("peft"), "LoRA is Megatron-Bridge's");
   refuse(t.cuda_graph_scope != 0 || t.cuda_graph_full_iteration, training_key("cuda_graph_scope"),
          "runs no CUDA graphs");

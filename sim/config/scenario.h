@@ -236,6 +236,10 @@ struct TrainingSpec {
   // forced by arguments.py unless --grad-reduce-in-bf16) or in the 16-bit type (fp16's default;
   // Megatron-Bridge's and NeMo's ddp.grad_reduce_in_fp32 false). Resolved from precision when unset.
   bool grad_reduce_in_fp32 = true;
+  // Megatron's gradient accumulation fusion (on unless --no-gradient-accumulation-fusion): each
+  // linear's weight-gradient GEMM accumulates into main_grad itself; off, the GEMM writes a 16-bit
+  // gradient that the DDP hook adds to main_grad (workload::LayerConfig::gradient_accumulation_fusion).
+  bool gradient_accumulation_fusion = true;
   // training.cross_entropy "fused": one-pass loss kernels (workload::LayerConfig::fused_cross_entropy).
   bool fused_cross_entropy = false;
   // training.peft "lora": LoRA fine-tuning (workload::LayerConfig::frozen_weights, lora_rank,

@@ -2148,6 +2148,7 @@ StepWorkload step_workload(const config::Scenario& sc, const hardware::ComputeMo
   lc.attention = sc.training.attention;
   lc.fused_cross_entropy = sc.training.fused_cross_entropy;
   lc.grad_bytes = sc.training.grad_reduce_in_fp32 ? 4 : 2;
+  lc.gradient_accumulation_fusion = sc.training.gradient_accumulation_fusion;
   if (sc.training.recompute == config::Recompute::selective) lc.recompute_modules = sc.training.recompute_modules;
   ops.fwd[kMainKind] = workload::layer_forward(sc.model, lc);
   ops.bwd[kMainKind] = workload::layer_backward(sc.model, lc);

@@ -391,6 +391,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
     out["scenario"]["framework"] = config::framework_key(sc.training);
   if (p.scatter_gather_tensors_in_pipeline) out["scenario"]["scatter_gather_tensors_in_pipeline"] = true;
   if (p.zero1_grad_all_reduce) out["scenario"]["zero1_grad_reduce"] = "all_reduce";
+  if (!sc.training.gradient_accumulation_fusion) out["scenario"]["gradient_accumulation_fusion"] = false;
   if (sc.training.framework == config::Framework::torchtitan) {
     out["scenario"]["torch_compile"] = sc.training.torch_compile;
     out["scenario"]["torch_compile_loss"] = sc.training.torch_compile_loss;

@@ -1179,6 +1179,8 @@ std::vector<Op> layer_forward(const ModelSpec& model, const LayerConfig& c, Laye
   return ops;
 }
 
+namespace {
+
 // Megatron's backward TP communication per layer (tensor_parallel/layers.py, mappings.py):
 //   no SP: all-reduce of the input grad of fc1 and of QKV (the backward of the column-parallel
 //          input copy); the row-parallel all-reduces' backward is the identity.
@@ -1186,7 +1188,7 @@ std::vector<Op> layer_forward(const ModelSpec& model, const LayerConfig& c, Laye
 //          backward of the forward reduce-scatters); all-gather of the saved, sharded input of
 //          fc1 and of QKV for their weight-grad GEMMs; reduce-scatter of the input grad of fc1 and
 //          of QKV. Four all-gathers and two reduce-scatters.
-std::vector<Op> layer_backward(const ModelSpec& model, const LayerConfig& c, LayerBlock block) {
+std::vector<Op> layer_backward_ops(const ModelSpec& model, const LayerConfig& c, LayerBlock block) {
   const ModelSpec m = block == LayerBlock::mlp ? model.dense_variant() : model;
   const Dims x = dims(m, c);
   const bool with_attention = block == LayerBlock::transformer || block == LayerBlock::attention;
@@ -1300,6 +1302,43 @@ std::vector<Op> layer_backward(const ModelSpec& model, const LayerConfig& c, Lay
     ops.push_back(quantize(c.fp4 ? "nvfp4_grad_quantize" : "fp8_grad_cast_transpose", c, grads, 0));
     mark_fp8(ops, c);
   }
+  return ops;
+}
+
+// Without gradient accumulation fusion (LayerConfig::gradient_accumulation_fusion false), each
+// linear's weight-gradient GEMM writes its gradient in the activations' type and Megatron's DDP hook
+// (_make_backward_post_hook: param.main_grad.add_(param.grad)) adds it to main_grad after it: read
+// d + g and write g bytes per element, one kernel per weight (a grouped GEMM's experts are weights
+// of their own), the 16-bit gradient alive until the add. The add runs where its GEMM runs (the W
+// pass of zero-bubble schedules, a CUDA graph's scope).
+void add_main_grad_accumulation(std::vector<Op>& ops, const LayerConfig& c) {
+  if (c.gradient_accumulation_fusion) return;
+  const double d = static_cast<double>(c.dtype_bytes), g = static_cast<double>(c.grad_bytes);
+  std::vector<Op> out;
+  out.reserve(2 * ops.size());
+  for (Op& op : ops) {
+    const bool linear = op.kind == OpKind::gemm && op.weight_grad;
+    const GemmShape shape = op.gemm;
+    const std::string name = op.name + "_main_grad_add";
+    const std::uint8_t scope = op.graph;
+    out.push_back(std::move(op));
+    if (!linear) continue;
+    const double elements =
+        static_cast<double>(shape.batch) * static_cast<double>(shape.m) * static_cast<double>(shape.n);
+    Op accumulate = memory(name, elements * (d + 2 * g), 0, static_cast<std::int32_t>(shape.batch));
+    accumulate.weight_grad = true;
+    accumulate.workspace_bytes = to_bytes(elements * d);
+    accumulate.graph = scope;
+    out.push_back(std::move(accumulate));
+  }
+  ops = std::move(out);
+}
+
+}  // namespace
+
+std::vector<Op> layer_backward(const ModelSpec& model, const LayerConfig& c, LayerBlock block) {
+  std::vector<Op> ops = layer_backward_ops(model, c, block);
+  add_main_grad_accumulation(ops, c);
   return ops;
 }
 
@@ -1435,6 +1474,7 @@ std::vector<Op> head_backward(const ModelSpec& m, const LayerConfig& c) {
   out_wgrad.grad_output_bytes = to_bytes(logits * x.d);
   if (!c.frozen_weights) ops.push_back(out_wgrad);
   ops.push_back(memory(x.rms ? "final_rmsnorm_backward" : "final_layernorm_backward", 3 * region_act));
+  add_main_grad_accumulation(ops, c);
   return ops;
 }
 
@@ -1473,6 +1513,7 @@ std::vector<Op> mtp_backward(const ModelSpec& m, const LayerConfig& c) {
                        x.sp ? Comm::reduce_scatter : Comm::all_reduce, 2 * full));
   ops.push_back(memory("mtp_enorm_hnorm_backward", 6 * region_act, 0, 2));
   if (c.fp8) mark_fp8(ops, c);
+  add_main_grad_accumulation(ops, c);
   for (Op op : embedding_backward(m, c)) {
     op.name = "mtp_" + op.name;
     ops.push_back(op);

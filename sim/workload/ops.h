@@ -235,6 +235,11 @@ struct LayerConfig {
   // Bytes per element of Megatron's gradient buffer (main_grad): 4, or 2 where gradients are reduced
   // in bf16 (training.grad_reduce_in_fp32 false). The embedding's dense gradient is added into it.
   std::int64_t grad_bytes = 4;
+  // Megatron's gradient accumulation fusion (--gradient-accumulation-fusion, on by default): each
+  // linear's weight-gradient GEMM accumulates into main_grad (Transformer Engine's
+  // fuse_wgrad_accumulation, apex's wgrad_gemm_accum_fp32). Off, the GEMM writes a 16-bit gradient
+  // that Megatron's DDP hook then adds to main_grad (layer_backward, head_backward, mtp_backward).
+  bool gradient_accumulation_fusion = true;
   // Selective recompute's modules (RecomputeModule bits): adds the kept input of each checkpointed
   // module (mlp, moe) to the forward's ops. The ops' rerun / discards bits are set regardless.
   std::uint8_t recompute_modules = kRecomputeCoreAttn;

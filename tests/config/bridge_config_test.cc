@@ -152,6 +152,22 @@ TEST_CASE("a Megatron-Bridge MoE configuration's group-limited routing reads as 
   CHECK(s["model"]["router_group_topk"] == 2);
 }
 
+TEST_CASE("a Megatron-Bridge model.gradient_accumulation_fusion false reads as training.gradient_accumulation_fusion") {
+  for (const bool fused : {true, false}) {
+    std::string yaml = kMoe;
+    yaml.replace(yaml.find("  gated_linear_unit: true\n"), 0,
+                 fused ? "  gradient_accumulation_fusion: true\n" : "  gradient_accumulation_fusion: false\n");
+    const ImportedScenario m = import(yaml);
+    INFO(fused);
+    // Megatron's default (fused) is written as nothing.
+    CHECK(m.scenario["training"].contains("gradient_accumulation_fusion") == !fused);
+    if (!fused) {
+      CHECK(m.scenario["training"]["gradient_accumulation_fusion"] == false);
+      CHECK(m.origin.at("training.gradient_accumulation_fusion") == "line 36: model.gradient_accumulation_fusion");
+    }
+  }
+}
+
 TEST_CASE("Megatron-Bridge keys: layouts as lists, dtypes as torch objects, errors naming the key and line") {
   const std::string base = R"(model:
   num_layers: 4

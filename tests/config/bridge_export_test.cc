@@ -118,7 +118,8 @@ TEST_CASE("the Bridge YAML for Llama 3.1 8B with FP8 on Blackwell, checked by ha
     "parallel": {"tp": 2, "pp": 2, "sequence_parallel": true, "zero": 1, "overlap_grad_reduce": true,
                  "overlap_param_gather": true, "tp_comm_overlap": true},
     "training": {"micro_batch": 2, "global_batch": 128, "seq_len": 8192, "precision": "fp8",
-                 "recompute": "selective", "grad_reduce_in_fp32": false, "cross_entropy": "fused"}
+                 "recompute": "selective", "grad_reduce_in_fp32": false, "cross_entropy": "fused",
+                 "gradient_accumulation_fusion": false}
   })");
   const auto out = export_bridge(doc, parse(doc, "llama.json"));
   auto has = [&](const std::string& line) {
@@ -134,7 +135,7 @@ TEST_CASE("the Bridge YAML for Llama 3.1 8B with FP8 on Blackwell, checked by ha
   has("  tensor_model_parallel_size: 2\n  pipeline_model_parallel_size: 2\n");
   has("  sequence_parallel: true\n");
   has("  tp_comm_overlap: true\n  recompute_granularity: selective\n  recompute_modules: [core_attn]\n"
-      "  cross_entropy_loss_fusion: true\n");
+      "  cross_entropy_loss_fusion: true\n  gradient_accumulation_fusion: false\n");
   has("train:\n  micro_batch_size: 2\n  global_batch_size: 128\n  train_iters: 100 ");
   // 16 GPUs / (tp 2 x pp 2) = dp 4: Megatron-LM's default bucket, max(40M, 4M) parameters.
   has("ddp:\n  use_distributed_optimizer: true ");

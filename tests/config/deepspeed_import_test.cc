@@ -120,6 +120,11 @@ TEST_CASE("Megatron-DeepSpeed with the pipeline: BF16_Optimizer, gradients reduc
   CHECK(contains(s.no_effect, "./ds_config.json: steps_per_print"));
   CHECK(contains(s.no_effect, "--deepspeed-activation-checkpointing"));
   CHECK(s.unknown.empty());
+  // Megatron's switch means nothing trainsim models under DeepSpeed's engine: listed, not read.
+  const auto unfused = import(script("0", "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4",
+                                     "--no-gradient-accumulation-fusion"));
+  CHECK_FALSE(unfused.scenario["training"].contains("gradient_accumulation_fusion"));
+  CHECK(contains(unfused.not_modelled, "--no-gradient-accumulation-fusion"));
 }
 
 TEST_CASE("Megatron-DeepSpeed's pipeline messages: partitioned over the TP ranks unless the config says not") {
@@ -260,6 +265,9 @@ TEST_CASE("training.framework megatron-deepspeed: DeepSpeed's engine's rules, on
         "bloom.json: training.precision: megatron-deepspeed: runs bf16 or fp16 (its Transformer Engine FP8 path "
         "refuses the pipeline model)");
   CHECK(with("training", "cross_entropy", "fused").find("has no fused cross-entropy") != std::string::npos);
+  CHECK(with("training", "gradient_accumulation_fusion", false) ==
+        "bloom.json: training.gradient_accumulation_fusion: megatron-deepspeed: DeepSpeed's engine accumulates the "
+        "gradients (Megatron's DDP hook and its main_grad are not there)");
   auto zero0 = doc;
   zero0["parallel"]["zero"] = 0;
   zero0["parallel"].erase("zero1_grad_reduce");

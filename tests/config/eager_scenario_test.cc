@@ -73,6 +73,9 @@ TEST_CASE("framework values and host keys are checked on their paths", "[config]
   CHECK(error(eager({{"grad_reduce_in_fp32", true}})) ==
         "eager.json: training.grad_reduce_in_fp32: applies to \"framework\": \"megatron\" only (pytorch-eager "
         "keeps bf16 gradients)");
+  CHECK(error(eager({{"gradient_accumulation_fusion", false}})) ==
+        "eager.json: training.gradient_accumulation_fusion: applies to \"framework\": \"megatron\" only "
+        "(pytorch-eager has no main_grad buffer)");
 }
 
 TEST_CASE("pytorch-eager refuses what its model does not cover", "[config]") {
@@ -159,6 +162,9 @@ TEST_CASE("torchtitan refuses what its model does not cover, on the key's path",
   CHECK(error(titan({{"cross_entropy", "fused"}})) ==
         "eager.json: training.cross_entropy: applies to \"framework\": \"megatron\" only (torchtitan runs torch's "
         "cross_entropy)");
+  CHECK(error(titan({{"gradient_accumulation_fusion", true}})) ==
+        "eager.json: training.gradient_accumulation_fusion: applies to \"framework\": \"megatron\" only "
+        "(torchtitan has no main_grad buffer)");
   CHECK(error(eager({{"torch_compile", true}})) ==
         "eager.json: training.torch_compile: applies to \"framework\": \"torchtitan\" only");
   json gemma = titan();

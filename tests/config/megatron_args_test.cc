@@ -94,6 +94,19 @@ TEST_CASE("Megatron's GPT-3 example becomes its scenario, with Megatron's defaul
   CHECK(import(kGpt3, "dgx-a100").scenario.dump() == s.dump());
 }
 
+TEST_CASE("--no-gradient-accumulation-fusion reads as training.gradient_accumulation_fusion false") {
+  const std::string base = kGpt3;
+  const ImportedScenario fused = import(base, "dgx-a100");
+  CHECK_FALSE(fused.scenario["training"].contains("gradient_accumulation_fusion"));
+  std::string script = base;
+  script.replace(script.find("--manual-gc"), 0, "--no-gradient-accumulation-fusion ");
+  const ImportedScenario m = import(script, "dgx-a100");
+  CHECK(m.scenario["training"]["gradient_accumulation_fusion"] == false);
+  CHECK_FALSE(contains(m.not_modelled, "--no-gradient-accumulation-fusion"));
+  CHECK(m.origin.at("training.gradient_accumulation_fusion") == "line 9: --no-gradient-accumulation-fusion");
+  CHECK_FALSE(parse(m).training.gradient_accumulation_fusion);
+}
+
 TEST_CASE("a Llama 3.1 70B command reads as the shipped model and scenario") {
   // configs/llama3.1-70b-h100-1024.json written as Megatron arguments.
   const ImportedScenario m = import(R"(

@@ -98,7 +98,7 @@ TEST_CASE("the script's flags for Llama 3.1 8B, checked by hand") {
                  "zero": 1, "overlap_grad_reduce": true, "overlap_param_gather": true, "dp_bucket_mb": 160},
     "training": {"micro_batch": 2, "global_batch": 64, "seq_len": 8192, "precision": "fp8",
                  "recompute": "selective", "recompute_modules": ["core_attn", "mlp"], "cross_entropy": "fused",
-                 "grad_reduce_in_fp32": false}})");
+                 "grad_reduce_in_fp32": false, "gradient_accumulation_fusion": false}})");
   const std::string script = export_megatron(doc, parse(doc, "s.json")).script;
   const auto has = [&](const std::string& line) {
     INFO(line);
@@ -124,6 +124,7 @@ TEST_CASE("the script's flags for Llama 3.1 8B, checked by hand") {
   has("--fp8-recipe delayed\n");
   has("--recompute-modules core_attn mlp\n");
   has("--cross-entropy-loss-fusion\n");
+  has("--no-gradient-accumulation-fusion\n");
   CHECK(script.find("pretrain_gpt.py") != std::string::npos);
   CHECK(script.find("--moe") == std::string::npos);
 }

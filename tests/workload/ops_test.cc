@@ -1261,3 +1261,48 @@ TEST_CASE("the embedding's dense weight gradient is zeroed, filled and added to 
     for (const Op& op : ops) CHECK(op.workspace_bytes == static_cast<std::int64_t>(table * 2));
   }
 }
+
+// Megatron's --no-gradient-accumulation-fusion: every weight-gradient GEMM writes a bf16 gradient
+// that the DDP hook then adds to main_grad (read 2 + g bytes, write g per element of the weight).
+TEST_CASE("without gradient accumulation fusion each weight gradient is added to main_grad") {
+  const ModelSpec m = llama70b();
+  LayerConfig c = llama70b_tp8_8k();
+  const auto fused = layer_backward(m, c);
+  c.gradient_accumulation_fusion = false;
+  // Per TP-8 rank: QKV 8192 x (8192 + 2·1024) / 8, the output projection 8192 x 8192 / 8, fc1
+  // 8192 x 2·28672 / 8, fc2 28672 x 8192 / 8: 1024 x 104,448 weights.
+  const double weights = 1024.0 * (10240 + 8192 + 57344 + 28672);
+  for (const std::int64_t g : {4, 2}) {
+    c.grad_bytes = g;
+    const auto ops = layer_backward(m, c);
+    REQUIRE(ops.size() == fused.size() + 4);
+    double bytes = 0;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].name.find("_main_grad_add") == std::string::npos) continue;
+      // Right after its GEMM, in the weight-gradient pass, its 16-bit gradient alive meanwhile.
+      REQUIRE(i > 0);
+      const Op& gemm = ops[i - 1];
+      CHECK(ops[i].name == gemm.name + "_main_grad_add");
+      CHECK(gemm.weight_grad);
+      CHECK(ops[i].weight_grad);
+      CHECK(ops[i].kind == OpKind::memory);
+      CHECK(ops[i].kernels == 1);
+      CHECK(ops[i].workspace_bytes == gemm.gemm.m * gemm.gemm.n * 2);
+      bytes += ops[i].bytes;
+    }
+    CHECK(bytes == weights * (2 + 2 * static_cast<double>(g)));
+  }
+  // The output layer: 128,256 / 8 = 16,032 rows of 8,192.
+  c.grad_bytes = 4;
+  CHECK(op_named(head_backward(m, c), "output_layer_wgrad_main_grad_add").bytes == 16032.0 * 8192 * 10);
+  // A grouped GEMM's experts are weights of their own: ep 4 leaves 8 of the 32 experts, etp 2 half
+  // of fc1's 2 x 512 outputs: 8 adds of 1024 x 512.
+  LayerConfig e = tp2_ep4_etp2();
+  e.gradient_accumulation_fusion = false;
+  const auto moe = layer_backward(moe_model(), e);
+  const Op& experts = op_named(moe, "experts_fc1_wgrad_main_grad_add");
+  CHECK(experts.kernels == 8);
+  CHECK(experts.bytes == 8.0 * 1024 * 512 * 10);
+  // Fused (the default) adds nothing.
+  for (const Op& op : fused) CHECK(op.name.find("_main_grad_add") == std::string::npos);
+}
