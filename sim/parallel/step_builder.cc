@@ -2099,6 +2099,22 @@ void set_host_costs(std::vector<Op>& ops, const HostCosts& c, bool backward, std
   }
 }
 
+// How each micro-batch's weight gradients are accumulated (workload::GradAccumulation). Megatron:
+// fused into the weight-gradient GEMMs unless training.gradient_accumulation_fusion is false.
+// Megatron-DeepSpeed runs no fusion (its linears leave .grad to DeepSpeed's engine): with bf16 and
+// the whole gradients all-reduced (zero 1, zero1_grad_reduce all_reduce) its BF16_Optimizer adds them
+// into fp32 after every micro-batch; below ZeRO-2 otherwise autograd accumulates them in .grad. ZeRO-2
+// and 3's gradient hooks (bucket copies) are not modelled.
+workload::GradAccumulation grad_accumulation(const config::Scenario& sc) {
+  using workload::GradAccumulation;
+  const config::ParallelSpec& p = sc.parallel;
+  if (!sc.training.deepspeed)
+    return sc.training.gradient_accumulation_fusion ? GradAccumulation::fused : GradAccumulation::main_grad_add;
+  if (p.zero >= 2) return GradAccumulation::fused;
+  if (p.zero1_grad_all_reduce && sc.training.precision == config::Precision::bf16) return GradAccumulation::fp32_buffer;
+  return GradAccumulation::autograd;
+}
+
 bool host_stream(const config::Scenario& sc) {
   if (sc.training.framework != config::Framework::megatron) return true;
   return sc.training.host_overhead && !sc.training.cuda_graph_full_iteration;
@@ -2148,7 +2164,7 @@ StepWorkload step_workload(const config::Scenario& sc, const hardware::ComputeMo
   lc.attention = sc.training.attention;
   lc.fused_cross_entropy = sc.training.fused_cross_entropy;
   lc.grad_bytes = sc.training.grad_reduce_in_fp32 ? 4 : 2;
-  lc.gradient_accumulation_fusion = sc.training.gradient_accumulation_fusion;
+  lc.grad_accumulation = grad_accumulation(sc);
   if (sc.training.recompute == config::Recompute::selective) lc.recompute_modules = sc.training.recompute_modules;
   ops.fwd[kMainKind] = workload::layer_forward(sc.model, lc);
   ops.bwd[kMainKind] = workload::layer_backward(sc.model, lc);

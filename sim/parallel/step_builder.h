@@ -129,6 +129,10 @@ void set_host_costs(std::vector<workload::Op>& ops, const HostCosts& costs, bool
 // and Megatron with host_overhead unless a CUDA graph captures the whole iteration.
 bool host_stream(const config::Scenario& scenario);
 
+// How the scenario's framework accumulates each micro-batch's weight gradients (the
+// workload::GradAccumulation its layers' backward ops are built with).
+workload::GradAccumulation grad_accumulation(const config::Scenario& scenario);
+
 StepPlan build_step(const config::Scenario& scenario, const hardware::ComputeModel& compute,
                     const BuildOptions& options = {});
 

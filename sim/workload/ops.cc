@@ -1305,29 +1305,48 @@ std::vector<Op> layer_backward_ops(const ModelSpec& model, const LayerConfig& c,
   return ops;
 }
 
-// Without gradient accumulation fusion (LayerConfig::gradient_accumulation_fusion false), each
-// linear's weight-gradient GEMM writes its gradient in the activations' type and Megatron's DDP hook
-// (_make_backward_post_hook: param.main_grad.add_(param.grad)) adds it to main_grad after it: read
-// d + g and write g bytes per element, one kernel per weight (a grouped GEMM's experts are weights
-// of their own), the 16-bit gradient alive until the add. The add runs where its GEMM runs (the W
-// pass of zero-bubble schedules, a CUDA graph's scope).
-void add_main_grad_accumulation(std::vector<Op>& ops, const LayerConfig& c) {
-  if (c.gradient_accumulation_fusion) return;
+// The accumulation (GradAccumulation, ops.h) of `weights` weights of `elements` elements in all: its
+// name, bytes, kernels and what it holds while it runs (the 16-bit gradient, and BF16_Optimizer's
+// fp32 copy of it).
+Op accumulation(const std::string& weight, double elements, const LayerConfig& c, std::int32_t weights = 1) {
   const double d = static_cast<double>(c.dtype_bytes), g = static_cast<double>(c.grad_bytes);
+  Op op;
+  switch (c.grad_accumulation) {
+    case GradAccumulation::fused:
+    case GradAccumulation::main_grad_add:
+      op = memory(weight + "_main_grad_add", elements * (d + 2 * g), 0, weights);
+      op.workspace_bytes = to_bytes(elements * d);
+      break;
+    case GradAccumulation::autograd:
+      op = memory(weight + "_grad_accumulate", elements * 3 * d, 0, weights);
+      op.workspace_bytes = to_bytes(elements * d);
+      break;
+    case GradAccumulation::fp32_buffer:
+      op = memory(weight + "_fp32_grad_accumulate", elements * (d + 4 + 3 * 4), 0, 2 * weights);
+      op.workspace_bytes = to_bytes(elements * (d + 4));
+      break;
+  }
+  op.weight_grad = true;
+  return op;
+}
+
+// Unless gradient accumulation is fused into the GEMMs, each linear's weight-gradient GEMM is
+// followed by its accumulation (one per weight: a grouped GEMM's experts are weights of their own),
+// which runs where its GEMM runs (the W pass of zero-bubble schedules, a CUDA graph's scope).
+void accumulate_weight_grads(std::vector<Op>& ops, const LayerConfig& c) {
+  if (c.grad_accumulation == GradAccumulation::fused) return;
   std::vector<Op> out;
   out.reserve(2 * ops.size());
   for (Op& op : ops) {
     const bool linear = op.kind == OpKind::gemm && op.weight_grad;
     const GemmShape shape = op.gemm;
-    const std::string name = op.name + "_main_grad_add";
+    const std::string name = op.name;
     const std::uint8_t scope = op.graph;
     out.push_back(std::move(op));
     if (!linear) continue;
     const double elements =
         static_cast<double>(shape.batch) * static_cast<double>(shape.m) * static_cast<double>(shape.n);
-    Op accumulate = memory(name, elements * (d + 2 * g), 0, static_cast<std::int32_t>(shape.batch));
-    accumulate.weight_grad = true;
-    accumulate.workspace_bytes = to_bytes(elements * d);
+    Op accumulate = accumulation(name, elements, c, static_cast<std::int32_t>(shape.batch));
     accumulate.graph = scope;
     out.push_back(std::move(accumulate));
   }
@@ -1338,7 +1357,7 @@ void add_main_grad_accumulation(std::vector<Op>& ops, const LayerConfig& c) {
 
 std::vector<Op> layer_backward(const ModelSpec& model, const LayerConfig& c, LayerBlock block) {
   std::vector<Op> ops = layer_backward_ops(model, c, block);
-  add_main_grad_accumulation(ops, c);
+  accumulate_weight_grads(ops, c);
   return ops;
 }
 
@@ -1389,15 +1408,14 @@ std::vector<Op> embedding_backward(const ModelSpec& m, const LayerConfig& c) {
   if (c.tp > 1 && x.sp) ops.push_back(comm("embedding_grad_all_gather", Comm::all_gather, full));
   // VocabParallelEmbedding's F.embedding: its backward (ATen's embedding_dense_backward) builds a
   // dense bf16 gradient of the rank's whole table, zeroed, then the token rows summed into it
-  // (read grad, read and write the touched rows), and Megatron's DDP hook adds it to main_grad
-  // (read both, write main_grad; the embedding has no fused gradient accumulation). The dense table
-  // lives until the add.
+  // (read grad, read and write the touched rows), which is then accumulated: Megatron's DDP hook
+  // adds it to main_grad (the embedding has no fused gradient accumulation), DeepSpeed as its other
+  // gradients (LayerConfig::grad_accumulation). The dense table lives until the accumulation.
   const double table = static_cast<double>(embedding_params_per_rank(m, c.tp));
-  const double g = static_cast<double>(c.grad_bytes);
   for (Op op : {memory("embedding_grad_zero", table * x.d), memory("embedding_grad", 3 * full),
-                memory("embedding_grad_main_grad_add", table * (x.d + 2 * g))}) {
+                accumulation("embedding_grad", table, c)}) {
     op.weight_grad = true;
-    op.workspace_bytes = to_bytes(table * x.d);
+    op.workspace_bytes = std::max(op.workspace_bytes, to_bytes(table * x.d));
     ops.push_back(op);
   }
   ops[ops.size() - 2].grad_output_bytes = to_bytes(full);  // the scatter reads the output gradient
@@ -1474,7 +1492,7 @@ std::vector<Op> head_backward(const ModelSpec& m, const LayerConfig& c) {
   out_wgrad.grad_output_bytes = to_bytes(logits * x.d);
   if (!c.frozen_weights) ops.push_back(out_wgrad);
   ops.push_back(memory(x.rms ? "final_rmsnorm_backward" : "final_layernorm_backward", 3 * region_act));
-  add_main_grad_accumulation(ops, c);
+  accumulate_weight_grads(ops, c);
   return ops;
 }
 
@@ -1513,7 +1531,7 @@ std::vector<Op> mtp_backward(const ModelSpec& m, const LayerConfig& c) {
                        x.sp ? Comm::reduce_scatter : Comm::all_reduce, 2 * full));
   ops.push_back(memory("mtp_enorm_hnorm_backward", 6 * region_act, 0, 2));
   if (c.fp8) mark_fp8(ops, c);
-  add_main_grad_accumulation(ops, c);
+  accumulate_weight_grads(ops, c);
   for (Op op : embedding_backward(m, c)) {
     op.name = "mtp_" + op.name;
     ops.push_back(op);

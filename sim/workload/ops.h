@@ -78,6 +78,24 @@ enum OffloadModule : std::uint8_t {
   kOffloadMoeAct = 64,     // the experts' activation input (fc1's output)
 };
 
+// How a micro-batch's weight gradient is accumulated, per element of the weight (d: the 16-bit
+// type's 2 bytes, g: LayerConfig::grad_bytes):
+//   fused          Megatron's gradient accumulation fusion (on unless --no-gradient-accumulation-fusion;
+//                  Transformer Engine's fuse_wgrad_accumulation): the weight-gradient GEMM accumulates
+//                  into main_grad itself. Nothing more, but for the embedding's dense gradient, which
+//                  the DDP hook adds as under main_grad_add.
+//   main_grad_add  Megatron without the fusion: the GEMM writes a 16-bit gradient that the DDP hook
+//                  (param.main_grad.add_(param.grad)) adds to main_grad: read d + g, write g; 1 kernel.
+//   autograd       DeepSpeed's engine with its FP16 optimizer or ZeRO stage 0-1 (no BF16_Optimizer):
+//                  autograd's AccumulateGrad adds the new 16-bit gradient into the parameter's .grad in
+//                  place: read 2d, write d; 1 kernel (the first micro-batch of a step only hands it over:
+//                  counted alike).
+//   fp32_buffer    DeepSpeed's BF16_Optimizer: after each micro-batch's backward update_hp_grads casts
+//                  every bf16 gradient to fp32 (read d, write 4) and adds it to the fp32 gradient (read
+//                  4 + 4, write 4): 2 kernels, both copies alive meanwhile; the bf16 .grad is set to
+//                  None before the next backward.
+enum class GradAccumulation : std::uint8_t { fused, main_grad_add, autograd, fp32_buffer };
+
 struct GemmShape {
   std::int64_t m = 0, n = 0, k = 0;
   std::int64_t batch = 1;
@@ -235,11 +253,10 @@ struct LayerConfig {
   // Bytes per element of Megatron's gradient buffer (main_grad): 4, or 2 where gradients are reduced
   // in bf16 (training.grad_reduce_in_fp32 false). The embedding's dense gradient is added into it.
   std::int64_t grad_bytes = 4;
-  // Megatron's gradient accumulation fusion (--gradient-accumulation-fusion, on by default): each
-  // linear's weight-gradient GEMM accumulates into main_grad (Transformer Engine's
-  // fuse_wgrad_accumulation, apex's wgrad_gemm_accum_fp32). Off, the GEMM writes a 16-bit gradient
-  // that Megatron's DDP hook then adds to main_grad (layer_backward, head_backward, mtp_backward).
-  bool gradient_accumulation_fusion = true;
+  // How each micro-batch's weight gradients reach the gradient the optimizer reads (GradAccumulation):
+  // the ops layer_backward, head_backward, mtp_backward and embedding_backward add after each
+  // weight-gradient GEMM and the embedding's dense gradient.
+  GradAccumulation grad_accumulation = GradAccumulation::fused;
   // Selective recompute's modules (RecomputeModule bits): adds the kept input of each checkpointed
   // module (mlp, moe) to the forward's ops. The ops' rerun / discards bits are set regardless.
   std::uint8_t recompute_modules = kRecomputeCoreAttn;

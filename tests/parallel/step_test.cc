@@ -290,6 +290,30 @@ TEST_CASE("data parallelism: gradients are all-reduced, or reduce-scattered and 
   CHECK_THROWS_WITH(scenario(j), Catch::Contains("parallel.zero1_grad_reduce: applies to zero 1 only"));
 }
 
+TEST_CASE("weight gradients are accumulated as the framework does it") {
+  using workload::GradAccumulation;
+  auto j = base(16, 2, 2, 16);
+  CHECK(parallel::grad_accumulation(scenario(j)) == GradAccumulation::fused);  // Megatron's default
+  j["training"]["gradient_accumulation_fusion"] = false;
+  CHECK(parallel::grad_accumulation(scenario(j)) == GradAccumulation::main_grad_add);
+  // Megatron-DeepSpeed: BF16_Optimizer under bf16 with the whole gradients all-reduced, autograd's
+  // .grad otherwise (fp16, or ZeRO-1 reduce-scattering).
+  auto d = base(16, 2, 2, 16);
+  d["training"]["framework"] = "megatron-deepspeed";
+  d["parallel"]["zero"] = 1;
+  d["parallel"]["overlap_grad_reduce"] = false;
+  CHECK(parallel::grad_accumulation(scenario(d)) == GradAccumulation::autograd);
+  d["parallel"]["zero1_grad_reduce"] = "all_reduce";
+  CHECK(parallel::grad_accumulation(scenario(d)) == GradAccumulation::fp32_buffer);
+  d["training"]["precision"] = "fp16";
+  CHECK(parallel::grad_accumulation(scenario(d)) == GradAccumulation::autograd);
+  // The accumulation is work of the backward: the step takes longer than with fused accumulation.
+  auto fused = base(16, 2, 2, 16);
+  auto unfused = fused;
+  unfused["training"]["gradient_accumulation_fusion"] = false;
+  CHECK(parallel::simulate_step(scenario(unfused)).step_time_s > parallel::simulate_step(scenario(fused)).step_time_s);
+}
+
 TEST_CASE("a symmetric run (one rank per class) gives exactly the full run's step time and memory") {
   // Ranks that differ only in their TP, CP or DP coordinate run the same program at the same times,
   // so simulating one of each class must reproduce the full run to the picosecond.

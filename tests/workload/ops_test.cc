@@ -1268,7 +1268,7 @@ TEST_CASE("without gradient accumulation fusion each weight gradient is added to
   const ModelSpec m = llama70b();
   LayerConfig c = llama70b_tp8_8k();
   const auto fused = layer_backward(m, c);
-  c.gradient_accumulation_fusion = false;
+  c.grad_accumulation = GradAccumulation::main_grad_add;
   // Per TP-8 rank: QKV 8192 x (8192 + 2·1024) / 8, the output projection 8192 x 8192 / 8, fc1
   // 8192 x 2·28672 / 8, fc2 28672 x 8192 / 8: 1024 x 104,448 weights.
   const double weights = 1024.0 * (10240 + 8192 + 57344 + 28672);
@@ -1298,11 +1298,47 @@ TEST_CASE("without gradient accumulation fusion each weight gradient is added to
   // A grouped GEMM's experts are weights of their own: ep 4 leaves 8 of the 32 experts, etp 2 half
   // of fc1's 2 x 512 outputs: 8 adds of 1024 x 512.
   LayerConfig e = tp2_ep4_etp2();
-  e.gradient_accumulation_fusion = false;
+  e.grad_accumulation = GradAccumulation::main_grad_add;
   const auto moe = layer_backward(moe_model(), e);
   const Op& experts = op_named(moe, "experts_fc1_wgrad_main_grad_add");
   CHECK(experts.kernels == 8);
   CHECK(experts.bytes == 8.0 * 1024 * 512 * 10);
   // Fused (the default) adds nothing.
   for (const Op& op : fused) CHECK(op.name.find("_main_grad_add") == std::string::npos);
+}
+
+// DeepSpeed's engine accumulates the weight gradients itself (Megatron-DeepSpeed's linears run plain
+// F.linear): autograd adds each micro-batch's 16-bit gradient into .grad in place (read 2 + 2, write 2
+// bytes per element), or BF16_Optimizer's update_hp_grads casts it to fp32 (read 2, write 4) and adds
+// that to the fp32 gradient (read 4 + 4, write 4) in two kernels.
+TEST_CASE("DeepSpeed's gradient accumulation: autograd's in-place add, BF16_Optimizer's fp32 add") {
+  const ModelSpec m = llama70b();
+  LayerConfig c = llama70b_tp8_8k();
+  const double fc2 = 28672.0 / 8 * 8192;  // fc2's weight on a TP-8 rank
+  const double table = 16032.0 * 8192;    // the embedding's rows on it
+  c.grad_accumulation = GradAccumulation::autograd;
+  const auto autograd = layer_backward(m, c);
+  CHECK(op_named(autograd, "fc2_wgrad_grad_accumulate").bytes == fc2 * 6);
+  CHECK(op_named(autograd, "fc2_wgrad_grad_accumulate").kernels == 1);
+  CHECK(op_named(autograd, "fc2_wgrad_grad_accumulate").workspace_bytes == static_cast<std::int64_t>(fc2 * 2));
+  CHECK(op_named(embedding_backward(m, c), "embedding_grad_grad_accumulate").bytes == table * 6);
+  c.grad_accumulation = GradAccumulation::fp32_buffer;
+  const auto fp32 = layer_backward(m, c);
+  const Op& add = op_named(fp32, "fc2_wgrad_fp32_grad_accumulate");
+  CHECK(add.bytes == fc2 * (2 + 4 + 12));
+  CHECK(add.kernels == 2);
+  CHECK(add.weight_grad);
+  CHECK(add.workspace_bytes == static_cast<std::int64_t>(fc2 * 6));  // the bf16 gradient and its fp32 copy
+  const auto emb = embedding_backward(m, c);
+  CHECK(op_named(emb, "embedding_grad_fp32_grad_accumulate").bytes == table * 18);
+  CHECK(op_named(emb, "embedding_grad_fp32_grad_accumulate").workspace_bytes == static_cast<std::int64_t>(table * 6));
+  // As many accumulations as weight-gradient GEMMs, whatever the mode.
+  const auto count = [](const std::vector<Op>& ops, const std::string& suffix) {
+    return std::count_if(ops.begin(), ops.end(), [&](const Op& op) {
+      return op.name.size() > suffix.size() &&
+             op.name.compare(op.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    });
+  };
+  CHECK(count(autograd, "_wgrad_grad_accumulate") == 4);
+  CHECK(count(fp32, "_wgrad_fp32_grad_accumulate") == 4);
 }
