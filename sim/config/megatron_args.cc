@@ -944,9 +944,14 @@ class Importer {
     if (f_.on("cross-entropy-loss-fusion")) put(t, "training", "cross_entropy", "fused", "cross-entropy-loss-fusion");
     f_.on("cross-entropy-fusion-impl");
     if (f_.on("grad-reduce-in-bf16")) put(t, "training", "grad_reduce_in_fp32", false, "grad-reduce-in-bf16");
-    // Megatron-DeepSpeed's gradients are DeepSpeed's engine's: the switch stays among the unmodelled.
-    if (!ds_ && f_.on("no-gradient-accumulation-fusion"))
-      put(t, "training", "gradient_accumulation_fusion", false, "no-gradient-accumulation-fusion");
+    if (f_.on("no-gradient-accumulation-fusion")) {
+      if (ds_)
+        note(
+            "--no-gradient-accumulation-fusion: under DeepSpeed's engine the gradients are accumulated by DeepSpeed "
+            "(BF16_Optimizer's fp32 add, or autograd's .grad), as trainsim models them with or without it");
+      else
+        put(t, "training", "gradient_accumulation_fusion", false, "no-gradient-accumulation-fusion");
+    }
     // FP16 keeps its gradients in fp16 unless asked (bf16 and FP8 reduce in fp32 unless asked not to).
     if (f_.on("accumulate-allreduce-grads-in-fp32") && training_["precision"] == "fp16")
       put(t, "training", "grad_reduce_in_fp32", true, "accumulate-allreduce-grads-in-fp32");
