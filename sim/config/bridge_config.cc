@@ -60,6 +60,8 @@ constexpr auto kKeys = std::to_array<Key>({
     {"model.moe_router_num_groups", "moe-router-num-groups", Kind::value, "model.num_moe_experts"},
     {"model.moe_router_group_topk", "moe-router-group-topk", Kind::value, "model.num_moe_experts"},
     {"model.moe_grouped_gemm", "moe-grouped-gemm", Kind::on, "model.num_moe_experts"},
+    {"model.moe_router_fusion", "moe-router-fusion", Kind::on, "model.num_moe_experts"},
+    {"model.moe_permute_fusion", "moe-permute-fusion", Kind::on, "model.num_moe_experts"},
     {"model.multi_latent_attention", "multi-latent-attention", Kind::on},
     {"model.q_lora_rank", "q-lora-rank", Kind::value, "model.multi_latent_attention"},
     {"model.kv_lora_rank", "kv-lora-rank", Kind::value, "model.multi_latent_attention"},

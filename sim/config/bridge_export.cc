@@ -250,6 +250,8 @@ class Exporter {
         put(g, "moe_layer_freq", list(layers), "the layers with experts (1) and dense (0)");
     }
     put_switch(g, "moe_grouped_gemm", "--moe-grouped-gemm");
+    put_switch(g, "moe_router_fusion", "--moe-router-fusion");
+    put_switch(g, "moe_permute_fusion", "--moe-permute-fusion");
     put_switch(g, "moe_router_force_load_balancing", "--moe-router-force-load-balancing",
                "balanced routing, as trainsim simulates it and NVIDIA's benchmarks run; false to train");
   }

@@ -952,6 +952,15 @@ class Importer {
       else
         put(t, "training", "gradient_accumulation_fusion", false, "no-gradient-accumulation-fusion");
     }
+    // Megatron-Core's router and permutation fusions are off unless asked (arguments.py).
+    for (const auto& [flag, key, what] :
+         {std::tuple{"moe-router-fusion", "moe_router_fusion", "router"},
+          std::tuple{"moe-permute-fusion", "moe_permute_fusion", "token permutation"}}) {
+      if (f_.on(flag) || f_.get("num-experts") == nullptr || ds_) continue;
+      put(t, "training", key, false, flag);
+      note(fmt::format("{} false: without --{} Megatron-Core runs the {} as eager PyTorch ops (its default)", key, flag,
+                       what));
+    }
     // FP16 keeps its gradients in fp16 unless asked (bf16 and FP8 reduce in fp32 unless asked not to).
     if (f_.on("accumulate-allreduce-grads-in-fp32") && training_["precision"] == "fp16")
       put(t, "training", "grad_reduce_in_fp32", true, "accumulate-allreduce-grads-in-fp32");

@@ -582,6 +582,8 @@ TrainingSpec parse_training(const util::JsonNode& node) {
                        "host_backward_us",
                        "grad_reduce_in_fp32",
                        "gradient_accumulation_fusion",
+                       "moe_router_fusion",
+                       "moe_permute_fusion",
                        "cross_entropy",
                        "recompute_modules",
                        "cpu_offload_layers",
@@ -760,6 +762,13 @@ TrainingSpec parse_training(const util::JsonNode& node) {
       v->fail(fmt::format("applies to \"framework\": \"megatron\" only ({} has no main_grad buffer)",
                           framework_name(t.framework)));
     t.gradient_accumulation_fusion = v->as_bool();
+  }
+  for (const char* key : {"moe_router_fusion", "moe_permute_fusion"}) {
+    if (auto v = node.find(key)) {
+      if (t.framework != Framework::megatron)
+        v->fail("applies to \"framework\": \"megatron\" only (Megatron-Core's MoE layers)");
+      (std::string_view(key) == "moe_router_fusion" ? t.moe_router_fusion : t.moe_permute_fusion) = v->as_bool();
+    }
   }
   return t;
 }
@@ -1360,6 +1369,14 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
                              "drops no tokens)");
     if (p.moe_dispatcher == MoeDispatcher::allgather)
       throw util::InputError(file, path, "works with the alltoall token dispatcher only (Megatron-Core)");
+  }
+  if (!m.moe()) {
+    if (!s.training.moe_router_fusion)
+      throw util::InputError(file, util::join_path(training_path, "moe_router_fusion"),
+                             "needs a mixture-of-experts model");
+    if (!s.training.moe_permute_fusion)
+      throw util::InputError(file, util::join_path(training_path, "moe_permute_fusion"),
+                             "needs a mixture-of-experts model");
   }
   // Routing imbalance: the busiest rank of an expert-parallel group receives at most, for each token,
   // min(k, its local experts) copies, against a mean of k x local / experts.

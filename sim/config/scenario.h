@@ -240,6 +240,10 @@ struct TrainingSpec {
   // linear's weight-gradient GEMM accumulates into main_grad itself; off, the GEMM writes a 16-bit
   // gradient that the DDP hook adds to main_grad (workload::LayerConfig::gradient_accumulation_fusion).
   bool gradient_accumulation_fusion = true;
+  // Megatron-Core's --moe-router-fusion and --moe-permute-fusion (training.moe_router_fusion,
+  // training.moe_permute_fusion; workload::LayerConfig): true, Transformer Engine's fused kernels.
+  bool moe_router_fusion = true;
+  bool moe_permute_fusion = true;
   // training.cross_entropy "fused": one-pass loss kernels (workload::LayerConfig::fused_cross_entropy).
   bool fused_cross_entropy = false;
   // training.peft "lora": LoRA fine-tuning (workload::LayerConfig::frozen_weights, lora_rank,

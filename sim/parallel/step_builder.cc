@@ -2145,6 +2145,8 @@ StepWorkload step_workload(const config::Scenario& sc, const hardware::ComputeMo
   lc.moe_flex_dispatch = par.moe_flex_dispatch();
   lc.moe_allgather_dispatch = par.moe_dispatcher == config::MoeDispatcher::allgather;
   lc.moe_shared_expert_overlap = par.moe_shared_expert_overlap;
+  lc.moe_router_fusion = sc.training.moe_router_fusion;
+  lc.moe_permute_fusion = sc.training.moe_permute_fusion;
   lc.moe_capacity_factor = par.moe_capacity_factor;
   lc.moe_pad_to_capacity = par.moe_pad_to_capacity;
   lc.moe_rank_capacity_factor = par.moe_rank_capacity_factor;

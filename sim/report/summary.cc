@@ -142,6 +142,15 @@ std::string accuracy_line(const config::Scenario& sc) {
       words, 100 * a.mape, 100 * a.mean_error, a.runs);
 }
 
+// The experts line's note of Megatron-Core's MoE kernels run unfused (training.moe_router_fusion,
+// moe_permute_fusion false).
+std::string unfused_moe_part(const config::TrainingSpec& t) {
+  if (t.moe_router_fusion && t.moe_permute_fusion) return {};
+  return !t.moe_router_fusion && !t.moe_permute_fusion ? " · router and permutation unfused"
+         : !t.moe_router_fusion                        ? " · router unfused"
+                                                       : " · permutation unfused";
+}
+
 std::string optimizer_line(const config::Scenario& sc) {
   const config::OptimizerSpec& o = sc.training.optimizer;
   if (!o.non_default()) return {};
@@ -392,6 +401,8 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
   if (p.scatter_gather_tensors_in_pipeline) out["scenario"]["scatter_gather_tensors_in_pipeline"] = true;
   if (p.zero1_grad_all_reduce) out["scenario"]["zero1_grad_reduce"] = "all_reduce";
   if (!sc.training.gradient_accumulation_fusion) out["scenario"]["gradient_accumulation_fusion"] = false;
+  if (!sc.training.moe_router_fusion) out["scenario"]["moe_router_fusion"] = false;
+  if (!sc.training.moe_permute_fusion) out["scenario"]["moe_permute_fusion"] = false;
   if (sc.training.framework == config::Framework::torchtitan) {
     out["scenario"]["torch_compile"] = sc.training.torch_compile;
     out["scenario"]["torch_compile_loss"] = sc.training.torch_compile_loss;
@@ -555,14 +566,14 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
                   : fmt::format("{} of {} layers (moe_layer_freq; the others a dense MLP of {})",
                                 model.moe_layer_count(), model.layers, model.ffn_hidden);
     out += fmt::format(
-        "experts       {} of width {}, top {}{}{} · on {}\n", model.experts, model.moe_ffn_hidden,
+        "experts       {} of width {}, top {}{}{} · on {}{}\n", model.experts, model.moe_ffn_hidden,
         model.experts_per_token,
         model.shared_expert_ffn_hidden > 0 ? fmt::format(" · a shared expert of {}", model.shared_expert_ffn_hidden)
                                            : std::string(),
         model.router_groups > 1 && model.router_group_topk < model.router_groups
             ? fmt::format(" · within {} of {} expert groups", model.router_group_topk, model.router_groups)
             : std::string(),
-        where);
+        where, unfused_moe_part(sc.training));
   }
   if (const std::string opt = optimizer_line(sc); !opt.empty()) out += fmt::format("optimizer     {}\n", opt);
   const bool offloading = offloads(sc);
@@ -589,8 +600,9 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
          {std::pair{'M', "Mamba-2"}, std::pair{'*', "attention"}, std::pair{'-', "MLP"}, std::pair{'E', "MoE"}})
       if (const auto n = std::count(pat.begin(), pat.end(), c); n > 0) kinds.push_back(fmt::format("{} {}", n, what));
     out += fmt::format(
-        "hybrid        {} layers: {}{}\n", sc.model.layers, fmt::join(kinds, " · "),
-        sc.model.moe_latent > 0 ? fmt::format(" · experts in a {}-wide latent", sc.model.moe_latent) : std::string());
+        "hybrid        {} layers: {}{}{}\n", sc.model.layers, fmt::join(kinds, " · "),
+        sc.model.moe_latent > 0 ? fmt::format(" · experts in a {}-wide latent", sc.model.moe_latent) : std::string(),
+        unfused_moe_part(sc.training));
   }
   if (const std::vector<std::string> scopes = config::graph_scope_names(sc.training); !scopes.empty())
     out += fmt::format("CUDA graphs   {}\n", fmt::join(scopes, ", "));

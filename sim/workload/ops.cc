@@ -62,6 +62,8 @@ struct Dims {
   bool allgather = false;       // the allgather dispatcher
   double group_tokens = 0;      // allgather: the tokens of the ep x etp group, region·ep·etp
   bool shared_overlap = false;  // --moe-shared-expert-overlap (LayerConfig)
+  bool router_fusion = true;    // --moe-router-fusion (LayerConfig)
+  bool permute_fusion = true;   // --moe-permute-fusion (LayerConfig)
   // The width tokens enter and leave the routed experts at: the hidden state, or a latent MoE's
   // latent (then `latent` > 0).
   double he = 0, latent = 0;
@@ -237,6 +239,8 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
     x.allgather = c.moe_allgather_dispatch;
     x.group_tokens = x.region * x.ep * x.etp;
     x.shared_overlap = c.moe_shared_expert_overlap;
+    x.router_fusion = c.moe_router_fusion;
+    x.permute_fusion = c.moe_permute_fusion;
     if (m.moe_latent > 0) x.he = x.latent = static_cast<double>(m.moe_latent);
   }
   if (m.mla()) {
@@ -482,6 +486,64 @@ double paged_stash_bytes(const Dims& x, double gemm_in_d) {
          act(x.moe_rows, x.fe, gemm_in_d);
 }
 
+// Megatron-Core's router without --moe-router-fusion: topk_routing_with_score_function and the
+// aux-loss scores as eager PyTorch ops (moe_utils.py, softmax scoring). Per element of the [tokens x
+// experts] scores: the fp32 softmax (d read, 4 written), top-k (4 read), the dense probabilities and
+// routing map built by zeros + scatter (4 + 4, then 4 + 4 + 1 as int and bool), the aux loss's own
+// softmax (d + 4), its token counts (1) and probability sums (4): 2d + 34 bytes where the fused
+// kernels move d + 8. The router part runs 72 kernels without the fusion and 31 with it (Megatron-LM's
+// DeepSeek-V3 GB200 guide, section 2.1.4, Transformer Engine PR 1883): 41 more, each a PyTorch call of
+// its own. The backward [A]: as many more kernels and calls, autograd's inverses of the same passes
+// (the two softmaxes' backwards, 12 bytes each; the top-k scatter's zeros and gather, 4 + 4; the sum
+// of the two branches, 12; the cast to the logits' dtype, 4 + d): 44 + d bytes where the fused
+// backward moves 12 + d.
+constexpr std::int32_t kUnfusedRouterKernels = 72 - 31;
+
+void unfused_router(Op& op, const Dims& x, bool backward) {
+  op.bytes += x.region * x.experts * (backward ? 32 : x.d + 26);
+  op.kernels += kUnfusedRouterKernels;
+  op.host_calls += kUnfusedRouterKernels;
+}
+
+// Megatron-Core's permute() without --moe-permute-fusion (moe_utils.py, the dropless path): the
+// routing map cast to bool and transposed (1 + 1 bytes per element of the [tokens x experts] map),
+// torch.arange's token indices (8 per token) expanded over the experts and masked_select-ed by the
+// map (8 + 1 read; a prefix sum, the count copied to the CPU, a gather: 3 kernels), the probabilities
+// transposed (4 + 4) and selected the same way (4 + 1, 3 kernels), then index_select of the rows, the
+// copy the fused kernel makes too; each copy's int64 index and fp32 probability written (12): 10
+// kernels from 7 PyTorch calls where Transformer Engine's fused_permute_with_probs is one call. The
+// padded path (drop_and_pad: an argsort over the int8 map, index_select of the probabilities) is taken
+// alike [A]. The alltoall dispatcher's CPU already waits for the token counts at this op.
+void unfused_permute(Op& op, double tokens, double experts, double copies) {
+  op.bytes += tokens * experts * 24 + tokens * 8 + copies * 12;
+  op.kernels = 10;
+  op.host_calls = 7;
+}
+
+// Its backward (autograd): index_select's is an index_add of every copy's row into a zeroed [tokens x
+// h] buffer, which adds each copy's row into its token's row atomically (read and written per copy,
+// 2 rows more than the fused kernel's gather); the probabilities' masked_select is a masked_scatter
+// into zeros and a transpose back (4 + 4 + 8 bytes per map element): 6 kernels from 5 calls.
+void unfused_permute_backward(Op& op, double tokens, double experts, double copies, double row) {
+  op.bytes += 2 * copies * row + tokens * experts * 16;
+  op.kernels = 6;
+  op.host_calls = 5;
+}
+
+// unpermute() without the fusion: a zeroed [tokens x h] buffer and scatter_add of every copy's row
+// into its token's row (read and written per copy, atomically: 2 rows per copy more than the fused
+// kernel's reduction, and the int64 indices read), 2 kernels from 2 calls. Its backward, scatter_add's
+// gather, reads a token's row once per copy where the fused backward reads it once.
+void unfused_unpermute(Op& op, double tokens, double copies, double row, bool backward) {
+  if (backward) {
+    op.bytes += (copies - tokens) * row;
+    return;
+  }
+  op.bytes += 2 * copies * row + copies * 8;
+  op.kernels = 2;
+  op.host_calls = 2;
+}
+
 // Megatron-Core's allgather token dispatcher (MoEAllGatherTokenDispatcher), over the G = ep·etp
 // ranks of its tp_ep group, whose G·R tokens (region R each) every rank then holds:
 // dispatch: the routing map (a byte per token and expert), the routing probabilities (fp32, as the
@@ -503,6 +565,7 @@ void allgather_dispatch(std::vector<Op>& ops, const Dims& x) {
   ops.back().host_sync = !x.drop_and_pad && x.cap_rows == 0;
   const std::size_t permute = ops.size();
   ops.push_back(memory("moe_permute", 2 * act(x.moe_rows, x.he, x.d)));
+  if (!x.permute_fusion) unfused_permute(ops.back(), g, x.local_experts, x.moe_rows);
   graph(ops, permute, kGraphMoePreprocess);
 }
 
@@ -511,6 +574,7 @@ void allgather_combine(std::vector<Op>& ops, const Dims& x) {
   const bool gathered = x.ep * x.etp > 1;
   ops.push_back(memory("moe_unpermute",
                        act(g, x.he, x.d) + 2 * act(x.moe_rows, x.he, x.d) + (gathered ? act(g, x.he, x.d + 4) : 0)));
+  if (!x.permute_fusion) unfused_unpermute(ops.back(), g, x.moe_rows, x.he * x.d, false);
   if (!gathered) return;
   ops.push_back(comm("moe_combine_reduce_scatter", Comm::reduce_scatter, act(g, x.he, 4), CommGroup::ep_etp));
   ops.push_back(memory("moe_combine_cast", act(x.region, x.he, 4 + x.d)));
@@ -525,12 +589,14 @@ void allgather_combine_backward(std::vector<Op>& ops, const Dims& x) {
   }
   ops.push_back(
       memory("moe_unpermute_backward", (gathered ? act(g, x.he, 4 + x.d) : 0) + 2 * act(x.moe_rows, x.he, x.d)));
+  if (!x.permute_fusion) unfused_unpermute(ops.back(), g, x.moe_rows, x.he * x.d, true);
 }
 
 void allgather_dispatch_backward(std::vector<Op>& ops, const Dims& x) {
   const double g = x.group_tokens;
   const std::size_t preprocess = ops.size();
   ops.push_back(memory("moe_permute_backward", act(g, x.he, x.d) + 2 * act(x.moe_rows, x.he, x.d) + g * x.experts * 4));
+  if (!x.permute_fusion) unfused_permute_backward(ops.back(), g, x.local_experts, x.moe_rows, x.he * x.d);
   graph(ops, preprocess, kGraphMoePreprocess);
   if (x.ep * x.etp > 1)
     ops.push_back(comm("moe_dispatch_grad_reduce_scatter", Comm::reduce_scatter, act(g, x.he, x.d) + g * x.experts * 4,
@@ -582,6 +648,7 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   // with the permutation for the flex one (DeepEP's fused preprocess) (Megatron-LM's DeepSeek-V3
   // GB200 guide, sections 2.1.4 and 2.2.1). Their GPU time is the two kernels' above.
   ops.back().host_calls = x.flex ? 17 - 2 : 31 - 1;
+  if (!x.router_fusion) unfused_router(ops.back(), x, false);
   graph(ops, first, kGraphMoeRouter);
   // A latent MoE projects the tokens down to the latent (replicated over TP, on the rank's region) [A].
   // It reads the pre-MLP norm's output, which the router keeps unless FP8 keeps a cast copy.
@@ -596,6 +663,7 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   } else {
     const std::size_t preprocess = ops.size();
     ops.push_back(memory("moe_permute", act(x.region, x.he, d) + act(routed, x.he, d)));
+    if (!x.permute_fusion) unfused_permute(ops.back(), x.region, x.experts, routed);
     graph(ops, preprocess, kGraphMoePreprocess);
     // Dropless, the alltoall dispatcher copies the token counts to the CPU and waits for them before
     // the dispatch all-to-all (before the permutation without expert parallelism; token_dispatcher.py's
@@ -658,6 +726,7 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
     if (x.ep > 1)
       ops.push_back(comm("moe_combine_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.he, d), CommGroup::ep));
     ops.push_back(memory("moe_unpermute", act(routed, x.he, d) + act(x.region, x.he, d)));
+    if (!x.permute_fusion) unfused_unpermute(ops.back(), x.region, routed, x.he * d, false);
   }
   if (x.latent > 0)
     ops.push_back(gemm("moe_latent_up_proj", x.region, x.h, x.latent, d, act(x.region, x.latent, gemm_in_d)));
@@ -699,6 +768,7 @@ void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
     after_combine = ops.size();
   } else {
     ops.push_back(memory("moe_unpermute_backward", act(x.region, x.he, d) + act(routed, x.he, d)));
+    if (!x.permute_fusion) unfused_unpermute(ops.back(), x.region, routed, x.he * d, true);
     if (x.ep > 1)
       ops.push_back(comm("moe_combine_grad_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.he, d), CommGroup::ep));
     if (shared_overlap) {
@@ -738,6 +808,7 @@ void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
       ops.push_back(comm("moe_dispatch_grad_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.he, d), CommGroup::ep));
     const std::size_t preprocess = ops.size();
     ops.push_back(memory("moe_permute_backward", act(routed, x.he, d) + act(x.region, x.he, d)));
+    if (!x.permute_fusion) unfused_permute_backward(ops.back(), x.region, x.experts, routed, x.he * d);
     graph(ops, preprocess, kGraphMoePreprocess);
   }
   if (x.latent > 0) {
@@ -747,6 +818,7 @@ void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   const std::size_t router = ops.size();
   ops.push_back(memory("router_softmax_topk_backward", x.region * x.experts * (4 + 4 + 4 + d) + routed * 8, 0, 2));
   ops.back().host_calls = x.flex ? 17 - 2 : 31 - 1;  // as many as the forward's (above)
+  if (!x.router_fusion) unfused_router(ops.back(), x, true);
   ops.push_back(gemm("router_dgrad", x.region, x.h, x.experts, d));
   ops.push_back(wgrad("router_wgrad", x.h, x.experts, x.region, d, act(x.region, x.h, d)));
   graph(ops, router, kGraphMoeRouter);

@@ -207,6 +207,12 @@ struct LayerConfig {
   // Megatron-Core's --moe-shared-expert-overlap: the shared expert's forward runs beside the dispatch
   // all-to-all and its backward beside the combine's (Op::comm_side / comm_join).
   bool moe_shared_expert_overlap = false;
+  // Megatron-Core's --moe-router-fusion and --moe-permute-fusion (Transformer Engine's fused router
+  // and permutation kernels; both off by default in Megatron-LM, on in Megatron-Bridge's MoE recipes).
+  // Off, the router runs as eager PyTorch ops and the permutation as masked_select / index_select /
+  // scatter_add (moe_forward, moe_backward).
+  bool moe_router_fusion = true;
+  bool moe_permute_fusion = true;
   std::int64_t ep_nodes = 1;
   // Token dropping (config::ParallelSpec): the capacity factor (0: dropless) and padding to it.
   double moe_capacity_factor = 0;

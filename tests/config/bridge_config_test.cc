@@ -168,6 +168,19 @@ TEST_CASE("a Megatron-Bridge model.gradient_accumulation_fusion false reads as t
   }
 }
 
+// Megatron-Core's router and permute fusions are off unless set (TransformerConfig's defaults, which
+// a Bridge dump writes): the fixture has neither key, so both read as false; set, nothing is written.
+TEST_CASE("a Megatron-Bridge MoE configuration's moe_router_fusion and moe_permute_fusion") {
+  const ImportedScenario unset = import(kMoe);
+  CHECK(unset.scenario["training"]["moe_router_fusion"] == false);
+  CHECK(unset.scenario["training"]["moe_permute_fusion"] == false);
+  std::string yaml = kMoe;
+  yaml.replace(yaml.find("  moe_layer_freq: 1\n"), 0, "  moe_permute_fusion: true\n  moe_router_fusion: true\n");
+  const ImportedScenario set = import(yaml);
+  CHECK_FALSE(set.scenario["training"].contains("moe_router_fusion"));
+  CHECK_FALSE(set.scenario["training"].contains("moe_permute_fusion"));
+}
+
 TEST_CASE("Megatron-Bridge keys: layouts as lists, dtypes as torch objects, errors naming the key and line") {
   const std::string base = R"(model:
   num_layers: 4

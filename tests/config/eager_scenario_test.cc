@@ -76,6 +76,9 @@ TEST_CASE("framework values and host keys are checked on their paths", "[config]
   CHECK(error(eager({{"gradient_accumulation_fusion", false}})) ==
         "eager.json: training.gradient_accumulation_fusion: applies to \"framework\": \"megatron\" only "
         "(pytorch-eager has no main_grad buffer)");
+  CHECK(error(eager({{"moe_router_fusion", false}})) ==
+        "eager.json: training.moe_router_fusion: applies to \"framework\": \"megatron\" only (Megatron-Core's MoE "
+        "layers)");
 }
 
 TEST_CASE("pytorch-eager refuses what its model does not cover", "[config]") {
@@ -165,6 +168,9 @@ TEST_CASE("torchtitan refuses what its model does not cover, on the key's path",
   CHECK(error(titan({{"gradient_accumulation_fusion", true}})) ==
         "eager.json: training.gradient_accumulation_fusion: applies to \"framework\": \"megatron\" only "
         "(torchtitan has no main_grad buffer)");
+  CHECK(error(titan({{"moe_permute_fusion", true}})) ==
+        "eager.json: training.moe_permute_fusion: applies to \"framework\": \"megatron\" only (Megatron-Core's MoE "
+        "layers)");
   CHECK(error(eager({{"torch_compile", true}})) ==
         "eager.json: training.torch_compile: applies to \"framework\": \"torchtitan\" only");
   json gemma = titan();

@@ -418,6 +418,34 @@ TEST_CASE("--moe-token-dispatcher-type: allgather, Megatron's default, read as s
   CHECK(!import(moe + " --moe-token-dispatcher-type alltoall").scenario["parallel"].contains("moe_token_dispatcher"));
 }
 
+// Megatron-Core's router and permute fusions are off unless asked: a MoE script without the switches
+// reads as both false, with a note each; with them, nothing is written (trainsim's default). A dense
+// model's switches change nothing.
+TEST_CASE("--moe-router-fusion and --moe-permute-fusion: off unless given, as Megatron-LM runs them") {
+  const std::string moe =
+      "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 8 --hidden-size 2048 --num-attention-heads 16 "
+      "--swiglu --vocab-size 32000 --seq-length 4096 --bf16 --num-experts 8 --moe-router-topk 2 "
+      "--moe-ffn-hidden-size 1408 --moe-grouped-gemm --expert-model-parallel-size 8 "
+      "--moe-token-dispatcher-type alltoall";
+  const auto plain = import(moe);
+  CHECK(plain.scenario["training"]["moe_router_fusion"] == false);
+  CHECK(plain.scenario["training"]["moe_permute_fusion"] == false);
+  for (const char* what : {"without --moe-router-fusion", "without --moe-permute-fusion"})
+    CHECK(std::any_of(plain.notes.begin(), plain.notes.end(),
+                      [&](const std::string& n) { return n.find(what) != std::string::npos; }));
+  CHECK_FALSE(parse(plain).training.moe_router_fusion);
+  CHECK_FALSE(parse(plain).training.moe_permute_fusion);
+  const auto fused = import(moe + " --moe-router-fusion --moe-permute-fusion");
+  CHECK_FALSE(fused.scenario["training"].contains("moe_router_fusion"));
+  CHECK_FALSE(fused.scenario["training"].contains("moe_permute_fusion"));
+  CHECK(fused.not_modelled.empty());
+  const auto dense = import(
+      "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 8 --hidden-size 2048 --num-attention-heads 16 "
+      "--swiglu --vocab-size 32000 --seq-length 4096 --bf16 --moe-router-fusion");
+  CHECK_FALSE(dense.scenario["training"].contains("moe_router_fusion"));
+  CHECK(dense.not_modelled.empty());
+}
+
 TEST_CASE("--moe-layer-freq: N, dense layers first, or any pattern") {
   const std::string cmd =
       "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 4 --hidden-size 2048 --num-attention-heads 16 "

@@ -367,7 +367,7 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
       {[](json& d) { d["training"]["learning_rate"] = 3e-4; }, "training.learning_rate",
        "unknown key (expected one of: micro_batch, global_batch, seq_len, recompute, recompute_layers, precision, "
        "attention, framework, host_forward_us, host_backward_us, grad_reduce_in_fp32, gradient_accumulation_fusion, "
-       "cross_entropy, "
+       "moe_router_fusion, moe_permute_fusion, cross_entropy, "
        "recompute_modules, cpu_offload_layers, offload_modules, host_overhead, cuda_graph_scope, host_cost_scale, "
        "peft, lora_rank, "
        "lora_targets, document_tokens, train_tokens, moe_load_imbalance, optimizer, bf16_layers_at_start, "
@@ -443,6 +443,10 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
          d["parallel"]["zero2_param_gather"] = "unit";
        },
        "parallel.zero2_param_gather", "unknown value \"unit\" (expected one of: after_optimizer, per_unit)"},
+      {[](json& d) { d["training"]["moe_router_fusion"] = false; }, "training.moe_router_fusion",
+       "needs a mixture-of-experts model"},
+      {[](json& d) { d["training"]["moe_permute_fusion"] = false; }, "training.moe_permute_fusion",
+       "needs a mixture-of-experts model"},
   };
   for (const Case& c : cases) {
     json doc = base_scenario();

@@ -606,6 +606,66 @@ TEST_CASE("MoE layer: the alltoall dispatcher sorts the received rows by local e
   CHECK(sorts(layer_forward(m, c)) + sorts(layer_backward(m, c)) == 0);
 }
 
+// Without --moe-router-fusion the router runs as eager PyTorch ops: 41 kernels and calls more than the
+// fused path's (72 against 31, Megatron-LM's DeepSeek-V3 GB200 guide), and per element of the R x E
+// scores 2d + 34 bytes instead of d + 8 forward (d = 2: 26 + d more), 44 + d instead of 12 + d
+// backward (32 more). Without --moe-permute-fusion, permute() transposes and masked_selects the
+// routing map, the token indices and the probabilities (24 bytes per map element, 8 per token (arange)
+// and 12 per copy more; 10 kernels from 7 calls); unpermute() is zeros + scatter_add (each copy's row
+// read and written into its token's, 2·R·k·h·d bytes more, and its int64 index; 2 kernels, 2 calls);
+// autograd's permute backward is an index_add into zeros (2·R·k·h·d more) with the probabilities'
+// masked_scatter and transpose (16 per map element; 6 kernels from 5 calls); unpermute's backward,
+// a gather, reads a token's row once per copy ((R·k − R)·h·d more). Nothing else changes.
+TEST_CASE("MoE layer without the router and permute fusions: eager PyTorch's kernels and passes") {
+  const ModelSpec m = moe_model();
+  LayerConfig c;
+  c.micro_batch = 2;
+  c.seq_len = 2048;
+  c.ep = 8;
+  const double R = 2 * 2048, k = 4, h = 1024, E = 32, d = 2;
+  const auto fused_fwd = layer_forward(m, c), fused_bwd = layer_backward(m, c);
+  c.moe_router_fusion = false;
+  c.moe_permute_fusion = false;
+  const auto fwd = layer_forward(m, c), bwd = layer_backward(m, c);
+  struct Change {
+    const char* name;
+    double bytes;
+    std::int32_t kernels, calls;  // 0: unchanged
+  };
+  auto check = [](const std::vector<Op>& fused, const std::vector<Op>& unfused, const std::vector<Change>& changes) {
+    REQUIRE(fused.size() == unfused.size());
+    for (std::size_t i = 0; i < fused.size(); ++i) {
+      const Op &a = fused[i], &b = unfused[i];
+      INFO(a.name);
+      REQUIRE(a.name == b.name);
+      const auto it = std::ranges::find_if(changes, [&](const Change& ch) { return a.name == ch.name; });
+      if (it == changes.end()) {
+        CHECK(b.bytes == a.bytes);
+        CHECK(b.kernels == a.kernels);
+        CHECK(b.host_calls == a.host_calls);
+        continue;
+      }
+      CHECK(b.bytes - a.bytes == Approx(it->bytes));
+      if (it->name == std::string_view("router_softmax_topk") ||
+          it->name == std::string_view("router_softmax_topk_backward")) {
+        CHECK(b.kernels == a.kernels + 41);
+        CHECK(b.host_calls == a.host_calls + 41);
+      } else {
+        CHECK(b.kernels == (it->kernels > 0 ? it->kernels : a.kernels));
+        CHECK(b.host_calls == (it->calls > 0 ? it->calls : a.host_calls));
+      }
+    }
+  };
+  check(fused_fwd, fwd,
+        {{"router_softmax_topk", R * E * (26 + d), 0, 0},
+         {"moe_permute", R * E * 24 + R * 8 + R * k * 12, 10, 7},
+         {"moe_unpermute", 2 * R * k * h * d + R * k * 8, 2, 2}});
+  check(fused_bwd, bwd,
+        {{"router_softmax_topk_backward", R * E * 32, 0, 0},
+         {"moe_permute_backward", 2 * R * k * h * d + R * E * 16, 6, 5},
+         {"moe_unpermute_backward", (R * k - R) * h * d, 0, 0}});
+}
+
 // Biased experts (GPT-OSS; ModelSpec::linear_bias): Megatron-Core's TEGroupedMLP adds fc2's bias,
 // scaled by each row's routing weight, in eager PyTorch after the grouped GEMM (_apply_bias): per
 // local expert a multiply and an add, then a cat, reading and writing 6 bf16 elements per element of
