@@ -495,7 +495,8 @@ class Reader {
     gemma_layer_spec();
     for (const char* path :
          {"mixed_precision.fp8_param_gather", "ddp.fp8_param_gather", "model.defer_embedding_wgrad_compute",
-          "model.cutedsl_fused_grouped_mlp", "model.fp8_dot_product_attention"}) {
+          "model.cutedsl_fused_grouped_mlp", "model.fp8_dot_product_attention",
+          "mixed_precision.fp8_dot_product_attention", "model.use_transformer_engine_op_fuser"}) {
       const YAML::Node n = lookup(path);
       if (n.IsDefined() && n.IsScalar() && truthy(n.Scalar()))
         notes_.push_back(fmt::format("{} is on: not modelled", path));

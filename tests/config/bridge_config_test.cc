@@ -181,6 +181,20 @@ TEST_CASE("a Megatron-Bridge MoE configuration's moe_router_fusion and moe_permu
   CHECK_FALSE(set.scenario["training"].contains("moe_permute_fusion"));
 }
 
+// The 26.06 MoE recipes' kernels trainsim does not model are notes when on: Transformer Engine's op
+// fuser (the CuTeDSL fused grouped MLP) and FP8 attention, the model's or mixed_precision's key.
+TEST_CASE("Megatron-Bridge's op fuser and FP8 attention are notes when on") {
+  std::string yaml = kMoe;
+  yaml.replace(yaml.find("  moe_layer_freq: 1\n"), 0,
+               "  use_transformer_engine_op_fuser: true\n  fp8_dot_product_attention: false\n");
+  const auto flags = read_bridge_config(yaml, "run.yaml", 64);
+  auto noted = [&](const std::string& what) {
+    return std::ranges::any_of(flags.notes, [&](const std::string& n) { return n == what + " is on: not modelled"; });
+  };
+  CHECK(noted("model.use_transformer_engine_op_fuser"));
+  CHECK_FALSE(noted("model.fp8_dot_product_attention"));
+}
+
 TEST_CASE("Megatron-Bridge keys: layouts as lists, dtypes as torch objects, errors naming the key and line") {
   const std::string base = R"(model:
   num_layers: 4
