@@ -1305,6 +1305,10 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
                              "\"full_iteration\" with a dropless mixture of experts needs static buffers: "
                              "parallel.moe_expert_rank_capacity_factor (sync-free experts) or token dropping with "
                              "moe_pad_expert_input_to_capacity");
+    if (s.training.cuda_graph_full_iteration && m.moe() && !p.moe_pad_to_capacity && !s.training.moe_permute_fusion)
+      throw util::InputError(file, path,
+                             "\"full_iteration\" with training.moe_permute_fusion false: the unfused permutation's "
+                             "masked_select copies its size to the CPU, which a captured graph cannot wait for");
     if ((g & (workload::kGraphMoeRouter | workload::kGraphMoePreprocess)) && !m.moe())
       throw util::InputError(file, path, "\"moe_router\" and \"moe_preprocess\" need a mixture-of-experts model");
     if ((g & workload::kGraphMlp) && !m.has_dense_mlp())

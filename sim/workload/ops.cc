@@ -565,7 +565,10 @@ void allgather_dispatch(std::vector<Op>& ops, const Dims& x) {
   ops.back().host_sync = !x.drop_and_pad && x.cap_rows == 0;
   const std::size_t permute = ops.size();
   ops.push_back(memory("moe_permute", 2 * act(x.moe_rows, x.he, x.d)));
-  if (!x.permute_fusion) unfused_permute(ops.back(), g, x.local_experts, x.moe_rows);
+  if (!x.permute_fusion) {
+    unfused_permute(ops.back(), g, x.local_experts, x.moe_rows);
+    ops.back().host_sync = !x.drop_and_pad;  // masked_select's size, copied to the CPU
+  }
   graph(ops, permute, kGraphMoePreprocess);
 }
 
@@ -674,6 +677,9 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
     // dispatcher's "no_sync" point).
     // Sync-free experts size every buffer ahead: no wait either.
     ops[x.ep > 1 ? preprocess : preprocess - 1].host_sync = !x.drop_and_pad && x.cap_rows == 0;
+    // The unfused permutation's masked_select copies its output size to the CPU and waits for it
+    // (dropless), sync-free buffers or not.
+    if (!x.permute_fusion && !x.drop_and_pad) ops[preprocess].host_sync = true;
     if (x.ep > 1)
       ops.push_back(comm("moe_dispatch_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.he, d), CommGroup::ep));
     // --moe-shared-expert-overlap: the shared expert runs here, beside the dispatch all-to-all; the

@@ -697,6 +697,26 @@ TEST_CASE("expert-parallel layouts: Megatron-Core's rules, one line each") {
         "s.json: parallel.sequence_parallel: mixture-of-experts layers with tp > 1 need sequence_parallel "
         "(Megatron-Core requires it)");
   CHECK(error({{"etp", 3}}) == "s.json: parallel.etp: 3 does not divide moe_ffn_hidden (512)");
+  // A full-iteration graph needs the fused permutation: the unfused one's masked_select waits on the CPU.
+  auto training_error = [&](nlohmann::json par, nlohmann::json training) {
+    nlohmann::json doc = make(par);
+    doc["training"].update(training);
+    try {
+      parse_scenario(trainsim::util::JsonNode(doc, "s.json"), TRAINSIM_SOURCE_DIR);
+    } catch (const trainsim::util::InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const nlohmann::json sync_free = {
+      {"ep", 8}, {"moe_token_dispatcher", "flex"}, {"moe_expert_rank_capacity_factor", 1.5}};
+  const nlohmann::json graphed = {{"cuda_graph_scope", {"full_iteration"}}};
+  CHECK(training_error(sync_free, graphed) == "no error");
+  CHECK(training_error(sync_free, {{"cuda_graph_scope", {"full_iteration"}}, {"moe_permute_fusion", false}}) ==
+        "s.json: training.cuda_graph_scope: \"full_iteration\" with training.moe_permute_fusion false: the unfused "
+        "permutation's masked_select copies its size to the CPU, which a captured graph cannot wait for");
+  CHECK(training_error(sync_free, {{"cuda_graph_scope", {"full_iteration"}}, {"moe_router_fusion", false}}) ==
+        "no error");
   // Megatron FSDP and its optim_grads shard the experts too; PyTorch FSDP's per-unit zero 2 is refused.
   CHECK(error({{"ep", 4}, {"zero", 3}}) == "no error");
   CHECK(error({{"ep", 4}, {"zero", 2}}) == "no error");

@@ -664,6 +664,19 @@ TEST_CASE("MoE layer without the router and permute fusions: eager PyTorch's ker
         {{"router_softmax_topk_backward", R * E * 32, 0, 0},
          {"moe_permute_backward", 2 * R * k * h * d + R * E * 16, 6, 5},
          {"moe_unpermute_backward", (R * k - R) * h * d, 0, 0}});
+  // Sync-free buffers spare the CPU its wait for the token counts, but the unfused permutation's
+  // masked_select copies its output size to the CPU all the same.
+  c.moe_flex_dispatch = true;
+  c.moe_rank_capacity_factor = 1.5;
+  auto permute_syncs = [&] {
+    const auto ops = layer_forward(m, c);
+    const auto it = std::ranges::find_if(ops, [](const Op& op) { return op.name == "moe_permute"; });
+    REQUIRE(it != ops.end());
+    return it->host_sync;
+  };
+  CHECK(permute_syncs());
+  c.moe_permute_fusion = true;
+  CHECK_FALSE(permute_syncs());
 }
 
 // Biased experts (GPT-OSS; ModelSpec::linear_bias): Megatron-Core's TEGroupedMLP adds fc2's bias,
