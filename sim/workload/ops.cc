@@ -533,10 +533,11 @@ void unfused_permute_backward(Op& op, double tokens, double experts, double copi
 // unpermute() without the fusion: a zeroed [tokens x h] buffer and scatter_add of every copy's row
 // into its token's row (read and written per copy, atomically: 2 rows per copy more than the fused
 // kernel's reduction, and the int64 indices read), 2 kernels from 2 calls. Its backward, scatter_add's
-// gather, reads a token's row once per copy where the fused backward reads it once.
+// gather, reads a token's row once per copy where the fused backward reads it once (the allgather
+// dispatcher's fused backward, whose op already reads each of its fewer copies' rows, gains nothing).
 void unfused_unpermute(Op& op, double tokens, double copies, double row, bool backward) {
   if (backward) {
-    op.bytes += (copies - tokens) * row;
+    op.bytes += std::max(0.0, copies - tokens) * row;
     return;
   }
   op.bytes += 2 * copies * row + copies * 8;

@@ -664,6 +664,21 @@ TEST_CASE("MoE layer without the router and permute fusions: eager PyTorch's ker
         {{"router_softmax_topk_backward", R * E * 32, 0, 0},
          {"moe_permute_backward", 2 * R * k * h * d + R * E * 16, 6, 5},
          {"moe_unpermute_backward", (R * k - R) * h * d, 0, 0}});
+  // The allgather dispatcher permutes the G = ep·R gathered tokens over its E/ep local experts into its
+  // R·k rows: the same passes over that map; its fused unpermute backward already reads every row.
+  {
+    LayerConfig a = c;
+    a.moe_allgather_dispatch = true;
+    a.moe_router_fusion = a.moe_permute_fusion = true;
+    const auto ag_fused_fwd = layer_forward(m, a), ag_fused_bwd = layer_backward(m, a);
+    a.moe_permute_fusion = false;
+    const double G = R * 8, local = E / 8;
+    check(ag_fused_fwd, layer_forward(m, a),
+          {{"moe_permute", G * local * 24 + G * 8 + R * k * 12, 10, 7},
+           {"moe_unpermute", 2 * R * k * h * d + R * k * 8, 2, 2}});
+    check(ag_fused_bwd, layer_backward(m, a),
+          {{"moe_permute_backward", 2 * R * k * h * d + G * local * 16, 6, 5}, {"moe_unpermute_backward", 0, 0, 0}});
+  }
   // Sync-free buffers spare the CPU its wait for the token counts, but the unfused permutation's
   // masked_select copies its output size to the CPU all the same.
   c.moe_flex_dispatch = true;
