@@ -513,11 +513,13 @@ void unfused_router(Op& op, const Dims& x, bool backward) {
 // copy the fused kernel makes too; each copy's int64 index and fp32 probability written (12): 10
 // kernels from 7 PyTorch calls where Transformer Engine's fused_permute_with_probs is one call. The
 // padded path (drop_and_pad: an argsort over the int8 map, index_select of the probabilities) is taken
-// alike [A]. The alltoall dispatcher's CPU already waits for the token counts at this op.
-void unfused_permute(Op& op, double tokens, double experts, double copies) {
+// alike [A]. Dropless, masked_select copies its output size to the CPU, which waits for it, sync-free
+// buffers or not.
+void unfused_permute(Op& op, const Dims& x, double tokens, double experts, double copies) {
   op.bytes += tokens * experts * 24 + tokens * 8 + copies * 12;
   op.kernels = 10;
   op.host_calls = 7;
+  op.host_sync = op.host_sync || !x.drop_and_pad;
 }
 
 // Its backward (autograd): index_select's is an index_add of every copy's row into a zeroed [tokens x
@@ -566,10 +568,7 @@ void allgather_dispatch(std::vector<Op>& ops, const Dims& x) {
   ops.back().host_sync = !x.drop_and_pad && x.cap_rows == 0;
   const std::size_t permute = ops.size();
   ops.push_back(memory("moe_permute", 2 * act(x.moe_rows, x.he, x.d)));
-  if (!x.permute_fusion) {
-    unfused_permute(ops.back(), g, x.local_experts, x.moe_rows);
-    ops.back().host_sync = !x.drop_and_pad;  // masked_select's size, copied to the CPU
-  }
+  if (!x.permute_fusion) unfused_permute(ops.back(), x, g, x.local_experts, x.moe_rows);
   graph(ops, permute, kGraphMoePreprocess);
 }
 
@@ -667,7 +666,6 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   } else {
     const std::size_t preprocess = ops.size();
     ops.push_back(memory("moe_permute", act(x.region, x.he, d) + act(routed, x.he, d)));
-    if (!x.permute_fusion) unfused_permute(ops.back(), x.region, x.experts, routed);
     graph(ops, preprocess, kGraphMoePreprocess);
     // Dropless, the alltoall dispatcher copies the token counts to the CPU and waits for them before
     // the dispatch all-to-all (before the permutation without expert parallelism; token_dispatcher.py's
@@ -678,9 +676,7 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
     // dispatcher's "no_sync" point).
     // Sync-free experts size every buffer ahead: no wait either.
     ops[x.ep > 1 ? preprocess : preprocess - 1].host_sync = !x.drop_and_pad && x.cap_rows == 0;
-    // The unfused permutation's masked_select copies its output size to the CPU and waits for it
-    // (dropless), sync-free buffers or not.
-    if (!x.permute_fusion && !x.drop_and_pad) ops[preprocess].host_sync = true;
+    if (!x.permute_fusion) unfused_permute(ops[preprocess], x, x.region, x.experts, routed);
     if (x.ep > 1)
       ops.push_back(comm("moe_dispatch_all_to_all", Comm::all_to_all, act(x.a2a_rows, x.he, d), CommGroup::ep));
     // --moe-shared-expert-overlap: the shared expert runs here, beside the dispatch all-to-all; the
