@@ -36,6 +36,7 @@
 #include "network/sweep.h"
 #include "parallel/step_runner.h"
 #include "report/compare.h"
+#include "report/ops_table.h"
 #include "report/progress.h"
 #include "report/summary.h"
 #include "search/search.h"
@@ -65,10 +66,15 @@ int run_command(const std::string& scenario_file, const std::vector<std::string>
     }
   }();
   spdlog::info("{} tasks in {} programs, {} events", result.tasks, scenario.parallel.pp, result.events);
-  if (json)
-    fmt::print("{}\n", report::to_json(scenario, result).dump(2));
-  else
+  const hardware::ComputeModel compute(scenario.cluster.gpu);
+  if (json) {
+    nlohmann::json out = report::to_json(scenario, result);
+    if (outputs.ops) out["ops"] = report::ops_json(parallel::op_lists(scenario, compute), compute);
+    fmt::print("{}\n", out.dump(2));
+  } else {
     fmt::print("{}", report::to_text(scenario, result));
+    if (outputs.ops) fmt::print("{}", report::ops_text(parallel::op_lists(scenario, compute), compute));
+  }
   return 0;
 }
 
@@ -462,6 +468,9 @@ int main(int argc, char** argv) {
                   "Ranks in the trace: stages (default: one per pipeline stage), all, or a list like 0,8,16-23");
   run->add_option("--report", run_outputs.report_dir,
                   "Write a self-contained HTML report (index.html, inline SVG) into this directory");
+  run->add_flag("--ops", run_outputs.ops,
+                "Also list the ops one micro-batch runs through each part of the model, with each op's modelled "
+                "time and what bounds it (with --json: the key ops)");
 
   std::string validate_dir, gate_file;
   bool validate_json = false, validate_markdown = false;

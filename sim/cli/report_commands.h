@@ -21,6 +21,7 @@ struct RunOutputs {
   std::string trace_file;              // --trace: Chrome trace JSON
   std::string trace_ranks = "stages";  // --trace-ranks
   std::string report_dir;              // --report: HTML page
+  bool ops = false;                    // --ops: each part's ops with their modelled times
 };
 
 // Simulates one step and writes the trace and HTML report asked for; a progress bar on a terminal.

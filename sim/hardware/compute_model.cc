@@ -95,13 +95,18 @@ double ComputeModel::attention_efficiency(const workload::AttentionShape& shape)
   return base * pass * std::max(factor, kMinAttentionFactor);
 }
 
-double ComputeModel::time_s(const workload::Op& op) const {
+const char* OpTime::bound() const {
+  if (fixed_s > compute_s && fixed_s > memory_s) return "launch";
+  return compute_s >= memory_s ? "compute" : "memory";
+}
+
+OpTime ComputeModel::breakdown(const workload::Op& op) const {
   TRAINSIM_ASSERT(op.kind != workload::OpKind::tp_comm);
   // A calibrated profile replaces the achieved HBM bandwidth, the launch overhead and, for GEMMs it
   // measured, the whole GEMM time (its back-to-back timings hold the launch and fixed costs).
   const GpuProfile* profile = gpu_.profile.get();
   const double launch_s = profile != nullptr ? profile->launch_s : gpu_.launch_s;
-  const double memory_s = op.bytes / (profile != nullptr ? profile->hbm_Bps : gpu_.hbm_Bps * gpu_.hbm_efficiency);
+  double memory_s = op.bytes / (profile != nullptr ? profile->hbm_Bps : gpu_.hbm_Bps * gpu_.hbm_efficiency);
   double compute_s = 0;
   double fixed_s = op.kernels * launch_s;
   switch (op.kind) {
@@ -134,7 +139,9 @@ double ComputeModel::time_s(const workload::Op& op) const {
     case workload::OpKind::tp_comm:
       break;
   }
-  return std::max(compute_s, memory_s) / op.achieved + fixed_s;
+  compute_s /= op.achieved;
+  memory_s /= op.achieved;
+  return {compute_s, memory_s, fixed_s, std::max(compute_s, memory_s) + fixed_s};
 }
 
 }  // namespace trainsim::hardware

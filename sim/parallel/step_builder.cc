@@ -2468,6 +2468,47 @@ Floors search_floors(const config::Scenario& sc, const hardware::ComputeModel& c
   return {time_floor_s(sc, wl), memory_floor(sc, wl)};
 }
 
+namespace {
+
+const char* kind_part_name(LayerKind k) {
+  switch (base_kind(k)) {
+    case kDenseKind:
+      return "dense layer";
+    case kMambaKind:
+      return "Mamba block";
+    case kAttentionKind:
+      return "attention block";
+    case kMlpKind:
+      return "MLP block";
+    case kMoeKind:
+      return "MoE block";
+    default:
+      return "layer";
+  }
+}
+
+}  // namespace
+
+std::vector<OpList> op_lists(const config::Scenario& sc, const hardware::ComputeModel& compute) {
+  const StepWorkload wl = step_workload(sc, compute);
+  const LayerOps& ops = wl.ops;
+  std::array<std::int64_t, kLayerKinds> count{};
+  for (std::int64_t l = 0; l < sc.model.layers; ++l) ++count[layer_kind(sc, l)];
+  std::vector<OpList> out;
+  auto add = [&out](std::string part, std::int64_t layers, const std::vector<Op>& fwd, const std::vector<Op>& bwd) {
+    out.push_back({part, layers, "forward", fwd});
+    out.push_back({std::move(part), layers, "backward", bwd});
+  };
+  add("embedding", 1, ops.emb_fwd, ops.emb_bwd);
+  for (std::size_t k = 0; k < kLayerKinds; ++k) {
+    if (count[k] == 0) continue;
+    const auto kind = static_cast<LayerKind>(k);
+    add(fmt::format("{}{}", kind_part_name(kind), bf16_kind(kind) ? " (BF16)" : ""), count[k], ops.fwd[k], ops.bwd[k]);
+  }
+  add("output layer", 1, ops.head_fwd, ops.head_bwd);
+  return out;
+}
+
 StepPlan build_step(const config::Scenario& sc, const hardware::ComputeModel& compute, const BuildOptions& options) {
   const auto& par = sc.parallel;
   TRAINSIM_ASSERT(par.tp * par.pp * par.cp * par.dp == sc.gpus);

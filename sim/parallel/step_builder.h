@@ -158,4 +158,21 @@ struct Floors {
 };
 Floors search_floors(const config::Scenario& scenario, const hardware::ComputeModel& compute);
 
+// One pass of one part of the model as a micro-batch runs it through the simulation (`trainsim run
+// --ops`): `part` is a kind of layer ("layer"; a MoE model's "dense layer"; a hybrid model's "Mamba
+// block", "attention block", "MLP block", "MoE block"; "(BF16)" after the kinds
+// training.bf16_layers_at_start / _at_end keep out of FP8), "embedding" or "output layer" (the loss
+// and any multi-token prediction modules with it); `layers` how many of the model's layers are of
+// the kind (1 for the embedding and the output layer); `pass` "forward" or "backward". Each compute
+// op's time_memo_s is the compute model's time for it; communication ops (OpKind::tp_comm) keep 0:
+// the simulation times them on the network, beside or between the compute. The lists the stage
+// programs are built from, before recomputation, overlap and pipelining arrange them.
+struct OpList {
+  std::string part;
+  std::int64_t layers = 0;
+  std::string pass;
+  std::vector<workload::Op> ops;
+};
+std::vector<OpList> op_lists(const config::Scenario& scenario, const hardware::ComputeModel& compute);
+
 }  // namespace trainsim::parallel

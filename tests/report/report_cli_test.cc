@@ -239,3 +239,22 @@ TEST_CASE("run --report writes index.html; a directory that cannot be made is a 
   CHECK(r.out.empty());
   CHECK(r.err == fmt::format("--report: cannot create directory {}\n", (file / "sub").string()));
 }
+
+TEST_CASE("run --ops lists each part's ops after the summary, and as the key ops with --json") {
+  Result text = run("run configs/llama3.1-8b-h200-64.json --ops");
+  REQUIRE(text.code == 0);
+  const auto at = text.out.find("\nops ");
+  REQUIRE(at != std::string::npos);
+  CHECK(text.out.find("fits ") < at);
+  CHECK(text.out.find("  layer · 32 layers · backward\n") != std::string::npos);
+  CHECK(text.out.find("    fc1_gate_up_wgrad ") != std::string::npos);
+
+  Result json = run("run configs/llama3.1-8b-h200-64.json --ops --json");
+  REQUIRE(json.code == 0);
+  const auto j = nlohmann::json::parse(json.out);
+  REQUIRE(j.at("ops").is_array());
+  CHECK(j.at("ops").size() == 6);
+  // Without --ops neither output has them.
+  CHECK(run("run configs/llama3.1-8b-h200-64.json").out.find("\nops ") == std::string::npos);
+  CHECK(!nlohmann::json::parse(run("run configs/llama3.1-8b-h200-64.json --json").out).contains("ops"));
+}
