@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "network/collective.h"
+
 namespace trainsim::report {
 
 namespace {
@@ -23,20 +25,8 @@ const char* kind_name(OpKind k) {
   return "communication";
 }
 
-const char* collective_name(workload::Comm c) {
-  switch (c) {
-    case workload::Comm::all_reduce:
-      return "all_reduce";
-    case workload::Comm::all_gather:
-      return "all_gather";
-    case workload::Comm::reduce_scatter:
-      return "reduce_scatter";
-    case workload::Comm::all_to_all:
-      return "all_to_all";
-    case workload::Comm::none:
-      break;
-  }
-  return "none";
+std::string collective_name(workload::Comm c) {
+  return std::string(network::to_string(parallel::collective_of(c)));
 }
 
 const char* group_name(workload::CommGroup g) {
@@ -89,8 +79,8 @@ std::string ops_text(const std::vector<parallel::OpList>& lists, const hardware:
                          kind_name(op.kind), op.flops / 1e9, op.bytes / 1e6, op.kernels, t.total_s * 1e3, tflops,
                          op.bytes / t.total_s / 1e9, t.bound());
     }
-    out += fmt::format("    {:<40} {:<18} {:>10.2f} {:>10.1f} {:>7} {:>9.4f}\n", "total (compute)", "", total_flops / 1e9,
-                       total_bytes / 1e6, total_kernels, total_s * 1e3);
+    out += fmt::format("    {:<40} {:<18} {:>10.2f} {:>10.1f} {:>7} {:>9.4f}\n", "total (compute)", "",
+                       total_flops / 1e9, total_bytes / 1e6, total_kernels, total_s * 1e3);
   }
   return out;
 }

@@ -49,7 +49,7 @@ TEST_CASE("op lists: the embedding, one list per kind of layer, the output layer
   const auto lists = parallel::op_lists(sc, compute);
   REQUIRE(lists.size() == 6);
   const std::vector<std::pair<std::string, std::string>> expected = {
-      {"embedding", "forward"}, {"embedding", "backward"}, {"layer", "forward"},
+      {"embedding", "forward"}, {"embedding", "backward"},   {"layer", "forward"},
       {"layer", "backward"},    {"output layer", "forward"}, {"output layer", "backward"}};
   for (std::size_t i = 0; i < lists.size(); ++i) {
     CHECK(lists[i].part == expected[i].first);
