@@ -115,7 +115,7 @@ OpTime ComputeModel::breakdown(const workload::Op& op) const {
       if (profile != nullptr && !op.fp4) {
         if (auto f = profile->gemm_flops_per_s(op.gemm.m, op.gemm.n, op.gemm.k, op.fp8)) {
           compute_s = op.flops / *f;
-          fixed_s -= launch_s;
+          fixed_s = 0;
           break;
         }
       }
@@ -130,7 +130,7 @@ OpTime ComputeModel::breakdown(const workload::Op& op) const {
       } else {
         compute_s = op.flops / (gpu_.bf16_flops * gemm_efficiency(op.gemm));
       }
-      fixed_s += gpu_.gemm_overhead_s;
+      fixed_s += gpu_.gemm_overhead_s * op.kernels;  // each kernel of a grouped GEMM is a GEMM of its own
       break;
     case workload::OpKind::attention:
       compute_s = op.flops / (gpu_.bf16_flops * attention_efficiency(op.attention));

@@ -298,9 +298,14 @@ Op memory(std::string name, double bytes, double saved = 0, std::int32_t kernels
 
 // A grouped GEMM over the local experts: Transformer Engine's GroupedLinear, one call that launches
 // a cuBLAS GEMM per expert from C++ (multi-stream cuBLAS, the MoE guide of Megatron-LM's
-// docs/discussions/deepseek-v3-gb200-optimization, section 1).
-Op grouped(Op op) {
-  op.host_launches = static_cast<std::int32_t>(op.gemm.batch);
+// docs/discussions/deepseek-v3-gb200-optimization, section 1): `batch` kernels, each with its launch
+// and the fixed cost of a GEMM (ComputeModel: the single-GEMM sweeps' t0 per kernel; the 4 streams
+// may hide part of it, which nothing published measures). Sync-free experts (Dims::cap_rows) keep the
+// token counts on the GPU, where no host loop over the experts can read them: one grouped kernel.
+Op grouped(const Dims& x, Op op) {
+  const auto kernels = x.cap_rows > 0 ? 1 : static_cast<std::int32_t>(op.gemm.batch);
+  op.host_launches = kernels;
+  op.kernels = kernels;
   return op;
 }
 
@@ -697,7 +702,7 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   const double fc1_width = x.swiglu ? 2 * x.fe : x.fe;
   const double kept = x.kept_rows;
   ops.push_back(
-      grouped(gemm("experts_fc1", x.expert_rows, fc1_width, x.he, d, act(kept, x.he, gemm_in_d), x.local_experts)));
+      grouped(x, gemm("experts_fc1", x.expert_rows, fc1_width, x.he, d, act(kept, x.he, gemm_in_d), x.local_experts)));
   ops.back().offload = kOffloadExpertFc1;
   if (shared_overlap) ops[after_dispatch].comm_join = true;
   if (x.swiglu)
@@ -709,7 +714,7 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   ops.back().rerun |= kRecomputeMoeAct;
   ops.back().offload = kOffloadMoeAct;  // moe_act: the activation runs again, fc2 keeps no input
   ops.push_back(
-      grouped(gemm("experts_fc2", x.expert_rows, x.he, x.fe, d, act(kept, x.fe, gemm_in_d), x.local_experts)));
+      grouped(x, gemm("experts_fc2", x.expert_rows, x.he, x.fe, d, act(kept, x.fe, gemm_in_d), x.local_experts)));
   ops.back().discards |= kRecomputeMoeAct;
   if (x.paged_stash) {
     // Paged stashing (Megatron-Core's moe_paged_stash): one copy kernel per kept tensor moves it out
@@ -789,17 +794,17 @@ void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
     // Paged stashing: the kept tensors copied back from their pages before the experts' backward.
     ops.push_back(memory("moe_paged_stash_restore", 2 * paged_stash_bytes(x, gemm_in_d), 0, 3));
   }
-  ops.push_back(grouped(gemm("experts_fc2_dgrad", x.expert_rows, x.fe, x.he, d, 0, x.local_experts)));
+  ops.push_back(grouped(x, gemm("experts_fc2_dgrad", x.expert_rows, x.fe, x.he, d, 0, x.local_experts)));
   if (shared_overlap) ops[after_combine].comm_join = true;
   ops.push_back(grouped(
-      wgrad("experts_fc2_wgrad", x.fe, x.he, x.expert_rows, d, act(x.moe_rows, x.fe, gemm_in_d), x.local_experts)));
+      x, wgrad("experts_fc2_wgrad", x.fe, x.he, x.expert_rows, d, act(x.moe_rows, x.fe, gemm_in_d), x.local_experts)));
   // With the routing weights' gradient (one fp32 per row, read and written).
   ops.push_back(x.swiglu
                     ? memory("experts_swiglu_backward", 5 * act(x.moe_rows, x.fe, d) + x.moe_rows * 8)
                     : memory("experts_" + x.activation + "_backward", 3 * act(x.moe_rows, x.fe, d) + x.moe_rows * 8));
-  ops.push_back(grouped(gemm("experts_fc1_dgrad", x.expert_rows, x.he, fc1_width, d, 0, x.local_experts)));
-  ops.push_back(grouped(wgrad("experts_fc1_wgrad", x.he, fc1_width, x.expert_rows, d, act(x.moe_rows, x.he, gemm_in_d),
-                              x.local_experts)));
+  ops.push_back(grouped(x, gemm("experts_fc1_dgrad", x.expert_rows, x.he, fc1_width, d, 0, x.local_experts)));
+  ops.push_back(grouped(x, wgrad("experts_fc1_wgrad", x.he, fc1_width, x.expert_rows, d,
+                                 act(x.moe_rows, x.he, gemm_in_d), x.local_experts)));
   if (x.allgather) {
     allgather_dispatch_backward(ops, x);
   } else {

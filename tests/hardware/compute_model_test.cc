@@ -102,6 +102,25 @@ TEST_CASE("a batched GEMM takes batch times the FLOPs of one at the same efficie
   CHECK(cm.time_s(many) - fixed == Approx(64 * (cm.time_s(one) - fixed)));
 }
 
+// A grouped GEMM launched as one cuBLAS GEMM per expert (Op::kernels = batch): batch GEMMs, each
+// with its launch and fixed cost; the same batch in one kernel pays them once.
+TEST_CASE("a grouped GEMM of 8 kernels pays 8 launches and fixed costs, one kernel pays one") {
+  ComputeModel cm(*find_gpu("h100-sxm"));
+  Op one = gemm_op(4096, 1536, 2048);
+  Op grouped = one;
+  grouped.gemm.batch = 8;
+  grouped.flops *= 8;
+  grouped.bytes *= 8;
+  grouped.kernels = 8;
+  const double fixed = cm.gpu().launch_s + cm.gpu().gemm_overhead_s;
+  CHECK(cm.time_s(grouped) == Approx(8 * cm.time_s(one)));
+  const OpTime t = cm.breakdown(grouped);
+  CHECK(t.fixed_s == Approx(8 * fixed));
+  CHECK(t.compute_s == Approx(8 * cm.breakdown(one).compute_s));
+  grouped.kernels = 1;
+  CHECK(cm.time_s(grouped) == Approx(8 * (cm.time_s(one) - fixed) + fixed));
+}
+
 // A streaming kernel of 1 GB on H100 runs at Azure's measured copy bandwidth, 2.9 TB/s.
 TEST_CASE("a memory-bound op of 1 GB on H100 takes 1e9 / 2.9e12 s") {
   ComputeModel cm(*find_gpu("h100-sxm"));

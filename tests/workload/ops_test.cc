@@ -539,13 +539,23 @@ TEST_CASE("MoE layer: expert FLOPs follow the tokens routed, all-to-alls move R�
     CHECK(gemm_flops(fwd, "experts_") == Approx(2 * R * k * h * 2 * F + 2 * R * k * F * h));
     CHECK(gemm_flops(bwd, "experts_") == Approx(2 * (2 * R * k * h * 2 * F + 2 * R * k * F * h)));
     CHECK(gemm_flops(fwd, "router") == Approx(2 * R * h * E));
-    // Grouped GEMM: E/ep local experts of R·k·ep/E rows each.
+    // Grouped GEMM: E/ep local experts of R·k·ep/E rows each, one cuBLAS GEMM (kernel and host
+    // launch) per expert, in the forward and in both backward GEMMs.
     for (const Op& op : fwd)
       if (op.name == "experts_fc1") {
         CHECK(op.gemm.batch == 32 / ep);
         CHECK(op.gemm.m == static_cast<std::int64_t>(R * k * static_cast<double>(ep) / E));
         CHECK(op.gemm.n == 2 * 512);
       }
+    int grouped = 0;
+    for (const auto* ops : {&fwd, &bwd})
+      for (const Op& op : *ops)
+        if (op.kind == OpKind::gemm && op.name.starts_with("experts_fc")) {
+          CHECK(op.kernels == 32 / ep);
+          CHECK(op.host_launches == 32 / ep);
+          ++grouped;
+        }
+    CHECK(grouped == 6);
     int a2a = 0;
     for (const auto* ops : {&fwd, &bwd})
       for (const Op& op : *ops)
@@ -692,6 +702,14 @@ TEST_CASE("MoE layer without the router and permute fusions: eager PyTorch's ker
   CHECK(permute_syncs());
   c.moe_permute_fusion = true;
   CHECK_FALSE(permute_syncs());
+  // With the token counts on the GPU the experts' GEMMs are one grouped kernel, not one per expert.
+  for (const auto& ops : {layer_forward(m, c), layer_backward(m, c)})
+    for (const Op& op : ops)
+      if (op.kind == OpKind::gemm && op.name.starts_with("experts_fc")) {
+        CHECK(op.gemm.batch == static_cast<std::int64_t>(E / 8));
+        CHECK(op.kernels == 1);
+        CHECK(op.host_launches == 1);
+      }
 }
 
 // Biased experts (GPT-OSS; ModelSpec::linear_bias): Megatron-Core's TEGroupedMLP adds fc2's bias,
