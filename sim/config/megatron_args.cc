@@ -838,10 +838,6 @@ class Importer {
     if (dense > 0 || dense_anywhere) put(m, "model", "ffn_hidden", ffn, ffn_given ? "ffn-hidden-size" : "");
     if (!pattern_.empty() && !m.contains("ffn_hidden") && pattern_.find('-') != std::string::npos)
       put(m, "model", "ffn_hidden", ffn, ffn_given ? "ffn-hidden-size" : "");
-    if (!f_.on("moe-grouped-gemm"))
-      note(
-          "without --moe-grouped-gemm Megatron runs the experts one GEMM at a time (SequentialMLP); modelled as the "
-          "grouped GEMM");
   }
 
   void latent_attention(nlohmann::ordered_json& m) {
@@ -960,6 +956,12 @@ class Importer {
       put(t, "training", key, false, flag);
       note(fmt::format("{} false: without --{} Megatron-Core runs the {} as eager PyTorch ops (its default)", key, flag,
                        what));
+    }
+    if (!f_.on("moe-grouped-gemm") && f_.get("num-experts") != nullptr && !ds_) {
+      put(t, "training", "moe_grouped_gemm", false, "moe-grouped-gemm");
+      note(
+          "moe_grouped_gemm false: without --moe-grouped-gemm Megatron-Core runs the experts one MLP module at a "
+          "time (SequentialMLP, its default)");
     }
     // FP16 keeps its gradients in fp16 unless asked (bf16 and FP8 reduce in fp32 unless asked not to).
     if (f_.on("accumulate-allreduce-grads-in-fp32") && training_["precision"] == "fp16")

@@ -318,8 +318,8 @@ class Exporter {
         add(g, "--moe-layer-freq",
             {fmt::format("([0]*{}+[1]*{})", m_.first_dense_layers, m_.layers - m_.first_dense_layers)},
             fmt::format("the first {} layers dense", m_.first_dense_layers));
-      add(g, "--moe-grouped-gemm");
       // Off by default in Megatron-LM: written where the scenario runs Transformer Engine's kernels.
+      if (s_.training.moe_grouped_gemm) add(g, "--moe-grouped-gemm");
       if (s_.training.moe_router_fusion) add(g, "--moe-router-fusion");
       if (s_.training.moe_permute_fusion) add(g, "--moe-permute-fusion");
       add(g, "--moe-router-force-load-balancing", {},

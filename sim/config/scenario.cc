@@ -584,6 +584,7 @@ TrainingSpec parse_training(const util::JsonNode& node) {
                        "gradient_accumulation_fusion",
                        "moe_router_fusion",
                        "moe_permute_fusion",
+                       "moe_grouped_gemm",
                        "cross_entropy",
                        "recompute_modules",
                        "cpu_offload_layers",
@@ -763,11 +764,13 @@ TrainingSpec parse_training(const util::JsonNode& node) {
                           framework_name(t.framework)));
     t.gradient_accumulation_fusion = v->as_bool();
   }
-  for (const char* key : {"moe_router_fusion", "moe_permute_fusion"}) {
+  for (auto [key, value] :
+       {std::pair{"moe_router_fusion", &t.moe_router_fusion}, std::pair{"moe_permute_fusion", &t.moe_permute_fusion},
+        std::pair{"moe_grouped_gemm", &t.moe_grouped_gemm}}) {
     if (auto v = node.find(key)) {
       if (t.framework != Framework::megatron)
         v->fail("applies to \"framework\": \"megatron\" only (Megatron-Core's MoE layers)");
-      (std::string_view(key) == "moe_router_fusion" ? t.moe_router_fusion : t.moe_permute_fusion) = v->as_bool();
+      *value = v->as_bool();
     }
   }
   return t;
@@ -1381,6 +1384,9 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     if (!s.training.moe_permute_fusion)
       throw util::InputError(file, util::join_path(training_path, "moe_permute_fusion"),
                              "needs a mixture-of-experts model");
+    if (!s.training.moe_grouped_gemm)
+      throw util::InputError(file, util::join_path(training_path, "moe_grouped_gemm"),
+                             "needs a mixture-of-experts model");
   }
   // Routing imbalance: the busiest rank of an expert-parallel group receives at most, for each token,
   // min(k, its local experts) copies, against a mean of k x local / experts.
@@ -1417,6 +1423,10 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     if (p.moe_paged_stash && s.training.cpu_offload_layers > 0)
       throw util::InputError(file, util::join_path(parallel_path, "moe_paged_stash"),
                              "cannot be combined with cpu_offload_layers (Megatron-Core)");
+    if (!s.training.moe_grouped_gemm)
+      throw util::InputError(file, util::join_path(training_path, "moe_grouped_gemm"),
+                             "false cannot run sync-free experts (parallel.moe_expert_rank_capacity_factor): "
+                             "SequentialMLP splits the tokens by counts the CPU must read");
   }
   // Expert-parallel all-to-all overlap, with Megatron-Core's TransformerConfig checks.
   if (p.moe_a2a_overlap) {

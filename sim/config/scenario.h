@@ -244,6 +244,9 @@ struct TrainingSpec {
   // training.moe_permute_fusion; workload::LayerConfig): true, Transformer Engine's fused kernels.
   bool moe_router_fusion = true;
   bool moe_permute_fusion = true;
+  // Megatron-Core's --moe-grouped-gemm (training.moe_grouped_gemm; workload::LayerConfig): true, the
+  // experts as Transformer Engine's GroupedLinear; false, SequentialMLP (one MLP module per expert).
+  bool moe_grouped_gemm = true;
   // training.cross_entropy "fused": one-pass loss kernels (workload::LayerConfig::fused_cross_entropy).
   bool fused_cross_entropy = false;
   // training.peft "lora": LoRA fine-tuning (workload::LayerConfig::frozen_weights, lora_rank,

@@ -2147,6 +2147,7 @@ StepWorkload step_workload(const config::Scenario& sc, const hardware::ComputeMo
   lc.moe_shared_expert_overlap = par.moe_shared_expert_overlap;
   lc.moe_router_fusion = sc.training.moe_router_fusion;
   lc.moe_permute_fusion = sc.training.moe_permute_fusion;
+  lc.moe_grouped_gemm = sc.training.moe_grouped_gemm;
   lc.moe_capacity_factor = par.moe_capacity_factor;
   lc.moe_pad_to_capacity = par.moe_pad_to_capacity;
   lc.moe_rank_capacity_factor = par.moe_rank_capacity_factor;

@@ -143,12 +143,14 @@ std::string accuracy_line(const config::Scenario& sc) {
 }
 
 // The experts line's note of Megatron-Core's MoE kernels run unfused (training.moe_router_fusion,
-// moe_permute_fusion false).
+// moe_permute_fusion false) and of experts run one module at a time (moe_grouped_gemm false).
 std::string unfused_moe_part(const config::TrainingSpec& t) {
-  if (t.moe_router_fusion && t.moe_permute_fusion) return {};
-  return !t.moe_router_fusion && !t.moe_permute_fusion ? " · router and permutation unfused"
-         : !t.moe_router_fusion                        ? " · router unfused"
-                                                       : " · permutation unfused";
+  const std::string sequential = t.moe_grouped_gemm ? "" : " · experts one at a time (SequentialMLP)";
+  if (t.moe_router_fusion && t.moe_permute_fusion) return sequential;
+  return (!t.moe_router_fusion && !t.moe_permute_fusion ? " · router and permutation unfused"
+          : !t.moe_router_fusion                        ? " · router unfused"
+                                                        : " · permutation unfused") +
+         sequential;
 }
 
 std::string optimizer_line(const config::Scenario& sc) {
@@ -403,6 +405,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
   if (!sc.training.gradient_accumulation_fusion) out["scenario"]["gradient_accumulation_fusion"] = false;
   if (!sc.training.moe_router_fusion) out["scenario"]["moe_router_fusion"] = false;
   if (!sc.training.moe_permute_fusion) out["scenario"]["moe_permute_fusion"] = false;
+  if (!sc.training.moe_grouped_gemm) out["scenario"]["moe_grouped_gemm"] = false;
   if (sc.training.framework == config::Framework::torchtitan) {
     out["scenario"]["torch_compile"] = sc.training.torch_compile;
     out["scenario"]["torch_compile_loss"] = sc.training.torch_compile_loss;

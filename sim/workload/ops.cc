@@ -64,6 +64,7 @@ struct Dims {
   bool shared_overlap = false;  // --moe-shared-expert-overlap (LayerConfig)
   bool router_fusion = true;    // --moe-router-fusion (LayerConfig)
   bool permute_fusion = true;   // --moe-permute-fusion (LayerConfig)
+  bool sequential = false;      // SequentialMLP: --moe-grouped-gemm off (LayerConfig::moe_grouped_gemm)
   // The width tokens enter and leave the routed experts at: the hidden state, or a latent MoE's
   // latent (then `latent` > 0).
   double he = 0, latent = 0;
@@ -241,6 +242,7 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
     x.shared_overlap = c.moe_shared_expert_overlap;
     x.router_fusion = c.moe_router_fusion;
     x.permute_fusion = c.moe_permute_fusion;
+    x.sequential = !c.moe_grouped_gemm;
     if (m.moe_latent > 0) x.he = x.latent = static_cast<double>(m.moe_latent);
   }
   if (m.mla()) {
@@ -302,10 +304,17 @@ Op memory(std::string name, double bytes, double saved = 0, std::int32_t kernels
 // and the fixed cost of a GEMM (ComputeModel: the single-GEMM sweeps' t0 per kernel; the 4 streams
 // may hide part of it, which nothing published measures). Sync-free experts (Dims::cap_rows) keep the
 // token counts on the GPU, where no host loop over the experts can read them: one grouped kernel.
+// SequentialMLP (Dims::sequential) runs the same GEMMs as each expert's own Transformer Engine
+// linear: a module call per expert (as a dense linear's, its GEMM launch included), each weight
+// gradient a launch of its own.
 Op grouped(const Dims& x, Op op) {
   const auto kernels = x.cap_rows > 0 ? 1 : static_cast<std::int32_t>(op.gemm.batch);
   op.host_launches = kernels;
   op.kernels = kernels;
+  if (x.sequential) {
+    op.host_calls = kernels;
+    op.host_launches = op.weight_grad ? kernels : 0;
+  }
   return op;
 }
 
@@ -643,6 +652,17 @@ Op experts_fc2_bias(const Dims& x, bool backward) {
                   : memory("experts_fc2_bias", 6 * elements * x.d, 0, 2 * per_expert + 1);
 }
 
+// SequentialMLP's per-expert pieces: its activation called once per expert (a kernel each), and the
+// experts' outputs joined by torch.cat (the forward; the backward's cat joins the input gradients that
+// torch.split's backward gathers), reading and writing every row once.
+void sequential_experts(Op& activation, const Dims& x) {
+  if (!x.sequential) return;
+  activation.kernels = activation.host_calls = static_cast<std::int32_t>(x.local_experts);
+}
+Op experts_cat(const Dims& x, const char* name) {
+  return memory(name, 2 * act(x.moe_rows, x.he, x.d));
+}
+
 void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   const double d = x.d;
   const double routed = x.routed;  // token copies this rank sends (and receives)
@@ -713,9 +733,11 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
                          act(kept, x.fe, d) + kept * 4));
   ops.back().rerun |= kRecomputeMoeAct;
   ops.back().offload = kOffloadMoeAct;  // moe_act: the activation runs again, fc2 keeps no input
+  sequential_experts(ops.back(), x);
   ops.push_back(
       grouped(x, gemm("experts_fc2", x.expert_rows, x.he, x.fe, d, act(kept, x.fe, gemm_in_d), x.local_experts)));
   ops.back().discards |= kRecomputeMoeAct;
+  if (x.sequential) ops.push_back(experts_cat(x, "experts_output_cat"));
   if (x.paged_stash) {
     // Paged stashing (Megatron-Core's moe_paged_stash): one copy kernel per kept tensor moves it out
     // of the capacity-sized buffers into pages (read and written at its real size); the buffers, a
@@ -802,7 +824,9 @@ void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   ops.push_back(x.swiglu
                     ? memory("experts_swiglu_backward", 5 * act(x.moe_rows, x.fe, d) + x.moe_rows * 8)
                     : memory("experts_" + x.activation + "_backward", 3 * act(x.moe_rows, x.fe, d) + x.moe_rows * 8));
+  sequential_experts(ops.back(), x);
   ops.push_back(grouped(x, gemm("experts_fc1_dgrad", x.expert_rows, x.he, fc1_width, d, 0, x.local_experts)));
+  if (x.sequential) ops.push_back(experts_cat(x, "experts_input_grad_cat"));
   ops.push_back(grouped(x, wgrad("experts_fc1_wgrad", x.he, fc1_width, x.expert_rows, d,
                                  act(x.moe_rows, x.he, gemm_in_d), x.local_experts)));
   if (x.allgather) {

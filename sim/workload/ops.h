@@ -213,6 +213,11 @@ struct LayerConfig {
   // scatter_add (moe_forward, moe_backward).
   bool moe_router_fusion = true;
   bool moe_permute_fusion = true;
+  // Megatron-Core's --moe-grouped-gemm (off by default in Megatron-LM, on in Megatron-Bridge's MoE
+  // providers): on, the local experts run as Transformer Engine's GroupedLinear; off, as SequentialMLP,
+  // a loop over the experts' own MLP modules (a module call per expert and linear, an activation call
+  // per expert, the outputs concatenated; moe_forward, moe_backward).
+  bool moe_grouped_gemm = true;
   std::int64_t ep_nodes = 1;
   // Token dropping (config::ParallelSpec): the capacity factor (0: dropless) and padding to it.
   double moe_capacity_factor = 0;

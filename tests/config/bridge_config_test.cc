@@ -181,6 +181,17 @@ TEST_CASE("a Megatron-Bridge MoE configuration's moe_router_fusion and moe_permu
   CHECK_FALSE(set.scenario["training"].contains("moe_permute_fusion"));
 }
 
+// The experts' grouped GEMM likewise (TransformerConfig's moe_grouped_gemm defaults to false, which
+// runs SequentialMLP): the key true leaves trainsim's default, false or absent writes false.
+TEST_CASE("a Megatron-Bridge MoE configuration's moe_grouped_gemm") {
+  std::string yaml = kMoe;
+  const auto at = yaml.find("  moe_grouped_gemm: true\n");
+  REQUIRE(at != std::string::npos);
+  CHECK_FALSE(import(yaml).scenario["training"].contains("moe_grouped_gemm"));
+  yaml.replace(at, std::string("  moe_grouped_gemm: true\n").size(), "  moe_grouped_gemm: false\n");
+  CHECK(import(yaml).scenario["training"]["moe_grouped_gemm"] == false);
+}
+
 // The 26.06 MoE recipes' kernels trainsim does not model are notes when on: Transformer Engine's op
 // fuser (the CuTeDSL fused grouped MLP) and FP8 attention, the model's or mixed_precision's key.
 TEST_CASE("Megatron-Bridge's op fuser and FP8 attention are notes when on") {

@@ -79,6 +79,9 @@ TEST_CASE("framework values and host keys are checked on their paths", "[config]
   CHECK(error(eager({{"moe_router_fusion", false}})) ==
         "eager.json: training.moe_router_fusion: applies to \"framework\": \"megatron\" only (Megatron-Core's MoE "
         "layers)");
+  CHECK(error(eager({{"moe_grouped_gemm", false}})) ==
+        "eager.json: training.moe_grouped_gemm: applies to \"framework\": \"megatron\" only (Megatron-Core's MoE "
+        "layers)");
 }
 
 TEST_CASE("pytorch-eager refuses what its model does not cover", "[config]") {

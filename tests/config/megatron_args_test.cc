@@ -446,6 +446,27 @@ TEST_CASE("--moe-router-fusion and --moe-permute-fusion: off unless given, as Me
   CHECK(dense.not_modelled.empty());
 }
 
+// Megatron-Core runs the experts as SequentialMLP unless --moe-grouped-gemm: a MoE script without it
+// reads as training.moe_grouped_gemm false, with a note; with it nothing is written. Export writes the
+// switch only where the scenario runs the grouped GEMM.
+TEST_CASE("--moe-grouped-gemm: SequentialMLP unless given, as Megatron-LM runs it") {
+  const std::string moe =
+      "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 8 --hidden-size 2048 --num-attention-heads 16 "
+      "--swiglu --vocab-size 32000 --seq-length 4096 --bf16 --num-experts 8 --moe-router-topk 2 "
+      "--moe-ffn-hidden-size 1408 --expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall "
+      "--moe-router-fusion --moe-permute-fusion";
+  const auto plain = import(moe);
+  CHECK(plain.scenario["training"]["moe_grouped_gemm"] == false);
+  CHECK(std::any_of(plain.notes.begin(), plain.notes.end(), [](const std::string& n) {
+    return n.find("without --moe-grouped-gemm Megatron-Core runs the experts one MLP module at a time") !=
+           std::string::npos;
+  }));
+  CHECK_FALSE(parse(plain).training.moe_grouped_gemm);
+  const auto grouped = import(moe + " --moe-grouped-gemm");
+  CHECK_FALSE(grouped.scenario["training"].contains("moe_grouped_gemm"));
+  CHECK(parse(grouped).training.moe_grouped_gemm);
+}
+
 TEST_CASE("--moe-layer-freq: N, dense layers first, or any pattern") {
   const std::string cmd =
       "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 4 --hidden-size 2048 --num-attention-heads 16 "

@@ -223,6 +223,22 @@ TEST_CASE("the shared expert overlap comes back from the script") {
   CHECK(script.find("--moe-shared-expert-overlap\n") != std::string::npos);
 }
 
+TEST_CASE("experts one module at a time (SequentialMLP) come back from a script without --moe-grouped-gemm") {
+  nlohmann::json doc = nlohmann::json::parse(R"({
+    "model": "mixtral-8x7b", "cluster": "dgx-h100", "gpus": 64,
+    "parallel": {"pp": 4, "ep": 8, "zero": 1},
+    "training": {"global_batch": 256, "seq_len": 4096, "moe_grouped_gemm": false}})");
+  const Scenario original = parse(doc, "s.json");
+  REQUIRE_FALSE(original.training.moe_grouped_gemm);
+  std::string script;
+  const Scenario back = round_trip(doc, original, &script);
+  CHECK(describe(back) == describe(expected_after_round_trip(original)));
+  CHECK(script.find("--moe-grouped-gemm") == std::string::npos);
+  doc["training"].erase("moe_grouped_gemm");
+  round_trip(doc, parse(doc, "s.json"), &script);
+  CHECK(script.find("--moe-grouped-gemm\n") != std::string::npos);
+}
+
 TEST_CASE("experts on every other layer and the allgather dispatcher come back from the script") {
   nlohmann::json doc = nlohmann::json::parse(R"({
     "model": {"name": "m", "layers": 8, "hidden": 2048, "heads": 16, "kv_heads": 4, "vocab": 32000,

@@ -71,8 +71,8 @@ inline std::string describe(const Scenario& s) {
   out += fmt::format("documents {} tokens {} imbalance {} lora {} bf16 layers {} {}\n", t.document_tokens,
                      t.train_tokens, t.moe_load_imbalance, t.lora, t.bf16_layers_at_start, t.bf16_layers_at_end);
   out += fmt::format("deepspeed {} grad all-reduce {}\n", t.deepspeed, p.zero1_grad_all_reduce);
-  out += fmt::format("fusions: grad accumulation {} moe router {} moe permute {}\n", t.gradient_accumulation_fusion,
-                     t.moe_router_fusion, t.moe_permute_fusion);
+  out += fmt::format("fusions: grad accumulation {} moe router {} moe permute {} moe grouped gemm {}\n",
+                     t.gradient_accumulation_fusion, t.moe_router_fusion, t.moe_permute_fusion, t.moe_grouped_gemm);
   out += fmt::format("optimizer {} {} {} {} {} {} {} {}\n", o.use_precision_aware_optimizer,
                      static_cast<int>(o.main_params_dtype), static_cast<int>(o.exp_avg_dtype),
                      static_cast<int>(o.exp_avg_sq_dtype), o.store_param_remainders, o.optimizer_cpu_offload,

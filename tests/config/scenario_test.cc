@@ -367,7 +367,7 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
       {[](json& d) { d["training"]["learning_rate"] = 3e-4; }, "training.learning_rate",
        "unknown key (expected one of: micro_batch, global_batch, seq_len, recompute, recompute_layers, precision, "
        "attention, framework, host_forward_us, host_backward_us, grad_reduce_in_fp32, gradient_accumulation_fusion, "
-       "moe_router_fusion, moe_permute_fusion, cross_entropy, "
+       "moe_router_fusion, moe_permute_fusion, moe_grouped_gemm, cross_entropy, "
        "recompute_modules, cpu_offload_layers, offload_modules, host_overhead, cuda_graph_scope, host_cost_scale, "
        "peft, lora_rank, "
        "lora_targets, document_tokens, train_tokens, moe_load_imbalance, optimizer, bf16_layers_at_start, "
@@ -446,6 +446,8 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
       {[](json& d) { d["training"]["moe_router_fusion"] = false; }, "training.moe_router_fusion",
        "needs a mixture-of-experts model"},
       {[](json& d) { d["training"]["moe_permute_fusion"] = false; }, "training.moe_permute_fusion",
+       "needs a mixture-of-experts model"},
+      {[](json& d) { d["training"]["moe_grouped_gemm"] = false; }, "training.moe_grouped_gemm",
        "needs a mixture-of-experts model"},
   };
   for (const Case& c : cases) {
@@ -717,6 +719,10 @@ TEST_CASE("expert-parallel layouts: Megatron-Core's rules, one line each") {
         "permutation's masked_select copies its size to the CPU, which a captured graph cannot wait for");
   CHECK(training_error(sync_free, {{"cuda_graph_scope", {"full_iteration"}}, {"moe_router_fusion", false}}) ==
         "no error");
+  // SequentialMLP splits the tokens by counts the CPU reads: no sync-free experts.
+  CHECK(training_error(sync_free, {{"moe_grouped_gemm", false}}) ==
+        "s.json: training.moe_grouped_gemm: false cannot run sync-free experts "
+        "(parallel.moe_expert_rank_capacity_factor): SequentialMLP splits the tokens by counts the CPU must read");
   // Megatron FSDP and its optim_grads shard the experts too; PyTorch FSDP's per-unit zero 2 is refused.
   CHECK(error({{"ep", 4}, {"zero", 3}}) == "no error");
   CHECK(error({{"ep", 4}, {"zero", 2}}) == "no error");

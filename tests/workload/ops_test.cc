@@ -712,6 +712,45 @@ TEST_CASE("MoE layer without the router and permute fusions: eager PyTorch's ker
       }
 }
 
+// Without --moe-grouped-gemm Megatron-Core runs SequentialMLP: the same expert GEMMs (a kernel each),
+// but every expert's linear is a module call of its own (its weight gradient a launch), its activation
+// a call and kernel per expert, and torch.cat joins the experts' outputs (forward) and the input
+// gradients (backward): R·k rows of h in bf16 read and written once each.
+TEST_CASE("MoE layer as SequentialMLP: a module call per expert and linear, the outputs concatenated") {
+  const ModelSpec m = moe_model();
+  LayerConfig c;
+  c.micro_batch = 2;
+  c.seq_len = 2048;
+  c.ep = 8;  // 4 local experts
+  const double R = 2 * 2048, k = 4, h = 1024;
+  const auto grouped_fwd = layer_forward(m, c), grouped_bwd = layer_backward(m, c);
+  c.moe_grouped_gemm = false;
+  const auto fwd = layer_forward(m, c), bwd = layer_backward(m, c);
+  CHECK(fwd.size() == grouped_fwd.size() + 1);
+  CHECK(bwd.size() == grouped_bwd.size() + 1);
+  for (const auto* ops : {&fwd, &bwd})
+    for (const Op& op : *ops) {
+      if (op.kind == OpKind::gemm && op.name.starts_with("experts_fc")) {
+        INFO(op.name);
+        CHECK(op.kernels == 4);
+        CHECK(op.host_calls == 4);
+        CHECK(op.host_launches == (op.weight_grad ? 4 : 0));
+      }
+      if (op.name.starts_with("experts_swiglu")) {
+        CHECK(op.kernels == 4);
+        CHECK(op.host_calls == 4);
+      }
+    }
+  const auto cat = [](const std::vector<Op>& ops, const std::string& name) {
+    const auto it = std::ranges::find_if(ops, [&](const Op& op) { return op.name == name; });
+    REQUIRE(it != ops.end());
+    return *it;
+  };
+  CHECK(cat(fwd, "experts_output_cat").bytes == Approx(2 * R * k * h * 2));
+  CHECK(cat(bwd, "experts_input_grad_cat").bytes == Approx(2 * R * k * h * 2));
+  CHECK(cat(fwd, "experts_output_cat").kernels == 1);
+}
+
 // Biased experts (GPT-OSS; ModelSpec::linear_bias): Megatron-Core's TEGroupedMLP adds fc2's bias,
 // scaled by each row's routing weight, in eager PyTorch after the grouped GEMM (_apply_bias): per
 // local expert a multiply and an add, then a cat, reading and writing 6 bf16 elements per element of
