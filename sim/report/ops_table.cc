@@ -50,6 +50,26 @@ std::string heading(const parallel::OpList& list) {
   return fmt::format("{} · {} {} · {}", list.part, list.layers, list.layers == 1 ? "layer" : "layers", list.pass);
 }
 
+// One op as both outputs show it: a compute op with the compute model's time and bound, or a
+// communication op (which the simulation times on the network).
+struct Row {
+  const Op* op;
+  bool comm;
+  hardware::OpTime time;
+};
+
+// The list's rows and its compute ops' total time.
+std::vector<Row> rows(const parallel::OpList& list, const hardware::ComputeModel& compute, double& compute_s) {
+  std::vector<Row> out;
+  compute_s = 0;
+  for (const Op& op : list.ops) {
+    const bool comm = op.kind == OpKind::tp_comm;
+    out.push_back({&op, comm, comm ? hardware::OpTime{} : compute.breakdown(op)});
+    compute_s += out.back().time.total_s;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string ops_text(const std::vector<parallel::OpList>& lists, const hardware::ComputeModel& compute) {
@@ -62,22 +82,22 @@ std::string ops_text(const std::vector<parallel::OpList>& lists, const hardware:
                        "kernels", "time ms", "TFLOP/s", "GB/s", "bound");
     double total_s = 0, total_flops = 0, total_bytes = 0;
     std::int64_t total_kernels = 0;
-    for (const Op& op : list.ops) {
-      if (op.kind == OpKind::tp_comm) {
+    for (const Row& r : rows(list, compute, total_s)) {
+      const Op& op = *r.op;
+      if (r.comm) {
         out += fmt::format("    {:<40} {:<18} {:>10} {:>10.1f} {:>7} {:>9} {:>8} {:>8}  {}\n", op.name,
                            fmt::format("{} {}", collective_name(op.comm), group_name(op.group)), "-",
                            static_cast<double>(op.comm_bytes) / 1e6, op.kernels, "-", "-", "-", "network");
         continue;
       }
-      const hardware::OpTime t = compute.breakdown(op);
-      total_s += t.total_s;
       total_flops += op.flops;
       total_bytes += op.bytes;
       total_kernels += op.kernels;
-      const std::string tflops = op.flops > 0 ? fmt::format("{:.1f}", op.flops / t.total_s / 1e12) : "-";
+      const double t = r.time.total_s;
+      const std::string tflops = op.flops > 0 ? fmt::format("{:.1f}", op.flops / t / 1e12) : "-";
       out += fmt::format("    {:<40} {:<18} {:>10.2f} {:>10.1f} {:>7} {:>9.4f} {:>8} {:>8.0f}  {}\n", op.name,
-                         kind_name(op.kind), op.flops / 1e9, op.bytes / 1e6, op.kernels, t.total_s * 1e3, tflops,
-                         op.bytes / t.total_s / 1e9, t.bound());
+                         kind_name(op.kind), op.flops / 1e9, op.bytes / 1e6, op.kernels, t * 1e3, tflops,
+                         op.bytes / t / 1e9, r.time.bound());
     }
     out += fmt::format("    {:<40} {:<18} {:>10.2f} {:>10.1f} {:>7} {:>9.4f}\n", "total (compute)", "",
                        total_flops / 1e9, total_bytes / 1e6, total_kernels, total_s * 1e3);
@@ -90,24 +110,22 @@ nlohmann::json ops_json(const std::vector<parallel::OpList>& lists, const hardwa
   for (const parallel::OpList& list : lists) {
     nlohmann::json ops = nlohmann::json::array();
     double total_s = 0;
-    for (const Op& op : list.ops) {
-      if (op.kind == OpKind::tp_comm) {
+    for (const Row& r : rows(list, compute, total_s)) {
+      const Op& op = *r.op;
+      if (r.comm)
         ops.push_back({{"name", op.name},
                        {"kind", "communication"},
                        {"collective", collective_name(op.comm)},
                        {"group", group_name(op.group)},
                        {"bytes", op.comm_bytes}});
-        continue;
-      }
-      const hardware::OpTime t = compute.breakdown(op);
-      total_s += t.total_s;
-      ops.push_back({{"name", op.name},
-                     {"kind", kind_name(op.kind)},
-                     {"flops", op.flops},
-                     {"bytes", op.bytes},
-                     {"kernels", op.kernels},
-                     {"time_s", t.total_s},
-                     {"bound", t.bound()}});
+      else
+        ops.push_back({{"name", op.name},
+                       {"kind", kind_name(op.kind)},
+                       {"flops", op.flops},
+                       {"bytes", op.bytes},
+                       {"kernels", op.kernels},
+                       {"time_s", r.time.total_s},
+                       {"bound", r.time.bound()}});
     }
     out.push_back({{"part", list.part},
                    {"layers", list.layers},

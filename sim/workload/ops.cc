@@ -309,12 +309,9 @@ Op memory(std::string name, double bytes, double saved = 0, std::int32_t kernels
 // gradient a launch of its own.
 Op grouped(const Dims& x, Op op) {
   const auto kernels = x.cap_rows > 0 ? 1 : static_cast<std::int32_t>(op.gemm.batch);
-  op.host_launches = kernels;
   op.kernels = kernels;
-  if (x.sequential) {
-    op.host_calls = kernels;
-    op.host_launches = op.weight_grad ? kernels : 0;
-  }
+  op.host_calls = x.sequential ? kernels : 1;
+  op.host_launches = x.sequential && !op.weight_grad ? 0 : kernels;
   return op;
 }
 
