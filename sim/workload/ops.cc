@@ -890,11 +890,25 @@ double saved_gemm_input_bytes(const LayerConfig& c, double d) {
 // With frozen weights (LoRA) no weight gradient needs the column-wise copies: FP8 casts read 2 and
 // write 1 byte, the fused ones nothing; NVFP4 reads twice (amax, quantisation) and writes the
 // row-wise copy.
-Op quantize(std::string name, const LayerConfig& c, double own, double fused) {
+Op quantize(std::string name, const LayerConfig& c, double own, double fused, std::int32_t expert_kernels = 0) {
   if (c.fp4 && c.frozen_weights) return memory(std::move(name), (own + fused) * (2 * 2 + kNvfp4Bytes), 0, 8);
   if (c.fp4) return memory(std::move(name), (own + fused) * (3 * 2 + 2 * kNvfp4Bytes), 0, 12);
-  if (c.frozen_weights) return memory(std::move(name), 3 * own, 0, 4);
-  return memory(std::move(name), 4 * own + fused, 0, 4);
+  Op op = c.frozen_weights ? memory(std::move(name), 3 * own, 0, 4) : memory(std::move(name), 4 * own + fused, 0, 4);
+  op.kernels += expert_kernels;
+  return op;
+}
+
+// The FP8 casts of a grouped GEMM's operands beyond the one kernel each that quantize() counts:
+// Transformer Engine's GroupedLinear quantises its input (forward) and its output gradient (backward)
+// with split_quantize, which runs one quantisation kernel per local expert for every FP8 recipe but
+// delayed scaling (cast.cpp's multi_tensor_quantize_impl: "only have fused kernel for FP8 delayed
+// scaling"; MXFP8, current scaling and block scaling loop over the splits; LayerConfig::
+// fp8_split_casts), launched from C++ (the host side: set_host_costs, one cast per GEMM launch). Two
+// grouped GEMMs per pass; sync-free experts (one grouped kernel per GEMM) and NVFP4 (grouped
+// quantisation kernels, split_quantize_nvfp4_impl) add none.
+std::int32_t expert_cast_kernels(const Dims& x, const LayerConfig& c) {
+  if (!x.moe || !c.fp8_split_casts || c.fp4 || x.cap_rows > 0 || x.local_experts <= 1) return 0;
+  return 2 * (static_cast<std::int32_t>(x.local_experts) - 1);
 }
 
 // A linear a LoRA adapter can wrap: its forward and data-gradient ops' names, the target bit, and
@@ -1275,7 +1289,8 @@ std::vector<Op> layer_forward(const ModelSpec& model, const LayerConfig& c, Laye
     } else if (with_mlp) {
       fused += x.tokens * (x.h + x.f);
     }
-    ops.push_back(quantize(c.fp4 ? "nvfp4_quantize" : "fp8_cast_transpose", c, own, fused));
+    ops.push_back(quantize(c.fp4 ? "nvfp4_quantize" : "fp8_cast_transpose", c, own, fused,
+                           with_mlp ? expert_cast_kernels(x, c) : 0));
     mark_fp8(ops, c);
   }
   return ops;
@@ -1401,7 +1416,8 @@ std::vector<Op> layer_backward_ops(const ModelSpec& model, const LayerConfig& c,
     } else if (with_mlp) {
       grads += x.tokens * ((x.swiglu ? 2 * x.f : x.f) + x.h);
     }
-    ops.push_back(quantize(c.fp4 ? "nvfp4_grad_quantize" : "fp8_grad_cast_transpose", c, grads, 0));
+    ops.push_back(quantize(c.fp4 ? "nvfp4_grad_quantize" : "fp8_grad_cast_transpose", c, grads, 0,
+                           with_mlp ? expert_cast_kernels(x, c) : 0));
     mark_fp8(ops, c);
   }
   return ops;

@@ -245,6 +245,11 @@ struct LayerConfig {
   // 16x16 blocks for the weights, a random Hadamard transform on both weight-gradient operands and
   // stochastic rounding of the gradients (Megatron-Bridge's bf16_with_nvfp4_mixed, every layer).
   bool fp4 = false;
+  // With fp8: the FP8 recipe quantises a grouped GEMM's operands one local expert at a time
+  // (Transformer Engine's split_quantize loops for MXFP8, current and block scaling; only per-tensor
+  // delayed scaling has a fused multi-tensor cast). Set for Blackwell, where trainsim's fp8 is MXFP8,
+  // and for Hopper with BF16 layers (current scaling): the recipes `export megatron` writes.
+  bool fp8_split_casts = false;
   // Parameter-efficient fine-tuning (LoRA, Megatron-Bridge's peft "lora"): the base weights are
   // frozen, so no weight gradient is computed for them and Transformer Engine keeps no GEMM input for
   // one (nor casts a transposed FP8 copy); the embedding and the output layer are frozen too. Each

@@ -100,6 +100,32 @@ TEST_CASE("op lists cover every layer: a MoE model's dense first layers are a ki
   CHECK(parts == std::vector<std::string>{"embedding", "layer", "dense layer", "output layer"});
 }
 
+// The FP8 recipe follows the GPU as `export megatron` writes it: MXFP8 on Blackwell casts each of the
+// 256 / 16 = 16 local experts' GEMM operands on its own (2 · (16 − 1) kernels beyond the layer's 4
+// casts; ops.cc's expert_cast_kernels), Hopper's delayed scaling casts them in one multi-tensor kernel.
+TEST_CASE("op lists: MoE FP8 casts per local expert on Blackwell (MXFP8), in one kernel on Hopper") {
+  for (const char* cluster : {"dgx-b200", "hgx-h800"}) {
+    INFO(cluster);
+    const nlohmann::json j = {
+        {"model", "deepseek-v3"},
+        {"cluster", cluster},
+        {"gpus", 16},
+        {"parallel", {{"ep", 16}}},
+        {"training", {{"micro_batch", 1}, {"global_batch", 16}, {"seq_len", 4096}, {"precision", "fp8"}}}};
+    const config::Scenario sc = config::parse_scenario(util::JsonNode(j, "dsv3.json"), TRAINSIM_SOURCE_DIR);
+    const hardware::ComputeModel compute(sc.cluster.gpu);
+    const bool blackwell = std::string(cluster) == "dgx-b200";
+    int seen = 0;
+    for (const auto& list : parallel::op_lists(sc, compute)) {
+      if (list.part != "layer") continue;
+      const workload::Op& cast = find(list, list.pass == "forward" ? "fp8_cast_transpose" : "fp8_grad_cast_transpose");
+      CHECK(cast.kernels == (blackwell ? 4 + 2 * (16 - 1) : 4));
+      ++seen;
+    }
+    CHECK(seen == 2);
+  }
+}
+
 TEST_CASE("ops table and JSON: each op's time, the list's compute total, communication by bytes") {
   const config::Scenario sc = gpt_scenario();
   const hardware::ComputeModel compute(sc.cluster.gpu);

@@ -712,6 +712,46 @@ TEST_CASE("MoE layer without the router and permute fusions: eager PyTorch's ker
       }
 }
 
+// Transformer Engine's split_quantize casts a grouped GEMM's operand one local expert at a time for
+// MXFP8 (and current or block scaling), a kernel each; delayed scaling casts them all in one
+// multi-tensor kernel. Per pass two grouped GEMMs quantise an operand each (forward: fc1's and fc2's
+// inputs; backward: their output gradients), so the layer's cast op runs 2·(E/ep − 1) kernels more
+// than its 4. Sync-free experts and NVFP4 use grouped kernels: none more. The bytes do not change.
+TEST_CASE("MoE layer under MXFP8: one cast kernel per local expert and grouped GEMM operand") {
+  const ModelSpec m = moe_model();
+  LayerConfig c;
+  c.micro_batch = 2;
+  c.seq_len = 2048;
+  c.ep = 4;  // 8 local experts
+  c.fp8 = true;
+  const auto cast = [&](bool backward) {
+    const auto ops = backward ? layer_backward(m, c) : layer_forward(m, c);
+    const auto it =
+        std::ranges::find_if(ops, [](const Op& op) { return op.name.find("cast_transpose") != std::string::npos; });
+    REQUIRE(it != ops.end());
+    return *it;
+  };
+  const Op delayed_fwd = cast(false), delayed_bwd = cast(true);
+  CHECK(delayed_fwd.kernels == 4);
+  CHECK(delayed_bwd.kernels == 4);
+  c.fp8_split_casts = true;
+  for (bool backward : {false, true}) {
+    INFO("backward " << backward);
+    const Op split = cast(backward);
+    CHECK(split.kernels == 4 + 2 * (8 - 1));
+    CHECK(split.bytes == (backward ? delayed_bwd : delayed_fwd).bytes);
+    CHECK(split.host_calls == 4);  // launched from C++ with the GEMMs (set_host_costs), no Python call each
+  }
+  c.moe_flex_dispatch = true;  // sync-free experts: the flex dispatcher's fixed-size buffers
+  c.moe_rank_capacity_factor = 1.5;
+  c.moe_permute_fusion = true;
+  CHECK(cast(false).kernels == 4);
+  c.moe_flex_dispatch = false;
+  c.moe_rank_capacity_factor = 0;
+  c.ep = 32;  // one local expert
+  CHECK(cast(true).kernels == 4);
+}
+
 // Without --moe-grouped-gemm Megatron-Core runs SequentialMLP: the same expert GEMMs (a kernel each),
 // but every expert's linear is a module call of its own (its weight gradient a launch), its activation
 // a call and kernel per expert, and torch.cat joins the experts' outputs (forward) and the input
