@@ -1274,7 +1274,11 @@ std::vector<Op> layer_forward(const ModelSpec& model, const LayerConfig& c, Laye
     // TE fuses the casts of the QKV and fc1 inputs into the norms and of the fc2 input into the
     // activation; the projection input is cast on its own (read 2, write 1 byte per element), and
     // every GEMM input is also written transposed in FP8 for the weight gradient (1 byte). The
-    // experts' permuted input is cast on its own too (2 + 1 + 1 bytes).
+    // experts' permuted input is cast on its own too (2 + 1 + 1 bytes), and so is their fc2 input:
+    // Megatron-Core's TEGroupedMLP runs its own activation kernel (weighted_bias_swiglu_impl, BF16
+    // out) and GroupedLinear quantises what it gets (split_quantize). A MoE layer's norm is a module
+    // of its own (TENorm, BF16 out: no linear to fuse into), so the shared expert's fc1 input is cast
+    // on its own, and its fc2 input too (Megatron's bias_swiglu_impl before a TE linear).
     // A latent MoE's down projection casts the norm output on its own, its up projection the
     // combined latent.
     double own = 0, fused = 0;
@@ -1284,8 +1288,8 @@ std::vector<Op> layer_forward(const ModelSpec& model, const LayerConfig& c, Laye
       if (x.mla) fused += x.tokens * (x.ql + x.kvl);  // the up projections' inputs, cast in their norms
     }
     if (with_mlp && x.moe) {
-      own += x.moe_rows * x.he + (x.latent > 0 ? x.region * (x.h + x.latent) : 0);
-      fused += x.moe_rows * x.fe + (x.fsh > 0 ? x.tokens * (x.h + x.fsh) : 0);
+      own += x.moe_rows * (x.he + x.fe) + (x.latent > 0 ? x.region * (x.h + x.latent) : 0) +
+             (x.fsh > 0 ? x.tokens * (x.h + x.fsh) : 0);
     } else if (with_mlp) {
       fused += x.tokens * (x.h + x.f);
     }

@@ -732,6 +732,11 @@ TEST_CASE("MoE layer under MXFP8: one cast kernel per local expert and grouped G
     return *it;
   };
   const Op delayed_fwd = cast(false), delayed_bwd = cast(true);
+  // Cast on their own (read 2 bytes, write 1 + 1): the projection's input (R·q) and both expert GEMMs'
+  // inputs (R·k·h and R·k·F, TEGroupedMLP's activation being a kernel of its own); fused into the
+  // norm (the transposed byte only): the QKV input (R·h). R = 4096 tokens, k = 4, h = q = 1024, F = 512.
+  const double R = 2 * 2048, k = 4, h = 1024, F = 512;
+  CHECK(delayed_fwd.bytes == Approx(4 * (R * h + R * k * (h + F)) + R * h));
   CHECK(delayed_fwd.kernels == 4);
   CHECK(delayed_bwd.kernels == 4);
   c.fp8_split_casts = true;
