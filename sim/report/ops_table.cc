@@ -75,19 +75,23 @@ std::vector<Row> rows(const parallel::OpList& list, const hardware::ComputeModel
 std::string ops_text(const std::vector<parallel::OpList>& lists, const hardware::ComputeModel& compute) {
   std::string out =
       "ops           one micro-batch through one layer of each kind on one GPU, as the compute model times each op\n"
-      "              (before recomputation, overlap and pipelining; the simulation times the communication)\n";
+      "              (before recomputation, overlap and pipelining; the simulation times the communication);\n"
+      "              host ms: the CPU's time to issue the op (0 inside a CUDA graph), * where the CPU then waits\n"
+      "              for the GPU\n";
   for (const parallel::OpList& list : lists) {
     out += fmt::format("  {}\n", heading(list));
-    out += fmt::format("    {:<40} {:<18} {:>10} {:>10} {:>7} {:>9} {:>8} {:>8}  {}\n", "op", "kind", "GFLOP", "MB",
-                       "kernels", "time ms", "TFLOP/s", "GB/s", "bound");
-    double total_s = 0, total_flops = 0, total_bytes = 0;
+    out += fmt::format("    {:<40} {:<18} {:>10} {:>10} {:>7} {:>9} {:>8} {:>8} {:>8}  {}\n", "op", "kind", "GFLOP",
+                       "MB", "kernels", "time ms", "host ms", "TFLOP/s", "GB/s", "bound");
+    double total_s = 0, total_flops = 0, total_bytes = 0, total_host_s = 0;
     std::int64_t total_kernels = 0;
     for (const Row& r : rows(list, compute, total_s)) {
       const Op& op = *r.op;
+      total_host_s += op.host_s;
+      const std::string host = fmt::format("{:.4f}{}", op.host_s * 1e3, op.host_sync ? "*" : "");
       if (r.comm) {
-        out += fmt::format("    {:<40} {:<18} {:>10} {:>10.1f} {:>7} {:>9} {:>8} {:>8}  {}\n", op.name,
+        out += fmt::format("    {:<40} {:<18} {:>10} {:>10.1f} {:>7} {:>9} {:>8} {:>8} {:>8}  {}\n", op.name,
                            fmt::format("{} {}", collective_name(op.comm), group_name(op.group)), "-",
-                           static_cast<double>(op.comm_bytes) / 1e6, op.kernels, "-", "-", "-", "network");
+                           static_cast<double>(op.comm_bytes) / 1e6, op.kernels, "-", host, "-", "-", "network");
         continue;
       }
       total_flops += op.flops;
@@ -95,12 +99,12 @@ std::string ops_text(const std::vector<parallel::OpList>& lists, const hardware:
       total_kernels += op.kernels;
       const double t = r.time.total_s;
       const std::string tflops = op.flops > 0 ? fmt::format("{:.1f}", op.flops / t / 1e12) : "-";
-      out += fmt::format("    {:<40} {:<18} {:>10.2f} {:>10.1f} {:>7} {:>9.4f} {:>8} {:>8.0f}  {}\n", op.name,
-                         kind_name(op.kind), op.flops / 1e9, op.bytes / 1e6, op.kernels, t * 1e3, tflops,
+      out += fmt::format("    {:<40} {:<18} {:>10.2f} {:>10.1f} {:>7} {:>9.4f} {:>8} {:>8} {:>8.0f}  {}\n", op.name,
+                         kind_name(op.kind), op.flops / 1e9, op.bytes / 1e6, op.kernels, t * 1e3, host, tflops,
                          op.bytes / t / 1e9, r.time.bound());
     }
-    out += fmt::format("    {:<40} {:<18} {:>10.2f} {:>10.1f} {:>7} {:>9.4f}\n", "total (compute)", "",
-                       total_flops / 1e9, total_bytes / 1e6, total_kernels, total_s * 1e3);
+    out += fmt::format("    {:<40} {:<18} {:>10.2f} {:>10.1f} {:>7} {:>9.4f} {:>8.4f}\n", "total (compute; host)", "",
+                       total_flops / 1e9, total_bytes / 1e6, total_kernels, total_s * 1e3, total_host_s * 1e3);
   }
   return out;
 }
@@ -109,15 +113,17 @@ nlohmann::json ops_json(const std::vector<parallel::OpList>& lists, const hardwa
   nlohmann::json out = nlohmann::json::array();
   for (const parallel::OpList& list : lists) {
     nlohmann::json ops = nlohmann::json::array();
-    double total_s = 0;
+    double total_s = 0, total_host_s = 0;
     for (const Row& r : rows(list, compute, total_s)) {
       const Op& op = *r.op;
+      total_host_s += op.host_s;
       if (r.comm)
         ops.push_back({{"name", op.name},
                        {"kind", "communication"},
                        {"collective", collective_name(op.comm)},
                        {"group", group_name(op.group)},
-                       {"bytes", op.comm_bytes}});
+                       {"bytes", op.comm_bytes},
+                       {"host_s", op.host_s}});
       else
         ops.push_back({{"name", op.name},
                        {"kind", kind_name(op.kind)},
@@ -125,12 +131,15 @@ nlohmann::json ops_json(const std::vector<parallel::OpList>& lists, const hardwa
                        {"bytes", op.bytes},
                        {"kernels", op.kernels},
                        {"time_s", r.time.total_s},
+                       {"host_s", op.host_s},
                        {"bound", r.time.bound()}});
+      if (op.host_sync) ops.back()["host_sync"] = true;
     }
     out.push_back({{"part", list.part},
                    {"layers", list.layers},
                    {"pass", list.pass},
                    {"compute_s", total_s},
+                   {"host_s", total_host_s},
                    {"ops", std::move(ops)}});
   }
   return out;

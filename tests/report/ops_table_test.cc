@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
 
 #include "config/scenario.h"
@@ -123,6 +124,21 @@ TEST_CASE("op lists: MoE FP8 casts per local expert on Blackwell (MXFP8), in one
       ++seen;
     }
     CHECK(seen == 2);
+    // The alltoall dispatcher's CPU waits for the token counts after the permutation, once per MoE
+    // layer's forward: the JSON says so (the output layer's list holds the MoE layer of the
+    // multi-token prediction module).
+    const nlohmann::json lists = report::ops_json(parallel::op_lists(sc, compute), compute);
+    for (const auto& list : lists) {
+      int syncs = 0;
+      for (const auto& op : list.at("ops"))
+        if (op.contains("host_sync")) {
+          CHECK(op.at("name") == "moe_permute");
+          ++syncs;
+        }
+      const bool moe_forward =
+          list.at("pass") == "forward" && (list.at("part") == "layer" || list.at("part") == "output layer");
+      CHECK(syncs == (moe_forward ? 1 : 0));
+    }
   }
 }
 
@@ -135,9 +151,10 @@ TEST_CASE("ops table and JSON: each op's time, the list's compute total, communi
   const nlohmann::json& fwd = j.at(2);
   CHECK(fwd.at("part") == "layer");
   CHECK(fwd.at("layers") == 4);
-  double sum = 0;
+  double sum = 0, host = 0;
   bool saw_comm = false;
   for (const auto& op : fwd.at("ops")) {
+    host += op.at("host_s").get<double>();
     if (op.at("kind") == "communication") {
       saw_comm = true;
       CHECK(op.at("collective") == "all_reduce");
@@ -149,6 +166,12 @@ TEST_CASE("ops table and JSON: each op's time, the list's compute total, communi
   }
   CHECK(saw_comm);
   CHECK(fwd.at("compute_s").get<double>() == Approx(sum));
+  CHECK(fwd.at("host_s").get<double>() == Approx(host));
+  // A BF16 GEMM is one Transformer Engine module call on the CPU (parallel::host_costs, x86 host).
+  const auto qkv = std::ranges::find_if(fwd.at("ops"), [](const nlohmann::json& op) { return op.at("name") == "qkv"; });
+  REQUIRE(qkv != fwd.at("ops").end());
+  CHECK(qkv->at("host_s").get<double>() == Approx(parallel::host_costs(sc.cluster).module_s));
+  CHECK(!qkv->contains("host_sync"));
 
   const std::string text = report::ops_text(lists, compute);
   CHECK(text.find("  layer · 4 layers · forward\n") != std::string::npos);
