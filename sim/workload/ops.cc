@@ -905,9 +905,10 @@ Op quantize(std::string name, const LayerConfig& c, double own, double fused, st
 // scaling"; MXFP8, current scaling and block scaling loop over the splits; LayerConfig::
 // fp8_split_casts), launched from C++ (the host side: set_host_costs, one cast per GEMM launch). Two
 // grouped GEMMs per pass; sync-free experts (one grouped kernel per GEMM) and NVFP4 (grouped
-// quantisation kernels, split_quantize_nvfp4_impl) add none.
+// quantisation kernels, split_quantize_nvfp4_impl) add none. SequentialMLP (Dims::sequential) runs
+// each expert's linears as modules of their own, each casting its own operand, whatever the recipe.
 std::int32_t expert_cast_kernels(const Dims& x, const LayerConfig& c) {
-  if (!x.moe || !c.fp8_split_casts || c.fp4 || x.cap_rows > 0 || x.local_experts <= 1) return 0;
+  if (!x.moe || !(c.fp8_split_casts || x.sequential) || c.fp4 || x.cap_rows > 0 || x.local_experts <= 1) return 0;
   return 2 * (static_cast<std::int32_t>(x.local_experts) - 1);
 }
 

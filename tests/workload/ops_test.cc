@@ -731,6 +731,9 @@ TEST_CASE("MoE layer under MXFP8: one cast kernel per local expert and grouped G
     REQUIRE(it != ops.end());
     return *it;
   };
+  c.moe_grouped_gemm = false;  // SequentialMLP: each expert's linears cast their own operands
+  CHECK(cast(false).kernels == 4 + 2 * (8 - 1));
+  c.moe_grouped_gemm = true;
   const Op delayed_fwd = cast(false), delayed_bwd = cast(true);
   // Cast on their own (read 2 bytes, write 1 + 1): the projection's input (R·q) and both expert GEMMs'
   // inputs (R·k·h and R·k·F, TEGroupedMLP's activation being a kernel of its own); fused into the
