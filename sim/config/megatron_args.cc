@@ -1221,11 +1221,17 @@ class Importer {
     if (auto fp8 = f_.value("fp8-format")) {
       precision = "fp8";
       flag = "fp8-format";
-      if (auto recipe = f_.value("fp8-recipe"); recipe && *recipe != "delayed" && *recipe != "tensorwise")
-        note(
-            fmt::format("--fp8-recipe {}: modelled as trainsim's fp8 (Transformer Engine's per-tensor scaled GEMMs "
-                        "and casts)",
-                        *recipe));
+      // Megatron-Core's recipes; "custom" (a user-supplied recipe factory) is not modelled: the GPU's
+      // default stands for it.
+      if (auto recipe = f_.value("fp8-recipe")) {
+        if (*recipe == "delayed" || *recipe == "tensorwise" || *recipe == "mxfp8" || *recipe == "blockwise")
+          fp8_recipe_ = *recipe;
+        else
+          note(
+              fmt::format("--fp8-recipe {}: not modelled; the GPU's default recipe stands for it (training.fp8_recipe "
+                          "absent: mxfp8 on Blackwell, delayed scaling on Hopper)",
+                          *recipe));
+      }
     }
     if (auto fp4 = f_.value("fp4-format")) {
       const auto recipe = f_.value("fp4-recipe").value_or("nvfp4");
@@ -1235,6 +1241,7 @@ class Importer {
       flag = "fp4-format";
     }
     put(t, "training", "precision", precision, flag);
+    if (precision == "fp8" && !fp8_recipe_.empty()) put(t, "training", "fp8_recipe", fp8_recipe_, "fp8-recipe");
     // Megatron-Core's first and last layers kept in BF16 (its defaults: one of each).
     if (f_.on("first-last-layers-bf16")) {
       const auto start = f_.integer("num-layers-at-start-in-bf16").value_or(1);
@@ -1416,6 +1423,7 @@ class Importer {
   std::string_view pattern_flag_;
   std::optional<DeepSpeedConfig> ds_;  // Megatron-DeepSpeed's configuration (--deepspeed)
   std::string ds_source_;
+  std::string fp8_recipe_;  // --fp8-recipe, where trainsim models it
 };
 
 }  // namespace

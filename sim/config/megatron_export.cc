@@ -460,14 +460,13 @@ class Exporter {
         break;
     }
     if (t.precision == Precision::fp8) {
-      // Blackwell runs Transformer Engine's MXFP8 recipe (Megatron-Bridge's choice there), Hopper
-      // per-tensor delayed scaling (Megatron-LM's default recipe); trainsim times both alike.
-      // Delayed scaling cannot leave layers in BF16 (Megatron-Core asserts it): per-tensor current
-      // scaling (tensorwise) then.
-      const bool blackwell = s_.cluster.gpu.arch == hardware::Arch::blackwell;
-      const bool bf16_layers = t.bf16_layers_at_start + t.bf16_layers_at_end > 0;
-      add(g, "--fp8-format", {blackwell ? "e4m3" : "hybrid"});
-      add(g, "--fp8-recipe", {blackwell ? "mxfp8" : bf16_layers ? "tensorwise" : "delayed"});
+      // The scenario's recipe (config::fp8_recipe: MXFP8 on Blackwell, delayed scaling on Hopper
+      // unless layers stay in BF16). MXFP8 and block scaling cast every tensor to E4M3; the
+      // per-tensor recipes keep E5M2 for the gradients (hybrid).
+      const config::Fp8Recipe recipe = config::fp8_recipe(s_);
+      const bool e4m3 = recipe == config::Fp8Recipe::mxfp8 || recipe == config::Fp8Recipe::blockwise;
+      add(g, "--fp8-format", {e4m3 ? "e4m3" : "hybrid"});
+      add(g, "--fp8-recipe", {std::string(config::fp8_recipe_name(recipe))});
     }
     if (t.precision == Precision::nvfp4) {
       add(g, "--fp4-format", {"e2m1"});

@@ -576,6 +576,7 @@ TrainingSpec parse_training(const util::JsonNode& node) {
                        "recompute",
                        "recompute_layers",
                        "precision",
+                       "fp8_recipe",
                        "attention",
                        "framework",
                        "host_forward_us",
@@ -660,6 +661,14 @@ TrainingSpec parse_training(const util::JsonNode& node) {
         *v, Choices{{"megatron", "pytorch-eager", "torchtitan", "megatron-deepspeed"}, {"pytorch-compile"}});
     t.framework = kFramework[choice];
     t.deepspeed = choice == 3;
+  }
+  if (auto v = node.find("fp8_recipe")) {
+    if (t.precision != Precision::fp8) v->fail("applies to precision fp8 only (nvfp4 is a recipe of its own)");
+    if (t.framework != Framework::megatron || t.deepspeed)
+      v->fail("applies to \"framework\": \"megatron\" only (torchtitan's Float8 is torchao's tensorwise scaling)");
+    constexpr std::array<Fp8Recipe, 4> kRecipe = {Fp8Recipe::delayed, Fp8Recipe::tensorwise, Fp8Recipe::mxfp8,
+                                                  Fp8Recipe::blockwise};
+    t.fp8_recipe = kRecipe[parse_choice(*v, Choices{{"delayed", "tensorwise", "mxfp8", "blockwise"}, {}})];
   }
   if (auto v = node.find("torch_compile")) {
     if (t.framework != Framework::torchtitan) v->fail("applies to \"framework\": \"torchtitan\" only");
@@ -1207,6 +1216,18 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
   if (s.training.precision == Precision::fp8 && s.cluster.gpu.fp8_flops <= 0)
     throw util::InputError(file, util::join_path(training_path, "precision"),
                            fmt::format("{} has no FP8 tensor cores", s.cluster.gpu.name));
+  if (const auto recipe = s.training.fp8_recipe) {
+    const std::string key = util::join_path(training_path, "fp8_recipe");
+    if (*recipe == Fp8Recipe::mxfp8 && s.cluster.gpu.arch != hardware::Arch::blackwell)
+      throw util::InputError(file, key,
+                             fmt::format("mxfp8 needs Blackwell's tensor cores, which scale each 32 elements ({} has "
+                                         "none): delayed, tensorwise or blockwise",
+                                         s.cluster.gpu.name));
+    if (*recipe == Fp8Recipe::delayed && s.training.bf16_layers_at_start + s.training.bf16_layers_at_end > 0)
+      throw util::InputError(file, key,
+                             "delayed scaling cannot keep layers in BF16 (Megatron-Core refuses "
+                             "--first-last-layers-bf16 with it): tensorwise, mxfp8 or blockwise");
+  }
   if (s.training.precision == Precision::nvfp4 && s.cluster.gpu.fp4_flops <= 0)
     throw util::InputError(file, util::join_path(training_path, "precision"),
                            fmt::format("{} has no FP4 tensor cores (NVFP4 needs Blackwell)", s.cluster.gpu.name));
@@ -1633,6 +1654,27 @@ std::string_view schedule_key(Schedule s) {
       return "dualpipev";
   }
   return "1f1b";
+}
+
+Fp8Recipe fp8_recipe(const Scenario& s) {
+  if (s.training.fp8_recipe) return *s.training.fp8_recipe;
+  if (s.cluster.gpu.arch == hardware::Arch::blackwell) return Fp8Recipe::mxfp8;
+  return s.training.bf16_layers_at_start + s.training.bf16_layers_at_end > 0 ? Fp8Recipe::tensorwise
+                                                                             : Fp8Recipe::delayed;
+}
+
+std::string_view fp8_recipe_name(Fp8Recipe r) {
+  switch (r) {
+    case Fp8Recipe::delayed:
+      return "delayed";
+    case Fp8Recipe::tensorwise:
+      return "tensorwise";
+    case Fp8Recipe::mxfp8:
+      return "mxfp8";
+    case Fp8Recipe::blockwise:
+      return "blockwise";
+  }
+  return "delayed";
 }
 
 std::string_view framework_name(Framework f) {

@@ -42,6 +42,11 @@ std::string_view dispatcher_name(MoeDispatcher d);
 std::string_view schedule_key(Schedule s);
 
 enum class Precision : std::uint8_t { bf16, fp16, fp8, nvfp4 };
+// Transformer Engine's FP8 recipe (Megatron-Core's --fp8-recipe; training.fp8_recipe): per-tensor
+// delayed scaling, per-tensor current scaling (tensorwise), MXFP8 (a scale per 32 elements, Blackwell)
+// or block scaling (128-element and 128x128-block scales). The GEMMs are timed alike; the recipes
+// differ in how a grouped GEMM's operands are cast (LayerConfig::fp8_split_casts).
+enum class Fp8Recipe : std::uint8_t { delayed, tensorwise, mxfp8, blockwise };
 // Which software runs the step. megatron: Megatron-LM / Transformer Engine with fused kernels (every
 // published run of validation/). pytorch_eager: a Llama-style model in eager PyTorch on one GPU,
 // every element-wise op its own kernel, pure bf16 with fused AdamW (workload/eager_ops.h), as
@@ -193,6 +198,8 @@ struct TrainingSpec {
   Recompute recompute = Recompute::none;
   workload::AttentionImpl attention = workload::AttentionImpl::flash;
   Precision precision = Precision::bf16;
+  // With precision fp8 under Megatron: the recipe stated; absent, the GPU's (config::fp8_recipe).
+  std::optional<Fp8Recipe> fp8_recipe;
   // Full recompute of only the first N layers of each stage (Megatron --recompute-method block
   // --recompute-num-layers N); 0: every layer.
   std::int64_t recompute_layers = 0;
@@ -364,6 +371,14 @@ std::vector<std::string> lora_target_names(const TrainingSpec& training);
 std::vector<std::string> recompute_module_names(std::uint8_t mask);
 // training.offload_modules' names (Megatron-Core's --offload-modules) of the OffloadModule bits.
 std::vector<std::string> offload_module_names(std::uint8_t mask);
+// The FP8 recipe a Megatron scenario with precision fp8 runs: training.fp8_recipe, or the GPU's:
+// MXFP8 on Blackwell (Megatron-Bridge's choice there); on Hopper per-tensor delayed scaling
+// (Megatron-LM's default), or current scaling (tensorwise) where layers stay in BF16, which delayed
+// scaling cannot do.
+Fp8Recipe fp8_recipe(const Scenario& scenario);
+// training.fp8_recipe's and Megatron-Core's --fp8-recipe name of a recipe ("delayed", "tensorwise",
+// "mxfp8", "blockwise").
+std::string_view fp8_recipe_name(Fp8Recipe r);
 // The framework's name as training.framework spells it ("megatron", "pytorch-eager", "torchtitan").
 std::string_view framework_name(Framework f);
 // The training.framework key of a scenario's settings ("megatron-deepspeed" for DeepSpeed's engine).

@@ -2156,11 +2156,9 @@ StepWorkload step_workload(const config::Scenario& sc, const hardware::ComputeMo
   lc.ep_nodes = std::max<std::int64_t>(1, (par.ep * par.etp + sc.cluster.gpus_per_node - 1) / sc.cluster.gpus_per_node);
   lc.fp8 = sc.training.precision == config::Precision::fp8 || sc.training.precision == config::Precision::nvfp4;
   lc.fp4 = sc.training.precision == config::Precision::nvfp4;
-  // The FP8 recipe `export megatron` writes: MXFP8 on Blackwell; on Hopper delayed scaling, or
-  // current scaling (tensorwise) when layers stay in BF16. Only delayed scaling casts the experts'
-  // operands in one kernel.
-  lc.fp8_split_casts = lc.fp8 && (sc.cluster.gpu.arch == hardware::Arch::blackwell ||
-                                  sc.training.bf16_layers_at_start + sc.training.bf16_layers_at_end > 0);
+  // Only delayed scaling casts a grouped GEMM's operands for all the experts in one kernel.
+  lc.fp8_split_casts =
+      sc.training.precision == config::Precision::fp8 && config::fp8_recipe(sc) != config::Fp8Recipe::delayed;
   lc.document_tokens = sc.training.document_tokens;
   if (sc.training.lora) {
     lc.frozen_weights = true;

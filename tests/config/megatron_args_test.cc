@@ -321,6 +321,26 @@ TEST_CASE("--first-last-layers-bf16: Megatron's one layer at each end unless cou
   CHECK(!plain.scenario["training"].contains("bf16_layers_at_end"));
 }
 
+TEST_CASE("--fp8-recipe: training.fp8_recipe for the recipes trainsim models, a note for custom") {
+  const std::string cmd =
+      "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 --num-attention-heads 32 "
+      "--swiglu --vocab-size 32000 --seq-length 4096 --bf16 --fp8-format e4m3";
+  CHECK(!import(cmd).scenario["training"].contains("fp8_recipe"));  // Megatron's default: the GPU's
+  for (const char* recipe : {"delayed", "tensorwise", "blockwise"}) {
+    INFO(recipe);
+    const auto imported = import(cmd + " --fp8-recipe " + recipe);
+    CHECK(imported.scenario["training"]["fp8_recipe"] == recipe);
+    CHECK(trainsim::config::fp8_recipe_name(trainsim::config::fp8_recipe(parse(imported))) == recipe);
+  }
+  const auto custom = import(cmd + " --fp8-recipe custom");
+  CHECK(!custom.scenario["training"].contains("fp8_recipe"));
+  CHECK(std::ranges::any_of(custom.notes, [](const std::string& n) { return n.find("--fp8-recipe custom") == 0; }));
+  // Without --fp8-format the recipe means nothing (Megatron trains in BF16).
+  CHECK(!import(cmd.substr(0, cmd.find(" --fp8-format")) + " --fp8-recipe mxfp8")
+             .scenario["training"]
+             .contains("fp8_recipe"));
+}
+
 TEST_CASE("--num-distributed-optimizer-instances: the distributed optimizer's instances") {
   const std::string cmd =
       "torchrun --nproc-per-node 8 --nnodes 4 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "

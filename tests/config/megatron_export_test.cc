@@ -183,6 +183,20 @@ TEST_CASE("BF16 first and last layers come back from the script, with a recipe M
   CHECK(script.find("--fp8-recipe tensorwise") != std::string::npos);
 }
 
+TEST_CASE("a stated FP8 recipe comes back from the script, with the format it needs") {
+  const nlohmann::json doc = nlohmann::json::parse(R"({
+    "model": "llama3.1-8b", "cluster": "dgx-h100", "gpus": 8,
+    "training": {"global_batch": 8, "seq_len": 4096, "precision": "fp8", "fp8_recipe": "blockwise"}})");
+  const Scenario original = parse(doc, "s.json");
+  std::string script;
+  const Scenario back = round_trip(doc, original, &script);
+  CHECK(describe(back) == describe(expected_after_round_trip(original)));
+  CHECK(back.training.fp8_recipe == trainsim::config::Fp8Recipe::blockwise);
+  // Block scaling casts every tensor to E4M3 (as MXFP8); the per-tensor recipes keep E5M2 gradients.
+  CHECK(script.find("--fp8-format e4m3") != std::string::npos);
+  CHECK(script.find("--fp8-recipe blockwise") != std::string::npos);
+}
+
 TEST_CASE("distributed optimizer instances come back from the script") {
   const nlohmann::json doc = nlohmann::json::parse(R"({
     "model": "llama3.1-8b", "cluster": "dgx-h100", "gpus": 32,

@@ -366,7 +366,8 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
        "moe_shared_expert_overlap, scatter_gather_tensors_in_pipeline)"},
       {[](json& d) { d["training"]["learning_rate"] = 3e-4; }, "training.learning_rate",
        "unknown key (expected one of: micro_batch, global_batch, seq_len, recompute, recompute_layers, precision, "
-       "attention, framework, host_forward_us, host_backward_us, grad_reduce_in_fp32, gradient_accumulation_fusion, "
+       "fp8_recipe, attention, framework, host_forward_us, host_backward_us, grad_reduce_in_fp32, "
+       "gradient_accumulation_fusion, "
        "moe_router_fusion, moe_permute_fusion, moe_grouped_gemm, cross_entropy, "
        "recompute_modules, cpu_offload_layers, offload_modules, host_overhead, cuda_graph_scope, host_cost_scale, "
        "peft, lora_rank, "
@@ -449,6 +450,28 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
        "needs a mixture-of-experts model"},
       {[](json& d) { d["training"]["moe_grouped_gemm"] = false; }, "training.moe_grouped_gemm",
        "needs a mixture-of-experts model"},
+      {[](json& d) { d["training"]["fp8_recipe"] = "mxfp8"; }, "training.fp8_recipe",
+       "applies to precision fp8 only (nvfp4 is a recipe of its own)"},
+      {[](json& d) {
+         d["training"]["precision"] = "fp8";
+         d["training"]["fp8_recipe"] = "current";
+       },
+       "training.fp8_recipe", "unknown value \"current\" (expected one of: delayed, tensorwise, mxfp8, blockwise)"},
+      {[](json& d) {
+         d["training"]["precision"] = "fp8";
+         d["training"]["fp8_recipe"] = "mxfp8";
+       },
+       "training.fp8_recipe",
+       "mxfp8 needs Blackwell's tensor cores, which scale each 32 elements (NVIDIA H100 SXM5 80GB has none): "
+       "delayed, tensorwise or blockwise"},
+      {[](json& d) {
+         d["training"]["precision"] = "fp8";
+         d["training"]["fp8_recipe"] = "delayed";
+         d["training"]["bf16_layers_at_start"] = 1;
+       },
+       "training.fp8_recipe",
+       "delayed scaling cannot keep layers in BF16 (Megatron-Core refuses --first-last-layers-bf16 with it): "
+       "tensorwise, mxfp8 or blockwise"},
   };
   for (const Case& c : cases) {
     json doc = base_scenario();
@@ -989,4 +1012,26 @@ TEST_CASE("hybrid Mamba models: what Megatron-Core and trainsim refuse, one line
   CHECK(error({}, {{"host_overhead", true}, {"cuda_graph_scope", {"mamba", "attn"}}}) == "no error");
   CHECK(error({}, {{"recompute", "selective"}, {"recompute_modules", {"mlp"}}}) ==
         "s.json: training.recompute_modules: \"mlp\" needs dense MLP layers");
+}
+
+// training.fp8_recipe: absent, the GPU's recipe as `export megatron` writes it (MXFP8 on Blackwell;
+// delayed scaling on Hopper, current scaling where layers stay in BF16); stated, the one given.
+TEST_CASE("fp8_recipe: the GPU's default, or the recipe the scenario states") {
+  auto scenario = [](const char* cluster, const json& extra) {
+    json j = {{"model", "llama3.1-8b"},
+              {"cluster", cluster},
+              {"gpus", 8},
+              {"training", {{"micro_batch", 1}, {"global_batch", 8}, {"seq_len", 4096}, {"precision", "fp8"}}}};
+    j["training"].update(extra);
+    return parse_scenario(trainsim::util::JsonNode(j, "s.json"), TRAINSIM_SOURCE_DIR);
+  };
+  using trainsim::config::Fp8Recipe;
+  CHECK(fp8_recipe(scenario("dgx-b200", json::object())) == Fp8Recipe::mxfp8);
+  CHECK(fp8_recipe(scenario("dgx-h100", json::object())) == Fp8Recipe::delayed);
+  CHECK(fp8_recipe(scenario("dgx-h100", {{"bf16_layers_at_end", 1}})) == Fp8Recipe::tensorwise);
+  const Scenario stated = scenario("dgx-h100", {{"fp8_recipe", "blockwise"}});
+  CHECK(stated.training.fp8_recipe == Fp8Recipe::blockwise);
+  CHECK(fp8_recipe(stated) == Fp8Recipe::blockwise);
+  CHECK(fp8_recipe(scenario("dgx-b200", {{"fp8_recipe", "delayed"}})) == Fp8Recipe::delayed);
+  CHECK(fp8_recipe_name(Fp8Recipe::tensorwise) == "tensorwise");
 }
