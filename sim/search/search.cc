@@ -137,6 +137,12 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
   // The precision as the layout says (absent stays absent while it is the default, bf16).
   if (t.contains("precision") || l.precision != config::Precision::bf16)
     t["precision"] = report::precision_name(l.precision);
+  // The scenario's FP8 recipe goes with the FP8 layouts only, its BF16 layers with FP8 and NVFP4.
+  if (l.precision != config::Precision::fp8) t.erase("fp8_recipe");
+  if (l.precision != config::Precision::fp8 && l.precision != config::Precision::nvfp4) {
+    t.erase("bf16_layers_at_start");
+    t.erase("bf16_layers_at_end");
+  }
   t["recompute"] = recompute_name(l.recompute);
   t.erase("recompute_layers");
   // The scenario's recompute modules go with selective recompute only.

@@ -945,6 +945,14 @@ TEST_CASE("search --precision tries each precision the GPU has") {
   REQUIRE(text.code == 0);
   CHECK(text.out.find(" prec ") != std::string::npos);
   CHECK(text.out.find("\"precision\":\"fp8\"") != std::string::npos);
+  // An FP8 scenario's recipe and BF16 layers stay with its FP8 layouts: its BF16 ones run without them.
+  Result fp8 = run("search configs/llama3.1-8b-h200-64.json " + axes +
+                   " --set training.precision=fp8 --set training.fp8_recipe=blockwise"
+                   " --set training.bf16_layers_at_end=1 --top 0 --json");
+  REQUIRE(fp8.code == 0);
+  const auto f = nlohmann::json::parse(fp8.out);
+  REQUIRE(f["layouts"].size() == 2);
+  CHECK(f["layouts"][1]["precision"] == "bf16");
   // Without the axis the tables keep their columns.
   Result plain = run("search configs/llama3.1-8b-h200-64.json --tp 2 --pp 1 --cp 1 --micro-batch 1 --top 1");
   REQUIRE(plain.code == 0);
