@@ -1224,7 +1224,7 @@ class Importer {
       // Megatron-Core's recipes; "custom" (a user-supplied recipe factory) is not modelled: the GPU's
       // default stands for it.
       if (auto recipe = f_.value("fp8-recipe")) {
-        if (*recipe == "delayed" || *recipe == "tensorwise" || *recipe == "mxfp8" || *recipe == "blockwise")
+        if (fp8_recipe_named(*recipe))
           fp8_recipe_ = *recipe;
         else
           note(

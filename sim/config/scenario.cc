@@ -1663,6 +1663,16 @@ Fp8Recipe fp8_recipe(const Scenario& s) {
                                                                              : Fp8Recipe::delayed;
 }
 
+bool runs_fp8_recipe(const TrainingSpec& t) {
+  return t.precision == Precision::fp8 && t.framework == Framework::megatron && !t.deepspeed;
+}
+
+std::optional<Fp8Recipe> fp8_recipe_named(std::string_view name) {
+  for (Fp8Recipe r : {Fp8Recipe::delayed, Fp8Recipe::tensorwise, Fp8Recipe::mxfp8, Fp8Recipe::blockwise})
+    if (fp8_recipe_name(r) == name) return r;
+  return std::nullopt;
+}
+
 std::string_view fp8_recipe_name(Fp8Recipe r) {
   switch (r) {
     case Fp8Recipe::delayed:

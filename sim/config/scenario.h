@@ -376,9 +376,13 @@ std::vector<std::string> offload_module_names(std::uint8_t mask);
 // (Megatron-LM's default), or current scaling (tensorwise) where layers stay in BF16, which delayed
 // scaling cannot do.
 Fp8Recipe fp8_recipe(const Scenario& scenario);
+// Whether the training runs one of Transformer Engine's FP8 recipes: precision fp8 under Megatron
+// (not DeepSpeed's engine, not torchtitan's torchao Float8).
+bool runs_fp8_recipe(const TrainingSpec& training);
 // training.fp8_recipe's and Megatron-Core's --fp8-recipe name of a recipe ("delayed", "tensorwise",
-// "mxfp8", "blockwise").
+// "mxfp8", "blockwise"), and the recipe of such a name (none for another).
 std::string_view fp8_recipe_name(Fp8Recipe r);
+std::optional<Fp8Recipe> fp8_recipe_named(std::string_view name);
 // The framework's name as training.framework spells it ("megatron", "pytorch-eager", "torchtitan").
 std::string_view framework_name(Framework f);
 // The training.framework key of a scenario's settings ("megatron-deepspeed" for DeepSpeed's engine).

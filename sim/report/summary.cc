@@ -406,8 +406,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
   if (!sc.training.moe_router_fusion) out["scenario"]["moe_router_fusion"] = false;
   if (!sc.training.moe_permute_fusion) out["scenario"]["moe_permute_fusion"] = false;
   if (!sc.training.moe_grouped_gemm) out["scenario"]["moe_grouped_gemm"] = false;
-  if (sc.training.precision == config::Precision::fp8 && sc.training.framework == config::Framework::megatron &&
-      !sc.training.deepspeed)
+  if (config::runs_fp8_recipe(sc.training))
     out["scenario"]["fp8_recipe"] = config::fp8_recipe_name(config::fp8_recipe(sc));
   if (sc.training.framework == config::Framework::torchtitan) {
     out["scenario"]["torch_compile"] = sc.training.torch_compile;
@@ -612,8 +611,7 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   }
   if (const std::vector<std::string> scopes = config::graph_scope_names(sc.training); !scopes.empty())
     out += fmt::format("CUDA graphs   {}\n", fmt::join(scopes, ", "));
-  if (sc.training.precision == config::Precision::fp8 && sc.training.framework == config::Framework::megatron &&
-      !sc.training.deepspeed)
+  if (config::runs_fp8_recipe(sc.training))
     out += fmt::format("FP8 recipe    {}{}\n", config::fp8_recipe_name(config::fp8_recipe(sc)),
                        sc.training.fp8_recipe ? "" : " (the GPU's default)");
   if (const auto a = sc.training.bf16_layers_at_start, z = sc.training.bf16_layers_at_end; a + z > 0)

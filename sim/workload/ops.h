@@ -247,8 +247,8 @@ struct LayerConfig {
   bool fp4 = false;
   // With fp8: the FP8 recipe quantises a grouped GEMM's operands one local expert at a time
   // (Transformer Engine's split_quantize loops for MXFP8, current and block scaling; only per-tensor
-  // delayed scaling has a fused multi-tensor cast). Set for Blackwell, where trainsim's fp8 is MXFP8,
-  // and for Hopper with BF16 layers (current scaling): the recipes `export megatron` writes.
+  // delayed scaling has a fused multi-tensor cast). Set for every recipe but delayed scaling
+  // (config::fp8_recipe: training.fp8_recipe, or the GPU's).
   bool fp8_split_casts = false;
   // Parameter-efficient fine-tuning (LoRA, Megatron-Bridge's peft "lora"): the base weights are
   // frozen, so no weight gradient is computed for them and Transformer Engine keeps no GEMM input for
