@@ -67,6 +67,10 @@ class Exporter {
       fail(m_.attention_softcap > 0 ? "model.attention_softcap" : "model.logit_softcap",
            "Megatron-LM has no flag for soft-capped logits; Megatron-Bridge runs them only inside its Gemma 2 model "
            "provider, which trainsim does not write");
+    if (m_.csa())
+      fail("model.compress_ratios",
+           "DeepSeek V4's attention runs in Megatron-Bridge's DeepSeek V4 model (its hybrid layer specs), which no "
+           "Megatron-LM command line builds: not exported");
     if (s_.training.deepspeed) return run_deepspeed();
     if (s_.training.lora)
       fail("training.peft",

@@ -226,7 +226,13 @@ workload::ModelSpec parse_model_any(const util::JsonNode& node, const std::strin
   const double mla = m.mla() ? (h + q_lora) * heads * (head + rope) + h * (q_lora + kv_lora + rope) +
                                    kv_lora * heads * (head + v_head) + heads * v_head * h
                              : 0.0;
-  const double attention = h * head * (2 * heads + 2 * d(m.kv_heads)) + mla;
+  // DeepSeek V4: the query latent's up projection, the grouped output projection, the compressors and
+  // the indexer (each at most one more hidden x 4·head_dim and latent x index width).
+  const double csa = m.csa() ? (q_lora + h) * heads * head + d(m.o_groups) * d(m.o_lora_rank) * (h + heads * head) +
+                                   4 * h * head + (q_lora + h) * d(m.index_heads) * d(m.index_head_dim) +
+                                   d(m.hc_streams) * d(m.hc_streams + 2) * d(m.hc_streams) * h * 2
+                             : 0.0;
+  const double attention = h * head * (2 * heads + 2 * d(m.kv_heads)) + mla + csa;
   const double latent = d(m.moe_latent);
   const double mlp = 3 * h * (d(m.ffn_hidden) + d(m.experts) * d(m.moe_ffn_hidden) + d(m.shared_expert_ffn_hidden)) +
                      3 * d(m.experts) * d(m.moe_ffn_hidden) * latent + 2 * h * latent;
@@ -1272,7 +1278,7 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
                              "Engine's fused kernels cannot: Megatron-Bridge runs it unfused (Gemma 2's "
                              "Gemma2DotProductAttention), attention \"softmax\"");
   }
-  if (m.sliding_window > 0) {
+  if (m.sliding_window > 0 && !m.csa()) {  // DeepSeek V4's window: its own checks below
     if (s.training.attention == workload::AttentionImpl::softmax && m.attention_softcap == 0)
       throw util::InputError(file, util::join_path(training_path, "attention"),
                              "sliding-window attention runs fused (flash, flash2 or flash1), not softmax (Megatron-"
@@ -1284,6 +1290,21 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
           fmt::format("{} with sliding-window attention is not supported yet", framework_name(s.training.framework)));
   }
 
+  if (m.csa()) {
+    // Megatron-Core's DeepSeek V4 attention as trainsim models it: one rank holds the whole sequence
+    // and every head (its key/value head is one, so tp divides kv_heads only at 1).
+    if (p.cp > 1)
+      throw util::InputError(
+          file, util::join_path(parallel_path, "cp"),
+          fmt::format("{}: context parallelism with DeepSeek V4's attention is not supported yet", p.cp));
+    if (s.training.attention == workload::AttentionImpl::softmax)
+      throw util::InputError(file, util::join_path(training_path, "attention"),
+                             "DeepSeek V4's sparse attention runs fused (flash), not softmax");
+    if (s.training.framework != Framework::megatron)
+      throw util::InputError(
+          file, util::join_path(training_path, "framework"),
+          fmt::format("{} with DeepSeek V4's attention is not supported yet", framework_name(s.training.framework)));
+  }
   if (m.mla()) {
     // Transformer Engine's context parallelism takes Q/K and V head dims that differ on its ring
     // only (its tests: "MLA CP currently only support KV P2P").
@@ -1312,12 +1333,13 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
                         kRecomputeModuleNames[static_cast<std::size_t>(std::countr_zero(static_cast<unsigned>(bit)))],
                         what));
     };
-    refuse_module(workload::kRecomputeMlaUpProj, m.mla(), "multi-head latent attention (kv_lora_rank)");
+    refuse_module(workload::kRecomputeMlaUpProj, m.mla() || m.csa(),
+                  "multi-head latent attention (kv_lora_rank) or DeepSeek V4's attention (compress_ratios)");
     refuse_module(workload::kRecomputeMoe, m.moe(), "a mixture-of-experts model");
     refuse_module(workload::kRecomputeMoeAct, m.moe(), "a mixture-of-experts model");
     refuse_module(workload::kRecomputeSharedExperts, m.shared_expert_ffn_hidden > 0, "a shared expert");
     refuse_module(workload::kRecomputeMlp, m.has_dense_mlp(), "dense MLP layers");
-    refuse_module(workload::kRecomputeLayernorm, m.mla() || m.moe(),
+    refuse_module(workload::kRecomputeLayernorm, m.mla() || m.csa() || m.moe(),
                   "a norm Megatron-Core runs on its own (multi-head latent attention's, or a mixture of experts' "
                   "pre-MLP norm; Transformer Engine fuses the others into the next GEMM)");
   }

@@ -262,6 +262,110 @@ ModelSpec parse_hf_nemotron_h(const util::JsonNode& n, const std::string& fallba
   return m;
 }
 
+// DeepSeek V4 (model_type deepseek_v4): DeepSeek V4's attention (compress_ratios, one per layer, any
+// entries beyond them the multi-token prediction modules'; or layer_types of sliding_attention,
+// compressed_sparse_attention and heavily_compressed_attention with compress_rate_csa and
+// compress_rate_hca), the grouped output projection (o_groups, o_lora_rank), the indexer
+// (index_n_heads, index_head_dim, index_topk), hyper-connections (hc_mult), and DeepSeek's experts
+// (n_routed_experts of moe_intermediate_size, n_shared_experts, num_experts_per_tok, first_k_dense_replace
+// with intermediate_size). Its hash-routed first layers (num_hash_layers) and square-root-softplus scores
+// cost as the score router.
+ModelSpec parse_hf_deepseek_v4(const util::JsonNode& n, const std::string& fallback_name) {
+  ModelSpec m;
+  m.name = fallback_name;
+  m.layers = as_layer_count(n.at("num_hidden_layers"));
+  m.hidden = n.at("hidden_size").as_positive_int();
+  m.heads = n.at("num_attention_heads").as_positive_int();
+  m.kv_heads = 1;
+  if (auto kv = n.find("num_key_value_heads"); kv && !kv->json().is_null() && kv->as_positive_int() != 1)
+    kv->fail("DeepSeek V4's attention has one key/value head: must be 1");
+  m.head_dim = n.at("head_dim").as_positive_int();
+  m.qk_rope_head_dim = n.at("qk_rope_head_dim").as_positive_int();
+  if (m.qk_rope_head_dim >= m.head_dim)
+    n.at("qk_rope_head_dim").fail(fmt::format("must be below head_dim ({})", m.head_dim));
+  m.q_lora_rank = n.at("q_lora_rank").as_positive_int();
+  m.o_groups = n.at("o_groups").as_positive_int();
+  if (m.heads % m.o_groups != 0)
+    n.at("o_groups").fail(fmt::format("does not divide num_attention_heads ({})", m.heads));
+  m.o_lora_rank = n.at("o_lora_rank").as_positive_int();
+  m.vocab = n.at("vocab_size").as_positive_int();
+  m.mlp = MlpKind::swiglu;
+  if (auto act = n.find("hidden_act"); act && !act->json().is_null() && act->as_string() != "silu")
+    act->fail(fmt::format("unsupported activation \"{}\" (DeepSeek V4's experts are SwiGLU: silu)", act->as_string()));
+  if (auto tie = n.find("tie_word_embeddings"); tie && !tie->json().is_null()) m.tied_embeddings = tie->as_bool();
+  m.sliding_window = n.at("sliding_window").as_positive_int();
+  if (auto mtp = n.find("num_nextn_predict_layers"); mtp && !mtp->json().is_null())
+    m.mtp_layers = mtp->as_nonnegative_int();
+  bool indexed = false;
+  if (auto ratios = n.find("compress_ratios"); ratios && !ratios->json().is_null()) {
+    const auto& a = ratios->json();
+    if (!a.is_array() || static_cast<std::int64_t>(a.size()) < m.layers ||
+        static_cast<std::int64_t>(a.size()) > m.layers + m.mtp_layers)
+      ratios->fail(fmt::format("must list one ratio per layer ({}; and per multi-token prediction module, {})",
+                               m.layers, m.mtp_layers));
+    for (std::int64_t i = 0; i < m.layers; ++i) {
+      const auto& r = a[static_cast<std::size_t>(i)];
+      if (!r.is_number_integer() || r.get<std::int64_t>() < 0 || r.get<std::int64_t>() == 1 ||
+          r.get<std::int64_t>() > 1 << 20)
+        ratios->fail(
+            fmt::format("entry {} is {}: each is 0 (the window only) or a ratio from 2 to {}", i, r.dump(), 1 << 20));
+      m.compress_ratios.push_back(r.get<std::int64_t>());
+    }
+  } else {
+    auto kinds = n.find("layer_types");
+    if (!kinds) n.at("compress_ratios");  // "missing required key"
+    if (!kinds->json().is_array() || static_cast<std::int64_t>(kinds->json().size()) != m.layers)
+      kinds->fail(fmt::format("must list one attention kind per layer ({} layers)", m.layers));
+    auto rate = [&n](const char* key, std::int64_t fallback) {
+      auto r = n.find(key);
+      return r && !r->json().is_null() ? r->as_positive_int() : fallback;
+    };
+    const std::int64_t csa = rate("compress_rate_csa", 4), hca = rate("compress_rate_hca", 128);
+    if (csa != 4) n.at("compress_rate_csa").fail("trainsim models compressed sparse attention at ratio 4 only");
+    if (hca == 4 || hca == 1) n.at("compress_rate_hca").fail("must be a ratio other than 1 and 4");
+    for (const auto& k : kinds->json()) {
+      const std::string kind = k.is_string() ? k.get<std::string>() : k.dump();
+      if (kind == "sliding_attention")
+        m.compress_ratios.push_back(0);
+      else if (kind == "compressed_sparse_attention")
+        m.compress_ratios.push_back(csa);
+      else if (kind == "heavily_compressed_attention")
+        m.compress_ratios.push_back(hca);
+      else
+        kinds->fail(
+            fmt::format("{} layers are not DeepSeek V4's (sliding_attention, compressed_sparse_attention, "
+                        "heavily_compressed_attention)",
+                        kind));
+    }
+  }
+  for (const std::int64_t r : m.compress_ratios) indexed = indexed || r == 4;
+  if (indexed) {
+    m.index_heads = n.at("index_n_heads").as_positive_int();
+    m.index_head_dim = n.at("index_head_dim").as_positive_int();
+    m.index_topk = n.at("index_topk").as_positive_int();
+  }
+  if (auto hc = n.find("hc_mult"); hc && !hc->json().is_null()) {
+    m.hc_streams = hc->as_positive_int();
+    if (m.hc_streams > 64) hc->fail(fmt::format("{} residual streams: trainsim models at most 64", m.hc_streams));
+  }
+  m.experts = n.at("n_routed_experts").as_positive_int();
+  m.experts_per_token = n.at("num_experts_per_tok").as_positive_int();
+  if (m.experts_per_token > m.experts)
+    n.at("num_experts_per_tok").fail(fmt::format("exceeds n_routed_experts ({})", m.experts));
+  m.moe_ffn_hidden = n.at("moe_intermediate_size").as_positive_int();
+  if (auto sh = n.find("n_shared_experts"); sh && !sh->json().is_null()) {
+    const std::int64_t shared = sh->as_nonnegative_int();
+    if (shared > 1024) sh->fail(fmt::format("{} shared experts: trainsim models at most 1024", shared));
+    m.shared_expert_ffn_hidden = shared * m.moe_ffn_hidden;
+  }
+  if (auto k = n.find("first_k_dense_replace"); k && !k->json().is_null() && k->as_nonnegative_int() > 0) {
+    m.first_dense_layers = k->as_nonnegative_int();
+    if (m.first_dense_layers >= m.layers) k->fail(fmt::format("must be below num_hidden_layers ({})", m.layers));
+    m.ffn_hidden = n.at("intermediate_size").as_positive_int();
+  }
+  return m;
+}
+
 }  // namespace
 
 ModelSpec ModelSpec::dense_variant() const {
@@ -274,7 +378,54 @@ ModelSpec ModelSpec::dense_variant() const {
   return d;
 }
 
+double ModelSpec::csa_share(std::int64_t kind) const {
+  if (compress_ratios.empty()) return 0;
+  const auto n = std::count_if(compress_ratios.begin(), compress_ratios.end(), [kind](std::int64_t r) {
+    return kind == 0 ? r == 0 : kind == 4 ? r == 4 : r != 0 && r != 4;
+  });
+  return static_cast<double>(n) / static_cast<double>(compress_ratios.size());
+}
+
+namespace {
+
+// DeepSeek V4's attention block of one layer compressing by `ratio` (0: window only): the query
+// latent's projections and norm, the key/value head's projection and norm, the per-head attention
+// sinks, the grouped output projection; a compressing layer's compressor (its key/value and gate
+// projections, each of 2·head_dim with ratio 4's overlapping windows, else head_dim; a positional
+// bias per window position; the entries' norm); ratio 4's lightning indexer (its query projection
+// from the latent, per-head weights from the hidden state, and a compressor of its own at
+// index_head_dim).
+std::int64_t csa_attention_params(const ModelSpec& m, std::int64_t ratio) {
+  const std::int64_t hd = m.head_dim;
+  std::int64_t n = m.hidden * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * m.heads * hd + m.hidden * hd + hd +
+                   m.heads + m.heads * hd * m.o_lora_rank + m.o_groups * m.o_lora_rank * m.hidden;
+  auto compressor = [&m, ratio](std::int64_t width) {
+    const std::int64_t coff = ratio == 4 ? 2 : 1;
+    return 2 * m.hidden * coff * width + ratio * coff * width + width;
+  };
+  if (ratio > 0) n += compressor(hd);
+  if (ratio == 4)
+    n += m.q_lora_rank * m.index_heads * m.index_head_dim + m.hidden * m.index_heads + compressor(m.index_head_dim);
+  return n;
+}
+
+}  // namespace
+
+// One mapping of the hyper-connections: hc_streams·hidden -> hc_streams·(hc_streams + 2), with its
+// bias and three scales (none with one stream).
+std::int64_t ModelSpec::hc_params() const {
+  if (hc_streams <= 1) return 0;
+  const std::int64_t mix = hc_streams * (hc_streams + 2);
+  return mix * hc_streams * hidden + mix + 3;
+}
+
 std::int64_t ModelSpec::attention_params_per_layer() const {
+  if (csa()) {
+    // The layers' mean (their compressors differ), rounded down.
+    std::int64_t sum = 0;
+    for (const std::int64_t r : compress_ratios) sum += csa_attention_params(*this, r);
+    return sum / static_cast<std::int64_t>(compress_ratios.size());
+  }
   if (!mla()) return hidden * (q_dim(*this) + 2 * kv_dim(*this)) + q_dim(*this) * hidden;
   // Down projections (the key's rotary part comes out of the kv one), the latents' RMSNorm
   // weights, up projections per head, and the output projection from the value heads.
@@ -287,7 +438,7 @@ std::int64_t ModelSpec::attention_params_per_layer() const {
 }
 
 std::int64_t ModelSpec::params_per_layer() const {
-  return attention_block_params(*this) + mlp_block_params(*this);
+  return attention_block_params(*this) + mlp_block_params(*this) + 2 * hc_params();
 }
 
 LayerBlock ModelSpec::block(std::int64_t layer) const {
@@ -338,7 +489,10 @@ std::int64_t ModelSpec::main_params() const {
   }
   const std::int64_t dense = moe() ? layers - moe_layer_count() : 0;
   const std::int64_t dense_layers = dense > 0 ? dense * dense_variant().params_per_layer() : 0;
-  return dense_layers + (layers - dense) * params_per_layer() + embedding_params() + output + norm_params(*this);
+  // Hyper-connections end in a head mapping (hc_streams·hidden -> hc_streams, a bias, a scale).
+  const std::int64_t hc_head = hc_streams > 1 ? hc_streams * hc_streams * hidden + hc_streams + 1 : 0;
+  return dense_layers + (layers - dense) * params_per_layer() + embedding_params() + output + norm_params(*this) +
+         hc_head;
 }
 
 std::int64_t ModelSpec::moe_layer_count() const {
@@ -357,6 +511,48 @@ std::int64_t ModelSpec::mtp_params() const {
 std::int64_t ModelSpec::total_params() const {
   return main_params() + mtp_params();
 }
+
+namespace {
+
+// DeepSeek V4's attention keys of trainsim's format (ModelSpec::csa()); `ratios` is compress_ratios.
+void read_csa(ModelSpec& m, const util::JsonNode& node, const util::JsonNode& ratios) {
+  if (m.hybrid()) ratios.fail("DeepSeek V4's attention in a hybrid model is not supported yet");
+  if (!ratios.json().is_array() || static_cast<std::int64_t>(ratios.json().size()) != m.layers)
+    ratios.fail(fmt::format("must list one compression ratio per layer ({} layers)", m.layers));
+  bool indexed = false;
+  for (std::size_t i = 0; i < ratios.json().size(); ++i) {
+    const auto& r = ratios.json()[i];
+    if (!r.is_number_integer() || r.get<std::int64_t>() < 0 || r.get<std::int64_t>() == 1 ||
+        r.get<std::int64_t>() > 1 << 20)
+      ratios.fail(
+          fmt::format("entry {} is {}: each is 0 (the window only) or a ratio from 2 to {}", i, r.dump(), 1 << 20));
+    m.compress_ratios.push_back(r.get<std::int64_t>());
+    indexed = indexed || m.compress_ratios.back() == 4;
+  }
+  m.q_lora_rank = node.at("q_lora_rank").as_positive_int();
+  m.qk_rope_head_dim = node.at("qk_rope_head_dim").as_positive_int();
+  if (!node.has("head_dim")) node.at("head_dim");  // "missing required key"
+  m.kv_heads = 1;
+  if (auto kv = node.find("kv_heads"); kv && kv->as_positive_int() != 1)
+    kv->fail("DeepSeek V4's attention has one key/value head: must be 1");
+  if (auto v = node.find("v_head_dim")) v->fail("DeepSeek V4's keys serve as values (head_dim wide)");
+  m.o_groups = node.at("o_groups").as_positive_int();
+  m.o_lora_rank = node.at("o_lora_rank").as_positive_int();
+  if (indexed) {
+    m.index_heads = node.at("index_heads").as_positive_int();
+    m.index_head_dim = node.at("index_head_dim").as_positive_int();
+    m.index_topk = node.at("index_topk").as_positive_int();
+  } else {
+    for (const char* key : {"index_heads", "index_head_dim", "index_topk"})
+      if (auto k = node.find(key)) k->fail("no layer compresses by 4 (compressed sparse attention) for the indexer");
+  }
+  if (auto hc = node.find("hc_streams")) {
+    m.hc_streams = hc->as_positive_int();
+    if (m.hc_streams > 64) hc->fail(fmt::format("{} residual streams: trainsim models at most 64", m.hc_streams));
+  }
+}
+
+}  // namespace
 
 ModelSpec parse_model(const util::JsonNode& node) {
   node.expect_object();
@@ -399,7 +595,14 @@ ModelSpec parse_model(const util::JsonNode& node) {
                        "mamba_state",
                        "mamba_groups",
                        "mamba_conv",
-                       "mamba_chunk"});
+                       "mamba_chunk",
+                       "compress_ratios",
+                       "o_groups",
+                       "o_lora_rank",
+                       "index_heads",
+                       "index_head_dim",
+                       "index_topk",
+                       "hc_streams"});
   ModelSpec m;
   m.name = node.at("name").as_string();
   if (auto pat = node.find("hybrid_pattern")) {
@@ -434,11 +637,20 @@ ModelSpec parse_model(const util::JsonNode& node) {
     m.kv_heads = m.heads;
     if (auto kv = node.find("kv_heads"); kv && kv->as_positive_int() != m.heads)
       kv->fail(fmt::format("must equal heads ({}) with multi-head latent attention", m.heads));
+  } else if (auto ratios = node.find("compress_ratios")) {
+    read_csa(m, node, *ratios);
   } else {
     for (const char* key : {"q_lora_rank", "qk_rope_head_dim", "v_head_dim"}) {
-      if (auto k = node.find(key)) k->fail("only multi-head latent attention (with \"kv_lora_rank\") takes this key");
+      if (auto k = node.find(key))
+        k->fail(
+            "only multi-head latent attention (with \"kv_lora_rank\") or DeepSeek V4's attention (with "
+            "\"compress_ratios\") takes this key");
     }
     m.kv_heads = node.at("kv_heads").as_positive_int();
+  }
+  if (!m.csa()) {
+    for (const char* key : {"o_groups", "o_lora_rank", "index_heads", "index_head_dim", "index_topk", "hc_streams"})
+      if (auto k = node.find(key)) k->fail("only DeepSeek V4's attention (with \"compress_ratios\") takes this key");
   }
   if (m.hybrid()) {
     // A hybrid model's MLP widths belong to its '-' and 'E' layers, one key each.
@@ -542,9 +754,20 @@ ModelSpec parse_model(const util::JsonNode& node) {
   if (auto w = node.find("sliding_window")) {
     m.sliding_window = w->as_positive_int();
     if (m.mla()) w->fail("sliding-window attention with multi-head latent attention is not supported yet");
+  } else if (m.csa()) {
+    node.at("sliding_window");  // "missing required key": every DeepSeek V4 query attends its window
+  }
+  if (m.csa()) {
+    if (auto k = node.find("sliding_window_pattern"))
+      k->fail("DeepSeek V4's attention windows every layer (compress_ratios says what each layer adds)");
+    if (m.mlp != MlpKind::swiglu) node.at("mlp").fail("DeepSeek V4's attention comes with SwiGLU (\"swiglu\")");
+    if (m.heads % m.o_groups != 0) node.at("o_groups").fail(fmt::format("does not divide heads ({})", m.heads));
+    if (m.qk_rope_head_dim >= m.head_dim)
+      node.at("qk_rope_head_dim").fail(fmt::format("must be below head_dim ({})", m.head_dim));
   }
   if (auto c = node.find("attention_chunk")) {
     m.attention_chunk = c->as_positive_int();
+    if (m.csa()) c->fail("chunked attention with DeepSeek V4's attention is not supported");
     if (m.hybrid())
       c->fail("applies to transformer models (a hybrid model's attention layers attend to the whole sequence)");
   }
@@ -554,23 +777,30 @@ ModelSpec parse_model(const util::JsonNode& node) {
   }
   if (auto q = node.find("qk_norm")) {
     m.qk_norm = q->as_bool();
-    if (m.qk_norm && (m.mla() || m.hybrid()))
-      q->fail("applies to models with a QKV projection (not multi-head latent attention or hybrid models)");
+    if (m.qk_norm && (m.mla() || m.hybrid() || m.csa()))
+      q->fail(
+          "applies to models with a QKV projection (not multi-head latent attention, DeepSeek V4's attention or "
+          "hybrid models)");
   }
   if (auto b = node.find("linear_bias")) {
     m.linear_bias = b->as_bool();
     if (!m.linear_bias && m.mlp == MlpKind::gelu) b->fail("a GPT (gelu) model always carries linear biases");
-    if (m.linear_bias && (m.mla() || m.hybrid()))
-      b->fail("linear biases with multi-head latent attention or in a hybrid model are not supported yet");
+    if (m.linear_bias && (m.mla() || m.hybrid() || m.csa()))
+      b->fail(
+          "linear biases with multi-head latent attention, DeepSeek V4's attention or in a hybrid model are not "
+          "supported yet");
   }
   if (auto p = node.find("post_norms")) {
     m.post_norms = p->as_bool();
-    if (m.post_norms && m.hybrid()) p->fail("post-norms in a hybrid model are not supported yet");
+    if (m.post_norms && (m.hybrid() || m.csa()))
+      p->fail("post-norms in a hybrid model or with DeepSeek V4's attention are not supported yet");
   }
   if (auto cap = node.find("attention_softcap")) {
     m.attention_softcap = cap->as_positive_number();
-    if (m.mla() || m.hybrid())
-      cap->fail("soft-capped attention with multi-head latent attention or in a hybrid model is not supported yet");
+    if (m.mla() || m.hybrid() || m.csa())
+      cap->fail(
+          "soft-capped attention with multi-head latent attention, DeepSeek V4's attention or in a hybrid model is "
+          "not supported yet");
   }
   if (auto cap = node.find("logit_softcap")) m.logit_softcap = cap->as_positive_number();
   return m;
@@ -582,7 +812,7 @@ namespace {
 // ...) but whose layers trainsim does not model: read as a Llama they would make another model
 // without a word. One error line naming model_type instead.
 void refuse_hf_architecture(const std::string& type, const std::optional<util::JsonNode>& node) {
-  static const std::array<std::pair<std::string_view, std::string_view>, 26> kUnsupported = {{
+  static const std::array<std::pair<std::string_view, std::string_view>, 25> kUnsupported = {{
       {"jamba", "Mamba (v1) layers"},
       {"bamba", "Mamba-2 layers outside Nemotron-H's pattern"},
       {"zamba", "Mamba layers"},
@@ -599,7 +829,6 @@ void refuse_hf_architecture(const std::string& type, const std::optional<util::J
       {"minimax", "lightning (linear) attention layers"},
       {"kimi_linear", "linear-attention (Kimi Delta Attention) layers"},
       {"deepseek_v32", "DeepSeek Sparse Attention: its lightning indexer and top-k key selection"},
-      {"deepseek_v4", "compressed sparse attention with its indexer, and hyper-connections"},
       {"gemma4_text",
        "per-layer input embeddings, full-attention layers with their own head size and shared keys and values, "
        "a dense MLP beside the experts"},
@@ -637,6 +866,7 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
   const std::string type =
       model_type && model_type->json().is_string() ? model_type->json().get<std::string>() : std::string();
   refuse_hf_architecture(type, model_type);
+  if (type == "deepseek_v4") return parse_hf_deepseek_v4(node, fallback_name);
   // Gemma (model_type gemma, gemma2, gemma3_text): a gated GELU MLP whatever hidden_act says (the
   // GEMMs of SwiGLU's kind; its tanh GELU costs as SiLU), tied embeddings unless the config says
   // otherwise (GemmaConfig's default). Gemma 2 and 3 add the sandwich norms (post_norms); Gemma 3 the
@@ -852,7 +1082,24 @@ double model_flops_per_sequence(const ModelSpec& m, std::int64_t seq_len) {
   const double keys = (1 - m.windowed_fraction()) * s + m.windowed_fraction() * window;
   const double heads = static_cast<double>(m.heads);
   double linear = 0, core = 0;
-  if (m.mla()) {
+  if (m.csa()) {
+    // DeepSeek V4: every weight of the attention's projections (the layers' mean, compressors and
+    // indexers included) twice; scores and context 4·heads·head_dim per key, each query seeing its
+    // window and (non-causal, as NeMo counts) the compressed entries: the indexer's top index_topk of
+    // s/4 with ratio 4, all s/ratio otherwise; the indexer's scores 2·index_heads·index_head_dim per
+    // entry; the hyper-connections' two mappings, 2·streams·h·streams·(streams + 2) each.
+    linear = 2 * static_cast<double>(m.attention_params_per_layer());
+    const double w = std::min(s, static_cast<double>(m.sliding_window));
+    for (const std::int64_t r : m.compress_ratios) {
+      const double entries = r > 0 ? s / static_cast<double>(r) : 0;
+      const double seen = w + (r == 4 ? std::min(entries, static_cast<double>(m.index_topk)) : entries);
+      core += 4 * heads * static_cast<double>(m.head_dim) * seen;
+      if (r == 4) core += 2 * static_cast<double>(m.index_heads * m.index_head_dim) * entries;
+    }
+    core /= static_cast<double>(m.compress_ratios.size());
+    const double streams = static_cast<double>(m.hc_streams);
+    if (m.hc_streams > 1) core += 2 * 2 * streams * h * streams * (streams + 2);
+  } else if (m.mla()) {
     const double latent_norms = static_cast<double>(m.kv_lora_rank + m.q_lora_rank);
     linear = 2 * (static_cast<double>(m.attention_params_per_layer()) - latent_norms);
     // Megatron's MLA branch (training.py num_floating_point_operations) counts causal pairs: s/2 keys.

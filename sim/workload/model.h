@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "util/json_node.h"
 
@@ -107,6 +108,27 @@ struct ModelSpec {
   // pair (2h -> h), runs one more transformer layer (of the model's kind) and the shared output
   // layer and loss. Megatron-Core runs the modules on the last pipeline stage.
   std::int64_t mtp_layers = 0;
+  // DeepSeek V4's hybrid attention (csa(): compress_ratios given; the Hugging Face model_type
+  // deepseek_v4, Megatron-Core's DeepSeek-V4 hybrid attention). Queries come from a q_lora_rank
+  // latent (normed, projected up to heads of head_dim, then each head RMS-normed); keys and values
+  // are one head_dim-wide head (kv_heads 1: each key serves as its value), qk_rope_head_dim of it
+  // rotary. Every query attends the last sliding_window tokens, plus entries of the sequence
+  // compressed compress_ratios[layer] : 1 (0: none): ratio 4 is compressed sparse attention (CSA:
+  // overlapping windows of 2·4 tokens pooled into each entry, and a lightning indexer of index_heads
+  // heads of index_head_dim that picks index_topk of the entries for each query), any other ratio
+  // heavily compressed attention (HCA: every entry). The output projection is grouped: o_groups
+  // groups of heads, each projected to o_lora_rank, then o_groups·o_lora_rank -> hidden.
+  std::vector<std::int64_t> compress_ratios;
+  std::int64_t o_groups = 0;
+  std::int64_t o_lora_rank = 0;
+  std::int64_t index_heads = 0;
+  std::int64_t index_head_dim = 0;
+  std::int64_t index_topk = 0;
+  // Manifold-constrained hyper-connections (DeepSeek V4's hc_mult; 1: a plain residual stream): the
+  // residual stream is hc_streams copies of the hidden state; before each attention and MoE block a
+  // mapping (hc_streams·hidden -> hc_streams·(hc_streams + 2)) weighs the copies into the block's
+  // input and after it mixes the block's output back into the copies.
+  std::int64_t hc_streams = 1;
 
   // Latent MoE (Nemotron 3 Super; Megatron-Core's moe_latent_size; 0: none): the routed experts work
   // in a latent of this width. Each token is projected down (hidden -> latent) after the router, which
@@ -129,6 +151,10 @@ struct ModelSpec {
 
   bool moe() const { return experts > 0; }
   bool mla() const { return kv_lora_rank > 0; }
+  bool csa() const { return !compress_ratios.empty(); }
+  // DeepSeek V4's layers by their compression: the share of the layers with none (window only), with
+  // ratio 4 (compressed sparse attention) and with any other (heavily compressed attention).
+  double csa_share(std::int64_t kind) const;
   bool hybrid() const { return !hybrid_pattern.empty(); }
   // RMSNorm (every kind but GPT's gelu); linear biases (gelu, or linear_bias); rotary positions in the attention
   // (Llama-style models; a hybrid model's attention layers use no position embedding, Megatron-Core
@@ -169,6 +195,8 @@ struct ModelSpec {
   std::int64_t params_per_block(LayerBlock b) const;
   std::int64_t expert_params_per_layer() const;
   std::int64_t attention_params_per_layer() const;
+  // One mapping of the hyper-connections (two per layer; 0 with a plain residual stream).
+  std::int64_t hc_params() const;
   std::int64_t embedding_params() const;
   std::int64_t main_params() const;
   std::int64_t mtp_params() const;

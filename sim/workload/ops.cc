@@ -80,6 +80,10 @@ struct Dims {
   // which gives the core's FLOPs as 2·(qk + v) per pair).
   bool mla = false;
   double ql = 0, kvl = 0, rope = 0, qk = 0, v = 0;
+  // DeepSeek V4's attention (ModelSpec::csa; tp 1, cp 1): the residual streams of its
+  // hyper-connections (1: a plain residual add).
+  bool csa = false;
+  double hc = 1;
 };
 
 // The chance that a token's k experts, drawn uniformly without repeats from E (balanced routing),
@@ -244,6 +248,15 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
     x.permute_fusion = c.moe_permute_fusion;
     x.sequential = !c.moe_grouped_gemm;
     if (m.moe_latent > 0) x.he = x.latent = static_cast<double>(m.moe_latent);
+  }
+  if (m.csa()) {
+    TRAINSIM_ASSERT(c.tp == 1 && c.cp == 1 && c.attention != AttentionImpl::softmax);
+    x.csa = true;
+    x.window = 0;
+    x.windowed = 0;
+    x.ql = static_cast<double>(m.q_lora_rank);
+    x.rope = static_cast<double>(m.qk_rope_head_dim);
+    x.hc = static_cast<double>(m.hc_streams);
   }
   if (m.mla()) {
     TRAINSIM_ASSERT(c.attention != AttentionImpl::softmax && x.windowed == 0);
@@ -862,7 +875,7 @@ bool is_lora(const Op& op) {
 void mark_fp8(std::vector<Op>& ops, const LayerConfig& c) {
   for (Op& op : ops) {
     op.fp8 = op.kind == OpKind::gemm && !op.attention_core && op.name.rfind("router", 0) != 0 && !is_lora(op) &&
-             op.name.rfind("ssd_", 0) != 0;
+             op.name.rfind("ssd_", 0) != 0 && !op.bf16;
     op.fp4 = op.fp8 && c.fp4;
   }
 }
@@ -1030,6 +1043,243 @@ void mla_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   ops.push_back(wgrad("qkv_down_proj_wgrad", x.h, latent, x.region, d, act(x.region, x.h, gemm_in_d)));
 }
 
+// DeepSeek V4's attention block (ModelSpec::csa) as Megatron-Core's DeepSeek-V4 hybrid attention
+// runs it in Megatron-Bridge's DeepSeek V4 recipes (megatron/core/transformer/
+// experimental_attention_variant: deepseek_v4_hybrid_attention.py, csa.py, csa_utils/
+// fused_sparse_attention.py; tensor and context parallelism 1). trainsim's layers are uniform, so
+// each layer runs the mean of the model's layers: the parts only some layers have (a compressor on
+// those that compress, the indexer on ratio 4's) run over that share of the tokens.
+//   Projections: the query latent (hidden -> q_lora_rank) and the key/value head (hidden -> head_dim),
+//   each RMS-normed; the query up projection (q_lora_rank -> heads x head_dim), a weightless RMSNorm
+//   per head and the fused rotary on the last qk_rope_head_dim of Q and K (mla_up_proj's module: a
+//   selective recompute reruns them from the kept latents).
+//   Compressor (a layer with a ratio): two BF16 GEMMs (its key/value and gate projections, hidden ->
+//   2 x head_dim with ratio 4's overlapping windows, else head_dim; FP8 off in its module), then the
+//   pooling: positional bias, overlap, softmax over each window, weighted sum, norm and rotary of the
+//   entries. [A] Eager PyTorch on the unpacked sequences of pretraining (the fused cuDNN pooling
+//   kernel serves the packed, THD path only): kCompressorKernels launches forward (about 40 in the
+//   reference code), each passing over the fp32 projections: kCompressorBytes bytes per element of
+//   the 2 x width projections (read the BF16 projections, 2; write and read back the fp32 sum with
+//   the bias, 8; the overlap copy, 8; the softmax over the gate half, 4; the weighted product, 6).
+//   Indexer (ratio 4): its query projection from the latent (q_lora_rank -> index_heads x
+//   index_head_dim), the per-head weights (hidden -> index_heads, BF16) and a compressor of its own
+//   at index_head_dim; its scores (index_heads x index_head_dim per query and valid entry, a GEMM's
+//   work, written as an fp32 [tokens, entries] tensor) and the radix top-k. Its loss (the main heads'
+//   scores on the selected entries) and its backward run during the forward (its inputs are detached:
+//   no gradient reaches the layer): the scores' two gradient GEMMs and its projections' weight
+//   gradients.
+//   Sparse attention: FlashMLA's sparse kernel forward, cuDNN's sparse attention backward (2.5x, as
+//   FlashAttention counts), 4 x head_dim FLOPs per query and key seen: the last sliding_window
+//   tokens and the entries (ratio 4: the index_topk selected of the valid ones; others: all valid).
+//   [A] Timed at the fused-attention efficiency of a dense kernel over the whole sequence: the kernel
+//   tiles the query heads that share the one key head as the rows of one MMA, so few keys per query
+//   do not starve it as they do a per-head FlashAttention kernel (FlashMLA's sparse prefill reaches
+//   640 TFLOP/s on H800, 65% of its peak: deepseek-ai/FlashMLA README).
+//   Output: the inverse rotary on each head's rotary part, the grouped low-rank projection (o_groups
+//   BF16 GEMMs batched: heads x head_dim / o_groups -> o_lora_rank each) and the linear projection
+//   (o_groups x o_lora_rank -> hidden).
+constexpr std::int32_t kCompressorKernels = 40;
+constexpr std::int32_t kCompressorBackwardKernels = 50;
+constexpr double kCompressorBytes = 28;
+
+// Mean over the causal queries j = 1..s of min(j, w): the window's keys.
+double mean_window_keys(double s, double w) {
+  if (s <= w) return (s + 1) / 2;
+  return (w * (w + 1) / 2 + w * (s - w)) / s;
+}
+
+// Mean over j = 1..s of min(floor(j / r), cap): a query's valid compressed entries (cap < 0: none).
+double mean_entries(double s, double r, double cap) {
+  const auto sum_floor = [r](double n) {  // sum of floor(j / r) for j = 1..n
+    const double q = std::floor(n / r);
+    return r * q * (q - 1) / 2 + q * (n - q * r + 1);
+  };
+  if (cap < 0 || r * cap > s) return sum_floor(s) / s;
+  return (sum_floor(r * cap - 1) + cap * (s - r * cap + 1)) / s;
+}
+
+struct CsaKind {
+  double share;     // of the layers
+  double ratio;     // 0: window only
+  double coff;      // compressor width multiple: 2 (ratio 4's overlapping windows) or 1
+  bool indexed;     // ratio 4: the indexer
+  double entries;   // mean valid entries per query (causal)
+  double selected;  // mean entries attended per query
+};
+
+std::vector<CsaKind> csa_kinds(const ModelSpec& m, const Dims& x) {
+  std::vector<CsaKind> kinds;
+  std::vector<std::int64_t> ratios = m.compress_ratios;
+  std::sort(ratios.begin(), ratios.end());
+  ratios.erase(std::unique(ratios.begin(), ratios.end()), ratios.end());
+  for (const std::int64_t r : ratios) {
+    CsaKind k{};
+    k.share = static_cast<double>(std::count(m.compress_ratios.begin(), m.compress_ratios.end(), r)) /
+              static_cast<double>(m.compress_ratios.size());
+    k.ratio = static_cast<double>(r);
+    k.indexed = r == 4;
+    k.coff = k.indexed ? 2 : 1;
+    if (r > 0) {
+      k.entries = mean_entries(x.s, k.ratio, -1);
+      k.selected = k.indexed ? mean_entries(x.s, k.ratio, static_cast<double>(m.index_topk)) : k.entries;
+    }
+    kinds.push_back(k);
+  }
+  return kinds;
+}
+
+// The mean keys a query attends over the layers: its window and its layer's entries.
+double csa_keys(const ModelSpec& m, const Dims& x) {
+  double keys = mean_window_keys(x.s, static_cast<double>(m.sliding_window));
+  for (const CsaKind& k : csa_kinds(m, x)) keys += k.share * k.selected;
+  return keys;
+}
+
+// Tokens scaled by a share of the layers, at least one.
+double share_rows(double tokens, double share) {
+  return std::max(1.0, std::round(tokens * share));
+}
+
+Op bf16_gemm(Op op) {
+  op.bf16 = true;
+  return op;
+}
+
+Op sparse_attention(const ModelSpec& m, const Dims& x, const LayerConfig& c, bool backward) {
+  Op op;
+  op.kind = OpKind::attention;
+  op.name = backward ? "sparse_attention_backward" : "sparse_attention";
+  op.attention = {static_cast<std::int64_t>(x.b * x.heads),
+                  static_cast<std::int64_t>(x.s),
+                  static_cast<std::int64_t>(x.s),
+                  static_cast<std::int64_t>(x.hd),
+                  true,
+                  backward,
+                  c.attention,
+                  0,
+                  1.0};
+  const double fwd = 4 * x.tokens * x.heads * x.hd * csa_keys(m, x);
+  op.flops = backward ? 2.5 * fwd : fwd;
+  const double lse = 4 * x.b * x.heads * x.s;
+  // Forward reads Q and the key head, writes O; backward reads Q, K, O, dO, writes dQ, dK.
+  op.bytes = (backward ? x.tokens * (4 * x.q + 2 * x.hd) : x.tokens * (2 * x.q + x.hd)) * x.d + lse;
+  op.saved_bytes = backward ? 0 : to_bytes(lse);
+  op.attention_core = true;
+  op.rerun = op.discards = kRecomputeCoreAttn;
+  return op;
+}
+
+void csa_forward(std::vector<Op>& ops, const ModelSpec& m, const Dims& x, const LayerConfig& c, double gemm_in_d) {
+  const double d = x.d, t = x.tokens, h = x.h, hd = x.hd, ql = x.ql;
+  ops.push_back(gemm("q_down_proj", t, ql, h, d, act(t, h, gemm_in_d)));
+  ops.push_back(gemm("kv_proj", t, hd, h, d));  // reads the same normed input, kept once
+  ops.push_back(memory("q_latent_rmsnorm", 2 * act(t, ql, d), act(t, ql, d)));
+  ops.push_back(memory("kv_rmsnorm", 2 * act(t, hd, d), act(t, hd, d)));
+  for (std::size_t i = ops.size() - 4; i < ops.size(); ++i) ops[i].offload = kOffloadQkvLinear;
+  const std::size_t up = ops.size();
+  ops.push_back(gemm("q_up_proj", t, x.q, ql, d, act(t, ql, gemm_in_d)));
+  ops.push_back(memory("q_head_rmsnorm", 2 * act(t, x.q, d), act(t, x.q, d)));
+  // Keeps the rotated Q and K for the attention.
+  ops.push_back(memory("rotary_embedding", 2 * act(t, x.q + hd, d), act(t, x.q + hd, d), 2));
+  tag(ops, up, kRecomputeMlaUpProj, false);
+  ops[up + 1].discards |= kRecomputeMlaUpProj;
+  ops.back().discards |= kRecomputeMlaUpProj;
+  for (std::size_t i = up; i < ops.size(); ++i) ops[i].offload = kOffloadQkvLinear;
+  ops.back().offload = kOffloadCoreAttn;
+  const bool bf16_in = gemm_in_d != d;  // the BF16 modules keep the BF16 norm output beside the FP8 copy
+  for (const CsaKind& k : csa_kinds(m, x)) {
+    if (k.ratio == 0) continue;
+    const double rows = share_rows(t, k.share);
+    const std::string tag_name = k.indexed ? "_csa" : "_hca";
+    const double width = 2 * k.coff * hd;
+    ops.push_back(bf16_gemm(gemm("compressor" + tag_name, rows, width, h, d, bf16_in ? act(rows, h, d) : 0)));
+    ops.push_back(memory("compressor_pool" + tag_name, rows * width * kCompressorBytes, rows * width * 4,
+                         static_cast<std::int32_t>(std::lround(kCompressorKernels * k.share))));
+    if (!k.indexed) continue;
+    const double iw = static_cast<double>(m.index_heads * m.index_head_dim);
+    const double ih = static_cast<double>(m.index_heads);
+    const double iwidth = 2 * k.coff * static_cast<double>(m.index_head_dim);
+    ops.push_back(gemm("indexer_q_proj", rows, iw, ql, d));
+    ops.push_back(bf16_gemm(gemm("indexer_weights_proj", rows, ih, h, d)));
+    ops.push_back(bf16_gemm(gemm("indexer_compressor", rows, iwidth, h, d)));
+    ops.push_back(memory("indexer_compressor_pool", rows * iwidth * kCompressorBytes, 0,
+                         static_cast<std::int32_t>(std::lround(kCompressorKernels * k.share))));
+    ops.push_back(memory("indexer_rotary_hadamard", 2 * act(rows, iw, d), 0, 2));
+    // Scores over the valid entries (fp32 out), the top-k, the loss on the main heads' scores of the
+    // selected entries, and the indexer's backward: the scores' two gradients and its weights'.
+    Op scores = bf16_gemm(gemm("indexer_scores", rows, std::max(1.0, k.entries), iw, d));
+    scores.bytes += rows * k.entries * 4;
+    ops.push_back(scores);
+    ops.push_back(memory("indexer_topk", rows * (k.entries + static_cast<double>(m.index_topk)) * 4));
+    Op loss = core(gemm("indexer_loss_scores", rows, std::max(1.0, k.selected), x.heads * hd, d));
+    loss.rerun = loss.discards = 0;
+    ops.push_back(loss);
+    ops.push_back(bf16_gemm(gemm("indexer_scores_backward", rows, iw, std::max(1.0, k.entries), d, 0, 2)));
+    ops.push_back(bf16_gemm(gemm("indexer_weights_grads", ql, iw, rows, d)));
+    ops.push_back(bf16_gemm(gemm("indexer_compressor_weights_grads", h, iwidth + ih, rows, d)));
+  }
+  ops.push_back(sparse_attention(m, x, c, false));
+  ops.push_back(memory("inverse_rotary", 2 * act(t, x.heads * x.rope, d)));
+  const double og = static_cast<double>(m.o_groups), ol = static_cast<double>(m.o_lora_rank);
+  // Keeps its input, the attention's output (BF16).
+  ops.push_back(bf16_gemm(gemm("attention_output_grouped", t, ol, x.q / og, d, act(t, x.q, d), og)));
+  ops.back().offload = kOffloadAttnProj | kOffloadCoreAttn;
+  ops.push_back(gemm("attention_output", t, h, og * ol, d, act(t, og * ol, gemm_in_d)));
+  ops.back().offload = kOffloadAttnProj;
+}
+
+void csa_backward(std::vector<Op>& ops, const ModelSpec& m, const Dims& x, const LayerConfig& c, double gemm_in_d) {
+  const double d = x.d, t = x.tokens, h = x.h, hd = x.hd, ql = x.ql;
+  const double og = static_cast<double>(m.o_groups), ol = static_cast<double>(m.o_lora_rank);
+  ops.push_back(gemm("attention_output_dgrad", t, og * ol, h, d));
+  ops.push_back(wgrad("attention_output_wgrad", og * ol, h, t, d, act(t, og * ol, gemm_in_d)));
+  ops.push_back(bf16_gemm(gemm("attention_output_grouped_dgrad", t, x.q / og, ol, d, 0, og)));
+  ops.push_back(bf16_gemm(wgrad("attention_output_grouped_wgrad", x.q / og, ol, t, d, act(t, x.q, d), og)));
+  ops.push_back(memory("inverse_rotary_backward", 2 * act(t, x.heads * x.rope, d)));
+  ops.push_back(sparse_attention(m, x, c, true));
+  for (const CsaKind& k : csa_kinds(m, x)) {
+    if (k.ratio == 0) continue;
+    const double rows = share_rows(t, k.share);
+    const std::string tag_name = k.indexed ? "_csa" : "_hca";
+    const double width = 2 * k.coff * hd;
+    ops.push_back(memory("compressor_pool" + tag_name + "_backward", 2 * rows * width * kCompressorBytes, 0,
+                         static_cast<std::int32_t>(std::lround(kCompressorBackwardKernels * k.share))));
+    ops.push_back(bf16_gemm(gemm("compressor" + tag_name + "_dgrad", rows, h, width, d)));
+    ops.push_back(bf16_gemm(wgrad("compressor" + tag_name + "_wgrad", h, width, rows, d, act(rows, h, d))));
+  }
+  ops.push_back(memory("rotary_embedding_backward", 2 * act(t, x.q + hd, d)));
+  ops.push_back(memory("q_head_rmsnorm_backward", 3 * act(t, x.q, d)));
+  ops.push_back(gemm("q_up_proj_dgrad", t, ql, x.q, d));
+  ops.push_back(wgrad("q_up_proj_wgrad", ql, x.q, t, d, act(t, ql, gemm_in_d)));
+  ops.push_back(memory("kv_rmsnorm_backward", 3 * act(t, hd, d), 0, 2));
+  ops.push_back(memory("q_latent_rmsnorm_backward", 3 * act(t, ql, d), 0, 2));
+  ops.push_back(gemm("kv_proj_dgrad", t, h, hd, d));
+  ops.push_back(wgrad("kv_proj_wgrad", h, hd, t, d, act(t, h, gemm_in_d)));
+  ops.push_back(gemm("q_down_proj_dgrad", t, h, ql, d));
+  ops.push_back(wgrad("q_down_proj_wgrad", h, ql, t, d, act(t, h, gemm_in_d)));
+}
+
+// Manifold-constrained hyper-connections around one block (ModelSpec::hc_streams > 1; Megatron-Core's
+// hyper_connection.py with its fused kernels on Blackwell, fused_mhc_kernels.py). Before the block:
+// the mapping of the flattened streams (streams x hidden -> streams x (streams + 2)) as a split-K
+// TF32 matmul and its reduction, the Sinkhorn normalisation and the aggregation of the streams into
+// the block's input (reads the streams twice, writes one hidden state): four kernels; it keeps the
+// streams. After it: one kernel mixes the streams and the block's output into the new streams (reads
+// both, writes the streams) and keeps the output. Backward: the aggregation's and the mapping's
+// gradients read the streams and the output gradient twice and write the streams' gradient; the
+// mixing's reads its gradient, the streams and the output and writes both gradients. [A] kernel
+// counts from the fused path; every pass memory-bound (24 outputs per 4 x hidden inputs).
+Op hc_pre(const Dims& x, bool backward) {
+  const double streams = act(x.tokens, x.hc * x.h, x.d), one = act(x.tokens, x.h, x.d);
+  return backward ? memory("hc_pre_backward", 3 * streams + one, 0, 4)
+                  : memory("hc_pre", 2 * streams + one, streams, 4);
+}
+Op hc_post(const Dims& x, bool backward) {
+  const double streams = act(x.tokens, x.hc * x.h, x.d), one = act(x.tokens, x.h, x.d);
+  return backward ? memory("hc_post_backward", 3 * streams + 2 * one, 0, 2)
+                  : memory("hc_post", 2 * streams + one, one, 1);
+}
+
 // A Mamba-2 mixer block as Megatron-Core's MambaLayer runs it (ssm/mamba_mixer.py with the mamba_ssm
 // Triton kernels of Dao & Gu 2024, "Transformers are SSMs", arXiv:2405.21060): the input norm, the
 // column-parallel in_proj (hidden -> z, x, B, C, dt; SP all-gathers its input first), the depthwise
@@ -1179,11 +1429,14 @@ std::vector<Op> layer_forward(const ModelSpec& model, const LayerConfig& c, Laye
     // Norm: reads x, writes y; keeps its input. (Recomputing "layernorm" reruns the norms Megatron-Core
     // runs as modules of their own: MLA's input norm, a MoE layer's pre-MLP norm; Transformer Engine
     // fuses the others into the next GEMM.)
+    if (x.hc > 1) ops.push_back(hc_pre(x, false));
     ops.push_back(memory("input_" + norm, 2 * region_act, region_act));
-    if (x.mla) ops.back().rerun |= kRecomputeLayernorm;
+    if (x.mla || x.csa) ops.back().rerun |= kRecomputeLayernorm;
     // A separate norm module (MLA's) is attn_norm's; fused into the QKV projection, qkv_linear's.
-    ops.back().offload = x.mla ? kOffloadAttnNorm : kOffloadQkvLinear;
-    if (x.mla) {
+    ops.back().offload = x.mla || x.csa ? kOffloadAttnNorm : kOffloadQkvLinear;
+    if (x.csa) {
+      csa_forward(ops, m, x, c, gemm_in_d);
+    } else if (x.mla) {
       mla_forward(ops, x, gemm_in_d);
     } else {
       if (tp && x.sp) ops.push_back(comm("qkv_input_all_gather", Comm::all_gather, full));
@@ -1204,7 +1457,9 @@ std::vector<Op> layer_forward(const ModelSpec& model, const LayerConfig& c, Laye
       if (x.rotary) ops.push_back(memory("rotary_embedding", 2 * act(x.tokens, x.q + x.kv, x.d)));
     }
 
-    if (c.attention != AttentionImpl::softmax) {
+    if (x.csa) {
+      // csa_forward ran the attention and the output projections.
+    } else if (c.attention != AttentionImpl::softmax) {
       flash(ops, x, c, false);
     } else {
       const double batch = x.b * x.heads;
@@ -1227,11 +1482,13 @@ std::vector<Op> layer_forward(const ModelSpec& model, const LayerConfig& c, Laye
       ops.push_back(core(gemm("attention_context", x.s, x.hd, x.s, x.d, x.drop ? scores * x.d : 0, batch)));
     }
 
-    ops.push_back(gemm("attention_output", x.tokens, x.h, context, x.d, act(x.tokens, context, gemm_in_d)));
-    // Its input is the attention's output, which the attention keeps too: either module's offload
-    // moves it (the softmax statistics the attention also keeps are below Megatron-Core's
-    // min_offloaded_tensor_size and stay).
-    ops.back().offload = kOffloadAttnProj | kOffloadCoreAttn;
+    if (!x.csa) {
+      ops.push_back(gemm("attention_output", x.tokens, x.h, context, x.d, act(x.tokens, context, gemm_in_d)));
+      // Its input is the attention's output, which the attention keeps too: either module's offload
+      // moves it (the softmax statistics the attention also keeps are below Megatron-Core's
+      // min_offloaded_tensor_size and stay).
+      ops.back().offload = kOffloadAttnProj | kOffloadCoreAttn;
+    }
     if (tp) {
       ops.push_back(x.sp ? comm("attention_reduce_scatter", Comm::reduce_scatter, full)
                          : comm("attention_all_reduce", Comm::all_reduce, full));
@@ -1241,8 +1498,11 @@ std::vector<Op> layer_forward(const ModelSpec& model, const LayerConfig& c, Laye
     // writes it normed, keeps its input.
     if (x.post_norms) ops.push_back(memory("attention_output_" + norm, 2 * region_act, region_act));
     // Bias + dropout + residual add: reads the branch and the residual, writes the sum and the mask.
-    ops.push_back(x.drop ? memory("attention_dropout_add", region_act * 3 + mask, mask)
-                         : memory("attention_residual_add", region_act * 3));
+    if (x.hc > 1)
+      ops.push_back(hc_post(x, false));
+    else
+      ops.push_back(x.drop ? memory("attention_dropout_add", region_act * 3 + mask, mask)
+                           : memory("attention_residual_add", region_act * 3));
     graph(ops, 0, kGraphAttn);
   }  // with_attention
 
@@ -1251,6 +1511,7 @@ std::vector<Op> layer_forward(const ModelSpec& model, const LayerConfig& c, Laye
     // again); a checkpointed MoE layer keeps the pre-MLP norm's output.
     const std::uint8_t modules = c.recompute_modules;
     if (!x.moe && (modules & kRecomputeMlp)) ops.push_back(checkpoint_input("mlp_checkpoint_input", region_act));
+    if (x.hc > 1) ops.push_back(hc_pre(x, false));
     const std::size_t mlp = ops.size();
     ops.push_back(
         memory((block == LayerBlock::transformer ? "post_attention_" : "pre_mlp_") + norm, 2 * region_act, region_act));
@@ -1266,8 +1527,11 @@ std::vector<Op> layer_forward(const ModelSpec& model, const LayerConfig& c, Laye
     if (x.post_norms) ops.push_back(memory("mlp_output_" + norm, 2 * region_act, region_act));
     // The post-norm sits in fc2's module, so a dense MLP's checkpoint reruns it.
     if (!x.moe) tag(ops, mlp, kRecomputeMlp);
-    ops.push_back(x.drop ? memory("mlp_dropout_add", region_act * 3 + mask, mask)
-                         : memory("mlp_residual_add", region_act * 3));
+    if (x.hc > 1)
+      ops.push_back(hc_post(x, false));
+    else
+      ops.push_back(x.drop ? memory("mlp_dropout_add", region_act * 3 + mask, mask)
+                           : memory("mlp_residual_add", region_act * 3));
     if (!x.moe) graph(ops, mlp, kGraphMlp);
   }  // with_mlp
   if (c.lora_rank > 0) insert_lora(ops, x, c, false);
@@ -1283,7 +1547,12 @@ std::vector<Op> layer_forward(const ModelSpec& model, const LayerConfig& c, Laye
     // A latent MoE's down projection casts the norm output on its own, its up projection the
     // combined latent.
     double own = 0, fused = 0;
-    if (with_attention) {
+    if (with_attention && x.csa) {
+      // DeepSeek V4: the down projections' input cast in the input norm; the query up projection's
+      // latent, the indexer's query projection's and the linear projection's inputs on their own.
+      own += x.tokens * (2 * x.ql + static_cast<double>(m.o_groups * m.o_lora_rank));
+      fused += x.tokens * x.h;
+    } else if (with_attention) {
       own += x.tokens * context;
       fused += x.tokens * x.h;
       if (x.mla) fused += x.tokens * (x.ql + x.kvl);  // the up projections' inputs, cast in their norms
@@ -1344,6 +1613,7 @@ std::vector<Op> layer_backward_ops(const ModelSpec& model, const LayerConfig& c,
   };
 
   if (with_mlp) {
+    if (x.hc > 1) ops.push_back(hc_post(x, true));
     // Dropout backward reads the grad and the mask, writes the grad; the residual grad passes on.
     if (x.drop) ops.push_back(memory("mlp_dropout_add_backward", region_act * 2 + mask));
     // A post-norm's backward reads the output gradient and its kept input, writes the input gradient
@@ -1361,10 +1631,17 @@ std::vector<Op> layer_backward_ops(const ModelSpec& model, const LayerConfig& c,
       ops.back().graph = kGraphMoeRouter;
     else
       graph(ops, 0, kGraphMlp);
+    if (x.hc > 1) ops.push_back(hc_pre(x, true));
   }  // with_mlp
   const std::size_t attention = ops.size();
   const double qkv_width = x.q + 2 * x.kv;
-  if (with_attention) {
+  if (with_attention && x.csa) {
+    if (x.hc > 1) ops.push_back(hc_post(x, true));
+    csa_backward(ops, m, x, c, gemm_in_d);
+    ops.push_back(memory("input_" + norm + "_backward", 4 * region_act, 0, 2));
+    if (x.hc > 1) ops.push_back(hc_pre(x, true));
+    graph(ops, attention, kGraphAttn);
+  } else if (with_attention) {
     if (x.drop) ops.push_back(memory("attention_dropout_add_backward", region_act * 2 + mask));
     if (x.post_norms) ops.push_back(memory("attention_output_" + norm + "_backward", 3 * region_act, 0, 2));
     if (tp && x.sp) ops.push_back(comm("attention_output_grad_all_gather", Comm::all_gather, full));
@@ -1412,7 +1689,9 @@ std::vector<Op> layer_backward_ops(const ModelSpec& model, const LayerConfig& c,
     // gradients: read 2, write 1 + 1 bytes per element. MLA: the down projection's (on the region),
     // the up projections' and the output projection's.
     double grads = 0;
-    if (with_attention)
+    if (with_attention && x.csa)  // the down, up, indexer query and linear projections'
+      grads += x.tokens * (x.ql + x.hd + x.q + static_cast<double>(m.index_heads * m.index_head_dim) + x.h);
+    else if (with_attention)
       grads += x.mla ? x.region * (x.ql + x.kvl + x.rope) + x.tokens * (x.q + x.heads * (x.qk - x.rope + x.v) + x.h)
                      : x.tokens * (qkv_width + x.h);
     if (with_mlp && x.moe) {
@@ -1498,7 +1777,7 @@ std::int64_t attention_q_bytes(const ModelSpec& m, const LayerConfig& c) {
 
 std::int64_t layer_input_bytes(const ModelSpec& m, const LayerConfig& c) {
   const Dims x = dims(m, c);
-  return to_bytes(act(x.region, x.h, x.d));
+  return to_bytes(act(x.region, x.hc * x.h, x.d));  // hyper-connections: every residual stream
 }
 
 std::vector<Op> embedding_forward(const ModelSpec& m, const LayerConfig& c) {

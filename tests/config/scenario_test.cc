@@ -1035,3 +1035,28 @@ TEST_CASE("fp8_recipe: the GPU's default, or the recipe the scenario states") {
   CHECK(fp8_recipe(scenario("dgx-b200", {{"fp8_recipe", "delayed"}})) == Fp8Recipe::delayed);
   CHECK(fp8_recipe_name(Fp8Recipe::tensorwise) == "tensorwise");
 }
+
+TEST_CASE("DeepSeek V4's attention: one rank per sequence and head, Megatron-Core's fused kernels") {
+  auto error = [](nlohmann::json par, nlohmann::json training) {
+    nlohmann::json t = {{"micro_batch", 1}, {"global_batch", 64}, {"seq_len", 4096}, {"precision", "fp8"}};
+    if (par.is_null()) par = nlohmann::json::object();
+    if (!training.is_null()) t.update(training);
+    const nlohmann::json d = {
+        {"model", "deepseek-v4-flash"}, {"cluster", "gb200-nvl72"}, {"gpus", 64}, {"parallel", par}, {"training", t}};
+    try {
+      parse_scenario(trainsim::util::JsonNode(d, "s.json"), TRAINSIM_SOURCE_DIR);
+    } catch (const trainsim::util::InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(error({{"ep", 64}}, {{"recompute", "selective"}, {"recompute_modules", {"mla_up_proj", "layernorm"}}}) ==
+        "no error");
+  // One key/value head: tensor parallelism divides kv_heads only at 1.
+  CHECK(error({{"ep", 32}, {"tp", 2}, {"sequence_parallel", true}}, {}) ==
+        "s.json: parallel.tp: 2 does not divide kv_heads (1)");
+  CHECK(error({{"ep", 32}, {"cp", 2}}, {}) ==
+        "s.json: parallel.cp: 2: context parallelism with DeepSeek V4's attention is not supported yet");
+  CHECK(error({{"ep", 64}}, {{"attention", "softmax"}}) ==
+        "s.json: training.attention: DeepSeek V4's sparse attention runs fused (flash), not softmax");
+}

@@ -1333,7 +1333,7 @@ TEST_CASE("selective recompute modules a model lacks are refused on their path")
   } catch (const util::InputError& e) {
     CHECK(std::string(e.what()) ==
           "test.json: training.recompute_modules: \"mla_up_proj\" needs multi-head "
-          "latent attention (kv_lora_rank)");
+          "latent attention (kv_lora_rank) or DeepSeek V4's attention (compress_ratios)");
   }
   j["training"]["recompute_modules"] = {"core_attn", "mlp"};
   CHECK(parallel::simulate_step(scenario(j)).step_time_s > 0);

@@ -115,7 +115,8 @@ TEST_CASE("model JSON defaults and validation") {
         "q_lora_rank, "
         "kv_lora_rank, qk_rope_head_dim, v_head_dim, mtp_layers, moe_latent, router_groups, router_group_topk, "
         "moe_layer_freq, attention_chunk, hybrid_pattern, mamba_heads, "
-        "mamba_head_dim, mamba_state, mamba_groups, mamba_conv, mamba_chunk)");
+        "mamba_head_dim, mamba_state, mamba_groups, mamba_conv, mamba_chunk, compress_ratios, o_groups, o_lora_rank, "
+        "index_heads, index_head_dim, index_topk, hc_streams)");
   CHECK(error_of([] {
           parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 8,
                                 "ffn_hidden": 256, "vocab": 100, "mlp": "gelu"})");
@@ -486,10 +487,13 @@ TEST_CASE("Kimi K2 has the model card's one trillion parameters, 32B of them act
 }
 
 TEST_CASE("MLA and dense-first keys: one error line each") {
-  CHECK(error_of([] {
-          parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4, "ffn_hidden": 256,
+  CHECK(
+      error_of([] {
+        parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4, "ffn_hidden": 256,
                     "vocab": 100, "mlp": "swiglu", "q_lora_rank": 16})");
-        }) == "m.json: q_lora_rank: only multi-head latent attention (with \"kv_lora_rank\") takes this key");
+      }) ==
+      "m.json: q_lora_rank: only multi-head latent attention (with \"kv_lora_rank\") or DeepSeek V4's attention (with "
+      "\"compress_ratios\") takes this key");
   CHECK(error_of([] {
           parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_lora_rank": 16, "qk_rope_head_dim": 8,
                     "ffn_hidden": 256, "vocab": 100, "mlp": "swiglu"})");
@@ -602,8 +606,8 @@ TEST_CASE("qk_norm: a model key, set by Qwen3 configs, refused where there is no
                     "experts": 8, "experts_per_token": 2, "moe_ffn_hidden": 32, "q_lora_rank": 16,
                     "kv_lora_rank": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "head_dim": 16, "qk_norm": true})");
         }) ==
-        "m.json: qk_norm: applies to models with a QKV projection (not multi-head latent attention or hybrid "
-        "models)");
+        "m.json: qk_norm: applies to models with a QKV projection (not multi-head latent attention, DeepSeek "
+        "V4's attention or hybrid models)");
 }
 
 // Group-limited routing: G groups of E/G consecutive experts, each token within M of them. The
@@ -767,7 +771,7 @@ TEST_CASE("Gemma configs: gated GELU, tied embeddings, post-norms, Gemma 2's alt
         parse(
             R"({"name": "x", "hybrid_pattern": "M*", "hidden": 64, "heads": 4, "kv_heads": 4, "vocab": 100, "mlp": "swiglu",
                     "mamba_heads": 2, "mamba_head_dim": 32, "mamba_state": 16, "mamba_groups": 1, "post_norms": true})");
-      }) == "m.json: post_norms: post-norms in a hybrid model are not supported yet");
+      }) == "m.json: post_norms: post-norms in a hybrid model or with DeepSeek V4's attention are not supported yet");
 }
 
 // The model files: Gemma 2 9B and Gemma 3 27B as their configs above read; Gemma 2 27B (46 layers,
@@ -801,14 +805,67 @@ TEST_CASE("Hugging Face architectures trainsim does not model are refused by mod
           parse_hf(R"({"model_type": "deepseek_v32", "num_hidden_layers": 61, "hidden_size": 7168,
               "num_attention_heads": 128, "intermediate_size": 18432, "vocab_size": 129280})");
         }).find("DeepSeek Sparse Attention") != std::string::npos);
-  // Gemma 4 under its multimodal wrapper (google/gemma-4-31B's layout of keys), DeepSeek V4.
+  // Gemma 4 under its multimodal wrapper (google/gemma-4-31B's layout of keys).
   CHECK(error_of([] {
           parse_hf(R"({"model_type": "gemma4", "text_config": {"model_type": "gemma4_text",
               "num_hidden_layers": 60, "hidden_size": 5376, "num_attention_heads": 32, "num_key_value_heads": 16,
               "head_dim": 256, "global_head_dim": 512, "intermediate_size": 21504, "vocab_size": 262144}})");
         }).starts_with("config.json: text_config.model_type: \"gemma4_text\" is not supported (per-layer input"));
+}
+
+TEST_CASE("DeepSeek V4 Flash: its Hugging Face config reads as models/deepseek-v4-flash.json, 284B parameters") {
+  // deepseek-ai/DeepSeek-V4-Flash's config.json keys (NeMo Automodel's DeepseekV4Config defaults);
+  // compress_ratios lists the 43 layers and, last, the MTP module's.
+  std::string ratios = "[0, 0";
+  for (int i = 0; i < 20; ++i) ratios += ", 4, 128";
+  ratios += ", 4, 0]";
+  const ModelSpec hf = parse_hf(R"({"model_type": "deepseek_v4", "vocab_size": 129280, "hidden_size": 4096,
+      "moe_intermediate_size": 2048, "num_hidden_layers": 43, "num_attention_heads": 64, "num_key_value_heads": 1,
+      "head_dim": 512, "qk_rope_head_dim": 64, "q_lora_rank": 1024, "o_lora_rank": 1024, "o_groups": 8,
+      "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 6, "scoring_func": "sqrtsoftplus",
+      "hidden_act": "silu", "sliding_window": 128, "num_hash_layers": 3, "hc_mult": 4, "hc_sinkhorn_iters": 20,
+      "index_head_dim": 128, "index_n_heads": 64, "index_topk": 512, "num_nextn_predict_layers": 1,
+      "tie_word_embeddings": false, "compress_ratios": )" +
+                                ratios + "}");
+  const ModelSpec m = model("deepseek-v4-flash");
+  CHECK(hf.total_params() == m.total_params());
+  CHECK(hf.compress_ratios == m.compress_ratios);
+  CHECK((m.csa() && !m.mla() && m.kv_heads == 1 && m.hc_streams == 4 && m.mtp_layers == 1));
+  CHECK(m.csa_share(0) == Approx(2.0 / 43));
+  CHECK(m.csa_share(4) == Approx(21.0 / 43));
+  CHECK(m.csa_share(128) == Approx(20.0 / 43));
+  // Attention per layer by hand. Every layer: q down 4096 x 1024 + norm 1024 + q up 1024 x 64 x 512, kv
+  // 4096 x 512 + norm 512, 64 sinks, grouped output 64 x 512 x 1024 + 8 x 1024 x 4096. Ratio 4 adds
+  // its compressor (2 x 4096 x 1024 + 4 x 1024 + 512) and indexer (1024 x 64 x 128 + 4096 x 64 +
+  // 2 x 4096 x 256 + 4 x 256 + 128); ratio 128 its compressor (2 x 4096 x 512 + 128 x 512 + 512).
+  const std::int64_t base =
+      4096LL * 1024 + 1024 + 1024LL * 64 * 512 + 4096LL * 512 + 512 + 64 + 64LL * 512 * 1024 + 8LL * 1024 * 4096;
+  const std::int64_t csa =
+      base + 2LL * 4096 * 1024 + 4 * 1024 + 512 + 1024LL * 64 * 128 + 4096LL * 64 + 2LL * 4096 * 256 + 4 * 256 + 128;
+  const std::int64_t hca = base + 2LL * 4096 * 512 + 128 * 512 + 512;
+  CHECK(m.attention_params_per_layer() == (2 * base + 21 * csa + 20 * hca) / 43);
+  // Hyper-connections: 4 x 4096 -> 4 x 6 per mapping, with 24 biases and 3 scales.
+  CHECK(m.hc_params() == 24LL * 4 * 4096 + 24 + 3);
+  // The model card: 284B parameters (the MTP module not counted).
+  CHECK(static_cast<double>(m.main_params()) == Approx(284e9).epsilon(0.002));
+  // Errors: one line naming the key.
   CHECK(error_of([] {
-          parse_hf(R"({"model_type": "deepseek_v4", "num_hidden_layers": 43, "hidden_size": 4096,
-              "num_attention_heads": 64, "intermediate_size": 2048, "vocab_size": 129280})");
-        }).find("compressed sparse attention") != std::string::npos);
+          parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "head_dim": 16, "qk_rope_head_dim": 8,
+              "q_lora_rank": 32, "o_groups": 2, "o_lora_rank": 16, "sliding_window": 8, "compress_ratios": [0, 4],
+              "experts": 4, "experts_per_token": 2, "moe_ffn_hidden": 32, "vocab": 100, "mlp": "swiglu"})");
+        }) == "m.json: index_heads: missing required key");
+  CHECK(error_of([] {
+          parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "head_dim": 16, "qk_rope_head_dim": 8,
+              "q_lora_rank": 32, "o_groups": 3, "o_lora_rank": 16, "sliding_window": 8, "compress_ratios": [0, 128],
+              "experts": 4, "experts_per_token": 2, "moe_ffn_hidden": 32, "vocab": 100, "mlp": "swiglu"})");
+        }) == "m.json: o_groups: does not divide heads (4)");
+  CHECK(error_of([] {
+          parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "head_dim": 16, "qk_rope_head_dim": 8,
+              "q_lora_rank": 32, "o_groups": 2, "o_lora_rank": 16, "sliding_window": 8, "compress_ratios": [0, 1],
+              "experts": 4, "experts_per_token": 2, "moe_ffn_hidden": 32, "vocab": 100, "mlp": "swiglu"})");
+        }).starts_with("m.json: compress_ratios: entry 1 is 1: each is 0 (the window only) or a ratio from 2"));
+  CHECK(error_of([] {
+          parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4, "ffn_hidden": 128,
+              "vocab": 100, "mlp": "swiglu", "hc_streams": 4})");
+        }) == "m.json: hc_streams: only DeepSeek V4's attention (with \"compress_ratios\") takes this key");
 }

@@ -1535,3 +1535,68 @@ TEST_CASE("DeepSpeed's gradient accumulation: autograd's in-place add, BF16_Opti
   CHECK(count(autograd, "_wgrad_grad_accumulate") == 4);
   CHECK(count(fp32, "_wgrad_fp32_grad_accumulate") == 4);
 }
+
+// DeepSeek V4's attention on a small model, by hand: 64 tokens, a window of 8, layers compressing
+// 0, 4, 16 and 4 (index_topk 4). A query at position j (1..64) sees min(j, 8) window keys: their mean
+// is (8·9/2 + 8·56) / 64 = 7.5625. Ratio 4 with the top 4: min(floor(j/4), 4) sums to 0·3 + 1·4 + 2·4
+// + 3·4 = 24 over j < 16 and 4 · 49 = 196 from 16 on, mean 220/64 = 3.4375. Ratio 16, every entry:
+// floor(j/16) sums to 16 + 32 + 48 + 4 = 100, mean 1.5625. Over the layers (shares 1/4, 1/2, 1/4):
+// 7.5625 + 3.4375 / 2 + 1.5625 / 4 = 9.671875 keys per query; 4 · head_dim FLOPs per query and key.
+TEST_CASE("DeepSeek V4's attention: sparse-attention FLOPs by hand, hyper-connections around each block") {
+  ModelSpec m;
+  m.name = "dsv4-small";
+  m.layers = 4;
+  m.hidden = 256;
+  m.heads = 8;
+  m.kv_heads = 1;
+  m.head_dim = 64;
+  m.qk_rope_head_dim = 16;
+  m.q_lora_rank = 128;
+  m.o_groups = 2;
+  m.o_lora_rank = 64;
+  m.sliding_window = 8;
+  m.compress_ratios = {0, 4, 16, 4};
+  m.index_heads = 4;
+  m.index_head_dim = 32;
+  m.index_topk = 4;
+  m.hc_streams = 4;
+  m.experts = 8;
+  m.experts_per_token = 2;
+  m.moe_ffn_hidden = 128;
+  m.vocab = 1000;
+  m.mlp = MlpKind::swiglu;
+  LayerConfig c;
+  c.micro_batch = 1;
+  c.seq_len = 64;
+  const auto fwd = layer_forward(m, c, LayerBlock::transformer);
+  const auto bwd = layer_backward(m, c, LayerBlock::transformer);
+  const double keys = 7.5625 + 3.4375 / 2 + 1.5625 / 4;
+  CHECK(flops_of(fwd, OpKind::attention) == Approx(4.0 * 64 * 8 * 64 * keys));
+  CHECK(flops_of(bwd, OpKind::attention) == Approx(2.5 * 4.0 * 64 * 8 * 64 * keys));
+  auto count = [](const std::vector<Op>& ops, const std::string& name) {
+    return std::count_if(ops.begin(), ops.end(), [&name](const Op& op) { return op.name == name; });
+  };
+  // A mapping before and a mix after each of the two blocks; no plain residual add.
+  CHECK(count(fwd, "hc_pre") == 2);
+  CHECK(count(fwd, "hc_post") == 2);
+  CHECK(count(fwd, "attention_residual_add") == 0);
+  CHECK(count(bwd, "hc_pre_backward") == 2);
+  // Two layers of four compress by 4 (the indexer's), one by 16: their compressors run over that
+  // share of the 64 tokens, at 2 x head_dim (ratio 4's overlapping windows: 4 x 64) or head_dim.
+  for (const Op& op : fwd) {
+    if (op.name == "compressor_csa") CHECK((op.gemm.m == 32 && op.gemm.n == 256 && op.gemm.k == 256 && op.bf16));
+    if (op.name == "compressor_hca") CHECK((op.gemm.m == 16 && op.gemm.n == 128 && op.bf16));
+    // The grouped output projection: 2 groups of 4 heads x 64 -> 64 each, in BF16.
+    if (op.name == "attention_output_grouped")
+      CHECK((op.gemm.batch == 2 && op.gemm.k == 256 && op.gemm.n == 64 && op.bf16));
+  }
+  CHECK(count(fwd, "indexer_scores") == 1);
+  // The residual streams travel between pipeline stages: 4 x hidden per token.
+  CHECK(layer_input_bytes(m, c) == 4 * 64 * 256 * 2);
+  // Under FP8 the BF16 modules stay BF16, the projections quantise.
+  c.fp8 = true;
+  for (const Op& op : layer_forward(m, c, LayerBlock::transformer)) {
+    if (op.name == "compressor_csa" || op.name == "indexer_scores") CHECK_FALSE(op.fp8);
+    if (op.name == "q_up_proj" || op.name == "attention_output") CHECK(op.fp8);
+  }
+}
