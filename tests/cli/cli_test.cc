@@ -114,6 +114,18 @@ TEST_CASE("DeepSeek-V3 on 2048 H800 with DualPipeV: the technical report's 2.664
   CHECK(std::abs(one_f_one_b / 2.664e6 - 1) > std::abs(dual / 2.664e6 - 1) + 0.1);
 }
 
+TEST_CASE("run: DeepSeek V4's attention line; its export refused with one line") {
+  const Result r = run("run configs/deepseek-v4-flash-gb300-128.json");
+  REQUIRE(r.code == 0);
+  // models/deepseek-v4-flash.json: compress_ratios 0, 0, then 4 and 128 alternating, ending 4.
+  CHECK(r.out.find("attention     DeepSeek V4: a 128-token window, and nothing (2 layers) · the top 512 of 4:1 "
+                   "entries (21) · all 128:1 entries (20) · 4 hyper-connection streams\n") != std::string::npos);
+  const Result e = run("export megatron configs/deepseek-v4-flash-gb300-128.json");
+  CHECK(e.code == 2);
+  CHECK(e.err.find("configs/deepseek-v4-flash-gb300-128.json: model.compress_ratios: DeepSeek V4's attention runs in "
+                   "Megatron-Bridge's DeepSeek V4 model") != std::string::npos);
+}
+
 TEST_CASE("BLOOM 176B on 384 A100 of Jean Zay: Megatron-DeepSpeed's 156 TFLOP/s per GPU") {
   // BLOOM trained with BigScience's Megatron-DeepSpeed at "156 TFlops/GPU" sustained (GENCI's BLOOM
   // announcement; BigScience's notes: "about 150 TFLOPs"), counted by the fork's throughput formula
