@@ -848,6 +848,10 @@ TEST_CASE("DeepSeek V4 Flash: its Hugging Face config reads as models/deepseek-v
   CHECK(m.hc_params() == 24LL * 4 * 4096 + 24 + 3);
   // The model card: 284B parameters (the MTP module not counted).
   CHECK(static_cast<double>(m.main_params()) == Approx(284e9).epsilon(0.002));
+  // Megatron-Bridge's 26.08 rows count 748 TFLOP/s at 8224 tokens/s per GPU (GB300) for it: 91.0 GFLOP
+  // per token of 4096, within 2% of trainsim's count (its own conventions: NeMo's rules, with each query's
+  // window and entries for the attention).
+  CHECK(model_flops_per_sequence(m, 4096) / 4096 == Approx(748e12 / 8224).epsilon(0.02));
   // Errors: one line naming the key.
   CHECK(error_of([] {
           parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "head_dim": 16, "qk_rope_head_dim": 8,
