@@ -128,6 +128,47 @@ std::int64_t mamba_block_params(const ModelSpec& m) {
          m.mamba_inner() + m.mamba_inner() * m.hidden;
 }
 
+// Entry i of a compress_ratios list (`list` names it): 0 (the window only) or a ratio of 2 and more.
+std::int64_t compress_ratio(const util::JsonNode& list, std::size_t i) {
+  const auto& r = list.json()[i];
+  if (!r.is_number_integer() || r.get<std::int64_t>() < 0 || r.get<std::int64_t>() == 1 ||
+      r.get<std::int64_t>() > 1 << 20)
+    list.fail(fmt::format("entry {} is {}: each is 0 (the window only) or a ratio from 2 to {}", i, r.dump(), 1 << 20));
+  return r.get<std::int64_t>();
+}
+
+// The residual streams of hyper-connections (trainsim's hc_streams, Hugging Face's hc_mult).
+std::int64_t read_hc_streams(const util::JsonNode& n) {
+  const std::int64_t streams = n.as_positive_int();
+  if (streams > 64) n.fail(fmt::format("{} residual streams: trainsim models at most 64", streams));
+  return streams;
+}
+
+// DeepSeek's routed experts of a Hugging Face config (V2, V3, V4, Kimi K2): n_routed_experts of
+// moe_intermediate_size, num_experts_per_tok of them per token, n_shared_experts of the same width as
+// one shared expert, the first first_k_dense_replace layers dense.
+void read_deepseek_experts(ModelSpec& m, const util::JsonNode& node, const util::JsonNode& experts) {
+  m.experts = experts.as_positive_int();
+  m.experts_per_token = node.at("num_experts_per_tok").as_positive_int();
+  if (m.experts_per_token > m.experts)
+    node.at("num_experts_per_tok").fail(fmt::format("exceeds n_routed_experts ({})", m.experts));
+  m.moe_ffn_hidden = node.at("moe_intermediate_size").as_positive_int();
+  if (auto sh = node.find("n_shared_experts"); sh && !sh->json().is_null()) {
+    // The product is a width like the others, at most the 9e15 an integer key may hold; the model's
+    // size bound (config/scenario.cc) then refuses what is merely absurd.
+    const std::int64_t shared = sh->as_nonnegative_int();
+    if (static_cast<double>(shared) * static_cast<double>(m.moe_ffn_hidden) >= 9.0e15)
+      sh->fail(fmt::format("{} shared experts of moe_intermediate_size {} are wider than trainsim models", shared,
+                           m.moe_ffn_hidden));
+    m.shared_expert_ffn_hidden = shared * m.moe_ffn_hidden;
+  }
+  m.first_dense_layers = 0;
+  if (auto k = node.find("first_k_dense_replace"); k && !k->json().is_null()) {
+    m.first_dense_layers = k->as_nonnegative_int();
+    if (m.first_dense_layers >= m.layers) k->fail(fmt::format("must be below num_hidden_layers ({})", m.layers));
+  }
+}
+
 ModelSpec parse_hf_llama(const util::JsonNode& n, const std::string& fallback_name) {
   ModelSpec m;
   m.name = fallback_name;
@@ -303,14 +344,8 @@ ModelSpec parse_hf_deepseek_v4(const util::JsonNode& n, const std::string& fallb
         static_cast<std::int64_t>(a.size()) > m.layers + m.mtp_layers)
       ratios->fail(fmt::format("must list one ratio per layer ({}; and per multi-token prediction module, {})",
                                m.layers, m.mtp_layers));
-    for (std::int64_t i = 0; i < m.layers; ++i) {
-      const auto& r = a[static_cast<std::size_t>(i)];
-      if (!r.is_number_integer() || r.get<std::int64_t>() < 0 || r.get<std::int64_t>() == 1 ||
-          r.get<std::int64_t>() > 1 << 20)
-        ratios->fail(
-            fmt::format("entry {} is {}: each is 0 (the window only) or a ratio from 2 to {}", i, r.dump(), 1 << 20));
-      m.compress_ratios.push_back(r.get<std::int64_t>());
-    }
+    for (std::int64_t i = 0; i < m.layers; ++i)
+      m.compress_ratios.push_back(compress_ratio(*ratios, static_cast<std::size_t>(i)));
   } else {
     auto kinds = n.find("layer_types");
     if (!kinds) n.at("compress_ratios");  // "missing required key"
@@ -344,25 +379,9 @@ ModelSpec parse_hf_deepseek_v4(const util::JsonNode& n, const std::string& fallb
     m.index_head_dim = n.at("index_head_dim").as_positive_int();
     m.index_topk = n.at("index_topk").as_positive_int();
   }
-  if (auto hc = n.find("hc_mult"); hc && !hc->json().is_null()) {
-    m.hc_streams = hc->as_positive_int();
-    if (m.hc_streams > 64) hc->fail(fmt::format("{} residual streams: trainsim models at most 64", m.hc_streams));
-  }
-  m.experts = n.at("n_routed_experts").as_positive_int();
-  m.experts_per_token = n.at("num_experts_per_tok").as_positive_int();
-  if (m.experts_per_token > m.experts)
-    n.at("num_experts_per_tok").fail(fmt::format("exceeds n_routed_experts ({})", m.experts));
-  m.moe_ffn_hidden = n.at("moe_intermediate_size").as_positive_int();
-  if (auto sh = n.find("n_shared_experts"); sh && !sh->json().is_null()) {
-    const std::int64_t shared = sh->as_nonnegative_int();
-    if (shared > 1024) sh->fail(fmt::format("{} shared experts: trainsim models at most 1024", shared));
-    m.shared_expert_ffn_hidden = shared * m.moe_ffn_hidden;
-  }
-  if (auto k = n.find("first_k_dense_replace"); k && !k->json().is_null() && k->as_nonnegative_int() > 0) {
-    m.first_dense_layers = k->as_nonnegative_int();
-    if (m.first_dense_layers >= m.layers) k->fail(fmt::format("must be below num_hidden_layers ({})", m.layers));
-    m.ffn_hidden = n.at("intermediate_size").as_positive_int();
-  }
+  if (auto hc = n.find("hc_mult"); hc && !hc->json().is_null()) m.hc_streams = read_hc_streams(*hc);
+  read_deepseek_experts(m, n, n.at("n_routed_experts"));
+  if (m.first_dense_layers > 0) m.ffn_hidden = n.at("intermediate_size").as_positive_int();
   return m;
 }
 
@@ -521,12 +540,7 @@ void read_csa(ModelSpec& m, const util::JsonNode& node, const util::JsonNode& ra
     ratios.fail(fmt::format("must list one compression ratio per layer ({} layers)", m.layers));
   bool indexed = false;
   for (std::size_t i = 0; i < ratios.json().size(); ++i) {
-    const auto& r = ratios.json()[i];
-    if (!r.is_number_integer() || r.get<std::int64_t>() < 0 || r.get<std::int64_t>() == 1 ||
-        r.get<std::int64_t>() > 1 << 20)
-      ratios.fail(
-          fmt::format("entry {} is {}: each is 0 (the window only) or a ratio from 2 to {}", i, r.dump(), 1 << 20));
-    m.compress_ratios.push_back(r.get<std::int64_t>());
+    m.compress_ratios.push_back(compress_ratio(ratios, i));
     indexed = indexed || m.compress_ratios.back() == 4;
   }
   m.q_lora_rank = node.at("q_lora_rank").as_positive_int();
@@ -546,10 +560,7 @@ void read_csa(ModelSpec& m, const util::JsonNode& node, const util::JsonNode& ra
     for (const char* key : {"index_heads", "index_head_dim", "index_topk"})
       if (auto k = node.find(key)) k->fail("no layer compresses by 4 (compressed sparse attention) for the indexer");
   }
-  if (auto hc = node.find("hc_streams")) {
-    m.hc_streams = hc->as_positive_int();
-    if (m.hc_streams > 64) hc->fail(fmt::format("{} residual streams: trainsim models at most 64", m.hc_streams));
-  }
+  if (auto hc = node.find("hc_streams")) m.hc_streams = read_hc_streams(*hc);
 }
 
 }  // namespace
@@ -996,25 +1007,7 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
   // first_k_dense_replace layers dense (intermediate_size), multi-head latent attention, and
   // num_nextn_predict_layers multi-token prediction modules.
   if (auto e = node.find("n_routed_experts"); e && !e->json().is_null()) {
-    m.experts = e->as_positive_int();
-    m.experts_per_token = node.at("num_experts_per_tok").as_positive_int();
-    if (m.experts_per_token > m.experts)
-      node.at("num_experts_per_tok").fail(fmt::format("exceeds n_routed_experts ({})", m.experts));
-    m.moe_ffn_hidden = node.at("moe_intermediate_size").as_positive_int();
-    if (auto sh = node.find("n_shared_experts"); sh && !sh->json().is_null()) {
-      // The product is a width like the others, at most the 9e15 an integer key may hold; the model's
-      // size bound (config/scenario.cc) then refuses what is merely absurd.
-      const std::int64_t shared = sh->as_nonnegative_int();
-      if (static_cast<double>(shared) * static_cast<double>(m.moe_ffn_hidden) >= 9.0e15)
-        sh->fail(fmt::format("{} shared experts of moe_intermediate_size {} are wider than trainsim models", shared,
-                             m.moe_ffn_hidden));
-      m.shared_expert_ffn_hidden = shared * m.moe_ffn_hidden;
-    }
-    m.first_dense_layers = 0;
-    if (auto k = node.find("first_k_dense_replace"); k && !k->json().is_null()) {
-      m.first_dense_layers = k->as_nonnegative_int();
-      if (m.first_dense_layers >= m.layers) k->fail(fmt::format("must be below num_hidden_layers ({})", m.layers));
-    }
+    read_deepseek_experts(m, node, *e);
     // moe_layer_freq: of the layers after them, those whose index is a multiple of it have experts.
     if (auto freq = node.find("moe_layer_freq"); freq && !freq->json().is_null() && freq->as_positive_int() > 1) {
       std::vector<bool> moe(static_cast<std::size_t>(m.layers));
