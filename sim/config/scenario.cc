@@ -1300,6 +1300,10 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     if (s.training.attention == workload::AttentionImpl::softmax)
       throw util::InputError(file, util::join_path(training_path, "attention"),
                              "DeepSeek V4's sparse attention runs fused (flash), not softmax");
+    if (s.training.document_tokens > 0 && s.training.document_tokens < s.training.seq_len)
+      throw util::InputError(file, util::join_path(training_path, "document_tokens"),
+                             "packed documents with DeepSeek V4's attention are not supported yet (its windows and "
+                             "compressed entries are timed over whole sequences)");
     if (s.training.framework != Framework::megatron)
       throw util::InputError(
           file, util::join_path(training_path, "framework"),
