@@ -147,8 +147,9 @@ struct Op {
   // The share of the roofline model's speed the kernel reaches (compute_model.h); below 1 only for
   // kernels measured slower than it: the Mamba-2 scan's (ops.cc, kMambaScanAchieved).
   double achieved = 1.0;
-  // A GEMM that stays BF16 under FP8 and NVFP4 (DeepSeek V4's compressors, indexer and grouped output
-  // projection, which Megatron-Core runs outside Transformer Engine's quantised linears).
+  // A GEMM that stays BF16 under FP8 and NVFP4 (DeepSeek V4's compressors, its indexer's weights,
+  // compressor and scores, and its grouped output projection, which Megatron-Core runs outside Transformer
+  // Engine's quantised linears).
   bool bf16 = false;
   bool fp8 = false;  // gemm: runs in FP8 (Transformer Engine), at the FP8 peak
   bool fp4 = false;  // gemm, with fp8: runs in NVFP4 instead, at the FP4 peak
