@@ -1059,6 +1059,8 @@ TEST_CASE("DeepSeek V4's attention: one rank per sequence and head, Megatron-Cor
         "s.json: parallel.cp: 2: context parallelism with DeepSeek V4's attention is not supported yet");
   CHECK(error({{"ep", 64}}, {{"attention", "softmax"}}) ==
         "s.json: training.attention: DeepSeek V4's sparse attention runs fused (flash), not softmax");
-  CHECK(error({{"ep", 64}}, {{"document_tokens", 1024}}).starts_with(
-      "s.json: training.document_tokens: packed documents with DeepSeek V4's attention are not supported yet"));
+  CHECK(
+      error({{"ep", 64}}, {{"document_tokens", 1024}})
+          .starts_with(
+              "s.json: training.document_tokens: packed documents with DeepSeek V4's attention are not supported yet"));
 }
