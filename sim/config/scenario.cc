@@ -1056,6 +1056,13 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
   const std::string file = root.file();
   const std::string parallel_path = util::join_path(root.path(), "parallel");
   const std::string training_path = util::join_path(root.path(), "training");
+  // A model feature trainsim runs under Megatron only: one line naming the other framework.
+  auto megatron_only = [&](bool uses, std::string_view what) {
+    if (uses && s.training.framework != Framework::megatron)
+      throw util::InputError(
+          file, util::join_path(training_path, "framework"),
+          fmt::format("{} with {} is not supported yet", framework_name(s.training.framework), what));
+  };
 
   // Divisibility step by step, so absurd sizes cannot overflow a product; products in messages are
   // printed from doubles for the same reason.
@@ -1267,11 +1274,7 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
                                        "several chunks is not supported yet (within one chunk it is causal attention)",
                                        s.training.seq_len, m.attention_chunk));
   if (m.attention_softcap > 0 || m.logit_softcap > 0) {
-    if (s.training.framework != Framework::megatron)
-      throw util::InputError(file, util::join_path(training_path, "framework"),
-                             fmt::format("{} with soft-capped logits (attention_softcap, logit_softcap) is not "
-                                         "supported yet",
-                                         framework_name(s.training.framework)));
+    megatron_only(true, "soft-capped logits (attention_softcap, logit_softcap)");
     if (m.attention_softcap > 0 && s.training.attention != workload::AttentionImpl::softmax)
       throw util::InputError(file, util::join_path(training_path, "attention"),
                              "the model soft-caps its attention scores (attention_softcap), which Transformer "
@@ -1284,10 +1287,7 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
                              "sliding-window attention runs fused (flash, flash2 or flash1), not softmax (Megatron-"
                              "Core's unfused attention takes no window; Gemma 2's, a model with attention_softcap, "
                              "masks the whole score matrix)");
-    if (s.training.framework != Framework::megatron)
-      throw util::InputError(
-          file, util::join_path(training_path, "framework"),
-          fmt::format("{} with sliding-window attention is not supported yet", framework_name(s.training.framework)));
+    megatron_only(true, "sliding-window attention");
   }
 
   if (m.csa()) {
@@ -1304,10 +1304,7 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
       throw util::InputError(file, util::join_path(training_path, "document_tokens"),
                              "packed documents with DeepSeek V4's attention are not supported yet (its windows and "
                              "compressed entries are timed over whole sequences)");
-    if (s.training.framework != Framework::megatron)
-      throw util::InputError(
-          file, util::join_path(training_path, "framework"),
-          fmt::format("{} with DeepSeek V4's attention is not supported yet", framework_name(s.training.framework)));
+    megatron_only(true, "DeepSeek V4's attention");
   }
   if (m.mla()) {
     // Transformer Engine's context parallelism takes Q/K and V head dims that differ on its ring
@@ -1320,10 +1317,7 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
     if (s.training.attention == workload::AttentionImpl::softmax)
       throw util::InputError(file, util::join_path(training_path, "attention"),
                              "multi-head latent attention runs fused (flash, flash2 or flash1), not softmax");
-    if (s.training.framework != Framework::megatron)
-      throw util::InputError(file, util::join_path(training_path, "framework"),
-                             fmt::format("{} with multi-head latent attention is not supported yet",
-                                         framework_name(s.training.framework)));
+    megatron_only(true, "multi-head latent attention");
   }
   // Recompute modules the model has no part for (Megatron-Core would ignore or reject them).
   if (s.training.recompute == Recompute::selective) {
@@ -1391,10 +1385,7 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
       throw util::InputError(file, path,
                              fmt::format("LoRA with zero {} is not supported yet (use zero 0 or 1)", p.zero));
   }
-  if (m.mtp_layers > 0 && s.training.framework != Framework::megatron)
-    throw util::InputError(
-        file, util::join_path(training_path, "framework"),
-        fmt::format("{} with multi-token prediction is not supported yet", framework_name(s.training.framework)));
+  megatron_only(m.mtp_layers > 0, "multi-token prediction");
   if (p.moe_dispatcher == MoeDispatcher::allgather && !m.moe())
     throw util::InputError(file, util::join_path(parallel_path, "moe_token_dispatcher"),
                            "\"allgather\" needs a mixture-of-experts model");

@@ -583,11 +583,7 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   if (const auto& model = sc.model; model.csa()) {
     // DeepSeek V4's attention: the layers by what they add to the window, and the hyper-connections.
     std::vector<std::string> kinds;
-    std::vector<std::int64_t> ratios = model.compress_ratios;
-    std::sort(ratios.begin(), ratios.end());
-    ratios.erase(std::unique(ratios.begin(), ratios.end()), ratios.end());
-    for (const std::int64_t ratio : ratios) {
-      const auto n = std::count(model.compress_ratios.begin(), model.compress_ratios.end(), ratio);
+    for (const auto& [ratio, n] : model.compress_ratio_counts()) {
       kinds.push_back(ratio == 0   ? fmt::format("nothing ({} layers)", n)
                       : ratio == 4 ? fmt::format("the top {} of 4:1 entries ({})", model.index_topk, n)
                                    : fmt::format("all {}:1 entries ({})", ratio, n));

@@ -397,12 +397,15 @@ ModelSpec ModelSpec::dense_variant() const {
   return d;
 }
 
-double ModelSpec::csa_share(std::int64_t kind) const {
-  if (compress_ratios.empty()) return 0;
-  const auto n = std::count_if(compress_ratios.begin(), compress_ratios.end(), [kind](std::int64_t r) {
-    return kind == 0 ? r == 0 : kind == 4 ? r == 4 : r != 0 && r != 4;
-  });
-  return static_cast<double>(n) / static_cast<double>(compress_ratios.size());
+std::vector<std::pair<std::int64_t, std::int64_t>> ModelSpec::compress_ratio_counts() const {
+  std::vector<std::int64_t> sorted = compress_ratios;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::pair<std::int64_t, std::int64_t>> counts;
+  for (const std::int64_t r : sorted) {
+    if (counts.empty() || counts.back().first != r) counts.emplace_back(r, 0);
+    ++counts.back().second;
+  }
+  return counts;
 }
 
 namespace {

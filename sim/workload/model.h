@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "util/json_node.h"
@@ -152,9 +153,9 @@ struct ModelSpec {
   bool moe() const { return experts > 0; }
   bool mla() const { return kv_lora_rank > 0; }
   bool csa() const { return !compress_ratios.empty(); }
-  // DeepSeek V4's layers by their compression: the share of the layers with none (window only), with
-  // ratio 4 (compressed sparse attention) and with any other (heavily compressed attention).
-  double csa_share(std::int64_t kind) const;
+  // DeepSeek V4's layers by their compression: each distinct entry of compress_ratios (ascending) and
+  // how many layers have it.
+  std::vector<std::pair<std::int64_t, std::int64_t>> compress_ratio_counts() const;
   bool hybrid() const { return !hybrid_pattern.empty(); }
   // RMSNorm (every kind but GPT's gelu); linear biases (gelu, or linear_bias); rotary positions in the attention
   // (Llama-style models; a hybrid model's attention layers use no position embedding, Megatron-Core

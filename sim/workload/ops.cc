@@ -1109,13 +1109,9 @@ struct CsaKind {
 
 std::vector<CsaKind> csa_kinds(const ModelSpec& m, const Dims& x) {
   std::vector<CsaKind> kinds;
-  std::vector<std::int64_t> ratios = m.compress_ratios;
-  std::sort(ratios.begin(), ratios.end());
-  ratios.erase(std::unique(ratios.begin(), ratios.end()), ratios.end());
-  for (const std::int64_t r : ratios) {
+  for (const auto& [r, layers] : m.compress_ratio_counts()) {
     CsaKind k{};
-    k.share = static_cast<double>(std::count(m.compress_ratios.begin(), m.compress_ratios.end(), r)) /
-              static_cast<double>(m.compress_ratios.size());
+    k.share = static_cast<double>(layers) / static_cast<double>(m.compress_ratios.size());
     k.ratio = static_cast<double>(r);
     k.indexed = r == 4;
     k.coff = k.indexed ? 2 : 1;

@@ -831,9 +831,9 @@ TEST_CASE("DeepSeek V4 Flash: its Hugging Face config reads as models/deepseek-v
   CHECK(hf.total_params() == m.total_params());
   CHECK(hf.compress_ratios == m.compress_ratios);
   CHECK((m.csa() && !m.mla() && m.kv_heads == 1 && m.hc_streams == 4 && m.mtp_layers == 1));
-  CHECK(m.csa_share(0) == Approx(2.0 / 43));
-  CHECK(m.csa_share(4) == Approx(21.0 / 43));
-  CHECK(m.csa_share(128) == Approx(20.0 / 43));
+  // 2 window-only layers, 21 of ratio 4, 20 of ratio 128.
+  const std::vector<std::pair<std::int64_t, std::int64_t>> counts{{0, 2}, {4, 21}, {128, 20}};
+  CHECK(m.compress_ratio_counts() == counts);
   // Attention per layer by hand. Every layer: q down 4096 x 1024 + norm 1024 + q up 1024 x 64 x 512, kv
   // 4096 x 512 + norm 512, 64 sinks, grouped output 64 x 512 x 1024 + 8 x 1024 x 4096. Ratio 4 adds
   // its compressor (2 x 4096 x 1024 + 4 x 1024 + 512) and indexer (1024 x 64 x 128 + 4096 x 64 +
