@@ -43,6 +43,7 @@ constexpr auto kKeys = std::to_array<Key>({
     {"model.normalization", "normalization", Kind::value},
     {"model.add_bias_linear", "disable-bias-linear", Kind::off},
     {"model.add_qkv_bias", "add-qkv-bias", Kind::on},
+    {"model.activation_func_clamp_value", "activation-func-clamp-value", Kind::value},
     {"model.position_embedding_type", "position-embedding-type", Kind::value},
     {"model.share_embeddings_and_output_weights", "untie-embeddings-and-output-weights", Kind::off},
     {"tokenizer.vocab_size", "vocab-size", Kind::value},
@@ -554,8 +555,9 @@ class Reader {
     pipeline_layout();
   }
 
-  // gated_linear_unit with activation_func: SiLU is SwiGLU, squared ReLU Nemotron's; the other gated
-  // activations (GeGLU, GPT-OSS's clamped quick-GELU) run the same GEMMs and are taken as SwiGLU.
+  // gated_linear_unit with activation_func: SiLU is SwiGLU, squared ReLU Nemotron's, quick-GELU
+  // Megatron's quick-GeGLU (GPT-OSS's, --quick-geglu: SwiGLU's GEMMs, and the clamp its experts
+  // apply); the other gated activations (GeGLU) run the same GEMMs and are taken as SwiGLU.
   void activation() {
     const YAML::Node glu = lookup("model.gated_linear_unit");
     const YAML::Node func = lookup("model.activation_func");
@@ -569,6 +571,8 @@ class Reader {
     const YAML::Node& at = func.IsDefined() ? func : glu;
     if (leaf == "squared_relu") {
       set("squared-relu", {}, at, "model.activation_func");
+    } else if (gated && leaf == "quick_gelu") {
+      set("quick-geglu", {}, at, "model.activation_func");
     } else if (gated) {
       set("swiglu", {}, at, "model.gated_linear_unit");
       if (leaf != "silu" && !leaf.empty())

@@ -182,17 +182,22 @@ class Exporter {
       put_flag(g, "kv_channels", "--kv-channels");
     }
     put_switch(g, "qk_layernorm", "--qk-layernorm");
+    const bool quick_geglu = on("--quick-geglu");
     const bool swiglu = on("--swiglu");
     const bool squared_relu = on("--squared-relu");
-    put(g, "gated_linear_unit", boolean(swiglu));
+    put(g, "gated_linear_unit", boolean(swiglu || quick_geglu));
     put(g, "activation_func",
-        object(swiglu         ? "torch.nn.functional.silu"
+        object(quick_geglu    ? "megatron.core.fusions.fused_bias_geglu.quick_gelu"
+               : swiglu       ? "torch.nn.functional.silu"
                : squared_relu ? "megatron.core.activations.squared_relu"
                               : "torch.nn.functional.gelu",
                ", _call_: false"),
-        swiglu         ? "SwiGLU"
+        quick_geglu    ? "quick-GeGLU"
+        : swiglu       ? "SwiGLU"
         : squared_relu ? "squared ReLU"
                        : "GELU");
+    if (const auto clamp = value("--activation-func-clamp-value"))
+      put(g, "activation_func_clamp_value", scalar(*clamp), "the experts' activation clamped");
     const auto norm = value("--normalization");
     put(g, "normalization", scalar(norm ? *norm : "LayerNorm"));
     put(g, "add_bias_linear", boolean(!on("--disable-bias-linear")));

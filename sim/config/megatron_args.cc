@@ -25,7 +25,7 @@ namespace {
 
 // The flags that describe the model, which --model replaces (--num-layers still places the layers
 // of an interleaved pipeline).
-constexpr std::array<std::string_view, 43> kArchitectureFlags{"hidden-size",
+constexpr std::array<std::string_view, 45> kArchitectureFlags{"hidden-size",
                                                               "ffn-hidden-size",
                                                               "num-attention-heads",
                                                               "group-query-attention",
@@ -33,6 +33,8 @@ constexpr std::array<std::string_view, 43> kArchitectureFlags{"hidden-size",
                                                               "num-key-value-heads",
                                                               "kv-channels",
                                                               "swiglu",
+                                                              "quick-geglu",
+                                                              "activation-func-clamp-value",
                                                               "squared-relu",
                                                               "normalization",
                                                               "disable-bias-linear",
@@ -664,11 +666,17 @@ class Importer {
     if (auto kv = f_.integer("kv-channels")) put(m, "model", "head_dim", *kv, "kv-channels");
 
     // The MLP kind, and how the command's norm, biases and positions differ from trainsim's kind.
-    const bool swiglu = f_.on("swiglu");
+    // --quick-geglu (GPT-OSS's gated quick-GELU) runs SwiGLU's GEMMs: trainsim's swiglu kind.
+    const bool quick_geglu = f_.on("quick-geglu");
+    const bool swiglu = f_.on("swiglu") || quick_geglu;
     const bool squared_relu = f_.on("squared-relu");
-    if (swiglu && squared_relu) f_.fail(*f_.get("squared-relu"), "--swiglu and --squared-relu both given");
+    if (swiglu && squared_relu)
+      f_.fail(*f_.get("squared-relu"),
+              fmt::format("--{} and --squared-relu both given", quick_geglu ? "quick-geglu" : "swiglu"));
+    if (quick_geglu && f_.on("swiglu")) f_.fail(*f_.get("quick-geglu"), "--swiglu and --quick-geglu both given");
     const char* kind = swiglu ? "swiglu" : squared_relu ? "squared_relu" : "gelu";
-    put(m, "model", "mlp", kind, swiglu ? "swiglu" : squared_relu ? "squared-relu" : "");
+    put(m, "model", "mlp", kind, quick_geglu ? "quick-geglu" : swiglu ? "swiglu" : squared_relu ? "squared-relu" : "");
+    if (quick_geglu) note("--quick-geglu: the gated quick-GELU runs SwiGLU's GEMMs (trainsim's swiglu kind)");
     const bool gelu = !swiglu && !squared_relu;
     // Megatron-DeepSpeed spells them layernorm and rmsnorm.
     std::string norm = f_.value("normalization").value_or("LayerNorm");
@@ -704,7 +712,8 @@ class Importer {
           gelu ? "LayerNorm, linear biases, learned positions" : "RMSNorm, rotary positions", join(differ)));
 
     const auto ffn_flag = f_.integer("ffn-hidden-size");
-    const std::int64_t ffn = ffn_flag.value_or(default_ffn(hidden_, swiglu));
+    // Megatron's 8h/3 default is --swiglu's (arguments.py); --quick-geglu keeps 4h.
+    const std::int64_t ffn = ffn_flag.value_or(default_ffn(hidden_, swiglu && !quick_geglu));
     vocab(m);
     if (f_.on("untie-embeddings-and-output-weights"))
       put(m, "model", "tied_embeddings", false, "untie-embeddings-and-output-weights");
@@ -738,7 +747,7 @@ class Importer {
         put(m, "model", "sliding_window_pattern", *skip, "window-attn-skip-freq");
     }
 
-    experts(m, ffn, ffn_flag.has_value(), swiglu);
+    experts(m, ffn, ffn_flag.has_value(), swiglu && !quick_geglu);
     latent_attention(m);
     if (auto mtp = f_.integer("mtp-num-layers")) put(m, "model", "mtp_layers", *mtp, "mtp-num-layers");
     mamba(m);
@@ -797,6 +806,16 @@ class Importer {
     put(m, "model", "moe_ffn_hidden", moe_ffn.value_or(ffn), "moe-ffn-hidden-size");
     if (auto shared = f_.integer("moe-shared-expert-intermediate-size"))
       put(m, "model", "shared_expert_ffn_hidden", *shared, "moe-shared-expert-intermediate-size");
+    // The experts' quick-GeGLU clamps its input eagerly (glu_clamp); Megatron-Core's fused SwiGLU of
+    // the experts takes no clamp.
+    if (auto clamp = f_.number("activation-func-clamp-value")) {
+      if (f_.on("quick-geglu"))
+        put(m, "model", "glu_clamp", *clamp, "activation-func-clamp-value");
+      else
+        note(
+            "--activation-func-clamp-value: not read without --quick-geglu (Megatron-Core clamps only its "
+            "experts' quick-GeGLU)");
+    }
     if (auto latent = f_.integer("moe-latent-size")) put(m, "model", "moe_latent", *latent, "moe-latent-size");
     // Group-limited routing: both flags, or neither (Megatron-Core asserts the pair).
     const auto groups = f_.integer("moe-router-num-groups"), group_topk = f_.integer("moe-router-group-topk");

@@ -275,7 +275,13 @@ class Exporter {
     if (m_.qk_norm) add(g, "--qk-layernorm");
     switch (m_.mlp) {
       case workload::MlpKind::swiglu:
-        add(g, "--swiglu");
+        if (m_.glu_clamp > 0) {
+          // A clamped gated activation is Megatron-Core's quick-GeGLU (GPT-OSS's); its experts clamp it.
+          add(g, "--quick-geglu");
+          add(g, "--activation-func-clamp-value", {num(m_.glu_clamp)});
+        } else {
+          add(g, "--swiglu");
+        }
         break;
       case workload::MlpKind::squared_relu:
         add(g, "--squared-relu");

@@ -34,6 +34,17 @@ void validate(const ModelSpec& m, const util::JsonNode& node) {
   }
 }
 
+// glu_clamp (`key`: the file's, or a Hugging Face config's swiglu_limit): Megatron-Core clamps the
+// gated activation of the routed experts (its weighted quick-GeGLU); its dense and shared-expert MLPs
+// take no clamp, so a model with either is refused rather than run unclamped there.
+void check_glu_clamp(const ModelSpec& m, const util::JsonNode& key) {
+  if (!m.moe() || m.mlp != MlpKind::swiglu || m.hybrid() || m.csa() || m.shared_expert_ffn_hidden > 0 ||
+      m.moe_layer_count() < m.layers)
+    key.fail(
+        "applies to a SwiGLU mixture-of-experts model with routed experts on every layer and no shared expert "
+        "(Megatron-Core clamps only its experts' quick-GeGLU, as GPT-OSS's)");
+}
+
 // A layer count: 1 to kMaxLayers (per-layer tables, e.g. which layers have experts, are built from it).
 std::int64_t as_layer_count(const util::JsonNode& node) {
   const std::int64_t v = node.as_positive_int();
@@ -589,6 +600,7 @@ ModelSpec parse_model(const util::JsonNode& node) {
                        "sliding_window_pattern",
                        "qk_norm",
                        "linear_bias",
+                       "glu_clamp",
                        "post_norms",
                        "attention_softcap",
                        "logit_softcap",
@@ -803,6 +815,10 @@ ModelSpec parse_model(const util::JsonNode& node) {
       b->fail(
           "linear biases with multi-head latent attention, DeepSeek V4's attention or in a hybrid model are not "
           "supported yet");
+  }
+  if (auto c = node.find("glu_clamp")) {
+    m.glu_clamp = c->as_positive_number();
+    check_glu_clamp(m, *c);
   }
   if (auto p = node.find("post_norms")) {
     m.post_norms = p->as_bool();
@@ -1045,7 +1061,16 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
   // GPT-OSS (model_type gpt_oss): biases on the QKV and output projections (attention_bias) and on
   // every expert's gate_up_proj and down_proj and the router (its modules carry them without a switch).
   if (type == "qwen3" || type == "qwen3_moe") m.qk_norm = true;
-  if (type == "gpt_oss") m.linear_bias = true;
+  if (type == "gpt_oss") {
+    m.linear_bias = true;
+    // Its experts' activation clamps at swiglu_limit (Megatron-Bridge's GPT-OSS bridge maps it to
+    // activation_func_clamp_value). Other model types' swiglu_limit (DeepSeek V4's) is not read:
+    // Megatron-Core's fused SwiGLU of the experts takes no clamp.
+    if (auto lim = node.find("swiglu_limit"); lim && !lim->json().is_null()) {
+      m.glu_clamp = lim->as_positive_number();
+      check_glu_clamp(m, *lim);
+    }
+  }
   validate(m, node);
   return m;
 }

@@ -55,6 +55,13 @@ struct ModelSpec {
   // Biases on the attention's and the MLP's linear layers, every routed and shared expert's included
   // (Megatron-Core's add_bias_linear; GPT-OSS). GPT's gelu models always carry them (biased()).
   bool linear_bias = false;
+  // The clamp of the experts' gated activation (0: none): the gate's half of fc1's output clamped
+  // from above and the linear half both ways at this value before the activation (Megatron-Core's
+  // activation_func_clamp_value with its quick-GeGLU experts; Hugging Face gpt_oss's swiglu_limit).
+  // Megatron-Core's weighted quick-GeGLU clamps in eager PyTorch before its fused kernel: the two
+  // halves clamped and joined again (torch.cat), kernels and a kept copy of their own (ops.cc,
+  // experts_glu_clamp). Routed experts only, on every layer, without a shared expert (GPT-OSS).
+  double glu_clamp = 0;
   // Gemma 2's and Gemma 3's sandwich norms: a norm on the attention's and on the MLP's output before
   // each residual add, beside the usual pre-norms (Hugging Face's post_attention_layernorm and
   // post_feedforward_layernorm; Megatron-Bridge's TERowParallelLinearLayerNorm).

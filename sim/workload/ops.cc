@@ -39,6 +39,7 @@ struct Dims {
   bool qk_norm = false;              // per-head RMSNorms of Q and K (Qwen3)
   bool post_norms = false;           // norms on the attention's and the MLP's outputs (Gemma 2, 3)
   bool bias = false;                 // linear biases (ModelSpec::biased)
+  bool glu_clamp = false;            // the experts' activation clamps its input (ModelSpec::glu_clamp)
   std::string activation;            // a non-gated MLP's activation op: "gelu" or "squared_relu"
   std::int64_t window = 0;           // sliding-window attention: the window, and the share of layers with it
   double windowed = 0;
@@ -183,6 +184,7 @@ Dims dims(const ModelSpec& m, const LayerConfig& c) {
   x.qk_norm = m.qk_norm;
   x.post_norms = m.post_norms;
   x.bias = m.biased();
+  x.glu_clamp = m.glu_clamp > 0;
   x.activation = m.mlp == MlpKind::squared_relu ? "squared_relu" : "gelu";
   x.he = x.h;
   if (m.mamba_heads > 0) {
@@ -673,6 +675,26 @@ Op experts_cat(const Dims& x, const char* name) {
   return memory(name, 2 * act(x.moe_rows, x.he, x.d));
 }
 
+// The clamp of the experts' gated activation (ModelSpec::glu_clamp), as Megatron-Core's
+// weighted_bias_quick_geglu_impl runs it before its fused kernel (megatron/core/fusions/
+// fused_bias_geglu.py): fc1's output chunked in two halves, each clamped (a kernel reading and writing
+// its half), then joined by torch.cat (reading and writing the whole): 4 passes over the 2·fe wide
+// rows, 3 kernels. The clamps keep their input, fc1's output, for their backward (the fused kernel
+// keeps the joined copy). Backward (autograd): cat's gradient is two views; each clamp's masked
+// gradient reads the gradient and the kept input and writes (3 half passes each); chunk's gradient
+// joins the halves (torch.cat, 2): 5 passes, 3 kernels. Under the moe_act recompute the checkpoint
+// keeps fc1's output, the clamps' input, and the fused kernel's joined copy is made again.
+Op experts_glu_clamp(const Dims& x, bool backward) {
+  const double rows = act(x.moe_rows, 2 * x.fe, x.d);
+  // SequentialMLP runs them once per expert.
+  const std::int32_t kernels = 3 * (x.sequential ? static_cast<std::int32_t>(x.local_experts) : 1);
+  if (backward) return memory("experts_glu_clamp_backward", 5 * rows, 0, kernels);
+  Op op = memory("experts_glu_clamp", 4 * rows, act(x.kept_rows, 2 * x.fe, x.d), kernels);
+  op.rerun |= kRecomputeMoeAct;
+  op.offload = kOffloadMoeAct;
+  return op;
+}
+
 void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
   const double d = x.d;
   const double routed = x.routed;  // token copies this rank sends (and receives)
@@ -735,6 +757,7 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
       grouped(x, gemm("experts_fc1", x.expert_rows, fc1_width, x.he, d, act(kept, x.he, gemm_in_d), x.local_experts)));
   ops.back().offload = kOffloadExpertFc1;
   if (shared_overlap) ops[after_dispatch].comm_join = true;
+  if (x.glu_clamp) ops.push_back(experts_glu_clamp(x, false));
   if (x.swiglu)
     ops.push_back(
         memory("experts_swiglu", 3 * act(x.moe_rows, x.fe, d) + x.moe_rows * 4, act(kept, 2 * x.fe, d) + kept * 4));
@@ -742,7 +765,8 @@ void moe_forward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
     ops.push_back(memory("experts_" + x.activation, 2 * act(x.moe_rows, x.fe, d) + x.moe_rows * 4,
                          act(kept, x.fe, d) + kept * 4));
   ops.back().rerun |= kRecomputeMoeAct;
-  ops.back().offload = kOffloadMoeAct;  // moe_act: the activation runs again, fc2 keeps no input
+  ops.back().offload = kOffloadMoeAct;                       // moe_act: the activation runs again, fc2 keeps no input
+  if (x.glu_clamp) ops.back().discards |= kRecomputeMoeAct;  // its input is the clamps' joined copy
   sequential_experts(ops.back(), x);
   ops.push_back(
       grouped(x, gemm("experts_fc2", x.expert_rows, x.he, x.fe, d, act(kept, x.fe, gemm_in_d), x.local_experts)));
@@ -835,6 +859,7 @@ void moe_backward(std::vector<Op>& ops, const Dims& x, double gemm_in_d) {
                     ? memory("experts_swiglu_backward", 5 * act(x.moe_rows, x.fe, d) + x.moe_rows * 8)
                     : memory("experts_" + x.activation + "_backward", 3 * act(x.moe_rows, x.fe, d) + x.moe_rows * 8));
   sequential_experts(ops.back(), x);
+  if (x.glu_clamp) ops.push_back(experts_glu_clamp(x, true));
   ops.push_back(grouped(x, gemm("experts_fc1_dgrad", x.expert_rows, x.he, fc1_width, d, 0, x.local_experts)));
   if (x.sequential) ops.push_back(experts_cat(x, "experts_input_grad_cat"));
   ops.push_back(grouped(x, wgrad("experts_fc1_wgrad", x.he, fc1_width, x.expert_rows, d,

@@ -36,8 +36,8 @@ inline std::string describe(const Scenario& s) {
   out += fmt::format("model layers {} hidden {} heads {} kv {} head_dim {} ffn {} vocab {} mlp {} tied {} dropout {}\n",
                      m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn_hidden, m.vocab,
                      static_cast<int>(m.mlp), m.tied_embeddings, m.dropout);
-  out += fmt::format("window {} pattern {} qk_norm {} linear_bias {} post_norms {}\n", m.sliding_window,
-                     m.sliding_window_pattern, m.qk_norm, m.linear_bias, m.post_norms);
+  out += fmt::format("window {} pattern {} qk_norm {} linear_bias {} post_norms {} glu_clamp {}\n", m.sliding_window,
+                     m.sliding_window_pattern, m.qk_norm, m.linear_bias, m.post_norms, m.glu_clamp);
   out += fmt::format("experts {} k {} moe_ffn {} shared {} dense {} latent {} groups {} of {} pattern {}\n", m.experts,
                      m.experts_per_token, m.moe_ffn_hidden, m.shared_expert_ffn_hidden, m.first_dense_layers,
                      m.moe_latent, m.router_group_topk, m.router_groups, m.moe_layer_pattern);

@@ -90,6 +90,7 @@ TEST_CASE("every model file in models/ parses") {
   // all) are the only parameters left out.
   const ModelSpec gpt_oss = model("gpt-oss-120b");
   CHECK(gpt_oss.linear_bias);
+  CHECK(gpt_oss.glu_clamp == 7.0);  // its config.json's swiglu_limit
   const std::int64_t h = 2880, experts = 128;
   const std::int64_t layer =
       h * 5120 + 4096 * h + (5120 + h) + h * experts + experts + experts * (3 * h * h + 2 * h + h) + 2 * h;
@@ -110,7 +111,8 @@ TEST_CASE("model JSON defaults and validation") {
         }) ==
         "m.json: colour: unknown key (expected one of: name, layers, hidden, heads, kv_heads, ffn_hidden, "
         "vocab, mlp, tied_embeddings, head_dim, dropout, experts, experts_per_token, moe_ffn_hidden, "
-        "shared_expert_ffn_hidden, sliding_window, sliding_window_pattern, qk_norm, linear_bias, post_norms, "
+        "shared_expert_ffn_hidden, sliding_window, sliding_window_pattern, qk_norm, linear_bias, glu_clamp, "
+        "post_norms, "
         "attention_softcap, logit_softcap, first_dense_layers, "
         "q_lora_rank, "
         "kv_lora_rank, qk_rope_head_dim, v_head_dim, mtp_layers, moe_latent, router_groups, router_group_topk, "
@@ -315,7 +317,15 @@ TEST_CASE("a GPT-OSS config.json: alternating sliding-window layers and experts"
   CHECK(m.windowed_fraction() == 0.5);
   CHECK(m.experts == 128);
   CHECK(m.moe_ffn_hidden == 2880);
-  CHECK(m.linear_bias);  // model_type gpt_oss: biased attention, router and experts
+  CHECK(m.linear_bias);     // model_type gpt_oss: biased attention, router and experts
+  CHECK(m.glu_clamp == 0);  // no swiglu_limit in this config
+  // swiglu_limit is gpt_oss's experts' clamp; another model type's (DeepSeek V4's) is not read.
+  const std::string oss = R"({"model_type": "gpt_oss", "num_hidden_layers": 2, "hidden_size": 64,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 32,
+    "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 10, "swiglu_limit": )";
+  CHECK(parse_hf(oss + "7.0}").glu_clamp == 7.0);
+  CHECK(parse_hf(oss + "null}").glu_clamp == 0);
+  CHECK(error_of([&] { parse_hf(oss + "-1}"); }) == "config.json: swiglu_limit: must be positive, got -1");
   // A Llama config with both of Llama's bias switches on is linear_bias; either alone is not.
   const std::string llama = R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
     "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 10, "attention_bias": true, "mlp_bias": )";
@@ -872,4 +882,22 @@ TEST_CASE("DeepSeek V4 Flash: its Hugging Face config reads as models/deepseek-v
           parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4, "ffn_hidden": 128,
               "vocab": 100, "mlp": "swiglu", "hc_streams": 4})");
         }) == "m.json: hc_streams: only DeepSeek V4's attention (with \"compress_ratios\") takes this key");
+}
+
+// glu_clamp (Megatron-Core's activation_func_clamp_value with its quick-GeGLU experts): only the routed
+// experts clamp, so a model with a dense or a shared-expert MLP, or no experts, is refused.
+TEST_CASE("glu_clamp: the experts' clamp, refused where Megatron-Core applies none") {
+  const std::string moe = R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "vocab": 100,
+    "mlp": "swiglu", "experts": 8, "experts_per_token": 2, "moe_ffn_hidden": 32, )";
+  CHECK(parse(moe + R"("glu_clamp": 7})").glu_clamp == 7.0);
+  const std::string refused =
+      "m.json: glu_clamp: applies to a SwiGLU mixture-of-experts model with routed experts on every layer and no "
+      "shared expert (Megatron-Core clamps only its experts' quick-GeGLU, as GPT-OSS's)";
+  CHECK(error_of([&] { parse(moe + R"("shared_expert_ffn_hidden": 32, "glu_clamp": 7})"); }) == refused);
+  CHECK(error_of([&] { parse(moe + R"("first_dense_layers": 1, "ffn_hidden": 64, "glu_clamp": 7})"); }) == refused);
+  CHECK(error_of([] {
+          parse(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "vocab": 100,
+                    "mlp": "swiglu", "ffn_hidden": 64, "glu_clamp": 7})");
+        }) == refused);
+  CHECK(error_of([&] { parse(moe + R"("glu_clamp": 0})"); }) == "m.json: glu_clamp: must be positive, got 0");
 }

@@ -833,6 +833,49 @@ TEST_CASE("MoE layer with biased experts: fc2's bias added per expert in eager P
   CHECK(std::next(b)->name == "experts_fc2_dgrad");
 }
 
+// Clamped experts (GPT-OSS; ModelSpec::glu_clamp): Megatron-Core's weighted quick-GeGLU clamps fc1's
+// output in eager PyTorch before its fused kernel. Forward: each half of the R·k x 2F rows clamped
+// (read and written) and the halves joined by torch.cat (read and written): 4 passes of the 2F-wide
+// bf16 rows, 3 kernels, keeping fc1's output (2F wide) for the clamps' backward. Backward: each
+// clamp's masked gradient reads the gradient and the kept input and writes (3 half passes each), and
+// chunk's gradient joins the halves (2): 5 passes, 3 kernels. Under the moe_act recompute the fused
+// kernel's joined copy is dropped and made again; the clamps' input (fc1's output) stays.
+TEST_CASE("MoE layer with clamped experts: the clamps and the cat run in eager PyTorch") {
+  ModelSpec m = moe_model();
+  LayerConfig c;
+  c.micro_batch = 2;
+  c.seq_len = 2048;
+  c.ep = 8;
+  const double rows = 2 * 2048 * 4, F = 512, wide = rows * 2 * F * 2;  // bytes of the 2F-wide bf16 rows
+  auto find = [](const std::vector<Op>& ops, const std::string& name) {
+    return std::ranges::find_if(ops, [&](const Op& op) { return op.name == name; });
+  };
+  {
+    const auto fwd = layer_forward(m, c), bwd = layer_backward(m, c);
+    CHECK(find(fwd, "experts_glu_clamp") == fwd.end());
+    CHECK(find(bwd, "experts_glu_clamp_backward") == bwd.end());
+  }
+  m.glu_clamp = 7;
+  const auto fwd = layer_forward(m, c), bwd = layer_backward(m, c);
+  const auto f = find(fwd, "experts_glu_clamp"), b = find(bwd, "experts_glu_clamp_backward");
+  REQUIRE(f != fwd.end());
+  REQUIRE(b != bwd.end());
+  CHECK(f->bytes == Approx(4 * wide));
+  CHECK(f->kernels == 3);
+  CHECK(f->saved_bytes == static_cast<std::int64_t>(wide));
+  CHECK(b->bytes == Approx(5 * wide));
+  CHECK(b->kernels == 3);
+  // Between fc1 and the fused activation; after the activation's backward, before fc1's data gradient.
+  CHECK(std::prev(f)->name == "experts_fc1");
+  CHECK(std::next(f)->name == "experts_swiglu");
+  CHECK(std::prev(b)->name == "experts_swiglu_backward");
+  CHECK(std::next(b)->name == "experts_fc1_dgrad");
+  // moe_act: the clamps run again and keep their input; the fused kernel's joined copy is discarded.
+  CHECK((f->rerun & kRecomputeMoeAct) != 0);
+  CHECK((f->discards & kRecomputeMoeAct) == 0);
+  CHECK((std::next(f)->discards & kRecomputeMoeAct) != 0);
+}
+
 // One rank of the moe_model() layer for the routing tests below: micro-batch 2 of 2,048 tokens (R =
 // 4,096 routed with k = 4 of E = 32 experts), ep 8, hidden 1,024, expert width 512; a GEMM pass over
 // `rows` routed copies costs the SwiGLU experts' fc1 (2F wide) and fc2.
