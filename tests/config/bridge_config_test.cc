@@ -143,6 +143,17 @@ TEST_CASE("a Megatron-Bridge MoE configuration reads as its scenario") {
   CHECK(!s["model"].contains("router_groups"));  // null: no group-limited routing
 }
 
+// GPT-OSS's provider sets activation_func_clamp_value 7.0 with the quick-GELU GLU: the experts'
+// clamp (glu_clamp); without the key, none.
+TEST_CASE("a Megatron-Bridge quick-GeGLU configuration's activation_func_clamp_value reads as glu_clamp") {
+  CHECK(!import(kMoe).scenario["model"].contains("glu_clamp"));
+  std::string yaml = kMoe;
+  yaml.replace(yaml.find("  add_bias_linear: true\n"), 0, "  activation_func_clamp_value: 7.0\n");
+  const ImportedScenario m = import(yaml);
+  CHECK(m.scenario["model"]["glu_clamp"] == 7.0);
+  CHECK(m.scenario["model"]["mlp"] == "swiglu");
+}
+
 TEST_CASE("a Megatron-Bridge MoE configuration's group-limited routing reads as router_groups") {
   std::string yaml = kMoe;
   yaml.replace(yaml.find("moe_router_group_topk: null"), 27, "moe_router_group_topk: 2");

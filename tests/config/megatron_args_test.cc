@@ -162,6 +162,25 @@ TEST_CASE("Megatron's defaults: the SwiGLU width, dropout, top-k, and one micro-
   CHECK(biased.scenario["model"]["linear_bias"] == true);
 }
 
+// --quick-geglu (GPT-OSS's gated quick-GELU) is trainsim's swiglu kind, with Megatron's 4h default
+// width (arguments.py sets 8h/3 for --swiglu only); --activation-func-clamp-value is the experts'
+// clamp (glu_clamp) with experts, a note without them.
+TEST_CASE("--quick-geglu and --activation-func-clamp-value: GPT-OSS's clamped experts") {
+  const std::string base =
+      "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --normalization RMSNorm "
+      "--position-embedding-type rope --vocab-size 32000 --seq-length 4096 --bf16 --quick-geglu "
+      "--activation-func-clamp-value 7.0 ";
+  const ImportedScenario moe =
+      import(base + "--num-experts 8 --moe-grouped-gemm --expert-model-parallel-size 8", "dgx-h100", 8);
+  CHECK(moe.scenario["model"]["mlp"] == "swiglu");
+  CHECK(moe.scenario["model"]["glu_clamp"] == 7.0);
+  CHECK(moe.scenario["model"]["moe_ffn_hidden"] == 4 * 1024);
+  const ImportedScenario dense = import(base, "dgx-h100", 8);
+  CHECK(!dense.scenario["model"].contains("glu_clamp"));
+  CHECK(dense.scenario["model"]["ffn_hidden"] == 4 * 1024);
+  CHECK(error_of(base + "--swiglu", 8) == "train.sh: line 1: --quick-geglu: --swiglu and --quick-geglu both given");
+}
+
 TEST_CASE("layouts: interleaving, FSDP strategies, buckets, dense layers before the experts") {
   const auto layout = [](const std::string& extra, std::int64_t gpus = 64) {
     return import(
