@@ -806,15 +806,15 @@ class Importer {
     put(m, "model", "moe_ffn_hidden", moe_ffn.value_or(ffn), "moe-ffn-hidden-size");
     if (auto shared = f_.integer("moe-shared-expert-intermediate-size"))
       put(m, "model", "shared_expert_ffn_hidden", *shared, "moe-shared-expert-intermediate-size");
-    // The experts' quick-GeGLU clamps its input eagerly (glu_clamp); Megatron-Core's fused SwiGLU of
-    // the experts takes no clamp.
+    // The experts' quick-GeGLU clamps its input eagerly (glu_clamp); a SwiGLU's clamp runs inside
+    // Megatron-Core's fused kernel where it runs at all, at no cost of its own.
     if (auto clamp = f_.number("activation-func-clamp-value")) {
       if (f_.on("quick-geglu"))
         put(m, "model", "glu_clamp", *clamp, "activation-func-clamp-value");
       else
         note(
-            "--activation-func-clamp-value: not read without --quick-geglu (Megatron-Core clamps only its "
-            "experts' quick-GeGLU)");
+            "--activation-func-clamp-value: not read without --quick-geglu (a SwiGLU's clamp runs inside "
+            "Megatron-Core's fused kernel, at no cost of its own)");
     }
     if (auto latent = f_.integer("moe-latent-size")) put(m, "model", "moe_latent", *latent, "moe-latent-size");
     // Group-limited routing: both flags, or neither (Megatron-Core asserts the pair).

@@ -42,7 +42,7 @@ void check_glu_clamp(const ModelSpec& m, const util::JsonNode& key) {
       m.moe_layer_count() < m.layers)
     key.fail(
         "applies to a SwiGLU mixture-of-experts model with routed experts on every layer and no shared expert "
-        "(Megatron-Core clamps only its experts' quick-GeGLU, as GPT-OSS's)");
+        "(the eager clamp of Megatron-Core's quick-GeGLU experts, GPT-OSS's)");
 }
 
 // A layer count: 1 to kMaxLayers (per-layer tables, e.g. which layers have experts, are built from it).
@@ -1064,8 +1064,9 @@ ModelSpec parse_hf_config(const util::JsonNode& node, const std::string& fallbac
   if (type == "gpt_oss") {
     m.linear_bias = true;
     // Its experts' activation clamps at swiglu_limit (Megatron-Bridge's GPT-OSS bridge maps it to
-    // activation_func_clamp_value). Other model types' swiglu_limit (DeepSeek V4's) is not read:
-    // Megatron-Core's fused SwiGLU of the experts takes no clamp.
+    // activation_func_clamp_value). Other model types' swiglu_limit (DeepSeek V4's) is not read: a
+    // SwiGLU's clamp runs inside Megatron-Core's fused kernel where it runs at all (the versions read
+    // either take no clamp or fuse it), no kernels of its own.
     if (auto lim = node.find("swiglu_limit"); lim && !lim->json().is_null()) {
       m.glu_clamp = lim->as_positive_number();
       check_glu_clamp(m, *lim);

@@ -892,7 +892,7 @@ TEST_CASE("glu_clamp: the experts' clamp, refused where Megatron-Core applies no
   CHECK(parse(moe + R"("glu_clamp": 7})").glu_clamp == 7.0);
   const std::string refused =
       "m.json: glu_clamp: applies to a SwiGLU mixture-of-experts model with routed experts on every layer and no "
-      "shared expert (Megatron-Core clamps only its experts' quick-GeGLU, as GPT-OSS's)";
+      "shared expert (the eager clamp of Megatron-Core's quick-GeGLU experts, GPT-OSS's)";
   CHECK(error_of([&] { parse(moe + R"("shared_expert_ffn_hidden": 32, "glu_clamp": 7})"); }) == refused);
   CHECK(error_of([&] { parse(moe + R"("first_dense_layers": 1, "ffn_hidden": 64, "glu_clamp": 7})"); }) == refused);
   CHECK(error_of([] {
