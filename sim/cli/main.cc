@@ -53,6 +53,7 @@ int run_command(const std::string& scenario_file, const std::vector<std::string>
   auto scenario = config::parse_scenario(util::JsonNode(doc, scenario_file), config::default_data_dir());
   if (!price.empty()) scenario.gpu_hour_price_usd = trainsim::cli::parse_prices(price, {}).front();
   scenario.accuracy = config::published_accuracy(scenario, config::default_data_dir());
+  scenario.memory_fill = config::published_memory_fill(config::default_data_dir());
   for (const auto& w : scenario.warnings) spdlog::warn("warning: {}", w);
   spdlog::info("simulating {} ranks", scenario.gpus);
   parallel::BuildOptions options;
@@ -131,7 +132,7 @@ int validate_command(const std::string& dir_arg, bool json, bool markdown, const
   const auto summary = validate::summarize(outcomes);
   if (!accuracy_file.empty()) {
     std::ofstream out(accuracy_file);
-    out << config::accuracy_json(summary.step_time_by_kind).dump(2) << '\n';
+    out << config::accuracy_json(summary.step_time_by_kind, summary.memory_fill).dump(2) << '\n';
     if (!out) throw util::InputError("--accuracy", "", fmt::format("cannot write {}", accuracy_file));
   }
   if (json)
@@ -187,8 +188,8 @@ struct SearchArgs {
   int threads = 0;  // 0: one per hardware thread
   bool json = false, markdown = false;
   std::string tp, pp, cp, ep, vp, schedule, micro_batch, recompute, zero, hsdp, a2a_overlap, dispatcher, precision;
-  std::string network;  // overrides the scenario's network model
-  std::string headroom = "0";
+  std::string network;          // overrides the scenario's network model
+  std::string headroom;         // empty: what the published runs leave free (validation/accuracy.json), else 0
   std::string gpus, nodes;      // search at these GPU counts instead of the scenario's
   std::string clusters;         // ... or on each of these clusters
   std::string price;            // --price: US dollars per GPU-hour (NAME=USD,... with --clusters)
@@ -223,9 +224,9 @@ std::vector<std::size_t> parse_choice_list(std::string_view value, const char* o
 
 // `search --clusters a,b,c`: the same search on each cluster (at the scenario's GPU count, or the one
 // --gpus / --nodes gives), then the best layout per cluster.
-template <typename AxesFor, typename Print>
+template <typename AxesFor, typename Searched, typename Print>
 int search_clusters(const SearchArgs& a, nlohmann::json doc, const AxesFor& axes_for, int threads, double headroom,
-                    const Print& print) {
+                    const Searched& searched, const Print& print) {
   using namespace trainsim;
   for (const auto& [option, value] :
        {std::pair<const char*, const std::string&>{"--megatron-script", a.megatron_script},
@@ -273,7 +274,8 @@ int search_clusters(const SearchArgs& a, nlohmann::json doc, const AxesFor& axes
   }
   std::vector<search::Result> results;
   for (std::size_t i = 0; i < bases.size(); ++i)
-    results.push_back(search::run_search(bases[i], docs[i], axes_for(bases[i]), threads, data_dir, headroom, a.top));
+    results.push_back(
+        searched(search::run_search(bases[i], docs[i], axes_for(bases[i]), threads, data_dir, headroom, a.top)));
   if (results.front().root) print(results, bases);
   return 0;
 }
@@ -356,8 +358,19 @@ int search_layouts(const SearchArgs& a) {
                              fmt::format("unknown network \"{}\" (expected one of: analytical, flow)", a.network));
     doc["network"] = a.network;
   }
-  const double headroom = report::parse_bound(a.headroom, "--headroom");
+  // By default a layout must leave free what the published runs leave: they seldom fill their GPUs
+  // beyond it by trainsim's memory model (validation/README.md, "How full the published runs keep
+  // their GPUs").
+  const std::optional<config::PublishedMemoryFill> published =
+      a.headroom.empty() ? config::published_memory_fill(data_dir) : std::nullopt;
+  const double headroom = published            ? 1 - published->fill
+                          : a.headroom.empty() ? 0
+                                               : report::parse_bound(a.headroom, "--headroom");
   if (headroom >= 1) throw util::InputError("--headroom", "", "must leave some memory to use (below 100%)");
+  const auto searched = [&published](search::Result r) {
+    r.published_fill = published;
+    return r;
+  };
   // One search, or one per GPU count: the same three outputs.
   auto print = [&a](const auto& results, const auto& bases) {
     if (a.json)
@@ -367,9 +380,9 @@ int search_layouts(const SearchArgs& a) {
     else
       fmt::print("{}", search::to_text(results, bases, a.top));
   };
-  if (!a.clusters.empty()) return search_clusters(a, doc, axes_for, threads, headroom, print);
+  if (!a.clusters.empty()) return search_clusters(a, doc, axes_for, threads, headroom, searched, print);
   if (a.gpus.empty() && a.nodes.empty()) {
-    const auto result = search::run_search(base, doc, axes, threads, data_dir, headroom, a.top);
+    const auto result = searched(search::run_search(base, doc, axes, threads, data_dir, headroom, a.top));
     if (!result.root) return 0;
     print(result, base);  // rank 0 prints
     for (const auto& [option, file] :
@@ -409,7 +422,7 @@ int search_layouts(const SearchArgs& a) {
     config::Scenario b = base;
     b.gpus = n;
     doc["gpus"] = n;
-    results.push_back(search::run_search(b, doc, axes, threads, data_dir, headroom, a.top));
+    results.push_back(searched(search::run_search(b, doc, axes, threads, data_dir, headroom, a.top)));
     bases.push_back(std::move(b));
   }
   if (results.front().root) print(results, bases);
@@ -589,7 +602,9 @@ int main(int argc, char** argv) {
                      "Write the fastest layout that fits as a Megatron-Bridge configuration YAML to this file (as "
                      "`export bridge` writes it; one GPU count only)");
   search->add_option("--headroom", search_args.headroom,
-                     "Share of GPU memory a layout must leave free to count as fitting: 5% or 0.05 (default 0)");
+                     "Share of GPU memory a layout must leave free to count as fitting: 5% or 0.05 (default: what the "
+                     "published runs leave, 1 - the fill 98% of them stay within by trainsim's memory model, "
+                     "validation/accuracy.json; 0 without that file)");
   search->add_option("--network", search_args.network,
                      "Network model for every layout, analytical or flow (default: the scenario's; flow shares the "
                      "fabric's links among concurrent messages and is slower, BENCHMARKS.md)");

@@ -299,6 +299,17 @@ struct PublishedAccuracy {
   double reserved_min = 0, reserved_max = 0;
 };
 
+// How full the published runs keep their GPUs, by trainsim's memory model: the allocated peak it
+// predicts over the GPU's memory that `quantile` of the `runs` compared step runs stay within
+// (config/accuracy.h). A prediction above it is tight: the published runs seldom go there, since
+// the caching allocator, the CUDA context and NCCL's buffers need memory the allocated peak does not
+// count.
+struct PublishedMemoryFill {
+  int runs = 0;
+  double quantile = 0;
+  double fill = 0;
+};
+
 struct Scenario {
   std::string file;
   NetworkModel network = NetworkModel::analytical;
@@ -314,6 +325,9 @@ struct Scenario {
   // The step-time error of published runs of this kind, when the caller looked it up
   // (config::published_accuracy; `run` does): the summary quotes it.
   std::optional<PublishedAccuracy> accuracy;
+  // How full the published runs keep their GPUs (config::published_memory_fill; `run` looks it up):
+  // the summary calls a peak above it tight.
+  std::optional<PublishedMemoryFill> memory_fill;
   // What one GPU-hour of the cluster costs, US dollars (0: not given): the commands' `--price`, not a
   // scenario key. The reports then add what the tokens cost (report::cost).
   double gpu_hour_price_usd = 0;

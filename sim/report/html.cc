@@ -306,7 +306,12 @@ std::string summary_table(const config::Scenario& sc, const parallel::StepResult
       {"bubble", fmt::format("{:.1f}% of the step", 100 * m.bubble_fraction)},
       {"memory peak",
        fmt::format("{:.1f} GiB of {:.1f} GiB (rank {})", m.peak_gib, m.capacity_gib, r.cluster_rank[r.peak_rank])},
-      {"fits", m.fits ? "yes" : "NO: DOES NOT FIT"},
+      {"fits", !m.fits   ? std::string("NO: DOES NOT FIT")
+               : m.tight ? fmt::format("yes, but tight: {:.1f}% of the GPU's memory, above what {:g}% of the published "
+                                       "runs fill ({:.1f}%)",
+                                       100 * m.peak_gib / m.capacity_gib, 100 * sc.memory_fill->quantile,
+                                       100 * sc.memory_fill->fill)
+                         : std::string("yes")},
       {"layout", fmt::format("tp {} · pp {} · dp {} · cp {} · zero {}", p.tp, p.pp, p.dp, p.cp, p.zero)},
       {"batch", fmt::format("{} sequences of {} tokens · micro-batch {} · {} micro-batches per pipeline",
                             sc.training.global_batch, sc.training.seq_len, sc.training.micro_batch,

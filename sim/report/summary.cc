@@ -213,6 +213,8 @@ Metrics compute_metrics(const config::Scenario& sc, const parallel::StepResult& 
   m.host_share_gib = sc.cluster.host_memory_per_gpu_bytes / kGiB;
   m.host_fits = m.host_share_gib <= 0 || m.host_offload_gib <= m.host_share_gib;
   m.fits = static_cast<double>(r.memory[r.peak_rank].peak_bytes) <= sc.cluster.gpu.hbm_bytes && m.host_fits;
+  m.tight = m.fits && sc.memory_fill &&
+            static_cast<double>(r.memory[r.peak_rank].peak_bytes) > sc.memory_fill->fill * sc.cluster.gpu.hbm_bytes;
   m.train = train_time(sc, r.step_time_s);
   return m;
 }
@@ -386,6 +388,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
         {"peak_rank", r.cluster_rank[r.peak_rank]},
         {"peak_time_s", peak.peak_time_s},
         {"capacity_gib", m.capacity_gib},
+        {"fill", m.peak_gib / m.capacity_gib},
         {"fits", m.fits},
         {"breakdown_gib", breakdown_json(peak)},
         {"ranks", per_rank}}},
@@ -451,6 +454,11 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
     out["scenario"]["peft"] = "lora";
     out["scenario"]["lora_rank"] = sc.training.lora_rank;
     out["scenario"]["lora_targets"] = config::lora_target_names(sc.training);
+  }
+  if (sc.memory_fill) {
+    out["memory"]["published_fill"] = {
+        {"runs", sc.memory_fill->runs}, {"quantile", sc.memory_fill->quantile}, {"fill", sc.memory_fill->fill}};
+    out["memory"]["tight"] = m.tight;
   }
   if (sc.accuracy) {
     out["accuracy"] = {{"group", sc.accuracy->group},
@@ -696,6 +704,13 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
         "fits          yes by the allocated peak; at the published runs' highest ratio the allocator would want "
         "{:.1f} GiB of {:.1f} GiB\n",
         reserved->reserved_max * m.peak_gib, m.capacity_gib);
+  else if (m.tight)
+    out += fmt::format(
+        "fits          yes, but tight: the peak is {:.1f}% of the GPU's memory, where {:g}% of the {} published runs "
+        "peak at or below {:.1f}% (the caching allocator, CUDA and NCCL need memory the allocated peak does not "
+        "count)\n",
+        100 * m.peak_gib / m.capacity_gib, 100 * sc.memory_fill->quantile, sc.memory_fill->runs,
+        100 * sc.memory_fill->fill);
   else if (m.fits)
     out += "fits          yes\n";
   else if (!m.host_fits)

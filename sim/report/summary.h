@@ -32,6 +32,8 @@ struct Metrics {
   double peak_gib = 0;
   double capacity_gib = 0;
   bool fits = true;
+  // It fits, but its peak is above what the published runs fill (Scenario::memory_fill, where looked up).
+  bool tight = false;
   // Activation offloading: the pinned host memory one GPU fills, and its share of the node's host
   // memory (0: the topology states none); host_fits false when the buffers exceed the share.
   double host_offload_gib = 0;

@@ -346,6 +346,12 @@ std::string heading(const config::Scenario& base) {
                      base.cluster.gpu.name, base.cluster.name, base.training.global_batch, base.training.seq_len);
 }
 
+// Where search's default headroom comes from: " (what the published runs leave: ...)".
+std::string headroom_source(const config::PublishedMemoryFill& f) {
+  return fmt::format(" (what the published runs leave: {:g}% of {} peak at or below {:.1f}%, validation/accuracy.json)",
+                     100 * f.quantile, f.runs, 100 * f.fill);
+}
+
 std::string counts(const Result& r) {
   std::string out = fmt::format("{} layout{}: {} rejected by the layout rules, ", r.enumerated,
                                 r.enumerated == 1 ? "" : "s", r.rejected);
@@ -356,8 +362,25 @@ std::string counts(const Result& r) {
     out += fmt::format("{} not simulated (their weights, gradients and optimizer states alone overflow the GPU), ",
                        r.too_big);
   return out + fmt::format("{} do not fit in memory{}, {} fit", static_cast<std::int64_t>(r.ranked.size()) - r.fitting,
-                           r.headroom > 0 ? fmt::format(" with {:g}% of it free", 100 * r.headroom) : std::string(),
+                           r.headroom > 0 ? fmt::format(" with {:.3g}% of it free{}", 100 * r.headroom,
+                                                        r.published_fill ? headroom_source(*r.published_fill) : "")
+                                          : std::string(),
                            r.fitting);
+}
+
+// The fastest layout the headroom left out, in a sentence (without its end): what the headroom costs.
+std::string tight_text(const Result& r, const config::Scenario& base) {
+  const Candidate& c = r.ranked[*r.tight];
+  const report::Metrics& m = c.metrics;
+  const std::string faster = r.fitting > 0
+                                 ? fmt::format(", {:.1f}% faster than rank 1,",
+                                               100 * (1 - m.step_time_s / r.ranked.front().metrics.step_time_s))
+                                 : std::string();
+  return fmt::format(
+      "{} takes {:.3f} s{} but peaks at {:.1f} GiB of {:.1f} GiB, inside the {:.3g}% left free "
+      "(--headroom 0 ranks it)",
+      layout_name(c.layout, base.model.moe(), r.precision_axis), m.step_time_s, faster, m.peak_gib, m.capacity_gib,
+      100 * r.headroom);
 }
 
 bool under_mpirun() {
@@ -677,6 +700,14 @@ Result run_search(const config::Scenario& base, const nlohmann::json& doc, const
     });
   }
   if (r.fitting == 0 && !r.ranked.empty()) try_memory_levers(r, base, doc, data_dir, headroom);
+  if (headroom > 0)
+    for (std::size_t i = 0; i < r.ranked.size(); ++i) {
+      const report::Metrics& m = r.ranked[i].metrics;
+      if (m.fits || !m.host_fits || m.peak_gib > m.capacity_gib) continue;
+      if ((r.fitting == 0 || m.step_time_s < r.ranked.front().metrics.step_time_s) &&
+          (!r.tight || m.step_time_s < r.ranked[*r.tight].metrics.step_time_s))
+        r.tight = i;
+    }
   return r;
 }
 
@@ -789,7 +820,9 @@ std::string to_text(const Result& r, const config::Scenario& base, std::size_t t
   std::string out = fmt::format("search        {}\n", heading(base));
   out += fmt::format("layouts       {}\n", counts(r));
   const std::size_t shown = shown_fitting(r, top);
-  if (shown == 0) return out + none_fits(r) + "\n" + closest_text(r, base);
+  if (shown == 0)
+    return out + none_fits(r) + "\n" + (r.tight ? fmt::format("tight         {}\n", tight_text(r, base)) : "") +
+           closest_text(r, base);
   const Columns cols = columns(r, base);
   out += '\n';  // appended apart: GCC 12's -Wrestrict misfires on "\n" + std::string here (-DTRAINSIM_MPI=OFF)
   out += text_row(heads(cols), cols);
@@ -811,6 +844,7 @@ std::string to_text(const Result& r, const config::Scenario& base, std::size_t t
   if (allgather) out += "(ep ng: with the allgather token dispatcher, parallel.moe_token_dispatcher)\n";
   if (overlap) out += "(ep n*: with the all-to-all overlap, parallel.moe_a2a_overlap)\n";
   if (hsdp) out += "(zero 3hs: hybrid sharding, replicas of s nodes each, parallel.distributed_optimizer_instances)\n";
+  if (r.tight) out += fmt::format("tight         {}\n", tight_text(r, base));
   const Candidate& best = r.ranked.front();
   out += fmt::format("\nbest layout as scenario keys:\n  \"parallel\": {},\n  \"training\": {}\n", best.parallel.dump(),
                      best.training.dump());
@@ -855,6 +889,7 @@ std::string to_markdown(const Result& r, const config::Scenario& base, std::size
     for (const auto& cell : cells(r.ranked[i], i + 1, cols)) out += fmt::format("| {} ", cell);
     out += "|\n";
   }
+  if (r.tight) out += fmt::format("\nTight: {}.\n", tight_text(r, base));
   return out;
 }
 
@@ -914,6 +949,7 @@ nlohmann::json to_json(const Result& r, const config::Scenario& base, std::size_
            {"seq_len", base.training.seq_len},
            {"capacity_gib", base.cluster.gpu.hbm_bytes / (1024.0 * 1024.0 * 1024.0)},
            {"headroom", r.headroom},
+           {"headroom_from_published_runs", r.published_fill.has_value()},
            {"enumerated", r.enumerated},
            {"rejected", r.rejected},
            {"not_simulated", r.skipped},
@@ -921,6 +957,14 @@ nlohmann::json to_json(const Result& r, const config::Scenario& base, std::size_
            {"not_fitting", static_cast<std::int64_t>(r.ranked.size()) - r.fitting},
            {"fitting", r.fitting}}},
          {"layouts", layouts}};
+  if (r.tight) {
+    const Candidate& c = r.ranked[*r.tight];
+    nlohmann::json tight = layout_json(c.layout);
+    tight.update({{"step_time_s", c.metrics.step_time_s},
+                  {"peak_gib", c.metrics.peak_gib},
+                  {"scenario", {{"parallel", c.parallel}, {"training", c.training}}}});
+    out["search"]["tight"] = std::move(tight);
+  }
   if (r.rejected > 0)
     out["search"]["top_rejection"] = {
         {"path", r.top_rejection_path}, {"layouts", r.top_rejection_count}, {"first", r.top_rejection}};

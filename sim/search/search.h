@@ -124,7 +124,10 @@ struct MemoryLever {
 struct Result {
   bool root = true;  // false on MPI ranks other than 0, which hold no outcomes
   std::string scenario_file;
-  double headroom = 0;            // share of GPU memory a layout must leave free to count as fitting
+  double headroom = 0;  // share of GPU memory a layout must leave free to count as fitting
+  // Set by the caller when `headroom` is what the published runs leave free (1 - their fill,
+  // validation/accuracy.json): `search`'s default. The outputs say so.
+  std::optional<config::PublishedMemoryFill> published_fill;
   std::vector<Candidate> ranked;  // simulated candidates: those that fit by step time, then the rest by step time
   std::int64_t enumerated = 0, rejected = 0, fitting = 0;
   std::int64_t skipped = 0;     // valid but not simulated: they cannot be among the `top` fastest
@@ -136,6 +139,10 @@ struct Result {
   // those the scenario does not use yet).
   std::optional<std::size_t> closest;
   std::vector<MemoryLever> levers;
+  // With a headroom: the index in `ranked` of the fastest simulated layout that fits the GPU but not
+  // the headroom, when it is faster than the first that fits (or nothing fits): what the headroom
+  // costs.
+  std::optional<std::size_t> tight;
   // The JSON path the layout rules refused most layouts at (ties: the first enumerated), how many,
   // and the first of those refusals ("path: problem"): what to change when every layout is refused.
   std::string top_rejection_path, top_rejection;

@@ -214,6 +214,7 @@ Outcome evaluate(const Record& r, const fs::path& data_dir, const Overrides& ove
       return out;
     }
     out.comparisons.push_back({"step_time_s", number(r, "step_time_s"), result.step_time_s});
+    out.memory_fill = peak / sc.cluster.gpu.hbm_bytes;
   }
   return out;
 }
@@ -234,9 +235,11 @@ Summary summarize(const std::vector<Outcome>& outcomes) {
   };
   // Reserved over allocated memory, by kind of run (the groups step time has too).
   std::map<std::string, std::vector<double>> reserved_ratios;
+  std::vector<double> fills;
   for (const Outcome& o : outcomes) {
     ++s.records;
     if (!o.skipped.empty()) ++s.skipped;
+    if (o.memory_fill && !o.comparisons.empty()) fills.push_back(*o.memory_fill);
     for (const Comparison& c : o.comparisons) {
       add(by[c.quantity], c.quantity, c.error(), o.record->id);
       if (c.quantity == "memory_reserved_gib" && c.predicted > 0)
@@ -281,6 +284,7 @@ Summary summarize(const std::vector<Outcome>& outcomes) {
     }
     s.step_time_by_kind.push_back(k);
   }
+  s.memory_fill = config::memory_fill_of(std::move(fills));
   return s;
 }
 
@@ -307,6 +311,10 @@ std::string to_text(const std::vector<Outcome>& outcomes, const Summary& summary
   for (const auto& k : summary.step_time_by_kind)
     out += fmt::format(" {} {:.1f}% ({}, mean {:+.1f}%)", k.group, 100 * k.mape, k.runs, 100 * k.mean_error);
   out += "\n";
+  if (const config::PublishedMemoryFill& f = summary.memory_fill; f.runs > 0)
+    out +=
+        fmt::format("memory fill: {:g}% of the {} compared step runs peak at or below {:.1f}% of their GPU's memory\n",
+                    100 * f.quantile, f.runs, 100 * f.fill);
   return out;
 }
 
@@ -365,7 +373,11 @@ nlohmann::json to_json(const std::vector<Outcome>& outcomes, const Summary& summ
             {"skipped", summary.skipped},
             {"quantities", to_obj(summary.quantities)},
             {"step_time_by_source", to_obj(summary.step_time_by_source)},
-            {"step_time_by_kind", config::accuracy_json(summary.step_time_by_kind)["step_time_by_kind"]}}}};
+            {"step_time_by_kind", config::accuracy_json(summary.step_time_by_kind)["step_time_by_kind"]},
+            {"memory_fill",
+             {{"runs", summary.memory_fill.runs},
+              {"quantile", summary.memory_fill.quantile},
+              {"fill", summary.memory_fill.fill}}}}}};
 }
 
 std::vector<std::string> check_gate(const Summary& summary, const fs::path& gate_file) {

@@ -50,6 +50,8 @@ struct Outcome {
   bool hybrid = false;                     // a hybrid (Mamba) model: its own group, not the MoE one
   bool token_drop = false;                 // MoE with a capacity factor (token dropping): its own group too
   std::vector<std::string> kind_groups{};  // config::accuracy_groups of its scenario
+  // A compared step record: the allocated peak trainsim predicts over the GPU's memory.
+  std::optional<double> memory_fill{};
 };
 
 struct QuantitySummary {
@@ -69,6 +71,9 @@ struct Summary {
   // Step time by kind of run (config::accuracy_groups: "dense", "moe/blackwell", ...), sorted by name:
   // what validation/accuracy.json holds and `run` quotes.
   std::vector<config::PublishedAccuracy> step_time_by_kind;
+  // The fill config::kMemoryFillQuantile of the compared step runs stay within: validation/accuracy.json
+  // holds it too, and `run` calls a peak above it tight, `search` leaves the rest free by default.
+  config::PublishedMemoryFill memory_fill;
   const QuantitySummary* find(const std::string& quantity) const;
 };
 

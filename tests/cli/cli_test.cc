@@ -865,6 +865,55 @@ TEST_CASE("collective: an nccl-tests-like table and --json, bad options exit 2")
   bad("--cluster dgx-h300 --gpus 8 --op all_reduce", "--cluster: \"dgx-h300\" is neither");
 }
 
+TEST_CASE("a peak above what the published runs fill is tight; search leaves that much free by default") {
+  const auto accuracy = nlohmann::json::parse(slurp(fs::path(TRAINSIM_SOURCE_DIR) / "validation" / "accuracy.json"));
+  const double published = accuracy["memory_fill"]["fill"].get<double>();
+  REQUIRE(published > 0.5);
+  REQUIRE(published < 1);
+  // Llama 3.1 70B on 1024 H100 at tp 2 · pp 8 · cp 2 · vp 5 peaks near the GPU's 79 GiB: it fits, tightly.
+  const std::string tight_layout =
+      "configs/llama3.1-70b-h100-1024.json --set parallel.tp=2 --set parallel.pp=8 --set parallel.cp=2 --set "
+      "parallel.virtual_stages=5 --set parallel.schedule=interleaved --set training.recompute=none";
+  Result tight = run("run " + tight_layout + " --json");
+  REQUIRE(tight.code == 0);
+  const auto t = nlohmann::json::parse(tight.out)["memory"];
+  CHECK(t["fits"] == true);
+  CHECK(t["fill"].get<double>() == Approx(t["peak_gib"].get<double>() / t["capacity_gib"].get<double>()));
+  CHECK(t["fill"].get<double>() > published);
+  CHECK(t["tight"] == true);
+  CHECK(t["published_fill"]["fill"] == published);
+  Result text = run("run " + tight_layout);
+  CHECK(text.out.find("fits          yes, but tight: the peak is") != std::string::npos);
+  // The shipped config itself leaves room.
+  const auto roomy = nlohmann::json::parse(run("run configs/llama3.1-70b-h100-1024.json --json").out)["memory"];
+  CHECK(roomy["fill"].get<double>() <= published);
+  CHECK(roomy["tight"] == false);
+
+  // search's default headroom is 1 - that fill, and says so; the fastest layout it leaves out is named,
+  // and --headroom 0 ranks exactly that one first.
+  Result found = run("search configs/llama3.1-70b-h100-1024.json --top 3 --json");
+  REQUIRE(found.code == 0);
+  const auto f = nlohmann::json::parse(found.out);
+  CHECK(f["search"]["headroom"].get<double>() == Approx(1 - published));
+  CHECK(f["search"]["headroom_from_published_runs"] == true);
+  const double capacity = f["search"]["capacity_gib"].get<double>();
+  for (const auto& l : f["layouts"])
+    if (l["fits"] == true) CHECK(l["peak_gib"].get<double>() <= published * capacity);
+  REQUIRE(f["search"].contains("tight"));
+  const auto& left_out = f["search"]["tight"];
+  CHECK(left_out["peak_gib"].get<double>() > published * capacity);
+  CHECK(left_out["peak_gib"].get<double>() <= capacity);
+  CHECK(left_out["step_time_s"].get<double>() < f["layouts"][0]["step_time_s"].get<double>());
+  Result none = run("search configs/llama3.1-70b-h100-1024.json --top 3 --json --headroom 0");
+  REQUIRE(none.code == 0);
+  const auto n = nlohmann::json::parse(none.out);
+  CHECK(n["search"]["headroom"] == 0.0);
+  CHECK(n["search"]["headroom_from_published_runs"] == false);
+  CHECK_FALSE(n["search"].contains("tight"));
+  CHECK(n["layouts"][0]["step_time_s"] == left_out["step_time_s"]);
+  CHECK(n["layouts"][0]["scenario"] == left_out["scenario"]);
+}
+
 TEST_CASE("search: ranks the layouts that fit, prints the winner's keys, agrees with run; bad options exit 2") {
   // Llama 3.1 8B on 64 H200: tp 1, 2 x pp 1, 2 x micro-batch 1, 2 = 8 layouts, all valid.
   const std::string axes = "--tp 1,2 --pp 1,2 --cp 1 --vp 1 --micro-batch 1,2 --recompute none";

@@ -231,6 +231,16 @@ TEST_CASE("MAPE is the mean of absolute relative errors, the worst run the large
   CHECK(k.step_time_by_kind[1].mean_error == Approx(-0.3));
   CHECK(k.step_time_by_kind[2].mape == Approx(0.1));
 
+  // The memory fill counts the compared runs that carry one (step records), not the skipped.
+  validate::Outcome fa = oa, fb = ob, skipped{&b, {}, "does not fit", ""};
+  fa.memory_fill = 0.5;
+  fb.memory_fill = 0.8;
+  skipped.memory_fill = 1.2;
+  const auto f = validate::summarize({fa, fb, skipped});
+  CHECK(f.memory_fill.runs == 2);
+  CHECK(f.memory_fill.fill == Approx(0.8));  // ceil(0.98 * 2) = 2: the fuller of the two
+  CHECK(s.memory_fill.runs == 0);
+
   const fs::path dir = fresh_dir("gate");
   write(dir / "ok.json", {{"step_time_s", {{"max_mape_pct", 21}, {"max_worst_pct", 31}}}});
   CHECK(validate::check_gate(s, dir / "ok.json").empty());
