@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/option_checks.h"
+#include "config/accuracy.h"
 #include "report/chrome_trace.h"
 #include "report/compare.h"
 #include "report/html.h"
@@ -211,6 +212,7 @@ int scale_command(const ScaleArgs& args) {
     try {
       scenarios.push_back(config::parse_scenario(util::JsonNode(d, args.scenario_file), data_dir));
       scenarios.back().gpu_hour_price_usd = price;
+      scenarios.back().memory_fill = config::published_memory_fill(data_dir);
     } catch (const util::InputError& e) {
       throw util::InputError(e.file(), e.path(), fmt::format("at {} GPUs ({}): {}", n, size_flag, e.problem()));
     }

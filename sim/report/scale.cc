@@ -32,6 +32,7 @@ std::vector<ScaleRow> scale_rows(const std::vector<ScalePoint>& points) {
     r.exposed_comm_fraction = t.exposed_s() / p.result.step_time_s;
     r.peak_gib = m.peak_gib;
     r.fits = m.fits;
+    r.tight = m.tight;
     r.train = m.train;
     rows.push_back(r);
   }
@@ -101,7 +102,10 @@ std::string scale_markdown(const std::vector<ScalePoint>& points, Keep keep) {
         "{} |",
         r.gpus, r.dp, r.global_batch, r.micro_batches, r.step_time_s, r.tokens_per_s, r.tokens_per_s_per_gpu,
         r.model_tflops_per_gpu, 100 * r.mfu, 100 * r.scaling_efficiency, 100 * r.bubble_fraction,
-        100 * r.exposed_comm_fraction, r.peak_gib, r.fits ? "yes" : "**no**");
+        100 * r.exposed_comm_fraction, r.peak_gib,
+        !r.fits   ? "**no**"
+        : r.tight ? "tight"
+                  : "yes");
     if (train) out += fmt::format(" {:.1f} | {:.0f} |", r.train.days, r.train.gpu_hours);
     if (priced) {
       const Cost c = cost(points[i].scenario, r.step_time_s);
@@ -134,7 +138,10 @@ std::string scale_text(const std::vector<ScalePoint>& points, Keep keep) {
         "{:>7.1f} {:>5}",
         r.gpus, r.dp, r.global_batch, r.micro_batches, r.step_time_s, r.tokens_per_s, r.tokens_per_s_per_gpu,
         r.model_tflops_per_gpu, 100 * r.mfu, 100 * r.scaling_efficiency, 100 * r.bubble_fraction,
-        100 * r.exposed_comm_fraction, r.peak_gib, r.fits ? "yes" : "NO");
+        100 * r.exposed_comm_fraction, r.peak_gib,
+        !r.fits   ? "NO"
+        : r.tight ? "tight"
+                  : "yes");
     if (train) out += fmt::format(" {:>8.1f} {:>12.0f}", r.train.days, r.train.gpu_hours);
     if (priced) {
       const Cost c = cost(points[i].scenario, r.step_time_s);
@@ -211,7 +218,9 @@ std::string scale_report_html(const std::vector<ScalePoint>& points, Keep keep) 
         "<td class=\"num\">{:.1f}%</td><td class=\"num\">{:.1f}</td><td>{}</td>",
         r.gpus, r.dp, r.global_batch, r.micro_batches, r.step_time_s, r.tokens_per_s, r.tokens_per_s_per_gpu,
         100 * r.mfu, 100 * r.scaling_efficiency, 100 * r.bubble_fraction, 100 * r.exposed_comm_fraction, r.peak_gib,
-        r.fits ? "yes" : "NO");
+        !r.fits   ? "NO"
+        : r.tight ? "tight"
+                  : "yes");
     if (priced)
       body += fmt::format("<td class=\"num\">{}</td>",
                           html_escape(usd(cost(points[i].scenario, r.step_time_s).usd_per_million_tokens)));

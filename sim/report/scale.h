@@ -33,7 +33,8 @@ struct ScaleRow {
   double bubble_fraction = 0, exposed_comm_fraction = 0;
   double peak_gib = 0;
   bool fits = true;
-  TrainTime train;  // with training.train_tokens
+  bool tight = false;  // fits, above what the published runs fill (Metrics::tight)
+  TrainTime train;     // with training.train_tokens
 };
 
 // One row per point, in the given order; efficiency relative to the first (smallest) point.

@@ -884,6 +884,10 @@ TEST_CASE("a peak above what the published runs fill is tight; search leaves tha
   CHECK(t["published_fill"]["fill"] == published);
   Result text = run("run " + tight_layout);
   CHECK(text.out.find("fits          yes, but tight: the peak is") != std::string::npos);
+  // scale's fits column says so too.
+  Result scaled = run("scale " + tight_layout + " --gpus 1024");
+  REQUIRE(scaled.code == 0);
+  CHECK(scaled.out.find(" tight\n") != std::string::npos);
   // The shipped config itself leaves room.
   const auto roomy = nlohmann::json::parse(run("run configs/llama3.1-70b-h100-1024.json --json").out)["memory"];
   CHECK(roomy["fill"].get<double>() <= published);
