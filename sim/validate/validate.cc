@@ -123,7 +123,8 @@ std::vector<Record> load_records(const fs::path& dir) {
   for (const fs::path& f : files) {
     const nlohmann::json doc = util::read_json_file(f.string());
     util::JsonNode root(doc, f.string());
-    root.reject_unknown({"id", "kind", "source", "conversion", "assumptions", "scenario", "measured", "skip"});
+    root.reject_unknown(
+        {"id", "kind", "source", "conversion", "assumptions", "scenario", "measured", "skip", "regression"});
     Record r;
     r.file = f.string();
     r.id = root.at("id").as_string();
@@ -142,6 +143,7 @@ std::vector<Record> load_records(const fs::path& dir) {
     root.at("measured").expect_object();
     r.measured = root.at("measured").json();
     if (auto s = root.find("skip")) r.skip = s->as_string();
+    if (auto s = root.find("regression")) r.regression = s->as_string();
     records.push_back(std::move(r));
   }
   return records;
@@ -216,6 +218,7 @@ Outcome evaluate(const Record& r, const fs::path& data_dir, const Overrides& ove
     out.comparisons.push_back({"step_time_s", number(r, "step_time_s"), result.step_time_s});
     out.memory_fill = peak / sc.cluster.gpu.hbm_bytes;
   }
+  if (r.regression && !out.comparisons.empty()) out.regression = *r.regression;
   return out;
 }
 
@@ -239,6 +242,13 @@ Summary summarize(const std::vector<Outcome>& outcomes) {
   for (const Outcome& o : outcomes) {
     ++s.records;
     if (!o.skipped.empty()) ++s.skipped;
+    if (!o.regression.empty()) {
+      for (const Comparison& c : o.comparisons) {
+        ++s.regressions.runs;
+        s.regressions.mean_error += c.error();
+      }
+      continue;
+    }
     if (o.memory_fill && !o.comparisons.empty()) fills.push_back(*o.memory_fill);
     for (const Comparison& c : o.comparisons) {
       add(by[c.quantity], c.quantity, c.error(), o.record->id);
@@ -284,6 +294,7 @@ Summary summarize(const std::vector<Outcome>& outcomes) {
     }
     s.step_time_by_kind.push_back(k);
   }
+  if (s.regressions.runs > 0) s.regressions.mean_error /= s.regressions.runs;
   s.memory_fill = config::memory_fill_of(std::move(fills));
   return s;
 }
@@ -296,11 +307,16 @@ std::string to_text(const std::vector<Outcome>& outcomes, const Summary& summary
       continue;
     }
     for (const Comparison& c : o.comparisons)
-      out += fmt::format("{:<52} {:<7} {:>12} {:>12.3f} {:>8}\n", o.record->id, o.record->kind, value(c), c.predicted,
-                         pct(c.error()));
+      out += fmt::format("{:<52} {:<7} {:>12} {:>12.3f} {:>8}{}\n", o.record->id, o.record->kind, value(c), c.predicted,
+                         pct(c.error()), o.regression.empty() ? "" : "  known regression");
   }
   out += fmt::format("\n{} records: {} run, {} skipped\n", summary.records, summary.records - summary.skipped,
                      summary.skipped);
+  if (const RegressionSummary& g = summary.regressions; g.runs > 0)
+    out += fmt::format(
+        "known regressions: {} runs (mean error {:+.1f}%) measured on software whose maintainers filed the slowdown "
+        "as a performance regression; listed, left out of every figure below (validation/README.md)\n",
+        g.runs, 100 * g.mean_error);
   for (const auto& q : summary.quantities)
     out += fmt::format("{:<12} MAPE {:.1f}% over {} comparisons; worst {} ({:.1f}%)\n", q.quantity, 100 * q.mape,
                        q.covered, q.worst_id, 100 * q.worst);
@@ -327,10 +343,15 @@ std::string to_markdown(const std::vector<Outcome>& outcomes, const Summary& sum
     }
     for (const Comparison& c : o.comparisons)
       out += fmt::format("| {} | {} | {} | {:.3f} | {} | {} |\n", o.record->id, o.record->kind, value(c), c.predicted,
-                         pct(c.error()), o.detail);
+                         pct(c.error()), o.regression.empty() ? o.detail : "known regression: " + o.regression);
   }
   out += fmt::format("\n{} records: {} run, {} skipped.\n\n", summary.records, summary.records - summary.skipped,
                      summary.skipped);
+  if (const RegressionSummary& g = summary.regressions; g.runs > 0)
+    out += fmt::format(
+        "{} runs (mean error {:+.1f}%) were measured on software whose maintainers filed the slowdown as a "
+        "performance regression: listed, left out of the tables below.\n\n",
+        g.runs, 100 * g.mean_error);
   out += "| quantity | comparisons | MAPE | worst run | worst error |\n|---|---|---|---|---|\n";
   for (const auto& q : summary.quantities)
     out += fmt::format("| {} | {} | {:.1f}% | {} | {:.1f}% |\n", q.quantity, q.covered, 100 * q.mape, q.worst_id,
@@ -358,6 +379,7 @@ nlohmann::json to_json(const std::vector<Outcome>& outcomes, const Summary& summ
             {{"quantity", c.quantity}, {"measured", c.measured}, {"predicted", c.predicted}, {"error", c.error()}});
       j["comparisons"] = cs;
       if (!o.detail.empty()) j["detail"] = o.detail;
+      if (!o.regression.empty()) j["regression"] = o.regression;
     }
     runs.push_back(j);
   }
@@ -371,6 +393,7 @@ nlohmann::json to_json(const std::vector<Outcome>& outcomes, const Summary& summ
           {"summary",
            {{"records", summary.records},
             {"skipped", summary.skipped},
+            {"regressions", {{"runs", summary.regressions.runs}, {"mean_error", summary.regressions.mean_error}}},
             {"quantities", to_obj(summary.quantities)},
             {"step_time_by_source", to_obj(summary.step_time_by_source)},
             {"step_time_by_kind", config::accuracy_json(summary.step_time_by_kind)["step_time_by_kind"]},

@@ -30,6 +30,10 @@ struct Record {
   nlohmann::json scenario;
   nlohmann::json measured;
   std::optional<std::string> skip;
+  // The run was measured on software whose maintainers filed this slowdown as a performance
+  // regression (the issue and the evidence): it is compared and listed, but left out of every figure
+  // of the summary (MAPE, by source, by kind, memory fill) and of the gate.
+  std::optional<std::string> regression;
 };
 
 // One compared quantity of a record.
@@ -45,6 +49,7 @@ struct Outcome {
   std::vector<Comparison> comparisons;     // empty when skipped
   std::string skipped;                     // the reason, when skipped
   std::string detail;                      // e.g. the memory split
+  std::string regression{};                // Record::regression, when compared
   bool moe = false;                        // the model is a mixture of experts (its own source group)
   bool nvfp4 = false;                      // the run's GEMMs are NVFP4 (its own source group too)
   bool hybrid = false;                     // a hybrid (Mamba) model: its own group, not the MoE one
@@ -62,9 +67,16 @@ struct QuantitySummary {
   std::string worst_id;
 };
 
+// The compared runs of known regressions (Record::regression), apart from every other figure.
+struct RegressionSummary {
+  int runs = 0;
+  double mean_error = 0;  // signed
+};
+
 struct Summary {
   int records = 0;
   int skipped = 0;
+  RegressionSummary regressions;
   std::vector<QuantitySummary> quantities;
   // Step time by source (the record id up to its first '_': narayanan2021, mcore, mpt, ...).
   std::vector<QuantitySummary> step_time_by_source;

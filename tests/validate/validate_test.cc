@@ -250,6 +250,49 @@ TEST_CASE("MAPE is the mean of absolute relative errors, the worst run the large
   CHECK_THROWS_AS(validate::check_gate(s, dir / "typo.json"), util::InputError);
 }
 
+TEST_CASE("a known regression is compared and listed, but left out of every summary figure") {
+  // Two runs of the same scenario: one measured as trainsim predicts it, one measured on software
+  // whose maintainers filed a 2x slowdown (its prediction is then -50% off).
+  const fs::path dir = fresh_dir("regression");
+  auto base = record("a_ok", "step", {{"step_time_s", 1.0}});
+  base["scenario"]["training"]["recompute"] = "full";
+  const auto sc = config::parse_scenario(util::JsonNode(base["scenario"], "a_ok.json"), TRAINSIM_SOURCE_DIR);
+  const double predicted = parallel::simulate_step(sc).step_time_s;
+  base["measured"]["step_time_s"] = predicted;
+  write(dir / "a_ok.json", base);
+  auto slow = base;
+  slow["id"] = "b_slow";
+  slow["measured"]["step_time_s"] = 2 * predicted;
+  slow["regression"] = "issue #1: 2x slower after the upgrade";
+  write(dir / "b_slow.json", slow);
+
+  const auto records = validate::load_records(dir);
+  REQUIRE(records.size() == 2);
+  REQUIRE(records[1].regression == std::optional<std::string>("issue #1: 2x slower after the upgrade"));
+  std::vector<validate::Outcome> outcomes;
+  for (const auto& r : records) outcomes.push_back(validate::evaluate(r, TRAINSIM_SOURCE_DIR));
+  REQUIRE(outcomes[1].comparisons.size() == 1);
+  CHECK(outcomes[1].comparisons[0].error() == Approx(-0.5));
+  CHECK(outcomes[1].regression == "issue #1: 2x slower after the upgrade");
+
+  const auto summary = validate::summarize(outcomes);
+  CHECK(summary.skipped == 0);
+  CHECK(summary.regressions.runs == 1);
+  CHECK(summary.regressions.mean_error == Approx(-0.5));
+  REQUIRE(summary.find("step_time_s") != nullptr);
+  CHECK(summary.find("step_time_s")->covered == 1);  // the regression is not among them
+  CHECK(summary.find("step_time_s")->mape == Approx(0.0).margin(1e-12));
+  CHECK(summary.memory_fill.runs == 1);
+  const std::string text = validate::to_text(outcomes, summary);
+  CHECK(text.find("-50.0%  known regression") != std::string::npos);
+  CHECK(text.find("known regressions: 1 runs (mean error -50.0%)") != std::string::npos);
+  CHECK(validate::to_markdown(outcomes, summary).find("known regression: issue #1") != std::string::npos);
+  const auto json = validate::to_json(outcomes, summary);
+  CHECK(json["runs"][1]["regression"] == "issue #1: 2x slower after the upgrade");
+  CHECK(json["summary"]["regressions"]["runs"] == 1);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("a record with an unknown key or kind is an input error naming the file") {
   const fs::path dir = fresh_dir("bad");
   auto r = record("bad", "step", {{"step_time_s", 1.0}});
