@@ -6,7 +6,9 @@
 // Record kinds: "step" (a training step's time), "layer" (one transformer layer's forward and
 // backward time), "memory" (the first pipeline stage's weights+gradients+optimizer states and
 // activations). A record whose scenario uses a feature trainsim does not simulate yet is listed as
-// skipped with the reason, never dropped.
+// skipped with the reason, never dropped. A record measured on software whose maintainers filed the
+// slowdown as a performance regression (Record::regression) is compared and listed, but kept out of
+// the summary's figures.
 
 #include <filesystem>
 #include <optional>
