@@ -53,6 +53,7 @@ int run_command(const std::string& scenario_file, const std::vector<std::string>
   auto scenario = config::parse_scenario(util::JsonNode(doc, scenario_file), config::default_data_dir());
   if (!price.empty()) scenario.gpu_hour_price_usd = trainsim::cli::parse_prices(price, {}).front();
   scenario.accuracy = config::published_accuracy(scenario, config::default_data_dir());
+  scenario.model_accuracy = config::published_model_accuracy(scenario, config::default_data_dir());
   scenario.memory_fill = config::published_memory_fill(config::default_data_dir());
   for (const auto& w : scenario.warnings) spdlog::warn("warning: {}", w);
   spdlog::info("simulating {} ranks", scenario.gpus);
@@ -129,10 +130,12 @@ int validate_command(const std::string& dir_arg, bool json, bool markdown, const
   bar.finish();
   for (const auto& e : errors)
     if (e) std::rethrow_exception(e);
-  const auto summary = validate::summarize(outcomes);
+  auto summary = validate::summarize(outcomes);
+  validate::name_models_from_catalog(summary, data_dir);
   if (!accuracy_file.empty()) {
     std::ofstream out(accuracy_file);
-    out << config::accuracy_json(summary.step_time_by_kind, summary.memory_fill).dump(2) << '\n';
+    out << config::accuracy_json(summary.step_time_by_kind, summary.memory_fill, summary.step_time_by_model).dump(2)
+        << '\n';
     if (!out) throw util::InputError("--accuracy", "", fmt::format("cannot write {}", accuracy_file));
   }
   if (json)

@@ -299,6 +299,16 @@ struct PublishedAccuracy {
   double reserved_min = 0, reserved_max = 0;
 };
 
+// One model's step-time error over its published runs (config/accuracy.h): the runs of the same
+// architecture under the same framework, whatever their GPUs, layouts and precisions.
+struct PublishedModelAccuracy {
+  std::string key;   // config::accuracy_model_key, e.g. "megatron:36x2880:e128:p115670448192"
+  std::string name;  // the name the published runs give the model, e.g. "GPT OSS 120B"
+  int runs = 0;
+  double mape = 0;
+  double mean_error = 0;
+};
+
 // How full the published runs keep their GPUs, by trainsim's memory model: the allocated peak it
 // predicts over the GPU's memory that `quantile` of the `runs` compared step runs stay within
 // (config/accuracy.h). A prediction above it is tight: the published runs seldom go there, since
@@ -325,6 +335,9 @@ struct Scenario {
   // The step-time error of published runs of this kind, when the caller looked it up
   // (config::published_accuracy; `run` does): the summary quotes it.
   std::optional<PublishedAccuracy> accuracy;
+  // The step-time error of the published runs of this very model, when there are enough of them
+  // (config::published_model_accuracy; `run` looks it up): the summary quotes it beside the kind's.
+  std::optional<PublishedModelAccuracy> model_accuracy;
   // How full the published runs keep their GPUs (config::published_memory_fill; `run` looks it up):
   // the summary calls a peak above it tight.
   std::optional<PublishedMemoryFill> memory_fill;

@@ -325,6 +325,7 @@ std::string summary_table(const config::Scenario& sc, const parallel::StepResult
                                         k.percent[parallel::kAttentionKernels], k.percent[parallel::kMemoryKernels],
                                         k.percent[parallel::kOptimizerKernels])});
   if (const std::string opt = optimizer_line(sc); !opt.empty()) rows.emplace_back("optimizer", opt);
+  if (const std::string acc = model_accuracy_line(sc); !acc.empty()) rows.insert(rows.begin() + 1, {"", acc});
   if (const std::string acc = accuracy_line(sc); !acc.empty()) rows.insert(rows.begin() + 1, {"accuracy", acc});
   if (sc.training.train_tokens > 0)
     rows.insert(rows.begin() + 3,

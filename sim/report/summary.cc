@@ -142,6 +142,14 @@ std::string accuracy_line(const config::Scenario& sc) {
       words, 100 * a.mape, 100 * a.mean_error, a.runs);
 }
 
+std::string model_accuracy_line(const config::Scenario& sc) {
+  if (!sc.model_accuracy) return {};
+  const config::PublishedModelAccuracy& a = *sc.model_accuracy;
+  return fmt::format(
+      "published runs of this model ({}): step time off by {:.1f}% on average (mean error {:+.1f}%, {} runs)", a.name,
+      100 * a.mape, 100 * a.mean_error, a.runs);
+}
+
 // The experts line's note of Megatron-Core's MoE kernels run unfused (training.moe_router_fusion,
 // moe_permute_fusion false) and of experts run one module at a time (moe_grouped_gemm false).
 std::string unfused_moe_part(const config::TrainingSpec& t) {
@@ -470,6 +478,9 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
                                        {"max", sc.accuracy->reserved_max * m.peak_gib},
                                        {"runs", sc.accuracy->reserved_runs}};
   }
+  if (const auto& a = sc.model_accuracy)
+    out["model_accuracy"] = {
+        {"key", a->key}, {"name", a->name}, {"runs", a->runs}, {"mape", a->mape}, {"mean_error", a->mean_error}};
   if (const config::OptimizerSpec& o = sc.training.optimizer; o.non_default()) {
     nlohmann::json opt = {{"use_precision_aware_optimizer", o.use_precision_aware_optimizer}};
     if (o.use_precision_aware_optimizer) {
@@ -645,6 +656,7 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
                        fmt::join(config::lora_target_names(sc.training), ", "));
   out += fmt::format("step time     {:.3f} s\n", m.step_time_s);
   if (const std::string acc = accuracy_line(sc); !acc.empty()) out += fmt::format("accuracy      {}\n", acc);
+  if (const std::string acc = model_accuracy_line(sc); !acc.empty()) out += fmt::format("              {}\n", acc);
   out += fmt::format("throughput    {} tokens/s · {:.1f} tokens/s/GPU\n", thousands(m.tokens_per_s),
                      m.tokens_per_s_per_gpu);
   out += fmt::format("model FLOPs   {:.1f} TFLOP/s/GPU · MFU {:.1f}% of {:.0f} TFLOP/s dense {} (NeMo count)\n",

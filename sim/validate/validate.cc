@@ -192,6 +192,8 @@ Outcome evaluate(const Record& r, const fs::path& data_dir, const Overrides& ove
   out.hybrid = sc.model.hybrid();
   out.token_drop = sc.parallel.moe_capacity_factor > 0;
   out.kind_groups = config::accuracy_groups(sc);
+  out.model_key = config::accuracy_model_key(sc);
+  out.model_name = sc.model.name;
   if (r.kind == "layer") {
     evaluate_layer(r, sc, out);
   } else if (r.kind == "memory") {
@@ -226,6 +228,8 @@ Summary summarize(const std::vector<Outcome>& outcomes) {
   Summary s;
   std::map<std::string, QuantitySummary> by, by_source;
   std::map<std::string, config::PublishedAccuracy> by_kind;
+  std::map<std::string, config::PublishedModelAccuracy> by_model;
+  std::map<std::string, std::map<std::string, int>> model_names;  // by key: each name's runs
   auto add = [](QuantitySummary& q, const std::string& name, double error, const std::string& id) {
     q.quantity = name;
     ++q.covered;
@@ -273,6 +277,14 @@ Summary summarize(const std::vector<Outcome>& outcomes) {
           k.mape += std::fabs(c.error());
           k.mean_error += c.error();
         }
+        if (!o.model_key.empty()) {
+          config::PublishedModelAccuracy& k = by_model[o.model_key];
+          k.key = o.model_key;
+          ++k.runs;
+          k.mape += std::fabs(c.error());
+          k.mean_error += c.error();
+          ++model_names[o.model_key][o.model_name];
+        }
       }
     }
   }
@@ -294,10 +306,52 @@ Summary summarize(const std::vector<Outcome>& outcomes) {
     }
     s.step_time_by_kind.push_back(k);
   }
+  for (auto& [key, k] : by_model) {
+    if (k.runs < config::kMinAccuracyRuns) continue;
+    k.mape /= k.runs;
+    k.mean_error /= k.runs;
+    int most = 0;
+    for (const auto& [name, runs] : model_names[key])  // sorted by name: the first of the most frequent
+      if (runs > most) {
+        most = runs;
+        k.name = name;
+      }
+    s.step_time_by_model.push_back(k);
+    s.model_run_names[key] = model_names[key];
+  }
   if (s.regressions.runs > 0) s.regressions.mean_error /= s.regressions.runs;
   s.memory_fill = config::memory_fill_of(std::move(fills));
   return s;
 }
+
+void name_models_from_catalog(Summary& summary, const fs::path& data_dir) {
+  const std::map<std::string, std::vector<std::string>> catalog = config::catalog_model_names(data_dir);
+  for (config::PublishedModelAccuracy& k : summary.step_time_by_model) {
+    const auto it = catalog.find(k.key.substr(k.key.find(':') + 1));
+    if (it == catalog.end()) continue;
+    const std::map<std::string, int>& runs = summary.model_run_names[k.key];
+    if (it->second.size() == 1) {
+      k.name = it->second.front();
+      continue;
+    }
+    int most = 0;
+    for (const std::string& name : it->second)
+      if (const auto r = runs.find(name); r != runs.end() && r->second > most) {
+        most = r->second;
+        k.name = name;
+      }
+  }
+}
+
+namespace {
+
+// " under torchtitan" for a model key of another framework than Megatron (config::accuracy_model_key).
+std::string framework_note(const std::string& key) {
+  const std::string framework = key.substr(0, key.find(':'));
+  return framework == "megatron" ? "" : " under " + framework;
+}
+
+}  // namespace
 
 std::string to_text(const std::vector<Outcome>& outcomes, const Summary& summary) {
   std::string out = fmt::format("{:<52} {:<7} {:>12} {:>12} {:>8}\n", "run", "kind", "measured", "predicted", "error");
@@ -327,6 +381,13 @@ std::string to_text(const std::vector<Outcome>& outcomes, const Summary& summary
   for (const auto& k : summary.step_time_by_kind)
     out += fmt::format(" {} {:.1f}% ({}, mean {:+.1f}%)", k.group, 100 * k.mape, k.runs, 100 * k.mean_error);
   out += "\n";
+  if (!summary.step_time_by_model.empty()) {
+    out += fmt::format("step time by model ({} runs or more):", config::kMinAccuracyRuns);
+    for (const auto& k : summary.step_time_by_model)
+      out += fmt::format(" {}{} {:.1f}% ({}, mean {:+.1f}%)", k.name, framework_note(k.key), 100 * k.mape, k.runs,
+                         100 * k.mean_error);
+    out += "\n";
+  }
   if (const config::PublishedMemoryFill& f = summary.memory_fill; f.runs > 0)
     out +=
         fmt::format("memory fill: {:g}% of the {} compared step runs peak at or below {:.1f}% of their GPU's memory\n",
@@ -363,6 +424,14 @@ std::string to_markdown(const std::vector<Outcome>& outcomes, const Summary& sum
   out += "\n| step time, by kind | runs | MAPE | mean error |\n|---|---|---|---|\n";
   for (const auto& k : summary.step_time_by_kind)
     out += fmt::format("| {} | {} | {:.1f}% | {:+.1f}% |\n", k.group, k.runs, 100 * k.mape, 100 * k.mean_error);
+  if (!summary.step_time_by_model.empty()) {
+    out += fmt::format(
+        "\n| step time, by model ({} runs or more) | key | runs | MAPE | mean error |\n|---|---|---|---|---|\n",
+        config::kMinAccuracyRuns);
+    for (const auto& k : summary.step_time_by_model)
+      out += fmt::format("| {}{} | `{}` | {} | {:.1f}% | {:+.1f}% |\n", k.name, framework_note(k.key), k.key, k.runs,
+                         100 * k.mape, 100 * k.mean_error);
+  }
   return out;
 }
 
@@ -397,6 +466,8 @@ nlohmann::json to_json(const std::vector<Outcome>& outcomes, const Summary& summ
             {"quantities", to_obj(summary.quantities)},
             {"step_time_by_source", to_obj(summary.step_time_by_source)},
             {"step_time_by_kind", config::accuracy_json(summary.step_time_by_kind)["step_time_by_kind"]},
+            {"step_time_by_model", config::accuracy_json({}, {}, summary.step_time_by_model)
+                                       .value("step_time_by_model", nlohmann::json::object())},
             {"memory_fill",
              {{"runs", summary.memory_fill.runs},
               {"quantile", summary.memory_fill.quantile},

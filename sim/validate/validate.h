@@ -11,6 +11,7 @@
 // the summary's figures.
 
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,6 +58,8 @@ struct Outcome {
   bool hybrid = false;                     // a hybrid (Mamba) model: its own group, not the MoE one
   bool token_drop = false;                 // MoE with a capacity factor (token dropping): its own group too
   std::vector<std::string> kind_groups{};  // config::accuracy_groups of its scenario
+  std::string model_key{};                 // config::accuracy_model_key of its scenario
+  std::string model_name{};                // the name its scenario gives the model
   // A compared step record: the allocated peak trainsim predicts over the GPU's memory.
   std::optional<double> memory_fill{};
 };
@@ -85,11 +88,24 @@ struct Summary {
   // Step time by kind of run (config::accuracy_groups: "dense", "moe/blackwell", ...), sorted by name:
   // what validation/accuracy.json holds and `run` quotes.
   std::vector<config::PublishedAccuracy> step_time_by_kind;
+  // Step time by model (config::accuracy_model_key), the models with at least
+  // config::kMinAccuracyRuns runs, sorted by key; each named by the name most of its runs give it
+  // (the first in sorted order of the most frequent).
+  std::vector<config::PublishedModelAccuracy> step_time_by_model;
+  // The names the runs of each model in step_time_by_model give it, with their runs (by key).
+  std::map<std::string, std::map<std::string, int>> model_run_names;
   // The fill config::kMemoryFillQuantile of the compared step runs stay within: validation/accuracy.json
   // holds it too, and `run` calls a peak above it tight, `search` leaves the rest free by default.
   config::PublishedMemoryFill memory_fill;
   const QuantitySummary* find(const std::string& quantity) const;
 };
+
+// Gives each model of summary.step_time_by_model the name of a model file of <data_dir>/models/
+// with its architecture (config::catalog_model_names), where there is one: the name a user's
+// scenario gives it, where the published runs spell it their own ways. Of several such files, the
+// one most of the runs name (the first in sorted order of the most named); if the runs name none
+// of them, their own most frequent name stays.
+void name_models_from_catalog(Summary& summary, const std::filesystem::path& data_dir);
 
 // Reads every *.json in `dir` (sorted by file name); bad records are InputErrors.
 std::vector<Record> load_records(const std::filesystem::path& dir);

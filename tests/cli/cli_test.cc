@@ -243,6 +243,17 @@ TEST_CASE("run quotes the published runs' error for its kind of run from validat
                                   "(mean error {:+.1f}%, {} runs; validation/README.md)\n",
                                   100 * dense["mape"].get<double>(), 100 * dense["mean_error"].get<double>(),
                                   dense["runs"].get<int>())) != std::string::npos);
+  // Llama 3.1 8B has published runs of its own (Megatron's, 5 or more): their error comes next.
+  const auto& llama = accuracy["step_time_by_model"]["megatron:32x4096:e0:p6979588096"];
+  REQUIRE(llama.is_object());
+  CHECK(text.out.find(fmt::format("\n              published runs of this model ({}): step time off by {:.1f}% on "
+                                  "average (mean error {:+.1f}%, {} runs)\n",
+                                  llama["name"].get<std::string>(), 100 * llama["mape"].get<double>(),
+                                  100 * llama["mean_error"].get<double>(), llama["runs"].get<int>())) !=
+        std::string::npos);
+  Result model_js = run(fmt::format("run '{}' --json", p.string()));
+  REQUIRE(model_js.code == 0);
+  CHECK(nlohmann::json::parse(model_js.out)["model_accuracy"]["runs"] == llama["runs"]);
   Result js = run("run configs/qwen3-30b-a3b-h100-16.json --json");
   REQUIRE(js.code == 0);
   const auto out = nlohmann::json::parse(js.out);
@@ -260,6 +271,7 @@ TEST_CASE("run quotes the published runs' error for its kind of run from validat
   Result eager = run(fmt::format("run '{}' --json", write("eager-accuracy.json", eager_doc.dump()).string()));
   REQUIRE(eager.code == 0);
   CHECK_FALSE(nlohmann::json::parse(eager.out).contains("accuracy"));
+  CHECK_FALSE(nlohmann::json::parse(eager.out).contains("model_accuracy"));
 }
 
 // NVFP4 on a Blackwell cluster: MFU against the FP4 peak (GB200's 10000 TFLOP/s), faster than FP8.

@@ -9,14 +9,19 @@
 #include <nlohmann/json.hpp>
 
 #include "config/accuracy.h"
+#include "config/scenario.h"
 #include "util/error.h"
+#include "util/json_node.h"
 
 namespace fs = std::filesystem;
 using trainsim::config::accuracy_json;
+using trainsim::config::accuracy_model_key;
 using trainsim::config::kMemoryFillQuantile;
 using trainsim::config::memory_fill_of;
 using trainsim::config::published_memory_fill;
+using trainsim::config::published_model_accuracy;
 using trainsim::config::PublishedMemoryFill;
+using trainsim::config::PublishedModelAccuracy;
 
 namespace {
 
@@ -69,4 +74,70 @@ TEST_CASE("accuracy.json carries the memory fill, which published_memory_fill re
   bad = doc;
   bad["fills"] = 1;
   CHECK_THROWS_WITH(published_memory_fill(data_dir_with("top", bad)), Catch::Contains("fills: unknown key"));
+}
+
+namespace {
+
+trainsim::config::Scenario parsed(const nlohmann::json& doc) {
+  return trainsim::config::parse_scenario(trainsim::util::JsonNode(doc, "model-key.json"), TRAINSIM_SOURCE_DIR);
+}
+
+nlohmann::json llama_scenario() {
+  return nlohmann::json::parse(R"({
+    "model": "llama3.1-8b", "cluster": "dgx-h100", "gpus": 8,
+    "training": {"global_batch": 8, "seq_len": 4096}})");
+}
+
+}  // namespace
+
+TEST_CASE("a model's accuracy key is its framework and architecture, not its name or vocabulary") {
+  nlohmann::json doc = llama_scenario();
+  const std::string key = accuracy_model_key(parsed(doc));
+  // Llama 3.1 8B: 32 layers of 4096; 8,030,261,248 parameters less the 128,256 x 4096 embedding and
+  // output layer (untied): 8,030,261,248 - 2 x 525,336,576 = 6,979,588,096.
+  CHECK(key == "megatron:32x4096:e0:p6979588096");
+  // Another name, another (padded) vocabulary: the same model.
+  nlohmann::json renamed = doc;
+  renamed["model"] = nlohmann::json::parse(R"({"name": "LLAMA3_8B", "layers": 32, "hidden": 4096, "heads": 32,
+      "kv_heads": 8, "ffn_hidden": 14336, "vocab": 128768, "mlp": "swiglu"})");
+  CHECK(accuracy_model_key(parsed(renamed)) == key);
+  // Fewer layers: another model. Another framework: another group.
+  renamed["model"]["layers"] = 16;
+  CHECK(accuracy_model_key(parsed(renamed)) != key);
+  nlohmann::json titan = doc;
+  titan["training"]["framework"] = "torchtitan";
+  titan["parallel"] = {{"zero", 3}};
+  CHECK(accuracy_model_key(parsed(titan)) == "torchtitan:32x4096:e0:p6979588096");
+  // A framework without published runs has no key.
+  nlohmann::json eager = doc;
+  eager["gpus"] = 1;
+  eager["training"] = {{"framework", "pytorch-eager"}, {"global_batch", 1}, {"seq_len", 1024}};
+  CHECK(accuracy_model_key(parsed(eager)).empty());
+}
+
+TEST_CASE("accuracy.json carries the models of 5 runs or more, which published_model_accuracy reads back") {
+  const std::string key = accuracy_model_key(parsed(llama_scenario()));
+  const std::vector<PublishedModelAccuracy> models{
+      {.key = key, .name = "llama3.1-8b", .runs = 45, .mape = 0.03412, .mean_error = -0.02501},
+      {.key = "megatron:2x64:e0:p1", .name = "tiny", .runs = 4, .mape = 0.5, .mean_error = 0.5}};
+  const nlohmann::json doc = accuracy_json({}, {}, models);
+  REQUIRE(doc.contains("step_time_by_model"));
+  CHECK(doc["step_time_by_model"].size() == 1);  // 4 runs are too few
+  CHECK(doc["step_time_by_model"][key]["mape"] == 0.0341);
+  const auto read = published_model_accuracy(parsed(llama_scenario()), data_dir_with("models", doc));
+  REQUIRE(read);
+  CHECK(read->name == "llama3.1-8b");
+  CHECK(read->runs == 45);
+  CHECK(read->mean_error == -0.025);
+  // Another model, no such key, no file: nothing.
+  nlohmann::json other = llama_scenario();
+  other["model"] = "llama3.1-70b";
+  CHECK_FALSE(published_model_accuracy(parsed(other), data_dir_with("models-other", doc)));
+  CHECK_FALSE(published_model_accuracy(parsed(llama_scenario()), data_dir_with("models-none", accuracy_json({}))));
+  CHECK_FALSE(accuracy_json({}).contains("step_time_by_model"));
+  // A malformed entry is an input error naming the file and the key.
+  nlohmann::json bad = doc;
+  bad["step_time_by_model"][key]["runs"] = 0;
+  CHECK_THROWS_WITH(published_model_accuracy(parsed(llama_scenario()), data_dir_with("models-bad", bad)),
+                    Catch::Contains("accuracy.json: step_time_by_model." + key + ".runs"));
 }

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "config/accuracy.h"
 #include "config/scenario.h"
 #include "parallel/step_runner.h"
 #include "util/error.h"
@@ -230,6 +231,49 @@ TEST_CASE("MAPE is the mean of absolute relative errors, the worst run the large
   CHECK(k.step_time_by_kind[1].group == "dense/ampere");
   CHECK(k.step_time_by_kind[1].mean_error == Approx(-0.3));
   CHECK(k.step_time_by_kind[2].mape == Approx(0.1));
+
+  // By model: a model needs config::kMinAccuracyRuns (5) runs; it takes the name most of them give it.
+  const validate::Record c = named("c");
+  std::vector<validate::Outcome> models;
+  for (int i = 0; i < 5; ++i) {
+    validate::Outcome o{&c, {{"step_time_s", 10.0, i < 4 ? 9.0 : 12.0}}, "", ""};  // -10% four times, +20% once
+    o.model_key = "megatron:2x64:e0:p1";
+    o.model_name = i < 3 ? "Tiny" : "tiny";
+    models.push_back(o);
+  }
+  validate::Outcome few = oa;  // a model of one run: too few to quote
+  few.model_key = "megatron:4x64:e0:p2";
+  few.model_name = "Other";
+  models.push_back(few);
+  const auto by_model = validate::summarize(models);
+  REQUIRE(by_model.step_time_by_model.size() == 1);
+  CHECK(by_model.step_time_by_model[0].key == "megatron:2x64:e0:p1");
+  CHECK(by_model.step_time_by_model[0].name == "Tiny");  // 3 runs against 2
+  CHECK(by_model.step_time_by_model[0].runs == 5);
+  CHECK(by_model.step_time_by_model[0].mape == Approx((4 * 0.1 + 0.2) / 5));
+  CHECK(by_model.step_time_by_model[0].mean_error == Approx((4 * -0.1 + 0.2) / 5));
+  CHECK(validate::to_text({}, by_model).find("step time by model (5 runs or more): Tiny 12.0% (5, mean -4.0%)\n") !=
+        std::string::npos);
+  CHECK(validate::to_json({}, by_model)["summary"]["step_time_by_model"]["megatron:2x64:e0:p1"]["name"] == "Tiny");
+  CHECK(validate::to_text({}, k).find("by model") == std::string::npos);  // none: no line
+
+  // Named as the model files of models/ with the architecture: of Llama 2 and Llama 3.1 70B (one
+  // architecture), the one the runs name; a file of its own takes its name; no file, the runs' name.
+  validate::Summary named_models;
+  const std::string l70 = config::model_signature(config::load_model("llama3.1-70b", TRAINSIM_SOURCE_DIR, "t"));
+  CHECK(l70 == config::model_signature(config::load_model("llama2-70b", TRAINSIM_SOURCE_DIR, "t")));
+  const std::string oss = config::model_signature(config::load_model("gpt-oss-120b", TRAINSIM_SOURCE_DIR, "t"));
+  named_models.step_time_by_model = {{.key = "megatron:" + l70, .name = "LLAMA3_70B", .runs = 73},
+                                     {.key = "torchtitan:" + l70, .name = "llama2-70b", .runs = 5},
+                                     {.key = "megatron:" + oss, .name = "GPT OSS 120B", .runs = 28},
+                                     {.key = "megatron:2x64:e0:p1", .name = "Tiny", .runs = 5}};
+  named_models.model_run_names["megatron:" + l70] = {{"LLAMA3_70B", 44}, {"llama2-70b", 2}, {"llama3.1-70b", 27}};
+  named_models.model_run_names["torchtitan:" + l70] = {{"llama2-70b", 5}};
+  validate::name_models_from_catalog(named_models, TRAINSIM_SOURCE_DIR);
+  CHECK(named_models.step_time_by_model[0].name == "llama3.1-70b");
+  CHECK(named_models.step_time_by_model[1].name == "llama2-70b");
+  CHECK(named_models.step_time_by_model[2].name == "gpt-oss-120b");
+  CHECK(named_models.step_time_by_model[3].name == "Tiny");
 
   // The memory fill counts the compared runs that carry one (step records), not the skipped.
   validate::Outcome fa = oa, fb = ob, skipped{&b, {}, "does not fit", ""};
