@@ -819,6 +819,11 @@ std::string closest_text(const Result& r, const config::Scenario& base) {
 std::string to_text(const Result& r, const config::Scenario& base, std::size_t top) {
   std::string out = fmt::format("search        {}\n", heading(base));
   out += fmt::format("layouts       {}\n", counts(r));
+  // How far the predictions of published runs of the scenario's kind, and of its model, fell: every
+  // step time ranked below carries that uncertainty (base.accuracy, base.model_accuracy).
+  if (const std::string acc = report::accuracy_line(base); !acc.empty()) out += fmt::format("accuracy      {}\n", acc);
+  if (const std::string acc = report::model_accuracy_line(base); !acc.empty())
+    out += fmt::format("              {}\n", acc);
   const std::size_t shown = shown_fitting(r, top);
   if (shown == 0)
     return out + none_fits(r) + "\n" + (r.tight ? fmt::format("tight         {}\n", tight_text(r, base)) : "") +
@@ -860,6 +865,8 @@ std::string to_text(const Result& r, const config::Scenario& base, std::size_t t
 
 std::string to_markdown(const Result& r, const config::Scenario& base, std::size_t top) {
   std::string out = fmt::format("### trainsim search: {}\n\n{}.\n\n", heading(base), counts(r));
+  for (const std::string& acc : {report::accuracy_line(base), report::model_accuracy_line(base)})
+    if (!acc.empty()) out += fmt::format("Accuracy: {}.\n\n", acc);
   const std::size_t shown = shown_fitting(r, top);
   if (shown == 0) {
     std::string why = none_fits(r);
@@ -957,6 +964,12 @@ nlohmann::json to_json(const Result& r, const config::Scenario& base, std::size_
            {"not_fitting", static_cast<std::int64_t>(r.ranked.size()) - r.fitting},
            {"fitting", r.fitting}}},
          {"layouts", layouts}};
+  if (const auto& a = base.accuracy)
+    out["search"]["accuracy"] = {
+        {"group", a->group}, {"runs", a->runs}, {"mape", a->mape}, {"mean_error", a->mean_error}};
+  if (const auto& a = base.model_accuracy)
+    out["search"]["model_accuracy"] = {
+        {"key", a->key}, {"name", a->name}, {"runs", a->runs}, {"mape", a->mape}, {"mean_error", a->mean_error}};
   if (r.tight) {
     const Candidate& c = r.ranked[*r.tight];
     nlohmann::json tight = layout_json(c.layout);

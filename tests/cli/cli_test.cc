@@ -920,6 +920,12 @@ TEST_CASE("a peak above what the published runs fill is tight; search leaves tha
   CHECK(left_out["peak_gib"].get<double>() > published * capacity);
   CHECK(left_out["peak_gib"].get<double>() <= capacity);
   CHECK(left_out["step_time_s"].get<double>() < f["layouts"][0]["step_time_s"].get<double>());
+  // Its ranking carries the published runs' error of its kind and of its model (Llama 3 / 3.1 70B),
+  // as run quotes them.
+  CHECK(f["search"]["accuracy"]["group"] == "dense/hopper");
+  CHECK(f["search"]["accuracy"]["mape"] == accuracy["step_time_by_kind"]["dense/hopper"]["mape"]);
+  CHECK(f["search"]["model_accuracy"]["runs"] ==
+        accuracy["step_time_by_model"][f["search"]["model_accuracy"]["key"].get<std::string>()]["runs"]);
   Result none = run("search configs/llama3.1-70b-h100-1024.json --top 3 --json --headroom 0");
   REQUIRE(none.code == 0);
   const auto n = nlohmann::json::parse(none.out);
