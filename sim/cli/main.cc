@@ -52,8 +52,7 @@ int run_command(const std::string& scenario_file, const std::vector<std::string>
   const nlohmann::json doc = cli::scenario_doc(scenario_file, sets);
   auto scenario = config::parse_scenario(util::JsonNode(doc, scenario_file), config::default_data_dir());
   if (!price.empty()) scenario.gpu_hour_price_usd = trainsim::cli::parse_prices(price, {}).front();
-  scenario.accuracy = config::published_accuracy(scenario, config::default_data_dir());
-  scenario.model_accuracy = config::published_model_accuracy(scenario, config::default_data_dir());
+  config::look_up_published_accuracy(scenario, config::default_data_dir());
   scenario.memory_fill = config::published_memory_fill(config::default_data_dir());
   for (const auto& w : scenario.warnings) spdlog::warn("warning: {}", w);
   spdlog::info("simulating {} ranks", scenario.gpus);
@@ -268,8 +267,7 @@ int search_clusters(const SearchArgs& a, nlohmann::json doc, const AxesFor& axes
       d["gpus"] = a.nodes.empty() ? count : count * b.cluster.gpus_per_node;
       b = config::parse_scenario(util::JsonNode(d, a.scenario_file), data_dir);
     }
-    b.accuracy = config::published_accuracy(b, data_dir);  // each cluster's kind of run (its GPUs)
-    b.model_accuracy = config::published_model_accuracy(b, data_dir);
+    config::look_up_published_accuracy(b, data_dir);  // each cluster's kind of run (its GPUs)
     docs.push_back(std::move(d));
     bases.push_back(std::move(b));
   }
@@ -290,8 +288,7 @@ int search_layouts(const SearchArgs& a) {
   const auto data_dir = config::default_data_dir();
   nlohmann::json doc = trainsim::cli::scenario_doc(a.scenario_file, a.sets);
   config::Scenario base = config::parse_scenario(util::JsonNode(doc, a.scenario_file), data_dir);
-  base.accuracy = config::published_accuracy(base, data_dir);
-  base.model_accuracy = config::published_model_accuracy(base, data_dir);
+  config::look_up_published_accuracy(base, data_dir);
   if (!a.price.empty() && a.clusters.empty())
     base.gpu_hour_price_usd = trainsim::cli::parse_prices(a.price, {}).front();
   // The axes of a search on `b`: its defaults (which depend on the cluster), with the options' lists.

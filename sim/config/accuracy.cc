@@ -161,6 +161,19 @@ std::optional<PublishedModelAccuracy> published_model_accuracy(const Scenario& s
   return a;
 }
 
+void look_up_published_accuracy(Scenario& sc, const std::filesystem::path& data_dir) {
+  sc.accuracy = published_accuracy(sc, data_dir);
+  sc.model_accuracy = published_model_accuracy(sc, data_dir);
+}
+
+nlohmann::json published_json(const PublishedAccuracy& a) {
+  return {{"group", a.group}, {"runs", a.runs}, {"mape", a.mape}, {"mean_error", a.mean_error}};
+}
+
+nlohmann::json published_json(const PublishedModelAccuracy& a) {
+  return {{"key", a.key}, {"name", a.name}, {"runs", a.runs}, {"mape", a.mape}, {"mean_error", a.mean_error}};
+}
+
 nlohmann::json accuracy_json(const std::vector<PublishedAccuracy>& groups, const PublishedMemoryFill& fill,
                              const std::vector<PublishedModelAccuracy>& models) {
   // To 0.01% (1e-4): the file holds what a summary line quotes, not the last bits of a build's

@@ -32,7 +32,7 @@ inline constexpr int kMinAccuracyRuns = 5;
 // by its layers, hidden size, routed experts and parameters outside the embedding, the output layer
 // and multi-token prediction (the name is left out: sources spell one model differently; a padded
 // vocabulary or another tokenizer leaves the model the same; the MTP module is a training choice),
-// e.g. "megatron:36x2880:e128:p115670448192". Empty where accuracy_groups is.
+// e.g. "megatron:36x2880:e128:p115670887488". Empty where accuracy_groups is.
 std::string accuracy_model_key(const Scenario& scenario);
 
 // The architecture part of accuracy_model_key: "36x2880:e128:p115670887488".
@@ -49,6 +49,15 @@ std::map<std::string, std::vector<std::string>> catalog_model_names(const std::f
 // InputError naming it.
 std::optional<PublishedModelAccuracy> published_model_accuracy(const Scenario& scenario,
                                                                const std::filesystem::path& data_dir);
+
+// Sets scenario.accuracy and scenario.model_accuracy from <data_dir>/validation/accuracy.json, as
+// `run` and `search` quote them.
+void look_up_published_accuracy(Scenario& scenario, const std::filesystem::path& data_dir);
+
+// One kind's or one model's error as `run --json` and `search --json` give it: {group, runs, mape,
+// mean_error}; {key, name, runs, mape, mean_error}.
+nlohmann::json published_json(const PublishedAccuracy& accuracy);
+nlohmann::json published_json(const PublishedModelAccuracy& accuracy);
 
 // The most specific group of `scenario` with at least kMinAccuracyRuns runs in
 // <data_dir>/validation/accuracy.json; nothing when the file or such a group is missing. Its

@@ -302,8 +302,10 @@ struct PublishedAccuracy {
 // One model's step-time error over its published runs (config/accuracy.h): the runs of the same
 // architecture under the same framework, whatever their GPUs, layouts and precisions.
 struct PublishedModelAccuracy {
-  std::string key;   // config::accuracy_model_key, e.g. "megatron:36x2880:e128:p115670448192"
-  std::string name;  // the name the published runs give the model, e.g. "GPT OSS 120B"
+  std::string key;  // config::accuracy_model_key, e.g. "megatron:36x2880:e128:p115670887488"
+  // The model file of models/ with that architecture (e.g. "gpt-oss-120b"), else the name most of
+  // the published runs give it.
+  std::string name;
   int runs = 0;
   double mape = 0;
   double mean_error = 0;

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "config/accuracy.h"
 #include "workload/model.h"
 
 namespace trainsim::report {
@@ -469,18 +470,13 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
     out["memory"]["tight"] = m.tight;
   }
   if (sc.accuracy) {
-    out["accuracy"] = {{"group", sc.accuracy->group},
-                       {"runs", sc.accuracy->runs},
-                       {"mape", sc.accuracy->mape},
-                       {"mean_error", sc.accuracy->mean_error}};
+    out["accuracy"] = config::published_json(*sc.accuracy);
     if (sc.accuracy->reserved_runs > 0)
       out["memory"]["reserved_gib"] = {{"min", sc.accuracy->reserved_min * m.peak_gib},
                                        {"max", sc.accuracy->reserved_max * m.peak_gib},
                                        {"runs", sc.accuracy->reserved_runs}};
   }
-  if (const auto& a = sc.model_accuracy)
-    out["model_accuracy"] = {
-        {"key", a->key}, {"name", a->name}, {"runs", a->runs}, {"mape", a->mape}, {"mean_error", a->mean_error}};
+  if (sc.model_accuracy) out["model_accuracy"] = config::published_json(*sc.model_accuracy);
   if (const config::OptimizerSpec& o = sc.training.optimizer; o.non_default()) {
     nlohmann::json opt = {{"use_precision_aware_optimizer", o.use_precision_aware_optimizer}};
     if (o.use_precision_aware_optimizer) {

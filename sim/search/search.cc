@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "config/accuracy.h"
 #include "config/deepspeed_config.h"
 #include "hardware/compute_model.h"
 #include "parallel/step_builder.h"
@@ -964,12 +965,8 @@ nlohmann::json to_json(const Result& r, const config::Scenario& base, std::size_
            {"not_fitting", static_cast<std::int64_t>(r.ranked.size()) - r.fitting},
            {"fitting", r.fitting}}},
          {"layouts", layouts}};
-  if (const auto& a = base.accuracy)
-    out["search"]["accuracy"] = {
-        {"group", a->group}, {"runs", a->runs}, {"mape", a->mape}, {"mean_error", a->mean_error}};
-  if (const auto& a = base.model_accuracy)
-    out["search"]["model_accuracy"] = {
-        {"key", a->key}, {"name", a->name}, {"runs", a->runs}, {"mape", a->mape}, {"mean_error", a->mean_error}};
+  if (base.accuracy) out["search"]["accuracy"] = config::published_json(*base.accuracy);
+  if (base.model_accuracy) out["search"]["model_accuracy"] = config::published_json(*base.model_accuracy);
   if (r.tight) {
     const Candidate& c = r.ranked[*r.tight];
     nlohmann::json tight = layout_json(c.layout);

@@ -224,12 +224,28 @@ Outcome evaluate(const Record& r, const fs::path& data_dir, const Overrides& ove
   return out;
 }
 
+namespace {
+
+// The name of `runs` (each name's runs) with the most runs, of those in `among` if given (sorted by
+// name: the first of the most frequent); empty when none is.
+std::string most_named(const std::map<std::string, int>& runs, const std::vector<std::string>* among = nullptr) {
+  std::string best;
+  int most = 0;
+  for (const auto& [name, n] : runs)
+    if (n > most && (!among || std::find(among->begin(), among->end(), name) != among->end())) {
+      most = n;
+      best = name;
+    }
+  return best;
+}
+
+}  // namespace
+
 Summary summarize(const std::vector<Outcome>& outcomes) {
   Summary s;
   std::map<std::string, QuantitySummary> by, by_source;
   std::map<std::string, config::PublishedAccuracy> by_kind;
   std::map<std::string, config::PublishedModelAccuracy> by_model;
-  std::map<std::string, std::map<std::string, int>> model_names;  // by key: each name's runs
   auto add = [](QuantitySummary& q, const std::string& name, double error, const std::string& id) {
     q.quantity = name;
     ++q.covered;
@@ -283,7 +299,7 @@ Summary summarize(const std::vector<Outcome>& outcomes) {
           ++k.runs;
           k.mape += std::fabs(c.error());
           k.mean_error += c.error();
-          ++model_names[o.model_key][o.model_name];
+          ++s.model_run_names[o.model_key][o.model_name];
         }
       }
     }
@@ -307,17 +323,14 @@ Summary summarize(const std::vector<Outcome>& outcomes) {
     s.step_time_by_kind.push_back(k);
   }
   for (auto& [key, k] : by_model) {
-    if (k.runs < config::kMinAccuracyRuns) continue;
+    if (k.runs < config::kMinAccuracyRuns) {
+      s.model_run_names.erase(key);
+      continue;
+    }
     k.mape /= k.runs;
     k.mean_error /= k.runs;
-    int most = 0;
-    for (const auto& [name, runs] : model_names[key])  // sorted by name: the first of the most frequent
-      if (runs > most) {
-        most = runs;
-        k.name = name;
-      }
+    k.name = most_named(s.model_run_names[key]);
     s.step_time_by_model.push_back(k);
-    s.model_run_names[key] = model_names[key];
   }
   if (s.regressions.runs > 0) s.regressions.mean_error /= s.regressions.runs;
   s.memory_fill = config::memory_fill_of(std::move(fills));
@@ -329,17 +342,12 @@ void name_models_from_catalog(Summary& summary, const fs::path& data_dir) {
   for (config::PublishedModelAccuracy& k : summary.step_time_by_model) {
     const auto it = catalog.find(k.key.substr(k.key.find(':') + 1));
     if (it == catalog.end()) continue;
-    const std::map<std::string, int>& runs = summary.model_run_names[k.key];
     if (it->second.size() == 1) {
       k.name = it->second.front();
       continue;
     }
-    int most = 0;
-    for (const std::string& name : it->second)
-      if (const auto r = runs.find(name); r != runs.end() && r->second > most) {
-        most = r->second;
-        k.name = name;
-      }
+    if (const std::string named = most_named(summary.model_run_names[k.key], &it->second); !named.empty())
+      k.name = named;
   }
 }
 
