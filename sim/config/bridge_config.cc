@@ -161,6 +161,13 @@ constexpr auto kTrainKeys = std::to_array<Key>({
     {"mixed_precision.fp8", "fp8-format", Kind::value},
     {"mixed_precision.fp8_recipe", "fp8-recipe", Kind::value},
     {"mixed_precision.fp4", "fp4-format", Kind::value},
+    // FP8 parameters: the DDP's and the model's copies, which the mixed_precision section's set-up
+    // overwrites (it keeps fp8_param and fp8_param_gather together).
+    {"ddp.fp8_param_gather", "fp8-param-gather", Kind::on},
+    {"model.fp8_param_gather", "fp8-param-gather", Kind::on},
+    {"mixed_precision.fp8_param_gather", "fp8-param-gather", Kind::on},
+    {"ddp.reuse_grad_buf_for_mxfp8_param_ag", "reuse-grad-buf-for-mxfp8-param-ag", Kind::on},
+    {"mixed_precision.reuse_grad_buf_for_mxfp8_param_ag", "reuse-grad-buf-for-mxfp8-param-ag", Kind::on},
     {"model.first_last_layers_bf16", "first-last-layers-bf16", Kind::on},
     {"model.num_layers_at_start_in_bf16", "num-layers-at-start-in-bf16", Kind::value, "model.first_last_layers_bf16"},
     {"model.num_layers_at_end_in_bf16", "num-layers-at-end-in-bf16", Kind::value, "model.first_last_layers_bf16"},
@@ -495,8 +502,7 @@ class Reader {
                       softmax.Scalar()));
     gemma_layer_spec();
     for (const char* path :
-         {"mixed_precision.fp8_param_gather", "ddp.fp8_param_gather", "model.defer_embedding_wgrad_compute",
-          "model.cutedsl_fused_grouped_mlp", "model.fp8_dot_product_attention",
+         {"model.defer_embedding_wgrad_compute", "model.cutedsl_fused_grouped_mlp", "model.fp8_dot_product_attention",
           "mixed_precision.fp8_dot_product_attention", "model.use_transformer_engine_op_fuser"}) {
       const YAML::Node n = lookup(path);
       if (n.IsDefined() && n.IsScalar() && truthy(n.Scalar()))

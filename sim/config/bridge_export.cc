@@ -432,6 +432,11 @@ class Exporter {
     if (flags_.contains("--fp8-format"))
       put_flag(g, "fp8_recipe", "--fp8-recipe",
                s_.cluster.gpu.arch == hardware::Arch::blackwell ? "Blackwell: Transformer Engine's MXFP8" : "");
+    if (on("--fp8-param-gather")) {
+      put(g, "fp8_param_gather", boolean(true), "FP8 parameters (sets fp8_param too)");
+      if (on("--reuse-grad-buf-for-mxfp8-param-ag"))
+        put(g, "reuse_grad_buf_for_mxfp8_param_ag", boolean(true), "required with MXFP8");
+    }
     put_flag(g, "fp4", "--fp4-format");
     if (flags_.contains("--fp4-format")) put_flag(g, "fp4_recipe", "--fp4-recipe");
     const bool bf16_layers = on("--first-last-layers-bf16");

@@ -1261,6 +1261,16 @@ class Importer {
     }
     put(t, "training", "precision", precision, flag);
     if (precision == "fp8" && !fp8_recipe_.empty()) put(t, "training", "fp8_recipe", fp8_recipe_, "fp8-recipe");
+    // FP8 parameters, gathered in FP8 by the distributed optimizer (Megatron asserts one, or FSDP).
+    if (f_.on("fp8-param-gather")) {
+      if (precision == "fp8")
+        put(t, "training", "fp8_param_gather", true, "fp8-param-gather");
+      else
+        note("--fp8-param-gather without --fp8-format: no FP8 parameters to gather");
+    }
+    // MXFP8 parameters gathered in BF16 into the gradient buffer: what trainsim models for them.
+    if (f_.on("reuse-grad-buf-for-mxfp8-param-ag") && !f_.on("fp8-param-gather"))
+      note("--reuse-grad-buf-for-mxfp8-param-ag without --fp8-param-gather: no MXFP8 parameters to gather");
     // Megatron-Core's first and last layers kept in BF16 (its defaults: one of each).
     if (f_.on("first-last-layers-bf16")) {
       const auto start = f_.integer("num-layers-at-start-in-bf16").value_or(1);

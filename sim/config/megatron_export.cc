@@ -477,6 +477,11 @@ class Exporter {
       const bool e4m3 = recipe == config::Fp8Recipe::mxfp8 || recipe == config::Fp8Recipe::blockwise;
       add(g, "--fp8-format", {e4m3 ? "e4m3" : "hybrid"});
       add(g, "--fp8-recipe", {std::string(config::fp8_recipe_name(recipe))});
+      if (t.fp8_param_gather) {
+        add(g, "--fp8-param-gather", {}, "FP8 parameters, all-gathered in FP8 by the distributed optimizer");
+        if (recipe == config::Fp8Recipe::mxfp8)
+          add(g, "--reuse-grad-buf-for-mxfp8-param-ag", {}, "MXFP8 parameters gathered in BF16 into the grad buffer");
+      }
     }
     if (t.precision == Precision::nvfp4) {
       add(g, "--fp4-format", {"e2m1"});

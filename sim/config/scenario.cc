@@ -583,6 +583,7 @@ TrainingSpec parse_training(const util::JsonNode& node) {
                        "recompute_layers",
                        "precision",
                        "fp8_recipe",
+                       "fp8_param_gather",
                        "attention",
                        "framework",
                        "host_forward_us",
@@ -675,6 +676,13 @@ TrainingSpec parse_training(const util::JsonNode& node) {
     constexpr std::array<Fp8Recipe, 4> kRecipe = {Fp8Recipe::delayed, Fp8Recipe::tensorwise, Fp8Recipe::mxfp8,
                                                   Fp8Recipe::blockwise};
     t.fp8_recipe = kRecipe[parse_choice(*v, Choices{{"delayed", "tensorwise", "mxfp8", "blockwise"}, {}})];
+  }
+  if (auto v = node.find("fp8_param_gather")) {
+    t.fp8_param_gather = v->as_bool();
+    if (t.fp8_param_gather && t.precision != Precision::fp8)
+      v->fail("applies to precision fp8 only (Megatron-Core keeps NVFP4 weights in BF16)");
+    if (t.fp8_param_gather && (t.framework != Framework::megatron || t.deepspeed))
+      v->fail("applies to \"framework\": \"megatron\" only (Megatron-Core's FP8 parameters)");
   }
   if (auto v = node.find("torch_compile")) {
     if (t.framework != Framework::torchtitan) v->fail("applies to \"framework\": \"torchtitan\" only");
@@ -1241,6 +1249,10 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
                              "delayed scaling cannot keep layers in BF16 (Megatron-Core refuses "
                              "--first-last-layers-bf16 with it): tensorwise, mxfp8 or blockwise");
   }
+  if (s.training.fp8_param_gather && p.zero == 0)
+    throw util::InputError(file, util::join_path(training_path, "fp8_param_gather"),
+                           "needs a distributed optimizer or FSDP (parallel.zero 1 or more): Megatron-Core gathers "
+                           "FP8 parameters only there");
   if (s.training.precision == Precision::nvfp4 && s.cluster.gpu.fp4_flops <= 0)
     throw util::InputError(file, util::join_path(training_path, "precision"),
                            fmt::format("{} has no FP4 tensor cores (NVFP4 needs Blackwell)", s.cluster.gpu.name));

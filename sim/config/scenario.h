@@ -200,6 +200,12 @@ struct TrainingSpec {
   Precision precision = Precision::bf16;
   // With precision fp8 under Megatron: the recipe stated; absent, the GPU's (config::fp8_recipe).
   std::optional<Fp8Recipe> fp8_recipe;
+  // With precision fp8 under Megatron and a distributed optimizer or FSDP (zero >= 1): Megatron-Core's
+  // --fp8-param-gather (Megatron-Bridge mixed_precision.fp8_param_gather, which sets fp8_param): the
+  // FP8 layers' weights are FP8 tensors themselves, all-gathered in FP8 (under MXFP8 in BF16 into the
+  // gradient buffer, reuse_grad_buf_for_mxfp8_param_ag, and cast on arrival), and no BF16 copy is kept;
+  // without it Transformer Engine keeps cached FP8 copies beside the BF16 weights.
+  bool fp8_param_gather = false;
   // Full recompute of only the first N layers of each stage (Megatron --recompute-method block
   // --recompute-num-layers N); 0: every layer.
   std::int64_t recompute_layers = 0;

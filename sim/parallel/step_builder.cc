@@ -63,6 +63,44 @@ namespace {
 // docs/theoretical memory: 18 bytes/param with bf16, or 6 + 12/dp with ZeRO-1.
 constexpr std::int64_t kWeightBytes = 2;
 
+// Megatron's FP8 layers (precision fp8 under Megatron-Core, not LoRA's BF16 adapters): their weights
+// are what fp8_param_gather gathers in FP8.
+bool fp8_weights(const config::Scenario& sc) {
+  return config::runs_fp8_recipe(sc.training) && !sc.training.lora;
+}
+// The parameter all-gathers move the FP8 layers' weights in FP8: fp8_param_gather, but not under
+// MXFP8 (gathered in BF16, see ChunkBuckets::unit_gather_bytes).
+bool fp8_gathers(const config::Scenario& sc) {
+  return fp8_weights(sc) && sc.training.fp8_param_gather && config::fp8_recipe(sc) != config::Fp8Recipe::mxfp8;
+}
+
+// Transformer Engine's cached quantised copies of a weight beside its BF16 master, bytes per weight
+// element, where Megatron-Core runs FP8 or NVFP4 without fp8_param_gather: its linears pass
+// is_first_microbatch, so the first micro-batch's cast of each weight is kept in the module's
+// workspace for the others and the next step (transformer_engine/pytorch/module/base.py,
+// get_weight_workspace). Row-wise and column-wise copies (the column-wise one for the input-gradient
+// GEMM): per-tensor FP8 on Hopper a byte each (the transpose; Blackwell's tensor cores take either
+// layout, so one copy), MXFP8 a byte each plus an E8M0 scale per 32 elements, block scaling a byte
+// each (its scales per 128 x 128 block are negligible), NVFP4 half a byte each plus an FP8 scale per
+// 16 elements. 0 where no copy is cached: BF16, fp8_param_gather (the weights are FP8 tensors
+// themselves), FSDP units (gathered per unit, quantised per use), other frameworks.
+double cached_quantised_weight_bytes(const config::Scenario& sc) {
+  const config::TrainingSpec& t = sc.training;
+  if (t.framework != config::Framework::megatron || t.deepspeed || sc.parallel.fsdp_units()) return 0;
+  if (t.precision == config::Precision::nvfp4) return 2 * (0.5 + 1.0 / 16);
+  if (t.precision != config::Precision::fp8 || t.fp8_param_gather) return 0;
+  switch (config::fp8_recipe(sc)) {
+    case config::Fp8Recipe::mxfp8:
+      return 2 * (1 + 1.0 / 32);
+    case config::Fp8Recipe::blockwise:
+      return 2;
+    case config::Fp8Recipe::delayed:
+    case config::Fp8Recipe::tensorwise:
+      break;
+  }
+  return sc.cluster.gpu.arch == hardware::Arch::blackwell ? 1 : 2;
+}
+
 constexpr std::int64_t state_dtype_bytes(config::StateDtype d) {
   switch (d) {
     case config::StateDtype::fp32:
@@ -183,7 +221,9 @@ StaticMemory static_memory(const config::Scenario& sc, const StagePlan& stage) {
   // A mixture of experts' routed experts are sharded over the expert data-parallel ranks.
   m.weights = ((par.fsdp_units() ? shard(params, shard_ranks) + shard(expert_params, edp) : params + expert_params) +
                stage.frozen_params_per_rank) *
-              weight_bytes;
+                  weight_bytes +
+              static_cast<std::int64_t>(std::llround(static_cast<double>(stage.quantised_params_per_rank) *
+                                                     cached_quantised_weight_bytes(sc)));
   m.gradients =
       (par.zero >= 2 ? shard(params, shard_ranks) + shard(expert_params, edp) : params + expert_params) * grad_bytes;
   m.optimizer = (m.opt_params - m.cpu_params) * optimizer_bytes;
@@ -1366,10 +1406,12 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   const double bucket_limit = par.dp_bucket_mb > 0 ? par.dp_bucket_mb * 1e6 / static_cast<double>(grad_bytes)
                                                    : std::max(40e6, 1e6 * static_cast<double>(dp));
   struct ChunkBuckets {
-    std::vector<std::int64_t> unit_params;  // backward order: [head], layers last to first, [embedding]
+    std::vector<std::int64_t> unit_params;        // backward order: [head], layers last to first, [embedding]
+    std::vector<std::int64_t> unit_gather_bytes;  // each unit's bytes in a parameter all-gather
     std::vector<std::size_t> bucket_of;
     std::vector<bool> closes_bucket;
     std::vector<std::int64_t> bucket_params;
+    std::vector<std::int64_t> bucket_gather_bytes;
     std::vector<std::optional<Dep>> gathered;
     std::size_t first_bucket_id = 0;  // for labels
   };
@@ -1380,9 +1422,13 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     cb.first_bucket_id = bucket_ids;
     double acc = 0;
     for (std::size_t u = 0; u < cb.unit_params.size(); ++u) {
-      if (acc == 0) cb.bucket_params.push_back(0);
+      if (acc == 0) {
+        cb.bucket_params.push_back(0);
+        cb.bucket_gather_bytes.push_back(0);
+      }
       cb.bucket_of[u] = cb.bucket_params.size() - 1;
       cb.bucket_params.back() += cb.unit_params[u];
+      cb.bucket_gather_bytes.back() += cb.unit_gather_bytes[u];
       acc += static_cast<double>(cb.unit_params[u]);
       const bool end = u + 1 == cb.unit_params.size();
       // FSDP (zero 3, zero 2 per_unit) reduces each unit (a layer, the embedding, the output layer)
@@ -1395,19 +1441,41 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     bucket_ids += cb.bucket_params.size();
     cb.gathered.resize(cb.bucket_params.size());
   };
+  // A unit's bytes in a parameter all-gather: BF16, but with fp8_param_gather the FP8 layers' weights
+  // (not the embedding, the output layer or the layers kept in BF16) in FP8, one byte, except under
+  // MXFP8, whose parameters Megatron-Core gathers in BF16 into the gradient buffer and casts on
+  // arrival (reuse_grad_buf_for_mxfp8_param_ag). The norms, biases and router of an FP8 layer are
+  // counted with its weights (under 1% of them).
+  const std::int64_t fp8_gather_bytes = fp8_gathers(sc) ? 1 : kWeightBytes;
+  auto gather_bytes_of = [&](std::int64_t unit_params, std::int64_t fp8_params) {
+    return unit_params * kWeightBytes - fp8_params * (kWeightBytes - fp8_gather_bytes);
+  };
+  auto add_unit = [&](ChunkBuckets& cb, std::int64_t unit_params, bool fp8) {
+    cb.unit_params.push_back(unit_params);
+    cb.unit_gather_bytes.push_back(gather_bytes_of(unit_params, fp8 ? unit_params : 0));
+  };
+  // The multi-token prediction layers in the head unit run FP8 like the other layers.
+  const std::int64_t mtp_fp8_params =
+      stage.has_head && fp8_weights(sc) ? sc.model.mtp_layers * workload::layer_params_per_rank(sc.model, par.tp) : 0;
   std::vector<ChunkBuckets> chunks(static_cast<std::size_t>(v));
   std::vector<ChunkBuckets> expert_chunks(moe ? static_cast<std::size_t>(v) : 0);
   for (std::int64_t c = 0; c < v; ++c) {
     ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
-    if (has_head(c)) cb.unit_params.push_back(head_params);
-    for (std::int64_t l = chunk_layers(c) - 1; l >= 0; --l) cb.unit_params.push_back(unit_layer_params(c, l));
-    if (has_embedding(c)) cb.unit_params.push_back(emb_params);
+    if (has_head(c)) {
+      cb.unit_params.push_back(head_params);
+      cb.unit_gather_bytes.push_back(gather_bytes_of(head_params, mtp_fp8_params));
+    }
+    for (std::int64_t l = chunk_layers(c) - 1; l >= 0; --l)
+      add_unit(cb, unit_layer_params(c, l), fp8_weights(sc) && !bf16_kind(kind_of(c, l)));
+    if (has_embedding(c)) add_unit(cb, emb_params, false);
     fill_buckets(cb, overlap_grad);
     const std::int64_t expert_units = moe_layers_in(c) + (has_head(c) ? mtp_experts : 0);
     if (moe && expert_units > 0) {
       ChunkBuckets& eb = expert_chunks[static_cast<std::size_t>(c)];
-      if (has_head(c) && mtp_experts > 0) eb.unit_params.push_back(mtp_experts * layer_expert_params);
-      eb.unit_params.insert(eb.unit_params.end(), static_cast<std::size_t>(moe_layers_in(c)), layer_expert_params);
+      if (has_head(c) && mtp_experts > 0) add_unit(eb, mtp_experts * layer_expert_params, fp8_weights(sc));
+      for (std::int64_t l = chunk_layers(c) - 1; l >= 0; --l)
+        if (kind_has_experts(sc, kind_of(c, l)))
+          add_unit(eb, layer_expert_params, fp8_weights(sc) && !bf16_kind(kind_of(c, l)));
       fill_buckets(eb, overlap_expert_grad);
     }
   }
@@ -1482,9 +1550,8 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   auto issue_gathers = [&](std::vector<ChunkBuckets>& buffers, std::uint8_t slot, const char* name) {
     for (ChunkBuckets& cb : buffers)
       for (std::size_t b = cb.bucket_params.size(); b-- > 0;)
-        cb.gathered[b] =
-            w.side(dp_collective(network::CollectiveOp::all_gather, slot, cb.bucket_params[b] * kWeightBytes,
-                                 fmt::format("{} bucket {}", name, cb.first_bucket_id + b)));
+        cb.gathered[b] = w.side(dp_collective(network::CollectiveOp::all_gather, slot, cb.bucket_gather_bytes[b],
+                                              fmt::format("{} bucket {}", name, cb.first_bucket_id + b)));
   };
   if (overlap_gather) issue_gathers(chunks, kDpGroup, "param_all_gather");
   if (overlap_expert_gather) issue_gathers(expert_chunks, kEdpGroup, "expert_param_all_gather");
@@ -1551,7 +1618,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   // all-gather).
   const bool fp8_gather = titan && sc.training.precision == config::Precision::fp8;
   auto gather_bytes = [&](std::int64_t c, std::size_t u) {
-    const std::int64_t bytes = chunks[static_cast<std::size_t>(c)].unit_params[u] * kWeightBytes;
+    const std::int64_t bytes = chunks[static_cast<std::size_t>(c)].unit_gather_bytes[u];
     const std::size_t first_layer = has_head(c) ? 1 : 0;
     const bool layer = u >= first_layer && u < first_layer + static_cast<std::size_t>(chunk_layers(c));
     return fp8_gather && layer ? workload::torchtitan_block_gather_bytes(sc.model, par.tp, true) : bytes;
@@ -1560,7 +1627,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   // data-parallel group, after the unit's other parameters on the same stream.
   auto expert_gather_bytes = [&](std::int64_t c, std::size_t u) -> std::int64_t {
     const auto eu = expert_unit(c, u);
-    return eu && edp_intra > 1 ? expert_chunks[static_cast<std::size_t>(c)].unit_params[*eu] * kWeightBytes : 0;
+    return eu && edp_intra > 1 ? expert_chunks[static_cast<std::size_t>(c)].unit_gather_bytes[*eu] : 0;
   };
   auto gather = [&](std::int64_t c, std::size_t u) {
     auto& slot = step_gather ? step_gathers[static_cast<std::size_t>(c)][u] : pass_gathers[u];
@@ -2034,10 +2101,17 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     w.after(*cpu_step);
     w.release(0, kOptimizer, "optimizer_cpu_offload done");
   }
+  auto all_gather_bytes = [](const std::vector<ChunkBuckets>& buffers) {
+    std::int64_t bytes = 0;
+    for (const ChunkBuckets& cb : buffers)
+      for (const std::int64_t b : cb.bucket_gather_bytes) bytes += b;
+    return bytes;
+  };
   if (dp > 1 && par.zero >= 1 && !par.fsdp_units() && !overlap_gather)
-    w.add(dp_collective(network::CollectiveOp::all_gather, kDpGroup, params * kWeightBytes, "param_all_gather"), true);
+    w.add(dp_collective(network::CollectiveOp::all_gather, kDpGroup, all_gather_bytes(chunks), "param_all_gather"),
+          true);
   if (edp > 1 && par.zero >= 1 && !par.fsdp_units() && !overlap_expert_gather && expert_params > 0)
-    w.add(dp_collective(network::CollectiveOp::all_gather, kEdpGroup, expert_params * kWeightBytes,
+    w.add(dp_collective(network::CollectiveOp::all_gather, kEdpGroup, all_gather_bytes(expert_chunks),
                         "expert_param_all_gather"),
           true);
 
@@ -2415,11 +2489,12 @@ StagePlan plan_stage(const config::Scenario& sc, std::int64_t s, const StepWorkl
   // Per kind of layer: a MoE model's dense first layers have their dense MLP and no experts; a
   // hybrid model's blocks their own parameters, its 'E' blocks the experts.
   std::array<std::int64_t, kLayerKinds> count{};
-  std::int64_t expert_layers = 0;
+  std::int64_t expert_layers = 0, fp8_expert_layers = 0;
   for (std::int64_t c = 0; c < st.chunks; ++c)
     for (LayerKind k : chunk_kinds(sc, s, c)) {
       ++count[k];
       if (kind_has_experts(sc, k)) ++expert_layers;
+      if (kind_has_experts(sc, k) && !bf16_kind(k)) ++fp8_expert_layers;
     }
   st.params_per_rank = 0;
   for (std::size_t k = 0; k < kLayerKinds; ++k)
@@ -2432,6 +2507,19 @@ StagePlan plan_stage(const config::Scenario& sc, std::int64_t s, const StepWorkl
                                                  workload::layer_params_per_rank(sc.model, par.tp));
     st.expert_params_per_rank +=
         sc.model.mtp_layers * workload::layer_expert_params_per_rank(sc.model, par.ep, par.etp);
+  }
+  // The weights of the layers that run FP8 or NVFP4 (not those kept in BF16), their experts and
+  // the multi-token prediction layers: what Transformer Engine caches quantised copies of.
+  if (sc.training.precision == config::Precision::fp8 || sc.training.precision == config::Precision::nvfp4) {
+    for (std::size_t k = 0; k < kLayerKinds; ++k)
+      if (count[k] > 0 && !bf16_kind(static_cast<LayerKind>(k)))
+        st.quantised_params_per_rank += count[k] * kind_layer_params(sc, static_cast<LayerKind>(k));
+    st.quantised_params_per_rank +=
+        fp8_expert_layers * workload::layer_expert_params_per_rank(sc.model, par.ep, par.etp);
+    if (st.has_head)
+      st.quantised_params_per_rank +=
+          sc.model.mtp_layers * (workload::layer_params_per_rank(sc.model, par.tp) +
+                                 workload::layer_expert_params_per_rank(sc.model, par.ep, par.etp));
   }
   // Tied embeddings or multi-token prediction: with pp > 1 the last stage keeps its own copy of the
   // embedding (the output layer's weight, or the modules' token embedding), kept in sync by the

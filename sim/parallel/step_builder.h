@@ -85,6 +85,10 @@ struct StagePlan {
   // LoRA: the frozen base model's parameters on the rank (weights only, no gradient or optimizer
   // state); params_per_rank then counts the trained adapters.
   std::int64_t frozen_params_per_rank = 0;
+  // With precision fp8 or nvfp4: the weights on the rank that run quantised (the FP8 or NVFP4 layers,
+  // their experts, the multi-token prediction layers; not the embedding, the output layer or the
+  // layers kept in BF16), whose quantised copies Transformer Engine caches.
+  std::int64_t quantised_params_per_rank = 0;
   std::int64_t host_offload_bytes = 0;  // activation offloading: pinned host memory one rank fills
   // The rank's kernels in one step, seconds by KernelKind: GEMMs (linear layers, grouped experts,
   // the softmax path's batched ones), fused attention, memory-bound kernels (norms, activations,

@@ -420,6 +420,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
   if (!sc.training.moe_grouped_gemm) out["scenario"]["moe_grouped_gemm"] = false;
   if (config::runs_fp8_recipe(sc.training))
     out["scenario"]["fp8_recipe"] = config::fp8_recipe_name(config::fp8_recipe(sc));
+  if (sc.training.fp8_param_gather) out["scenario"]["fp8_param_gather"] = true;
   if (sc.training.framework == config::Framework::torchtitan) {
     out["scenario"]["torch_compile"] = sc.training.torch_compile;
     out["scenario"]["torch_compile_loss"] = sc.training.torch_compile_loss;
@@ -639,8 +640,9 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   if (const std::vector<std::string> scopes = config::graph_scope_names(sc.training); !scopes.empty())
     out += fmt::format("CUDA graphs   {}\n", fmt::join(scopes, ", "));
   if (config::runs_fp8_recipe(sc.training))
-    out += fmt::format("FP8 recipe    {}{}\n", config::fp8_recipe_name(config::fp8_recipe(sc)),
-                       sc.training.fp8_recipe ? "" : " (the GPU's default)");
+    out += fmt::format("FP8 recipe    {}{}{}\n", config::fp8_recipe_name(config::fp8_recipe(sc)),
+                       sc.training.fp8_recipe ? "" : " (the GPU's default)",
+                       sc.training.fp8_param_gather ? ", FP8 parameters (fp8_param_gather)" : "");
   if (const auto a = sc.training.bf16_layers_at_start, z = sc.training.bf16_layers_at_end; a + z > 0)
     out += fmt::format("BF16 layers   {} of {} layers run their GEMMs in BF16 ({} first, {} last)\n", a + z,
                        sc.model.layers, a, z);

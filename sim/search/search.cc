@@ -140,6 +140,8 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
     t["precision"] = report::precision_name(l.precision);
   // The scenario's FP8 recipe goes with the FP8 layouts only, its BF16 layers with FP8 and NVFP4.
   if (l.precision != config::Precision::fp8) t.erase("fp8_recipe");
+  // Its FP8 parameters too, which need a distributed optimizer or FSDP.
+  if (l.precision != config::Precision::fp8 || l.zero < 1) t.erase("fp8_param_gather");
   if (l.precision != config::Precision::fp8 && l.precision != config::Precision::nvfp4) {
     t.erase("bf16_layers_at_start");
     t.erase("bf16_layers_at_end");

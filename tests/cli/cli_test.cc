@@ -291,6 +291,20 @@ TEST_CASE("an nvfp4 run reports MFU against the FP4 peak and beats fp8") {
   CHECK(a["mfu"].get<double>() == Approx(a["model_tflops_per_gpu"].get<double>() / 10000));
 }
 
+TEST_CASE("FP8 parameters show on the FP8 recipe line and in --json") {
+  const std::string cmd =
+      "run configs/llama3.1-70b-h100-1024.json --set training.precision=fp8 --set training.fp8_param_gather=true";
+  Result text = run(cmd);
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("FP8 recipe    delayed (the GPU's default), FP8 parameters (fp8_param_gather)\n") !=
+        std::string::npos);
+  Result js = run(cmd + " --json");
+  REQUIRE(js.code == 0);
+  CHECK(nlohmann::json::parse(js.out)["scenario"]["fp8_param_gather"] == true);
+  Result plain = run("run configs/llama3.1-70b-h100-1024.json --set training.precision=fp8 --json");
+  CHECK_FALSE(nlohmann::json::parse(plain.out)["scenario"].contains("fp8_param_gather"));
+}
+
 // LoRA on linear_qkv of Llama 3.1 8B at tp 2 · pp 2 · dp 4 (zero 1): a rank of stage 0 (16 layers)
 // holds the frozen base weights and the adapters, each layer's A (4096 x 32) and B (32 x the rank's
 // QKV width, (4096 + 2 x 1024) / 2 = 3072); gradients (fp32) and optimizer states (12 bytes, sharded

@@ -217,6 +217,22 @@ TEST_CASE("Megatron-Bridge's op fuser and FP8 attention are notes when on") {
   CHECK_FALSE(noted("model.fp8_dot_product_attention"));
 }
 
+// FP8 parameters: mixed_precision's fp8_param_gather (which its set-up copies over the DDP's and the
+// model's) with MXFP8's reuse of the gradient buffer; the DDP's key where there is no such section.
+TEST_CASE("Megatron-Bridge's fp8_param_gather reads as training.fp8_param_gather") {
+  CHECK_FALSE(import(kMoe).scenario["training"].contains("fp8_param_gather"));
+  std::string yaml = kMoe;
+  yaml.replace(yaml.find("  fp4: null\n"), 0, "  fp8_param_gather: true\n  reuse_grad_buf_for_mxfp8_param_ag: true\n");
+  const ImportedScenario on = import(yaml);
+  CHECK(on.scenario["training"]["fp8_param_gather"] == true);
+  CHECK(on.origin.at("training.fp8_param_gather") == "line 16: mixed_precision.fp8_param_gather");
+  // The section's false wins over the DDP's true.
+  std::string off = kMoe;
+  off.replace(off.find("  fp4: null\n"), 0, "  fp8_param_gather: false\n");
+  off.replace(off.find("  use_megatron_fsdp: false\n"), 0, "  fp8_param_gather: true\n");
+  CHECK_FALSE(import(off).scenario["training"].contains("fp8_param_gather"));
+}
+
 TEST_CASE("Megatron-Bridge keys: layouts as lists, dtypes as torch objects, errors naming the key and line") {
   const std::string base = R"(model:
   num_layers: 4

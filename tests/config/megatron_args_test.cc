@@ -360,6 +360,24 @@ TEST_CASE("--fp8-recipe: training.fp8_recipe for the recipes trainsim models, a 
              .contains("fp8_recipe"));
 }
 
+TEST_CASE("--fp8-param-gather: training.fp8_param_gather under FP8, a note without it") {
+  const std::string cmd =
+      "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 --num-attention-heads 32 "
+      "--swiglu --vocab-size 32000 --seq-length 4096 --bf16 --use-distributed-optimizer --fp8-param-gather";
+  const auto fp8 = import(cmd + " --fp8-format hybrid");
+  CHECK(fp8.scenario["training"]["fp8_param_gather"] == true);
+  CHECK(parse(fp8).training.fp8_param_gather);
+  CHECK(fp8.not_modelled.empty());
+  // MXFP8 parameters gathered in BF16 into the gradient buffer: what the scenario models for them.
+  const auto mx = import(cmd + " --fp8-format e4m3 --fp8-recipe mxfp8 --reuse-grad-buf-for-mxfp8-param-ag");
+  CHECK(mx.scenario["training"]["fp8_param_gather"] == true);
+  CHECK(mx.not_modelled.empty());
+  const auto bf16 = import(cmd);
+  CHECK(!bf16.scenario["training"].contains("fp8_param_gather"));
+  CHECK(
+      std::ranges::any_of(bf16.notes, [](const std::string& n) { return n.find("--fp8-param-gather without") == 0; }));
+}
+
 TEST_CASE("--num-distributed-optimizer-instances: the distributed optimizer's instances") {
   const std::string cmd =
       "torchrun --nproc-per-node 8 --nnodes 4 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "

@@ -198,6 +198,24 @@ TEST_CASE("a stated FP8 recipe comes back from the script, with the format it ne
   CHECK(script.find("--fp8-recipe blockwise") != std::string::npos);
 }
 
+TEST_CASE("FP8 parameters come back from the script, MXFP8's with the gradient buffer they are gathered into") {
+  for (const char* cluster : {"dgx-h100", "dgx-b200"}) {
+    INFO(cluster);
+    nlohmann::json doc = nlohmann::json::parse(R"({
+      "model": "llama3.1-8b", "gpus": 16, "parallel": {"zero": 1},
+      "training": {"global_batch": 16, "seq_len": 4096, "precision": "fp8", "fp8_param_gather": true}})");
+    doc["cluster"] = cluster;
+    const Scenario original = parse(doc, "s.json");
+    std::string script;
+    const Scenario back = round_trip(doc, original, &script);
+    CHECK(describe(back) == describe(expected_after_round_trip(original)));
+    CHECK(back.training.fp8_param_gather);
+    CHECK(script.find("--fp8-param-gather") != std::string::npos);
+    CHECK((script.find("--reuse-grad-buf-for-mxfp8-param-ag") != std::string::npos) ==
+          (std::string(cluster) == "dgx-b200"));
+  }
+}
+
 TEST_CASE("distributed optimizer instances come back from the script") {
   const nlohmann::json doc = nlohmann::json::parse(R"({
     "model": "llama3.1-8b", "cluster": "dgx-h100", "gpus": 32,

@@ -73,6 +73,7 @@ inline std::string describe(const Scenario& s) {
   out += fmt::format("deepspeed {} grad all-reduce {}\n", t.deepspeed, p.zero1_grad_all_reduce);
   // The recipe the scenario runs (stated, or the GPU's: an export states the default explicitly).
   if (config::runs_fp8_recipe(t)) out += fmt::format("fp8 recipe {}\n", config::fp8_recipe_name(config::fp8_recipe(s)));
+  if (t.fp8_param_gather) out += "fp8 param gather\n";
   out += fmt::format("fusions: grad accumulation {} moe router {} moe permute {} moe grouped gemm {}\n",
                      t.gradient_accumulation_fusion, t.moe_router_fusion, t.moe_permute_fusion, t.moe_grouped_gemm);
   out += fmt::format("optimizer {} {} {} {} {} {} {} {}\n", o.use_precision_aware_optimizer,

@@ -366,7 +366,7 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
        "moe_shared_expert_overlap, scatter_gather_tensors_in_pipeline)"},
       {[](json& d) { d["training"]["learning_rate"] = 3e-4; }, "training.learning_rate",
        "unknown key (expected one of: micro_batch, global_batch, seq_len, recompute, recompute_layers, precision, "
-       "fp8_recipe, attention, framework, host_forward_us, host_backward_us, grad_reduce_in_fp32, "
+       "fp8_recipe, fp8_param_gather, attention, framework, host_forward_us, host_backward_us, grad_reduce_in_fp32, "
        "gradient_accumulation_fusion, "
        "moe_router_fusion, moe_permute_fusion, moe_grouped_gemm, cross_entropy, "
        "recompute_modules, cpu_offload_layers, offload_modules, host_overhead, cuda_graph_scope, host_cost_scale, "

@@ -2871,3 +2871,78 @@ TEST_CASE("fine-grained offloading is refused where Megatron-Core refuses it") {
         "test.json: training.offload_modules: needs schedule 1f1b or interleaved (Megatron-Core's pipeline schedules)");
   CHECK(refusal(fine_offload_scenario(50, nlohmann::json::array())) == "accepted");
 }
+
+TEST_CASE("fp8_param_gather: FP8 weights gathered in a byte, and no cached FP8 copies beside BF16 weights") {
+  // 16 layers on one stage of 16 data-parallel ranks with the distributed optimizer, FP8 on H100
+  // (delayed scaling). Without fp8_param_gather Transformer Engine keeps each FP8 layer weight's
+  // row-wise and transposed FP8 copies (2 bytes) beside the BF16 weight (2 bytes); with it the
+  // weight is the FP8 tensor itself (its data and transpose, 2 bytes), and the distributed
+  // optimizer's all-gather moves the layers' weights in one byte, the embedding and output layer
+  // in two.
+  auto j = base(16, 1, 1, 16);
+  j["parallel"]["zero"] = 1;
+  j["training"]["precision"] = "fp8";
+  auto on = j;
+  on["training"]["fp8_param_gather"] = true;
+  const auto sc = scenario(j);
+  const std::int64_t layers = 16 * workload::layer_params_per_rank(sc.model, 1);
+  const std::int64_t params =
+      layers + workload::embedding_params_per_rank(sc.model, 1) + workload::head_params_per_rank(sc.model, 1);
+  const auto off_r = parallel::simulate_step(sc);
+  const auto on_r = parallel::simulate_step(scenario(on));
+  CHECK(off_r.memory[0].peak_breakdown_bytes[parallel::kWeights] == 2 * params + 2 * layers);
+  CHECK(on_r.memory[0].peak_breakdown_bytes[parallel::kWeights] == 2 * params);
+  auto gathered = [](const nlohmann::json& doc) {
+    const auto s = scenario(doc);
+    hardware::ComputeModel cm(s.cluster.gpu);
+    const auto plan = parallel::build_step(s, cm);
+    std::int64_t bytes = 0;
+    for (const auto& t : plan.programs[0].stream(parallel::kDpComm))
+      if (plan.programs[0].label_name(t.label).rfind("param_all_gather", 0) == 0) bytes += t.bytes;
+    return bytes;
+  };
+  CHECK(gathered(j) == 2 * params);
+  CHECK(gathered(on) == 2 * params - layers);
+  CHECK(on_r.step_time_s < off_r.step_time_s);
+  // Layers kept in BF16 keep BF16 weights: neither cached nor gathered in FP8.
+  auto bf16_ends = on;
+  bf16_ends["training"]["fp8_recipe"] = "tensorwise";
+  bf16_ends["training"]["bf16_layers_at_start"] = 2;
+  bf16_ends["training"]["bf16_layers_at_end"] = 2;
+  CHECK(gathered(bf16_ends) == 2 * params - 12 * workload::layer_params_per_rank(sc.model, 1));
+
+  // MXFP8 on B200: gathered in BF16 (into the gradient buffer) either way; off, the cached copies are
+  // row-wise and column-wise, a byte each plus an E8M0 scale per 32 elements.
+  auto mx = j;
+  mx["cluster"] = "dgx-b200";
+  auto mx_on = mx;
+  mx_on["training"]["fp8_param_gather"] = true;
+  CHECK(gathered(mx) == 2 * params);
+  CHECK(gathered(mx_on) == 2 * params);
+  CHECK(parallel::simulate_step(scenario(mx)).memory[0].peak_breakdown_bytes[parallel::kWeights] ==
+        2 * params + std::llround(static_cast<double>(layers) * 2 * (1 + 1.0 / 32)));
+  CHECK(parallel::simulate_step(scenario(mx_on)).memory[0].peak_breakdown_bytes[parallel::kWeights] == 2 * params);
+  // Per-tensor FP8 on Blackwell: its tensor cores take either layout, one cached copy.
+  auto cs = mx;
+  cs["training"]["fp8_recipe"] = "tensorwise";
+  CHECK(parallel::simulate_step(scenario(cs)).memory[0].peak_breakdown_bytes[parallel::kWeights] ==
+        2 * params + layers);
+
+  // NVFP4 (no FP4 parameters in Megatron-Core): half a byte each way plus an FP8 scale per 16.
+  auto fp4 = mx;
+  fp4["training"]["precision"] = "nvfp4";
+  CHECK(parallel::simulate_step(scenario(fp4)).memory[0].peak_breakdown_bytes[parallel::kWeights] ==
+        2 * params + std::llround(static_cast<double>(layers) * 2 * (0.5 + 1.0 / 16)));
+
+  // Refused where Megatron has no FP8 parameters to gather.
+  auto bf16 = on;
+  bf16["training"]["precision"] = "bf16";
+  CHECK(refusal(bf16) ==
+        "test.json: training.fp8_param_gather: applies to precision fp8 only (Megatron-Core keeps NVFP4 weights in "
+        "BF16)");
+  auto ddp = on;
+  ddp["parallel"]["zero"] = 0;
+  CHECK(refusal(ddp) ==
+        "test.json: training.fp8_param_gather: needs a distributed optimizer or FSDP (parallel.zero 1 or more): "
+        "Megatron-Core gathers FP8 parameters only there");
+}
