@@ -640,9 +640,11 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   if (const std::vector<std::string> scopes = config::graph_scope_names(sc.training); !scopes.empty())
     out += fmt::format("CUDA graphs   {}\n", fmt::join(scopes, ", "));
   if (config::runs_fp8_recipe(sc.training))
-    out += fmt::format("FP8 recipe    {}{}{}\n", config::fp8_recipe_name(config::fp8_recipe(sc)),
+    out += fmt::format("FP8 recipe    {}{}, {}\n", config::fp8_recipe_name(config::fp8_recipe(sc)),
                        sc.training.fp8_recipe ? "" : " (the GPU's default)",
-                       sc.training.fp8_param_gather ? ", FP8 parameters (fp8_param_gather)" : "");
+                       sc.training.fp8_param_gather ? "FP8 parameters (fp8_param_gather)"
+                       : sc.parallel.fsdp_units()   ? "BF16 parameters"
+                                                    : "BF16 parameters with cached FP8 copies");
   if (const auto a = sc.training.bf16_layers_at_start, z = sc.training.bf16_layers_at_end; a + z > 0)
     out += fmt::format("BF16 layers   {} of {} layers run their GEMMs in BF16 ({} first, {} last)\n", a + z,
                        sc.model.layers, a, z);

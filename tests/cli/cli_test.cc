@@ -303,6 +303,9 @@ TEST_CASE("FP8 parameters show on the FP8 recipe line and in --json") {
   CHECK(nlohmann::json::parse(js.out)["scenario"]["fp8_param_gather"] == true);
   Result plain = run("run configs/llama3.1-70b-h100-1024.json --set training.precision=fp8 --json");
   CHECK_FALSE(nlohmann::json::parse(plain.out)["scenario"].contains("fp8_param_gather"));
+  CHECK(run("run configs/llama3.1-70b-h100-1024.json --set training.precision=fp8")
+            .out.find("FP8 recipe    delayed (the GPU's default), BF16 parameters with cached FP8 copies\n") !=
+        std::string::npos);
 }
 
 // LoRA on linear_qkv of Llama 3.1 8B at tp 2 · pp 2 · dp 4 (zero 1): a rank of stage 0 (16 layers)
