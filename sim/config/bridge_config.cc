@@ -133,6 +133,11 @@ constexpr auto kKeys = std::to_array<Key>({
     {"comm_overlap.overlap_moe_expert_parallel_comm", "overlap-moe-expert-parallel-comm", Kind::on,
      "model.num_moe_experts"},
     {"comm_overlap.delay_wgrad_compute", "delay-wgrad-compute", Kind::on, "model.num_moe_experts"},
+    {"model.defer_embedding_wgrad_compute", "defer-embedding-wgrad-compute", Kind::on},
+    {"model.wgrad_deferral_limit", "wgrad-deferral-limit", Kind::value, "model.defer_embedding_wgrad_compute"},
+    {"comm_overlap.defer_embedding_wgrad_compute", "defer-embedding-wgrad-compute", Kind::on},
+    {"comm_overlap.wgrad_deferral_limit", "wgrad-deferral-limit", Kind::value,
+     "comm_overlap.defer_embedding_wgrad_compute"},
     {"optimizer.optimizer", "optimizer", Kind::value},
     {"optimizer.use_precision_aware_optimizer", "use-precision-aware-optimizer", Kind::on},
     {"optimizer.main_params_dtype", "main-params-dtype", Kind::dtype},
@@ -501,9 +506,8 @@ class Reader {
                       "time is a plain softmax's)",
                       softmax.Scalar()));
     gemma_layer_spec();
-    for (const char* path :
-         {"model.defer_embedding_wgrad_compute", "model.cutedsl_fused_grouped_mlp", "model.fp8_dot_product_attention",
-          "mixed_precision.fp8_dot_product_attention", "model.use_transformer_engine_op_fuser"}) {
+    for (const char* path : {"model.cutedsl_fused_grouped_mlp", "model.fp8_dot_product_attention",
+                             "mixed_precision.fp8_dot_product_attention", "model.use_transformer_engine_op_fuser"}) {
       const YAML::Node n = lookup(path);
       if (n.IsDefined() && n.IsScalar() && truthy(n.Scalar()))
         notes_.push_back(fmt::format("{} is on: not modelled", path));

@@ -386,6 +386,11 @@ class Exporter {
       put(c, "overlap_moe_expert_parallel_comm", boolean(moe_a2a_overlap_));
       put(c, "delay_wgrad_compute", boolean(delay_wgrad_));
     }
+    if (on("--defer-embedding-wgrad-compute")) {
+      put(c, "defer_embedding_wgrad_compute", boolean(true), "the output layer's weight gradients in the flush");
+      const auto limit = take("--wgrad-deferral-limit");
+      put(c, "wgrad_deferral_limit", scalar(limit && !limit->empty() ? limit->front() : "0"), "0: every micro-batch");
+    }
     put(optimizer_, "use_distributed_optimizer", boolean(distributed));
   }
 

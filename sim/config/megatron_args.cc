@@ -633,6 +633,15 @@ class Importer {
     if (f_.on("overlap-moe-expert-parallel-comm"))
       put(p, "parallel", "moe_a2a_overlap", true, "overlap-moe-expert-parallel-comm");
     if (f_.on("delay-wgrad-compute")) put(p, "parallel", "delay_wgrad_compute", true, "delay-wgrad-compute");
+    // The output layer's weight gradients in the pipeline's flush (Megatron-Core refuses it without
+    // pipeline parallelism).
+    if (f_.on("defer-embedding-wgrad-compute")) {
+      put(p, "parallel", "defer_embedding_wgrad_compute", true, "defer-embedding-wgrad-compute");
+      if (auto limit = f_.integer("wgrad-deferral-limit"); limit && *limit != 0)
+        put(p, "parallel", "wgrad_deferral_limit", *limit, "wgrad-deferral-limit");
+    } else if (f_.get("wgrad-deferral-limit") != nullptr) {
+      note("--wgrad-deferral-limit without --defer-embedding-wgrad-compute: nothing is deferred");
+    }
   }
 
   // Megatron's default MLP width when --ffn-hidden-size is not given: 4h, or with SwiGLU two thirds

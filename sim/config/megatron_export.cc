@@ -424,6 +424,11 @@ class Exporter {
           "parallel.scatter_gather_tensors_in_pipeline: Megatron-Core sends every tensor-parallel rank the whole "
           "hidden states between pipeline stages (the scatter and gather of Megatron-LM 2021-2022 is gone); the "
           "script runs without it");
+    if (p.defer_embedding_wgrad) {
+      add(g, "--defer-embedding-wgrad-compute", {}, "the output layer's weight gradients in the pipeline's flush");
+      if (p.wgrad_deferral_limit > 0)
+        add(g, "--wgrad-deferral-limit", {num(p.wgrad_deferral_limit)}, "of the first N micro-batches");
+    }
     if (m_.moe()) {
       if (p.moe_flex_dispatch())
         add(g, "--moe-token-dispatcher-type", {"flex"}, "DeepEP or HybridEP");

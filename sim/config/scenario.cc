@@ -261,6 +261,8 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
                        "tp_comm_overlap",
                        "moe_a2a_overlap",
                        "delay_wgrad_compute",
+                       "defer_embedding_wgrad_compute",
+                       "wgrad_deferral_limit",
                        "moe_token_dispatcher",
                        "moe_expert_capacity_factor",
                        "moe_pad_expert_input_to_capacity",
@@ -386,6 +388,11 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
     p.delay_wgrad_compute = v->as_bool();
     if (p.delay_wgrad_compute && !p.moe_a2a_overlap)
       v->fail("needs moe_a2a_overlap (Megatron-Core delays the experts' weight gradients within combined 1F1B)");
+  }
+  if (auto v = node.find("defer_embedding_wgrad_compute")) p.defer_embedding_wgrad = v->as_bool();
+  if (auto v = node.find("wgrad_deferral_limit")) {
+    p.wgrad_deferral_limit = v->as_nonnegative_int();
+    if (!p.defer_embedding_wgrad) v->fail("applies to defer_embedding_wgrad_compute true only");
   }
   if (auto v = node.find("moe_token_dispatcher"))
     p.moe_dispatcher = static_cast<MoeDispatcher>(parse_choice(*v, Choices{{"alltoall", "allgather", "flex"}, {}}));
@@ -1248,6 +1255,22 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
       throw util::InputError(file, key,
                              "delayed scaling cannot keep layers in BF16 (Megatron-Core refuses "
                              "--first-last-layers-bf16 with it): tensorwise, mxfp8 or blockwise");
+  }
+  if (p.defer_embedding_wgrad) {
+    const std::string key = util::join_path(parallel_path, "defer_embedding_wgrad_compute");
+    auto refuse_defer = [&](bool bad, const std::string& why) {
+      if (bad) throw util::InputError(file, key, why);
+    };
+    refuse_defer(s.training.framework != Framework::megatron || s.training.deepspeed,
+                 "applies to \"framework\": \"megatron\" only (Megatron-Core's output layer)");
+    refuse_defer(p.pp == 1, "needs pipeline parallelism (pp > 1): the weight gradients wait for the pipeline's flush");
+    refuse_defer(!s.training.gradient_accumulation_fusion,
+                 "needs gradient_accumulation_fusion (Megatron-Core's drain accumulates into main_grad)");
+    refuse_defer(s.training.lora, "LoRA trains no output-layer weight");
+    refuse_defer(p.zero >= 2, "not with Megatron FSDP (zero 2 or 3; NeMo turns it off there)");
+    refuse_defer(p.schedule == Schedule::zb_h1 || p.schedule == Schedule::dualpipev,
+                 "not with zb-h1 or dualpipev, whose weight passes are their own");
+    refuse_defer(p.moe_a2a_overlap, "not supported yet with moe_a2a_overlap");
   }
   if (s.training.fp8_param_gather && p.zero == 0)
     throw util::InputError(file, util::join_path(training_path, "fp8_param_gather"),

@@ -158,6 +158,12 @@ struct ParallelSpec {
   // With moe_a2a_overlap: Megatron-Core's --delay-wgrad-compute, the backward experts' weight
   // gradients after the backward dispatch all-to-all is launched.
   bool delay_wgrad_compute = false;
+  // Megatron-Core's --defer-embedding-wgrad-compute with --wgrad-deferral-limit (Megatron-Bridge
+  // comm_overlap.defer_embedding_wgrad_compute, wgrad_deferral_limit): the last pipeline stage keeps
+  // the output layer's input and output gradient of the first `limit` micro-batches (0: all) and runs
+  // their weight-gradient GEMMs in the pipeline's flush (drain_embedding_wgrad_compute).
+  bool defer_embedding_wgrad = false;
+  std::int64_t wgrad_deferral_limit = 0;
   // Megatron-Core's --moe-token-dispatcher-type (MoeDispatcher).
   MoeDispatcher moe_dispatcher = MoeDispatcher::alltoall;
   bool moe_flex_dispatch() const { return moe_dispatcher == MoeDispatcher::flex; }

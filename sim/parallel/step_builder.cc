@@ -1512,9 +1512,19 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       if (kind_has_experts(sc, kind_of(c, l))) eu[head + static_cast<std::size_t>(chunk_layers(c) - 1 - l)] = next++;
   }
   auto expert_unit = [&](std::int64_t c, std::size_t u) { return expert_units[static_cast<std::size_t>(c)][u]; };
+  // defer_embedding_wgrad_compute: the output layer's bucket is reduced only once the pipeline's
+  // flush has run the deferred weight gradients (head_drained).
+  const bool defer_head_wgrad = par.defer_embedding_wgrad && stage.has_head;
+  bool head_drained = false;
+  auto held_for_drain = [&](std::int64_t c, std::size_t u) {
+    if (!defer_head_wgrad || head_drained || !has_head(c)) return false;
+    const ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
+    return cb.bucket_of[u] == cb.bucket_of[0];  // the head is the chunk's first unit
+  };
   auto unit_done = [&](std::int64_t c, std::size_t u, bool last_micro_batch) {
     const ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
-    if (cb.closes_bucket[u] && (sharded_grads || ((overlap_grad || (step_gather && dp > 1)) && last_micro_batch))) {
+    if (cb.closes_bucket[u] && !held_for_drain(c, u) &&
+        (sharded_grads || ((overlap_grad || (step_gather && dp > 1)) && last_micro_batch))) {
       const std::size_t b = cb.bucket_of[u];
       const Dep rs = w.side(dp_collective(grad_op, kDpGroup, cb.bucket_params[b] * grad_bytes,
                                           fmt::format("{} bucket {}", grad_name, cb.first_bucket_id + b)));
@@ -1800,6 +1810,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   auto layer_split = [&](std::int64_t c, std::int64_t l) -> const SplitBackward& { return kind_split[kind_of(c, l)]; };
   const SplitBackward head_split = split_backward(ops.head_bwd);
   const SplitBackward emb_split = split_backward(ops.emb_bwd);
+  std::int64_t deferred_head_wgrads = 0;  // defer_embedding_wgrad_compute: the micro-batches held
   std::vector<std::int64_t> weight_passes(static_cast<std::size_t>(v), 0);
 
   // One backward pass of chunk c: input and weight gradients (Pass::backward), or the input
@@ -1848,7 +1859,16 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     if (has_head(c)) {
       enter_unit(c, order, i++, true);
       grads_from_first(head_unit(c));
-      unit(ops.head_bwd, head_split, sum_saved(ops.head_fwd));
+      const std::int64_t limit = par.wgrad_deferral_limit;
+      if (defer_head_wgrad && !input_only && (limit == 0 || deferred_head_wgrads < limit)) {
+        // Megatron-Core keeps the output layer's input and its output gradient for the flush.
+        ++deferred_head_wgrads;
+        w.alloc(head_split.grad_outputs);
+        emit(head_split.input, "backward", Saves::none);
+        w.free_at_last(sum_saved(ops.head_fwd) - head_split.held_inputs);
+      } else {
+        unit(ops.head_bwd, head_split, sum_saved(ops.head_fwd));
+      }
       leave_unit(c, head_unit(c), true, last_mb);
       fsdp_grads(head_unit(c));
       if (!input_only) unit_done(c, head_unit(c), last_mb);
@@ -2049,6 +2069,21 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
         }
         break;
     }
+  }
+
+  // defer_embedding_wgrad_compute: the pipeline's flush on the last stage (finish_embedding_wgrad_compute,
+  // before the model's gradients are finalised) runs the held micro-batches' output-layer weight
+  // gradients, frees what they held, and then the output layer's bucket is reduced.
+  if (defer_head_wgrad) {
+    for (std::int64_t k = 0; k < deferred_head_wgrads; ++k) {
+      w.emit(head_split.weight, "weight_grad", Saves::none);
+      w.free_at_last(head_split.held_inputs + head_split.grad_outputs);
+    }
+    head_drained = true;
+    const std::int64_t c = v - 1;
+    const ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
+    for (std::size_t u = 0; u < cb.unit_params.size(); ++u)
+      if (cb.closes_bucket[u] && cb.bucket_of[u] == cb.bucket_of[head_unit(c)]) unit_done(c, u, true);
   }
 
   // Gradient reduction over data parallelism (all at once unless overlapped above), the shared

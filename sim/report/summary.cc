@@ -428,6 +428,10 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
   if (!modules_part(sc).empty() && sc.training.framework == config::Framework::megatron)
     out["scenario"]["recompute_modules"] = config::recompute_module_names(sc.training.recompute_modules);
   if (p.moe_a2a_overlap) out["scenario"]["moe_a2a_overlap"] = true;
+  if (p.defer_embedding_wgrad) {
+    out["scenario"]["defer_embedding_wgrad_compute"] = true;
+    if (p.wgrad_deferral_limit > 0) out["scenario"]["wgrad_deferral_limit"] = p.wgrad_deferral_limit;
+  }
   if (p.delay_wgrad_compute) out["scenario"]["delay_wgrad_compute"] = true;
   if (p.moe_dispatcher != config::MoeDispatcher::alltoall)
     out["scenario"]["moe_token_dispatcher"] = config::dispatcher_name(p.moe_dispatcher);
@@ -557,22 +561,27 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   if (p.moe_rank_capacity_factor > 0)
     ep_part +=
         fmt::format(" · sync-free experts {:g}{}", p.moe_rank_capacity_factor, p.moe_paged_stash ? " paged" : "");
-  out +=
-      fmt::format("layout        tp {} · pp {} · dp {} · cp {}{}{} · sequence parallel {} · zero {}{} · {}\n", p.tp,
-                  p.pp, p.dp, p.cp,
-                  p.cp_comm != config::ParallelSpec::CpComm::p2p ? fmt::format(" ({})", config::cp_comm_name(p.cp_comm))
-                                                                 : std::string(),
-                  ep_part,
-                  p.sequence_parallel && p.tp > 1        ? "on"
-                  : p.scatter_gather_tensors_in_pipeline ? "off (pipeline messages scattered over tp)"
-                                                         : "off",
-                  p.zero,
-                  p.dist_opt_instances <= 1 ? std::string()
-                  : p.zero >= 3 ? fmt::format(" (hybrid: {} replicas of {}-way sharding{})", p.dist_opt_instances,
+  out += fmt::format(
+      "layout        tp {} · pp {} · dp {} · cp {}{}{} · sequence parallel {} · zero {}{} · {}\n", p.tp, p.pp, p.dp,
+      p.cp,
+      p.cp_comm != config::ParallelSpec::CpComm::p2p ? fmt::format(" ({})", config::cp_comm_name(p.cp_comm))
+                                                     : std::string(),
+      ep_part,
+      p.sequence_parallel && p.tp > 1        ? "on"
+      : p.scatter_gather_tensors_in_pipeline ? "off (pipeline messages scattered over tp)"
+                                             : "off",
+      p.zero,
+      p.dist_opt_instances <= 1 ? std::string()
+      : p.zero >= 3             ? fmt::format(" (hybrid: {} replicas of {}-way sharding{})", p.dist_opt_instances,
                                               p.dp * p.cp / p.dist_opt_instances,
-                                              p.outer_optim_shard ? ", optimizer sharded across them" : "")
+                                  p.outer_optim_shard ? ", optimizer sharded across them" : "")
                                 : fmt::format(" ({} optimizer instances)", p.dist_opt_instances),
-                  schedule_name(p));
+      std::string(schedule_name(p)) + (!p.defer_embedding_wgrad ? std::string()
+                                       : p.wgrad_deferral_limit == 0
+                                           ? " · output-layer wgrad deferred to the flush"
+                                           : fmt::format(" · output-layer wgrad of the first {} micro-batches "
+                                                         "deferred to the flush",
+                                                         p.wgrad_deferral_limit)));
   out += fmt::format("batch         {} sequences of {} tokens = {} micro-batch{} of {} per pipeline · recompute {}{}\n",
                      sc.training.global_batch, sc.training.seq_len, sc.training.num_micro_batches,
                      sc.training.num_micro_batches == 1 ? "" : "es", sc.training.micro_batch,

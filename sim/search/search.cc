@@ -164,6 +164,12 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
     p.erase("moe_a2a_overlap");
     p.erase("delay_wgrad_compute");  // it goes with the overlap
   }
+  // The output layer's deferred weight gradients need a pipeline flush (pp > 1), no FSDP, a schedule
+  // without weight passes of its own and no combined 1F1B (Megatron-Core's, trainsim's refusals).
+  if (l.pp == 1 || l.zero >= 2 || l.schedule == config::Schedule::zb_h1 || dual || c.layout.moe_a2a_overlap) {
+    p.erase("defer_embedding_wgrad_compute");
+    p.erase("wgrad_deferral_limit");
+  }
   // The shared expert's overlap with the all-to-alls needs them (ep > 1, not the allgather
   // dispatcher), and not the combined 1F1B.
   if (l.ep == 1 || c.layout.moe_a2a_overlap || l.moe_dispatcher == config::MoeDispatcher::allgather)

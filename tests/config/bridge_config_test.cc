@@ -233,6 +233,25 @@ TEST_CASE("Megatron-Bridge's fp8_param_gather reads as training.fp8_param_gather
   CHECK_FALSE(import(off).scenario["training"].contains("fp8_param_gather"));
 }
 
+// comm_overlap's deferral of the output layer's weight gradients (what Megatron-Bridge applies over
+// the model's copies), its limit read only beside it.
+TEST_CASE("Megatron-Bridge's defer_embedding_wgrad_compute and wgrad_deferral_limit") {
+  std::string yaml = kMoe;
+  yaml.replace(yaml.find("ddp:\n"), 0, "  defer_embedding_wgrad_compute: true\n  wgrad_deferral_limit: 22\n");
+  auto words = [](const std::string& text) {
+    const auto flags = read_bridge_config(text, "run.yaml", 64);
+    std::string out;
+    for (const auto& w : flags.command.words) out += w + " ";
+    return out;
+  };
+  CHECK(words(yaml).find("--defer-embedding-wgrad-compute ") != std::string::npos);
+  CHECK(words(yaml).find("--wgrad-deferral-limit 22 ") != std::string::npos);
+  std::string off = kMoe;
+  off.replace(off.find("ddp:\n"), 0, "  defer_embedding_wgrad_compute: false\n  wgrad_deferral_limit: -1\n");
+  CHECK(words(off).find("wgrad-deferral-limit") == std::string::npos);
+  CHECK(words(off).find("--defer-embedding-wgrad-compute") == std::string::npos);
+}
+
 TEST_CASE("Megatron-Bridge keys: layouts as lists, dtypes as torch objects, errors naming the key and line") {
   const std::string base = R"(model:
   num_layers: 4

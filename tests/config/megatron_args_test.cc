@@ -378,6 +378,24 @@ TEST_CASE("--fp8-param-gather: training.fp8_param_gather under FP8, a note witho
       std::ranges::any_of(bf16.notes, [](const std::string& n) { return n.find("--fp8-param-gather without") == 0; }));
 }
 
+TEST_CASE("--defer-embedding-wgrad-compute with --wgrad-deferral-limit: the output layer's wgrad in the flush") {
+  const std::string cmd =
+      "torchrun --nproc-per-node 8 --nnodes 2 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+      "--num-attention-heads 32 --swiglu --vocab-size 32000 --seq-length 4096 --bf16 --use-distributed-optimizer "
+      "--pipeline-model-parallel-size 4 --defer-embedding-wgrad-compute";
+  const auto all = import(cmd);
+  CHECK(all.scenario["parallel"]["defer_embedding_wgrad_compute"] == true);
+  CHECK(!all.scenario["parallel"].contains("wgrad_deferral_limit"));  // Megatron's 0: every micro-batch
+  const auto limited = import(cmd + " --wgrad-deferral-limit 22");
+  CHECK(limited.scenario["parallel"]["wgrad_deferral_limit"] == 22);
+  CHECK(parse(limited).parallel.wgrad_deferral_limit == 22);
+  CHECK(limited.not_modelled.empty());
+  const auto alone = import(cmd.substr(0, cmd.find(" --defer-embedding")) + " --wgrad-deferral-limit 22");
+  CHECK(!alone.scenario["parallel"].contains("wgrad_deferral_limit"));
+  CHECK(std::ranges::any_of(alone.notes,
+                            [](const std::string& n) { return n.find("--wgrad-deferral-limit without") == 0; }));
+}
+
 TEST_CASE("--num-distributed-optimizer-instances: the distributed optimizer's instances") {
   const std::string cmd =
       "torchrun --nproc-per-node 8 --nnodes 4 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "

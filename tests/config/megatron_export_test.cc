@@ -216,6 +216,21 @@ TEST_CASE("FP8 parameters come back from the script, MXFP8's with the gradient b
   }
 }
 
+TEST_CASE("the output layer's deferred weight gradients come back from the script") {
+  const nlohmann::json doc = nlohmann::json::parse(R"({
+    "model": "llama3.1-70b", "cluster": "dgx-h100", "gpus": 64,
+    "parallel": {"tp": 4, "pp": 4, "sequence_parallel": true, "zero": 1, "defer_embedding_wgrad_compute": true,
+                 "wgrad_deferral_limit": 22},
+    "training": {"global_batch": 64, "seq_len": 4096}})");
+  const Scenario original = parse(doc, "s.json");
+  std::string script;
+  const Scenario back = round_trip(doc, original, &script);
+  CHECK(describe(back) == describe(expected_after_round_trip(original)));
+  CHECK(back.parallel.defer_embedding_wgrad);
+  CHECK(back.parallel.wgrad_deferral_limit == 22);
+  CHECK(script.find("--wgrad-deferral-limit 22") != std::string::npos);
+}
+
 TEST_CASE("distributed optimizer instances come back from the script") {
   const nlohmann::json doc = nlohmann::json::parse(R"({
     "model": "llama3.1-8b", "cluster": "dgx-h100", "gpus": 32,

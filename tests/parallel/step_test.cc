@@ -2946,3 +2946,73 @@ TEST_CASE("fp8_param_gather: FP8 weights gathered in a byte, and no cached FP8 c
         "test.json: training.fp8_param_gather: needs a distributed optimizer or FSDP (parallel.zero 1 or more): "
         "Megatron-Core gathers FP8 parameters only there");
 }
+
+TEST_CASE("defer_embedding_wgrad_compute: the output layer's weight gradients run in the flush, the bucket after") {
+  // 16 layers over 4 stages of 2 data-parallel ranks (distributed optimizer, overlapped reduction),
+  // 8 micro-batches, a 64k vocabulary so the output layer's weight-gradient GEMM counts. Deferring
+  // moves the last stage's work, it adds none: its kernel time is the same; the steady state no
+  // longer waits for those GEMMs, so the step is shorter; the held inputs and output gradients raise
+  // the last stage's peak, the more micro-batches are held the more; and the output layer's bucket is
+  // reduced after the flush, the last of the stage's reductions instead of the first.
+  auto j = base(8, 1, 4, 16);
+  j["model"]["vocab"] = 65536;
+  j["parallel"]["zero"] = 1;
+  j["parallel"]["overlap_grad_reduce"] = true;
+  auto deferred = [&](std::int64_t limit) {
+    auto k = j;
+    k["parallel"]["defer_embedding_wgrad_compute"] = true;
+    if (limit > 0) k["parallel"]["wgrad_deferral_limit"] = limit;
+    return k;
+  };
+  auto plan_of = [](const nlohmann::json& doc) {
+    const auto s = scenario(doc);
+    hardware::ComputeModel cm(s.cluster.gpu);
+    return parallel::build_step(s, cm);
+  };
+  const auto plain = plan_of(j), all = plan_of(deferred(0));
+  double plain_s = 0, all_s = 0;
+  for (double k : plain.stages[3].kernel_s) plain_s += k;
+  for (double k : all.stages[3].kernel_s) all_s += k;
+  CHECK(all_s == Approx(plain_s).epsilon(1e-12));
+  const auto r_plain = parallel::simulate_step(scenario(j));
+  const auto r_all = parallel::simulate_step(scenario(deferred(0)));
+  const auto r_two = parallel::simulate_step(scenario(deferred(2)));
+  CHECK(r_all.step_time_s < r_plain.step_time_s);
+  CHECK(r_all.memory[3].peak_bytes > r_two.memory[3].peak_bytes);
+  CHECK(r_two.memory[3].peak_bytes > r_plain.memory[3].peak_bytes);
+  // The first stages are untouched.
+  CHECK(r_all.memory[0].peak_bytes == r_plain.memory[0].peak_bytes);
+  auto reductions = [](const parallel::StepPlan& plan) {
+    std::vector<std::string> out;
+    for (const auto& name : labels(plan.programs[3], parallel::kDpComm))
+      if (name.rfind("grad_reduce_scatter", 0) == 0) out.push_back(name);
+    return out;
+  };
+  const auto before = reductions(plain), after = reductions(all);
+  REQUIRE(before.size() > 1);
+  CHECK(before.front() == "grad_reduce_scatter bucket 0");
+  CHECK(after.back() == "grad_reduce_scatter bucket 0");
+  CHECK(after.size() == before.size());
+
+  // Refused where Megatron-Core refuses it, or trainsim does not model it.
+  auto flat = deferred(0);
+  flat["parallel"]["pp"] = 1;
+  flat["gpus"] = 2;
+  CHECK(refusal(flat) ==
+        "test.json: parallel.defer_embedding_wgrad_compute: needs pipeline parallelism (pp > 1): the weight gradients "
+        "wait for the pipeline's flush");
+  auto unfused = deferred(0);
+  unfused["training"]["gradient_accumulation_fusion"] = false;
+  CHECK(refusal(unfused) ==
+        "test.json: parallel.defer_embedding_wgrad_compute: needs gradient_accumulation_fusion (Megatron-Core's drain "
+        "accumulates into main_grad)");
+  auto fsdp = deferred(0);
+  fsdp["parallel"]["zero"] = 3;
+  CHECK(refusal(fsdp) ==
+        "test.json: parallel.defer_embedding_wgrad_compute: not with Megatron FSDP (zero 2 or 3; NeMo turns it off "
+        "there)");
+  auto limit_alone = j;
+  limit_alone["parallel"]["wgrad_deferral_limit"] = 4;
+  CHECK(refusal(limit_alone) ==
+        "test.json: parallel.wgrad_deferral_limit: applies to defer_embedding_wgrad_compute true only");
+}
