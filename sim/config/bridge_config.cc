@@ -130,6 +130,9 @@ constexpr auto kKeys = std::to_array<Key>({
     {"comm_overlap.tp_comm_overlap", "tp-comm-overlap", Kind::on},
     {"comm_overlap.overlap_grad_reduce", "overlap-grad-reduce", Kind::on},
     {"comm_overlap.overlap_param_gather", "overlap-param-gather", Kind::on},
+    // comm_overlap's own setting only: a dump's ddp.align_param_gather is the DDP default that
+    // CommOverlapConfig overwrites at set-up (on where pp > 1 and vp > 1, trainsim's default).
+    {"comm_overlap.align_param_gather", "no-align-param-gather", Kind::off},
     {"comm_overlap.overlap_moe_expert_parallel_comm", "overlap-moe-expert-parallel-comm", Kind::on,
      "model.num_moe_experts"},
     {"comm_overlap.delay_wgrad_compute", "delay-wgrad-compute", Kind::on, "model.num_moe_experts"},

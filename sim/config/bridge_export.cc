@@ -380,6 +380,8 @@ class Exporter {
     put(c, "tp_comm_overlap", boolean(tp_comm_overlap_));
     put(c, "overlap_grad_reduce", boolean(grad));
     put(c, "overlap_param_gather", boolean(param));
+    // Megatron-Bridge aligns the chunks' gathers where pp > 1 and vp > 1, as trainsim does unless told not to.
+    if (on("--no-align-param-gather") && param) put(c, "align_param_gather", boolean(false), "gathers on demand");
     // Megatron-Bridge takes comm_overlap's bucket for the distributed optimizer only.
     if (distributed) put(c, "bucket_size", scalar(bucket_size));
     if (m_.moe()) {

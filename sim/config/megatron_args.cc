@@ -603,9 +603,11 @@ class Importer {
           "--overlap-param-gather with FSDP: its parameter gathers are prefetched (parallel.fsdp_prefetch, on by "
           "default)");
     } else if (f_.get("overlap-param-gather") != nullptr) {
-      if (grad_overlap)
+      if (grad_overlap) {
         put(p, "parallel", "overlap_param_gather", true, "overlap-param-gather");
-      else
+        // Megatron-LM aligns the model chunks' gathers unless told not to (--no-align-param-gather).
+        if (f_.on("no-align-param-gather")) put(p, "parallel", "align_param_gather", false, "no-align-param-gather");
+      } else
         note(
             "--overlap-param-gather without --overlap-grad-reduce: not modelled (trainsim overlaps the gather "
             "beside the reduction's buckets)");

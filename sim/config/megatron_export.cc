@@ -424,6 +424,8 @@ class Exporter {
           "parallel.scatter_gather_tensors_in_pipeline: Megatron-Core sends every tensor-parallel rank the whole "
           "hidden states between pipeline stages (the scatter and gather of Megatron-LM 2021-2022 is gone); the "
           "script runs without it");
+    if (p.overlap_param_gather && p.align_param_gather == false)
+      add(g, "--no-align-param-gather", {}, "each bucket's parameter gather dispatched on demand");
     if (p.defer_embedding_wgrad) {
       add(g, "--defer-embedding-wgrad-compute", {}, "the output layer's weight gradients in the pipeline's flush");
       if (p.wgrad_deferral_limit > 0)

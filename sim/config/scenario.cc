@@ -257,6 +257,7 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
                        "zero",
                        "overlap_grad_reduce",
                        "overlap_param_gather",
+                       "align_param_gather",
                        "dp_bucket_mb",
                        "tp_comm_overlap",
                        "moe_a2a_overlap",
@@ -341,6 +342,10 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
     if (p.overlap_param_gather && p.zero < 1) v->fail("requires the distributed optimizer (zero >= 1)");
     if (p.overlap_param_gather && !p.overlap_grad_reduce) v->fail("requires overlap_grad_reduce");
     if (p.overlap_param_gather && fsdp_units) v->fail("does not apply to FSDP's per-unit all-gathers");
+  }
+  if (auto v = node.find("align_param_gather")) {
+    p.align_param_gather = v->as_bool();
+    if (!p.overlap_param_gather) v->fail("applies to overlap_param_gather true only");
   }
   if (auto v = node.find("dp_bucket_mb")) p.dp_bucket_mb = v->as_positive_number();
   if (auto v = node.find("moe_shared_expert_overlap")) p.moe_shared_expert_overlap = v->as_bool();

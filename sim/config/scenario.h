@@ -120,6 +120,14 @@ struct ParallelSpec {
   // Megatron's --overlap-param-gather: the distributed optimizer's parameter all-gather runs in
   // buckets ahead of the next step's forward instead of after the optimizer.
   bool overlap_param_gather = false;
+  // With overlap_param_gather and model chunks (virtual stages): Megatron-Core's --align-param-gather,
+  // the schedule dispatching whole chunks' gathers, the first two at its start and each next one as
+  // the previous chunk's first forward begins. Absent: on, as Megatron-Bridge's and NeMo's
+  // CommOverlapConfig set it where pp > 1 and vp > 1 (Megatron-LM's own default is off, which
+  // `import megatron` writes). Off, and always with one chunk, each bucket's gather is dispatched on
+  // demand: a chunk's first bucket when its first forward needs it, each next one once the previous
+  // one has arrived.
+  std::optional<bool> align_param_gather;
   // Gradient bucket size in MB (0: Megatron's default of max(40M, 1M x dp) parameters, fp32).
   double dp_bucket_mb = 0;
   // Megatron's --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers (0: even);

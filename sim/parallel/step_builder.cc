@@ -1553,25 +1553,56 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
                                       : rs);
   };
   // With --overlap-param-gather the distributed optimizer's all-gather of the updated parameters
-  // runs bucket by bucket ahead of the next step's forward; in this steady-state step it is issued
-  // at the start and each layer's first forward waits for its bucket.
+  // runs bucket by bucket ahead of the next step's forward, each unit's first forward waiting for its
+  // bucket, dispatched as Megatron-Core dispatches them. With align_param_gather under a schedule of
+  // model chunks, whole chunks (their expert buckets too: DistributedDataParallel.start_param_sync):
+  // the first two at the step's start, each next one as the previous chunk's first forward begins
+  // (the interleaved schedule's param_sync_func). Otherwise, and always with one chunk, on demand:
+  // the forward pre-hook dispatches a chunk's first bucket when its first unit needs it and each next
+  // bucket, in forward order, once the previous one has arrived (finish_param_sync).
   const bool overlap_gather = par.overlap_param_gather && par.zero >= 1 && !par.fsdp_units() && dp > 1;
   const bool overlap_expert_gather = par.overlap_param_gather && par.zero >= 1 && !par.fsdp_units() && edp > 1;
-  auto issue_gathers = [&](std::vector<ChunkBuckets>& buffers, std::uint8_t slot, const char* name) {
-    for (ChunkBuckets& cb : buffers)
-      for (std::size_t b = cb.bucket_params.size(); b-- > 0;)
-        cb.gathered[b] = w.side(dp_collective(network::CollectiveOp::all_gather, slot, cb.bucket_gather_bytes[b],
-                                              fmt::format("{} bucket {}", name, cb.first_bucket_id + b)));
+  const bool chunk_gathers = par.align_param_gather.value_or(true) && v > 1;
+  auto issue_gather = [&](ChunkBuckets& cb, std::size_t b, std::uint8_t slot, const char* name,
+                          std::optional<Dep> after) {
+    if (cb.gathered[b]) return;
+    cb.gathered[b] = w.side(dp_collective(network::CollectiveOp::all_gather, slot, cb.bucket_gather_bytes[b],
+                                          fmt::format("{} bucket {}", name, cb.first_bucket_id + b)),
+                            after);
   };
-  if (overlap_gather) issue_gathers(chunks, kDpGroup, "param_all_gather");
-  if (overlap_expert_gather) issue_gathers(expert_chunks, kEdpGroup, "expert_param_all_gather");
+  auto issue_chunk = [&](std::int64_t c) {  // a whole chunk's gathers, in forward order
+    if (c >= v) return;
+    if (overlap_gather) {
+      ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
+      for (std::size_t b = cb.bucket_params.size(); b-- > 0;) issue_gather(cb, b, kDpGroup, "param_all_gather", {});
+    }
+    if (overlap_expert_gather && moe) {
+      ChunkBuckets& eb = expert_chunks[static_cast<std::size_t>(c)];
+      for (std::size_t b = eb.bucket_params.size(); b-- > 0;)
+        issue_gather(eb, b, kEdpGroup, "expert_param_all_gather", {});
+    }
+  };
+  if (chunk_gathers) {
+    issue_chunk(0);
+    issue_chunk(1);
+  }
+  std::vector<bool> chunk_started(static_cast<std::size_t>(v), false);
+  auto need_bucket = [&](ChunkBuckets& cb, std::size_t b, std::uint8_t slot, const char* name) {
+    issue_gather(cb, b, slot, name, std::nullopt);
+    w.after(*cb.gathered[b]);
+    if (b > 0) issue_gather(cb, b - 1, slot, name, cb.gathered[b]);
+  };
   auto unit_needed = [&](std::int64_t c, std::size_t u, bool first_micro_batch) {
     if (!first_micro_batch) return;
-    const ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
-    if (overlap_gather) w.after(*cb.gathered[cb.bucket_of[u]]);
+    if (chunk_gathers && !chunk_started[static_cast<std::size_t>(c)]) {
+      chunk_started[static_cast<std::size_t>(c)] = true;
+      issue_chunk(c + 1);
+    }
+    ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
+    if (overlap_gather) need_bucket(cb, cb.bucket_of[u], kDpGroup, "param_all_gather");
     if (const auto eu = expert_unit(c, u); overlap_expert_gather && eu) {
-      const ChunkBuckets& eb = expert_chunks[static_cast<std::size_t>(c)];
-      w.after(*eb.gathered[eb.bucket_of[*eu]]);
+      ChunkBuckets& eb = expert_chunks[static_cast<std::size_t>(c)];
+      need_bucket(eb, eb.bucket_of[*eu], kEdpGroup, "expert_param_all_gather");
     }
   };
   auto head_unit = [](std::int64_t) { return std::size_t{0}; };

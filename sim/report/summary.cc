@@ -428,6 +428,7 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
   if (!modules_part(sc).empty() && sc.training.framework == config::Framework::megatron)
     out["scenario"]["recompute_modules"] = config::recompute_module_names(sc.training.recompute_modules);
   if (p.moe_a2a_overlap) out["scenario"]["moe_a2a_overlap"] = true;
+  if (p.align_param_gather) out["scenario"]["align_param_gather"] = *p.align_param_gather;
   if (p.defer_embedding_wgrad) {
     out["scenario"]["defer_embedding_wgrad_compute"] = true;
     if (p.wgrad_deferral_limit > 0) out["scenario"]["wgrad_deferral_limit"] = p.wgrad_deferral_limit;

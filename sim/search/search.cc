@@ -133,7 +133,10 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
       p.erase("distributed_optimizer_instances");
   }
   if (!fsdp) p.erase("fsdp_prefetch");
-  if (l.zero < 1 || fsdp) p.erase("overlap_param_gather");
+  if (l.zero < 1 || fsdp) {
+    p.erase("overlap_param_gather");
+    p.erase("align_param_gather");  // it goes with the overlap
+  }
   t["micro_batch"] = l.micro_batch;
   // The precision as the layout says (absent stays absent while it is the default, bf16).
   if (t.contains("precision") || l.precision != config::Precision::bf16)

@@ -396,6 +396,20 @@ TEST_CASE("--defer-embedding-wgrad-compute with --wgrad-deferral-limit: the outp
                             [](const std::string& n) { return n.find("--wgrad-deferral-limit without") == 0; }));
 }
 
+TEST_CASE("--no-align-param-gather: the overlapped gathers dispatched on demand") {
+  const std::string cmd =
+      "torchrun --nproc-per-node 8 --nnodes 2 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+      "--num-attention-heads 32 --swiglu --vocab-size 32000 --seq-length 4096 --bf16 --use-distributed-optimizer "
+      "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 4 --global-batch-size 16 "
+      "--overlap-grad-reduce "
+      "--overlap-param-gather";
+  CHECK(!import(cmd).scenario["parallel"].contains("align_param_gather"));  // Megatron-LM's default: aligned
+  const auto off = import(cmd + " --no-align-param-gather");
+  CHECK(off.scenario["parallel"]["align_param_gather"] == false);
+  CHECK(parse(off).parallel.align_param_gather == false);
+  CHECK(off.not_modelled.empty());
+}
+
 TEST_CASE("--num-distributed-optimizer-instances: the distributed optimizer's instances") {
   const std::string cmd =
       "torchrun --nproc-per-node 8 --nnodes 4 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "

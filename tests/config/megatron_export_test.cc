@@ -231,6 +231,20 @@ TEST_CASE("the output layer's deferred weight gradients come back from the scrip
   CHECK(script.find("--wgrad-deferral-limit 22") != std::string::npos);
 }
 
+TEST_CASE("parameter gathers on demand come back from the script") {
+  const nlohmann::json doc = nlohmann::json::parse(R"({
+    "model": "llama3.1-70b", "cluster": "dgx-h100", "gpus": 64,
+    "parallel": {"tp": 4, "pp": 4, "schedule": "interleaved", "virtual_stages": 5, "sequence_parallel": true,
+                 "zero": 1, "overlap_grad_reduce": true, "overlap_param_gather": true, "align_param_gather": false},
+    "training": {"global_batch": 64, "seq_len": 4096}})");
+  const Scenario original = parse(doc, "s.json");
+  std::string script;
+  const Scenario back = round_trip(doc, original, &script);
+  CHECK(describe(back) == describe(expected_after_round_trip(original)));
+  CHECK(back.parallel.align_param_gather == false);
+  CHECK(script.find("--no-align-param-gather") != std::string::npos);
+}
+
 TEST_CASE("distributed optimizer instances come back from the script") {
   const nlohmann::json doc = nlohmann::json::parse(R"({
     "model": "llama3.1-8b", "cluster": "dgx-h100", "gpus": 32,

@@ -74,6 +74,7 @@ inline std::string describe(const Scenario& s) {
   // The recipe the scenario runs (stated, or the GPU's: an export states the default explicitly).
   if (config::runs_fp8_recipe(t)) out += fmt::format("fp8 recipe {}\n", config::fp8_recipe_name(config::fp8_recipe(s)));
   if (t.fp8_param_gather) out += "fp8 param gather\n";
+  if (s.parallel.align_param_gather == false) out += "parameter gathers on demand\n";
   if (s.parallel.defer_embedding_wgrad)
     out += fmt::format("output-layer wgrad deferred, limit {}\n", s.parallel.wgrad_deferral_limit);
   out += fmt::format("fusions: grad accumulation {} moe router {} moe permute {} moe grouped gemm {}\n",

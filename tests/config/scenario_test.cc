@@ -355,7 +355,7 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
       {[](json& d) { d["parallel"]["dp"] = 4; }, "parallel.dp",
        "unknown key (expected one of: tp, pp, cp, ep, etp, sequence_parallel, schedule, virtual_stages, zero, "
        "overlap_grad_reduce, "
-       "overlap_param_gather, dp_bucket_mb, tp_comm_overlap, moe_a2a_overlap, delay_wgrad_compute, "
+       "overlap_param_gather, align_param_gather, dp_bucket_mb, tp_comm_overlap, moe_a2a_overlap, delay_wgrad_compute, "
        "defer_embedding_wgrad_compute, wgrad_deferral_limit, "
        "moe_token_dispatcher, "
        "moe_expert_capacity_factor, moe_pad_expert_input_to_capacity, moe_expert_rank_capacity_factor, "

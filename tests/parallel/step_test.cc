@@ -3016,3 +3016,32 @@ TEST_CASE("defer_embedding_wgrad_compute: the output layer's weight gradients ru
   CHECK(refusal(limit_alone) ==
         "test.json: parallel.wgrad_deferral_limit: applies to defer_embedding_wgrad_compute true only");
 }
+
+TEST_CASE("parameter gathers: whole chunks with align_param_gather, else each bucket on demand") {
+  // The interleaved schedule with 2 chunks per stage over 8 data-parallel ranks, the gathers
+  // overlapped. Aligned (the default, as Megatron-LM and Megatron-Bridge's interleaved recipes run
+  // it) the two chunks' gathers are dispatched at the step's start; on demand a chunk's first bucket
+  // waits for its first forward and each next bucket for the previous one's arrival, so the first
+  // forwards wait longer. With one chunk align_param_gather changes nothing (Megatron's 1F1B has no
+  // param_sync_func: always on demand).
+  auto j = base(16, 1, 2, 32);
+  j["parallel"]["zero"] = 1;
+  j["parallel"]["overlap_grad_reduce"] = true;
+  j["parallel"]["overlap_param_gather"] = true;
+  auto one_chunk = j;
+  j["parallel"]["schedule"] = "interleaved";
+  j["parallel"]["virtual_stages"] = 2;
+  auto with = [](nlohmann::json doc, bool align) {
+    doc["parallel"]["align_param_gather"] = align;
+    return parallel::simulate_step(scenario(doc));
+  };
+  const auto aligned = parallel::simulate_step(scenario(j));
+  CHECK(with(j, true).step_time_s == aligned.step_time_s);
+  CHECK(with(j, false).step_time_s > aligned.step_time_s);
+  CHECK(with(one_chunk, false).step_time_s == with(one_chunk, true).step_time_s);
+  // Without the overlap there is nothing to align.
+  auto plain = j;
+  plain["parallel"]["overlap_param_gather"] = false;
+  plain["parallel"]["align_param_gather"] = false;
+  CHECK(refusal(plain) == "test.json: parallel.align_param_gather: applies to overlap_param_gather true only");
+}
