@@ -1576,7 +1576,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
       for (std::size_t b = cb.bucket_params.size(); b-- > 0;) issue_gather(cb, b, kDpGroup, "param_all_gather", {});
     }
-    if (overlap_expert_gather && moe) {
+    if (overlap_expert_gather) {
       ChunkBuckets& eb = expert_chunks[static_cast<std::size_t>(c)];
       for (std::size_t b = eb.bucket_params.size(); b-- > 0;)
         issue_gather(eb, b, kEdpGroup, "expert_param_all_gather", {});
@@ -1842,6 +1842,17 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   const SplitBackward head_split = split_backward(ops.head_bwd);
   const SplitBackward emb_split = split_backward(ops.emb_bwd);
   std::int64_t deferred_head_wgrads = 0;  // defer_embedding_wgrad_compute: the micro-batches held
+  // A split unit's input pass (it allocates the output gradients its weight pass reads and frees what
+  // the forward saved but the inputs that pass needs) and, later, its weight pass (which frees both).
+  auto input_pass = [&](const SplitBackward& sb, std::int64_t freed, std::string_view phase) {
+    w.alloc(sb.grad_outputs);
+    emit(sb.input, phase, Saves::none);
+    w.free_at_last(freed - sb.held_inputs);
+  };
+  auto weight_pass = [&](const SplitBackward& sb) {
+    w.emit(sb.weight, "weight_grad", Saves::none);
+    w.free_at_last(sb.held_inputs + sb.grad_outputs);
+  };
   std::vector<std::int64_t> weight_passes(static_cast<std::size_t>(v), 0);
 
   // One backward pass of chunk c: input and weight gradients (Pass::backward), or the input
@@ -1883,9 +1894,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
         w.free_at_last(freed);
         return;
       }
-      w.alloc(sb.grad_outputs);
-      emit(sb.input, "backward_input", Saves::none);
-      w.free_at_last(freed - sb.held_inputs);
+      input_pass(sb, freed, "backward_input");
     };
     if (has_head(c)) {
       enter_unit(c, order, i++, true);
@@ -1894,9 +1903,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
       if (defer_head_wgrad && !input_only && (limit == 0 || deferred_head_wgrads < limit)) {
         // Megatron-Core keeps the output layer's input and its output gradient for the flush.
         ++deferred_head_wgrads;
-        w.alloc(head_split.grad_outputs);
-        emit(head_split.input, "backward", Saves::none);
-        w.free_at_last(sum_saved(ops.head_fwd) - head_split.held_inputs);
+        input_pass(head_split, sum_saved(ops.head_fwd), "backward");
       } else {
         unit(ops.head_bwd, head_split, sum_saved(ops.head_fwd));
       }
@@ -1935,8 +1942,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     TRAINSIM_ASSERT(split);
     const bool last_mb = ++weight_passes[static_cast<std::size_t>(c)] == m;
     auto unit = [&](const SplitBackward& sb, std::size_t u) {
-      w.emit(sb.weight, "weight_grad", Saves::none);
-      w.free_at_last(sb.held_inputs + sb.grad_outputs);
+      weight_pass(sb);
       unit_done(c, u, last_mb);
     };
     if (has_head(c)) unit(head_split, head_unit(c));
@@ -2106,10 +2112,7 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
   // before the model's gradients are finalised) runs the held micro-batches' output-layer weight
   // gradients, frees what they held, and then the output layer's bucket is reduced.
   if (defer_head_wgrad) {
-    for (std::int64_t k = 0; k < deferred_head_wgrads; ++k) {
-      w.emit(head_split.weight, "weight_grad", Saves::none);
-      w.free_at_last(head_split.held_inputs + head_split.grad_outputs);
-    }
+    for (std::int64_t k = 0; k < deferred_head_wgrads; ++k) weight_pass(head_split);
     head_drained = true;
     const std::int64_t c = v - 1;
     const ChunkBuckets& cb = chunks[static_cast<std::size_t>(c)];
