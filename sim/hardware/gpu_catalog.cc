@@ -183,7 +183,8 @@ std::array<GpuSpec, 10> build() {
   gb200.gemm_efficiency = 0.729 * kMamfRatio * kBlackwellSustained;     // [MAMF][E2E] GB200 72.9% → 0.696 → 0.490
   b200.fp8_gemm_efficiency = 0.763 * kMamfRatio * kBlackwellSustained;  // [MAMF][E2E] B200 FP8 76.3% → 0.729 → 0.514
   gb200.fp8_gemm_efficiency = 0.723 * kMamfRatio * kBlackwellSustained;  // [MAMF][E2E] GB200 FP8 72.3% → 0.690 → 0.486
-  // [A] No GB300 MAMF is published: GB200's, sustained with Hopper's BF16 factor (for FP8 too) but not
+  // [A] No GB300 MAMF is published: GB200's, sustained with Hopper's BF16 factor as it stood then (0.87,
+  // kSustainedAtBlackwellFit; for FP8 too) but not
   // Blackwell's further 0.81, which stands for B200's and GB200's power limit; GB300 runs the same
   // dense peaks within 1400 W (GB200 1200 W). Chosen before, and tested, not fitted, on the GB300 runs
   // of validation/ (README); with Hopper's FP8 factor (0.81) they would be 11% slow on average.
