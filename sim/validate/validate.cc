@@ -455,6 +455,7 @@ nlohmann::json to_json(const std::vector<Outcome>& outcomes, const Summary& summ
         cs.push_back(
             {{"quantity", c.quantity}, {"measured", c.measured}, {"predicted", c.predicted}, {"error", c.error()}});
       j["comparisons"] = cs;
+      if (o.memory_fill) j["memory_fill"] = *o.memory_fill;
       if (!o.detail.empty()) j["detail"] = o.detail;
       if (!o.regression.empty()) j["regression"] = o.regression;
     }

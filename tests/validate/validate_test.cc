@@ -334,6 +334,11 @@ TEST_CASE("a known regression is compared and listed, but left out of every summ
   const auto json = validate::to_json(outcomes, summary);
   CHECK(json["runs"][1]["regression"] == "issue #1: 2x slower after the upgrade");
   CHECK(json["summary"]["regressions"]["runs"] == 1);
+  // Each compared step run carries its own fill: the allocated peak over the GPU's memory.
+  const auto step = parallel::simulate_step(sc);
+  const double peak_fill = static_cast<double>(step.memory[step.peak_rank].peak_bytes) / sc.cluster.gpu.hbm_bytes;
+  CHECK(json["runs"][0]["memory_fill"].get<double>() == Approx(peak_fill));
+  CHECK(json["runs"][0]["memory_fill"] == json["runs"][1]["memory_fill"]);
   fs::remove_all(dir);
 }
 
