@@ -184,6 +184,9 @@ constexpr auto kTrainKeys = std::to_array<Key>({
      "mixed_precision.first_last_layers_bf16"},
     {"mixed_precision.num_layers_at_end_in_bf16", "num-layers-at-end-in-bf16", Kind::value,
      "mixed_precision.first_last_layers_bf16"},
+    // The Nemotron 3 recipes' (and Megatron-Bridge's Nemotron-H provider's, for a model with MTP).
+    {"model.keep_mtp_spec_in_bf16", "keep-mtp-spec-in-bf16", Kind::on},
+    {"model.keep_mamba_stack_attention_linear_in_bf16", "keep-mamba-stack-attention-linear-in-bf16", Kind::on},
 });
 
 struct Setting {

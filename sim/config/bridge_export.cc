@@ -223,6 +223,9 @@ class Exporter {
     }
     moe();
     put_flag(g, "mtp_num_layers", "--mtp-num-layers");
+    if (m_.mtp_layers > 0) put_switch(g, "keep_mtp_spec_in_bf16", "--keep-mtp-spec-in-bf16");
+    if (m_.hybrid())
+      put_switch(g, "keep_mamba_stack_attention_linear_in_bf16", "--keep-mamba-stack-attention-linear-in-bf16");
     put(g, "vocab_size", scalar(fmt::format("{}", m_.vocab)),
         "Megatron-Bridge pads it to a multiple of 128 x tp (make_vocab_size_divisible_by)");
     put_flag(g, "seq_length", "--seq-length");

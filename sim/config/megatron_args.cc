@@ -1282,6 +1282,27 @@ class Importer {
     // MXFP8 parameters gathered in BF16 into the gradient buffer: what trainsim models for them.
     if (f_.on("reuse-grad-buf-for-mxfp8-param-ag") && !f_.on("fp8-param-gather"))
       note("--reuse-grad-buf-for-mxfp8-param-ag without --fp8-param-gather: no MXFP8 parameters to gather");
+    // Megatron-Core's multi-token prediction layers and a hybrid stack's attention layers kept in BF16.
+    const bool quantised = precision == "fp8" || precision == "nvfp4";
+    if (f_.on("keep-mtp-spec-in-bf16")) {
+      if (!quantised)
+        note("--keep-mtp-spec-in-bf16 without --fp8-format or --fp4-format: every layer is already 16-bit");
+      else if (f_.integer("mtp-num-layers").value_or(0) == 0)
+        note("--keep-mtp-spec-in-bf16 without --mtp-num-layers: no multi-token prediction layers to keep");
+      else
+        put(t["module_precision"], "training.module_precision", "mtp", "bf16", "keep-mtp-spec-in-bf16");
+    }
+    if (f_.on("keep-mamba-stack-attention-linear-in-bf16")) {
+      if (!quantised)
+        note(
+            "--keep-mamba-stack-attention-linear-in-bf16 without --fp8-format or --fp4-format: every layer is "
+            "already 16-bit");
+      else if (pattern_.empty())
+        note("--keep-mamba-stack-attention-linear-in-bf16 applies to hybrid (Mamba) models only: left out");
+      else
+        put(t["module_precision"], "training.module_precision", "attention_linears", "bf16",
+            "keep-mamba-stack-attention-linear-in-bf16");
+    }
     // Megatron-Core's first and last layers kept in BF16 (its defaults: one of each).
     if (f_.on("first-last-layers-bf16")) {
       const auto start = f_.integer("num-layers-at-start-in-bf16").value_or(1);

@@ -494,6 +494,20 @@ class Exporter {
       add(g, "--fp4-format", {"e2m1"});
       add(g, "--fp4-recipe", {"nvfp4"});
     }
+    if (t.bf16_mtp) add(g, "--keep-mtp-spec-in-bf16", {}, "the multi-token prediction layers' GEMMs in BF16");
+    if (t.bf16_modules & workload::kQuantAttentionLinears) {
+      if (!m_.hybrid())
+        fail("training.module_precision.attention_linears",
+             "Megatron-LM keeps attention linears in BF16 in hybrid (Mamba) models only "
+             "(--keep-mamba-stack-attention-linear-in-bf16); a per-module Transformer Engine recipe is not written");
+      add(g, "--keep-mamba-stack-attention-linear-in-bf16", {}, "the attention layers' GEMMs in BF16");
+    }
+    if ((t.bf16_modules | t.fp8_modules) & (workload::kQuantMambaOutProj | workload::kQuantMoeLatentProj))
+      fail((t.bf16_modules | t.fp8_modules) & workload::kQuantMambaOutProj
+               ? "training.module_precision.mamba_out_proj"
+               : "training.module_precision.moe_latent_proj",
+           "Megatron-LM takes this module's precision from a per-module Transformer Engine recipe (Megatron-Core's "
+           "quant_recipe), which trainsim does not write");
     if (t.bf16_layers_at_start + t.bf16_layers_at_end > 0) {
       add(g, "--first-last-layers-bf16", {}, "their GEMMs in BF16");
       add(g, "--num-layers-at-start-in-bf16", {num(t.bf16_layers_at_start)});

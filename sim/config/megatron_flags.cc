@@ -3,7 +3,7 @@
 
 namespace trainsim::config {
 
-const std::array<MegatronFlag, 679> kMegatronFlags{{
+const std::array<MegatronFlag, 681> kMegatronFlags{{
     {"account-for-embedding-in-pipeline-split", true, false},
     {"account-for-loss-in-pipeline-split", true, false},
     {"accumulate-allreduce-grads-in-fp32", true, false},
@@ -268,6 +268,8 @@ const std::array<MegatronFlag, 679> kMegatronFlags{{
     {"iter-per-epoch", false, false},
     {"iterations-to-skip", false, true},
     {"keep-fp8-transpose-cache", true, false},
+    {"keep-mamba-stack-attention-linear-in-bf16", true, false},
+    {"keep-mtp-spec-in-bf16", true, false},
     {"kitchen-attention-backend", false, false},
     {"kitchen-config-file", false, false},
     {"kitchen-recipe-number", false, false},

@@ -8,11 +8,11 @@
 // moe-paged-stash, no-store-param-remainders, use-custom-fsdp, the dsa-indexer-* and
 // experimental-attention-variant flags, fine-grained-activation-offloading, offload-modules,
 // optimizer-cuda-graph, export-kd-teacher-load, megatron-fsdp-version, outer-dp-sharding-strategy,
-// no-moe-router-aux-loss-fusion, tokenizer-library). Names without the leading dashes, '_' written '-'.
-// `no_effect`: learning-rate schedule, optimiser hyperparameters, data, tokenizer and checkpoint
-// paths, logging, profiling, evaluation, initialisation, fault tolerance and launcher settings, and
-// the rotary and router options that change numbers, not work (trainsim's judgement, per flag group
-// and name).
+// no-moe-router-aux-loss-fusion, tokenizer-library, and the Nemotron 3 launch scripts'
+// keep-mtp-spec-in-bf16 and keep-mamba-stack-attention-linear-in-bf16). Names without the leading dashes, '_' written
+// '-'. `no_effect`: learning-rate schedule, optimiser hyperparameters, data, tokenizer and checkpoint paths, logging,
+// profiling, evaluation, initialisation, fault tolerance and launcher settings, and the rotary and router options that
+// change numbers, not work (trainsim's judgement, per flag group and name).
 
 #include <array>
 #include <string_view>
@@ -25,6 +25,6 @@ struct MegatronFlag {
   bool no_effect;
 };
 
-extern const std::array<MegatronFlag, 679> kMegatronFlags;
+extern const std::array<MegatronFlag, 681> kMegatronFlags;
 
 }  // namespace trainsim::config

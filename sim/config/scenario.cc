@@ -502,6 +502,20 @@ std::vector<std::string> lora_target_names(const TrainingSpec& training) {
   return out;
 }
 
+std::vector<std::pair<std::string_view, std::string_view>> module_precision_entries(const TrainingSpec& training) {
+  std::vector<std::pair<std::string_view, std::string_view>> out;
+  if (training.bf16_mtp) out.emplace_back("mtp", "bf16");
+  const std::array<std::pair<std::string_view, std::uint8_t>, 3> modules = {
+      {{"attention_linears", workload::kQuantAttentionLinears},
+       {"mamba_out_proj", workload::kQuantMambaOutProj},
+       {"moe_latent_proj", workload::kQuantMoeLatentProj}}};
+  for (const auto& [name, bit] : modules) {
+    if (training.bf16_modules & bit) out.emplace_back(name, "bf16");
+    if (training.fp8_modules & bit) out.emplace_back(name, "fp8");
+  }
+  return out;
+}
+
 std::vector<std::string> graph_scope_names(const TrainingSpec& training) {
   std::vector<std::string> out;
   if (training.cuda_graph_full_iteration) out.emplace_back(kGraphScopeNames[kFullIteration]);
@@ -621,6 +635,7 @@ TrainingSpec parse_training(const util::JsonNode& node) {
                        "optimizer",
                        "bf16_layers_at_start",
                        "bf16_layers_at_end",
+                       "module_precision",
                        "torch_compile",
                        "torch_compile_loss"});
   TrainingSpec t;
@@ -745,6 +760,32 @@ TrainingSpec parse_training(const util::JsonNode& node) {
       v->fail("applies to precision fp8 or nvfp4 only (the other layers' GEMMs are already 16-bit)");
     if (t.framework != Framework::megatron) v->fail("applies to \"framework\": \"megatron\" only");
     (std::string_view(key) == "bf16_layers_at_start" ? t.bf16_layers_at_start : t.bf16_layers_at_end) = n;
+  }
+  // Transformer Engine's per-module recipes: modules kept above the run's precision.
+  if (auto v = node.find("module_precision")) {
+    v->expect_object();
+    if (t.precision != Precision::fp8 && t.precision != Precision::nvfp4)
+      v->fail("applies to precision fp8 or nvfp4 only (the other runs' GEMMs are already 16-bit)");
+    if (t.framework != Framework::megatron) v->fail("applies to \"framework\": \"megatron\" only");
+    v->reject_unknown({"mtp", "attention_linears", "mamba_out_proj", "moe_latent_proj"});
+    const std::array<std::pair<std::string_view, std::uint8_t>, 3> modules = {
+        {{"attention_linears", workload::kQuantAttentionLinears},
+         {"mamba_out_proj", workload::kQuantMambaOutProj},
+         {"moe_latent_proj", workload::kQuantMoeLatentProj}}};
+    for (const auto& [key, bit] : modules) {
+      const auto m = v->find(key);
+      if (!m) continue;
+      if (parse_choice(*m, Choices{{"bf16", "fp8"}, {}}) == 0) {
+        t.bf16_modules |= bit;
+      } else {
+        if (t.precision != Precision::nvfp4) m->fail("fp8 is above the run's precision under nvfp4 only: bf16");
+        t.fp8_modules |= bit;
+      }
+    }
+    if (const auto m = v->find("mtp")) {
+      parse_choice(*m, Choices{{"bf16"}, {}});
+      t.bf16_mtp = true;
+    }
   }
   if (auto v = node.find("document_tokens")) {
     if (t.framework != Framework::megatron) v->fail("applies to \"framework\": \"megatron\" only");
@@ -1260,6 +1301,10 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
       throw util::InputError(file, key,
                              "delayed scaling cannot keep layers in BF16 (Megatron-Core refuses "
                              "--first-last-layers-bf16 with it): tensorwise, mxfp8 or blockwise");
+    if (*recipe == Fp8Recipe::delayed && s.training.module_precision())
+      throw util::InputError(file, key,
+                             "delayed scaling cannot keep modules in BF16 (Megatron-Core's per-module recipes "
+                             "refuse it): tensorwise, mxfp8 or blockwise");
   }
   if (p.defer_embedding_wgrad) {
     const std::string key = util::join_path(parallel_path, "defer_embedding_wgrad_compute");
@@ -1399,6 +1444,18 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
       throw util::InputError(file, path, "\"mlp\" needs dense MLP layers");
     if ((g & workload::kGraphMamba) && !m.hybrid_has('M'))
       throw util::InputError(file, path, "\"mamba\" needs Mamba layers (a hybrid_pattern with 'M')");
+  }
+  {
+    const std::string path = util::join_path(training_path, "module_precision");
+    const std::uint8_t modules = s.training.bf16_modules | s.training.fp8_modules;
+    if (s.training.bf16_mtp && m.mtp_layers == 0)
+      throw util::InputError(file, util::join_path(path, "mtp"), "the model has no multi-token prediction layers");
+    if ((modules & workload::kQuantMambaOutProj) && !m.hybrid_has('M'))
+      throw util::InputError(file, util::join_path(path, "mamba_out_proj"),
+                             "needs Mamba layers (a hybrid_pattern with 'M')");
+    if ((modules & workload::kQuantMoeLatentProj) && m.moe_latent == 0)
+      throw util::InputError(file, util::join_path(path, "moe_latent_proj"),
+                             "needs a latent mixture of experts (moe_latent)");
   }
   if (s.training.bf16_layers_at_start + s.training.bf16_layers_at_end > m.layers)
     throw util::InputError(file, util::join_path(training_path, "bf16_layers_at_end"),
@@ -1716,8 +1773,9 @@ std::string_view schedule_key(Schedule s) {
 Fp8Recipe fp8_recipe(const Scenario& s) {
   if (s.training.fp8_recipe) return *s.training.fp8_recipe;
   if (s.cluster.gpu.arch == hardware::Arch::blackwell) return Fp8Recipe::mxfp8;
-  return s.training.bf16_layers_at_start + s.training.bf16_layers_at_end > 0 ? Fp8Recipe::tensorwise
-                                                                             : Fp8Recipe::delayed;
+  return s.training.bf16_layers_at_start + s.training.bf16_layers_at_end > 0 || s.training.module_precision()
+             ? Fp8Recipe::tensorwise
+             : Fp8Recipe::delayed;
 }
 
 bool runs_fp8_recipe(const TrainingSpec& t) {

@@ -284,6 +284,14 @@ struct TrainingSpec {
   // is left off for them.
   std::int64_t bf16_layers_at_start = 0;
   std::int64_t bf16_layers_at_end = 0;
+  // training.module_precision: under fp8 or nvfp4, modules whose linear GEMMs run in a higher
+  // precision than the run's (Transformer Engine's per-module recipes): workload::QuantModule bits in
+  // BF16, and under nvfp4 in FP8; and the multi-token prediction layers in BF16 (Megatron-Core's
+  // keep_mtp_spec_in_bf16).
+  std::uint8_t bf16_modules = 0;
+  std::uint8_t fp8_modules = 0;
+  bool bf16_mtp = false;
+  bool module_precision() const { return bf16_modules != 0 || fp8_modules != 0 || bf16_mtp; }
   bool bf16_layer(std::int64_t layer, std::int64_t layers) const {
     return (precision == Precision::fp8 || precision == Precision::nvfp4) &&
            (layer < bf16_layers_at_start || layer >= layers - bf16_layers_at_end);
@@ -414,6 +422,9 @@ std::string_view cp_comm_name(ParallelSpec::CpComm c);
 std::string_view state_dtype_name(StateDtype d);
 // The linears LoRA adapters wrap, as Megatron-Bridge's target_modules names them.
 std::vector<std::string> lora_target_names(const TrainingSpec& training);
+// training.module_precision as the scenario spells it: (module, precision) pairs in the order mtp,
+// attention_linears, mamba_out_proj, moe_latent_proj; empty when no module is kept above the run's.
+std::vector<std::pair<std::string_view, std::string_view>> module_precision_entries(const TrainingSpec& training);
 
 // The names of selective recompute's modules in `mask` (workload::RecomputeModule bits), as
 // Megatron-Core's --recompute-modules spells them, in bit order.

@@ -1455,8 +1455,9 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     cb.unit_gather_bytes.push_back(gather_bytes_of(unit_params, fp8 ? unit_params : 0));
   };
   // The multi-token prediction layers in the head unit run FP8 like the other layers.
-  const std::int64_t mtp_fp8_params =
-      stage.has_head && fp8_weights(sc) ? sc.model.mtp_layers * workload::layer_params_per_rank(sc.model, par.tp) : 0;
+  const std::int64_t mtp_fp8_params = stage.has_head && fp8_weights(sc) && !sc.training.bf16_mtp
+                                          ? sc.model.mtp_layers * workload::layer_params_per_rank(sc.model, par.tp)
+                                          : 0;
   std::vector<ChunkBuckets> chunks(static_cast<std::size_t>(v));
   std::vector<ChunkBuckets> expert_chunks(moe ? static_cast<std::size_t>(v) : 0);
   for (std::int64_t c = 0; c < v; ++c) {
@@ -1472,7 +1473,8 @@ void build_stage_program(const config::Scenario& sc, StagePlan& stage, std::int6
     const std::int64_t expert_units = moe_layers_in(c) + (has_head(c) ? mtp_experts : 0);
     if (moe && expert_units > 0) {
       ChunkBuckets& eb = expert_chunks[static_cast<std::size_t>(c)];
-      if (has_head(c) && mtp_experts > 0) add_unit(eb, mtp_experts * layer_expert_params, fp8_weights(sc));
+      if (has_head(c) && mtp_experts > 0)
+        add_unit(eb, mtp_experts * layer_expert_params, fp8_weights(sc) && !sc.training.bf16_mtp);
       for (std::int64_t l = chunk_layers(c) - 1; l >= 0; --l)
         if (kind_has_experts(sc, kind_of(c, l)))
           add_unit(eb, layer_expert_params, fp8_weights(sc) && !bf16_kind(kind_of(c, l)));
@@ -2299,6 +2301,8 @@ StepWorkload step_workload(const config::Scenario& sc, const hardware::ComputeMo
   lc.ep_nodes = std::max<std::int64_t>(1, (par.ep * par.etp + sc.cluster.gpus_per_node - 1) / sc.cluster.gpus_per_node);
   lc.fp8 = sc.training.precision == config::Precision::fp8 || sc.training.precision == config::Precision::nvfp4;
   lc.fp4 = sc.training.precision == config::Precision::nvfp4;
+  lc.bf16_modules = sc.training.bf16_modules;
+  lc.fp8_modules = sc.training.fp8_modules;
   // Only delayed scaling casts a grouped GEMM's operands for all the experts in one kernel.
   lc.fp8_split_casts =
       sc.training.precision == config::Precision::fp8 && config::fp8_recipe(sc) != config::Fp8Recipe::delayed;
@@ -2337,14 +2341,19 @@ StepWorkload step_workload(const config::Scenario& sc, const hardware::ComputeMo
   }
   // Multi-token prediction: each module's prologue, layer and output layer run before the main
   // output layer, and their backward after its backward.
+  // With training.module_precision's mtp bf16 (Megatron-Core's keep_mtp_spec_in_bf16) the modules run
+  // without FP8 or NVFP4, their projection and layer alike.
   if (sc.model.mtp_layers > 0) {
     std::vector<Op> fwd, bwd;
-    std::vector<Op> pro_fwd = workload::mtp_forward(sc.model, lc);
-    std::vector<Op> pro_bwd = workload::mtp_backward(sc.model, lc);
+    const workload::LayerConfig& mlc = sc.training.bf16_mtp ? lc_bf16 : lc;
+    std::vector<Op> pro_fwd = workload::mtp_forward(sc.model, mlc);
+    std::vector<Op> pro_bwd = workload::mtp_backward(sc.model, mlc);
+    std::vector<Op> layer_fwd = sc.training.bf16_mtp ? workload::layer_forward(sc.model, mlc) : ops.fwd[kMainKind];
+    std::vector<Op> layer_bwd = sc.training.bf16_mtp ? workload::layer_backward(sc.model, mlc) : ops.bwd[kMainKind];
     for (std::int64_t i = 0; i < sc.model.mtp_layers; ++i) {
-      for (const std::vector<Op>* part : {&pro_fwd, &ops.fwd[kMainKind], &ops.head_fwd})
+      for (const std::vector<Op>* part : {&pro_fwd, &layer_fwd, &ops.head_fwd})
         fwd.insert(fwd.end(), part->begin(), part->end());
-      for (const std::vector<Op>* part : {&ops.head_bwd, &ops.bwd[kMainKind], &pro_bwd})
+      for (const std::vector<Op>* part : {&ops.head_bwd, &layer_bwd, &pro_bwd})
         bwd.insert(bwd.end(), part->begin(), part->end());
     }
     fwd.insert(fwd.end(), ops.head_fwd.begin(), ops.head_fwd.end());
@@ -2578,14 +2587,16 @@ StagePlan plan_stage(const config::Scenario& sc, std::int64_t s, const StepWorkl
         sc.model.mtp_layers * workload::layer_expert_params_per_rank(sc.model, par.ep, par.etp);
   }
   // The weights of the layers that run FP8 or NVFP4 (not those kept in BF16), their experts and
-  // the multi-token prediction layers: what Transformer Engine caches quantised copies of.
+  // the multi-token prediction layers (unless they run in BF16): what Transformer Engine caches
+  // quantised copies of. [A] A module training.module_precision keeps in BF16 inside a quantised
+  // layer is counted with its layer: a small share of it (attention and latent projections).
   if (sc.training.precision == config::Precision::fp8 || sc.training.precision == config::Precision::nvfp4) {
     for (std::size_t k = 0; k < kLayerKinds; ++k)
       if (count[k] > 0 && !bf16_kind(static_cast<LayerKind>(k)))
         st.quantised_params_per_rank += count[k] * kind_layer_params(sc, static_cast<LayerKind>(k));
     st.quantised_params_per_rank +=
         fp8_expert_layers * workload::layer_expert_params_per_rank(sc.model, par.ep, par.etp);
-    if (st.has_head)
+    if (st.has_head && !sc.training.bf16_mtp)
       st.quantised_params_per_rank +=
           sc.model.mtp_layers * (workload::layer_params_per_rank(sc.model, par.tp) +
                                  workload::layer_expert_params_per_rank(sc.model, par.ep, par.etp));

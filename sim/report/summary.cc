@@ -460,6 +460,8 @@ nlohmann::json to_json(const config::Scenario& sc, const parallel::StepResult& r
   if (p.cp_comm != config::ParallelSpec::CpComm::p2p) out["scenario"]["cp_comm_type"] = config::cp_comm_name(p.cp_comm);
   if (sc.training.bf16_layers_at_start > 0) out["scenario"]["bf16_layers_at_start"] = sc.training.bf16_layers_at_start;
   if (sc.training.bf16_layers_at_end > 0) out["scenario"]["bf16_layers_at_end"] = sc.training.bf16_layers_at_end;
+  for (const auto& [module, precision] : config::module_precision_entries(sc.training))
+    out["scenario"]["module_precision"][std::string(module)] = precision;
   if (sc.training.train_tokens > 0) {
     out["scenario"]["train_tokens"] = sc.training.train_tokens;
     out["time_to_train"] = {{"steps", m.train.steps}, {"days", m.train.days}, {"gpu_hours", m.train.gpu_hours}};
@@ -658,6 +660,11 @@ std::string to_text(const config::Scenario& sc, const parallel::StepResult& r) {
   if (const auto a = sc.training.bf16_layers_at_start, z = sc.training.bf16_layers_at_end; a + z > 0)
     out += fmt::format("BF16 layers   {} of {} layers run their GEMMs in BF16 ({} first, {} last)\n", a + z,
                        sc.model.layers, a, z);
+  if (const auto modules = config::module_precision_entries(sc.training); !modules.empty()) {
+    std::vector<std::string> parts;
+    for (const auto& [module, precision] : modules) parts.push_back(fmt::format("{} {}", module, precision));
+    out += fmt::format("modules       {}: their GEMMs above the run's precision\n", fmt::join(parts, ", "));
+  }
   if (sc.training.document_tokens > 0)
     out += fmt::format("packing       documents of {} tokens per {}-token sequence; attention within each\n",
                        sc.training.document_tokens, sc.training.seq_len);

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <exception>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <thread>
@@ -148,6 +149,13 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
   if (l.precision != config::Precision::fp8 && l.precision != config::Precision::nvfp4) {
     t.erase("bf16_layers_at_start");
     t.erase("bf16_layers_at_end");
+    t.erase("module_precision");
+  } else if (l.precision == config::Precision::fp8 && t.contains("module_precision") &&
+             t["module_precision"].is_object()) {
+    // Modules the scenario keeps in FP8 under NVFP4 run as the rest under FP8.
+    auto& modules = t["module_precision"];
+    for (auto it = modules.begin(); it != modules.end();) it = *it == "fp8" ? modules.erase(it) : std::next(it);
+    if (modules.empty()) t.erase("module_precision");
   }
   t["recompute"] = recompute_name(l.recompute);
   t.erase("recompute_layers");

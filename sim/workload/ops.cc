@@ -895,13 +895,27 @@ bool is_lora(const Op& op) {
   return op.name.rfind("lora_", 0) == 0;
 }
 
+// The QuantModule a GEMM belongs to, by its op's name (its forward, data- and weight-gradient GEMMs
+// share the name's stem); 0: none of them.
+std::uint8_t quant_module(const Op& op) {
+  const auto starts = [&](std::string_view stem) { return op.name.rfind(stem, 0) == 0; };
+  if (starts("qkv") || starts("attention_output") || starts("q_down_proj") || starts("q_up_proj") ||
+      starts("kv_proj") || starts("kv_up_proj"))
+    return kQuantAttentionLinears;
+  if (starts("mamba_out_proj")) return kQuantMambaOutProj;
+  if (starts("moe_latent_")) return kQuantMoeLatentProj;
+  return 0;
+}
+
 // The router's GEMMs stay in BF16 under FP8 and NVFP4 (Megatron-Core never quantises the router), as
-// do LoRA adapters (Megatron-Core linears, not Transformer Engine ones) and the Mamba scan's products.
+// do LoRA adapters (Megatron-Core linears, not Transformer Engine ones), the Mamba scan's products and
+// the modules LayerConfig::bf16_modules names; LayerConfig::fp8_modules run FP8 under NVFP4.
 void mark_fp8(std::vector<Op>& ops, const LayerConfig& c) {
   for (Op& op : ops) {
+    const std::uint8_t module = op.kind == OpKind::gemm ? quant_module(op) : 0;
     op.fp8 = op.kind == OpKind::gemm && !op.attention_core && op.name.rfind("router", 0) != 0 && !is_lora(op) &&
-             op.name.rfind("ssd_", 0) != 0 && !op.bf16;
-    op.fp4 = op.fp8 && c.fp4;
+             op.name.rfind("ssd_", 0) != 0 && !op.bf16 && (module & c.bf16_modules) == 0;
+    op.fp4 = op.fp8 && c.fp4 && (module & c.fp8_modules) == 0;
   }
 }
 

@@ -78,6 +78,17 @@ enum OffloadModule : std::uint8_t {
   kOffloadMoeAct = 64,     // the experts' activation input (fc1's output)
 };
 
+// Modules whose linear GEMMs a quantised run keeps above its precision (config::TrainingSpec::
+// module_precision; Transformer Engine's per-module recipes, as Megatron-Core's quant_recipe and
+// Megatron-Bridge's Nemotron 3 Super NVFP4 recipe set them): the attention's linear projections (QKV or
+// MLA's down / up projections, and the output projection), the Mamba mixer's output projection, and a
+// latent mixture-of-experts layer's down and up projections to and from the latent width.
+enum QuantModule : std::uint8_t {
+  kQuantAttentionLinears = 1,
+  kQuantMambaOutProj = 2,
+  kQuantMoeLatentProj = 4,
+};
+
 // How a micro-batch's weight gradient is accumulated, per element of the weight (d: the 16-bit
 // type's 2 bytes, g: LayerConfig::grad_bytes):
 //   fused          Megatron's gradient accumulation fusion (on unless --no-gradient-accumulation-fusion;
@@ -254,6 +265,11 @@ struct LayerConfig {
   // delayed scaling has a fused multi-tensor cast). Set for every recipe but delayed scaling
   // (config::fp8_recipe: training.fp8_recipe, or the GPU's).
   bool fp8_split_casts = false;
+  // With fp8: the QuantModule bits whose GEMMs run in BF16 instead, and (with fp4) those that run in
+  // FP8 (the GPU's FP8 recipe: MXFP8 on Blackwell) instead of NVFP4. Their operands' casts are still
+  // counted with the pass's others, as the run's precision makes them.
+  std::uint8_t bf16_modules = 0;
+  std::uint8_t fp8_modules = 0;
   // Parameter-efficient fine-tuning (LoRA, Megatron-Bridge's peft "lora"): the base weights are
   // frozen, so no weight gradient is computed for them and Transformer Engine keeps no GEMM input for
   // one (nor casts a transposed FP8 copy); the embedding and the output layer are frozen too. Each

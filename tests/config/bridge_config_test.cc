@@ -335,6 +335,19 @@ TEST_CASE("Megatron-LM's model_config.yaml: MODEL_ARGS as flags, true a switch, 
   CHECK_THROWS_AS(read_megatron_yaml("MODEL_ARGS:\n  num-layers: 2\n", "model_config.yaml"), InputError);
 }
 
+TEST_CASE("Megatron-Bridge's keep_mtp_spec_in_bf16: the multi-token prediction layers in BF16 under FP8") {
+  // The Nemotron 3 recipes' setting, here on a GPT model with one MTP layer under MXFP8.
+  std::string yaml = kMoe;
+  yaml.replace(yaml.find("  num_layers: 36\n"), 17,
+               "  num_layers: 36\n  mtp_num_layers: 1\n  keep_mtp_spec_in_bf16: true\n");
+  const auto s = import(yaml).scenario;
+  CHECK(s["training"]["precision"] == "fp8");
+  CHECK(s["training"]["module_precision"] == nlohmann::ordered_json({{"mtp", "bf16"}}));
+  std::string off = yaml;
+  off.replace(off.find("keep_mtp_spec_in_bf16: true"), 27, "keep_mtp_spec_in_bf16: false");
+  CHECK(!import(off).scenario["training"].contains("module_precision"));
+}
+
 TEST_CASE("Megatron-Bridge's BF16 first and last layers: mixed_precision's, read only with the switch on") {
   // Nemotron 3 Super's NVFP4 recipe (nemotron_3_super_bf16_with_nvfp4_mixed): the last 14 layers in BF16.
   std::string yaml = kMoe;

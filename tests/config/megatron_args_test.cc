@@ -340,6 +340,28 @@ TEST_CASE("--first-last-layers-bf16: Megatron's one layer at each end unless cou
   CHECK(!plain.scenario["training"].contains("bf16_layers_at_end"));
 }
 
+TEST_CASE("--keep-mtp-spec-in-bf16 and --keep-mamba-stack-attention-linear-in-bf16: module_precision") {
+  const std::string cmd =
+      "python pretrain_mamba.py --num-layers 4 --hidden-size 1024 --num-attention-heads 8 --vocab-size 32000 "
+      "--seq-length 4096 --hybrid-override-pattern 'M*ME' --num-experts 8 --moe-router-topk 2 "
+      "--moe-ffn-hidden-size 1024 --mtp-num-layers 1 --bf16 --fp8-format e4m3 "
+      "--fp8-recipe mxfp8 --keep-mtp-spec-in-bf16 --keep-mamba-stack-attention-linear-in-bf16";
+  const auto kept = import(cmd, "dgx-b200", 8);
+  CHECK(kept.scenario["training"]["module_precision"] ==
+        nlohmann::ordered_json({{"mtp", "bf16"}, {"attention_linears", "bf16"}}));
+  const auto s = parse(kept);
+  CHECK(s.training.bf16_mtp);
+  CHECK(s.training.bf16_modules == trainsim::workload::kQuantAttentionLinears);
+  // Without FP8 or FP4 there is nothing to keep: a note, and no key.
+  std::string bf16 = cmd;
+  bf16.replace(bf16.find(" --fp8-format e4m3 --fp8-recipe mxfp8"), 37, "");
+  const auto plain = import(bf16, "dgx-b200", 8);
+  CHECK(!plain.scenario["training"].contains("module_precision"));
+  CHECK(std::any_of(plain.notes.begin(), plain.notes.end(), [](const std::string& n) {
+    return n.find("--keep-mtp-spec-in-bf16 without --fp8-format or --fp4-format") != std::string::npos;
+  }));
+}
+
 TEST_CASE("--fp8-recipe: training.fp8_recipe for the recipes trainsim models, a note for custom") {
   const std::string cmd =
       "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 --num-attention-heads 32 "

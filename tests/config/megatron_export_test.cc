@@ -77,6 +77,8 @@ TEST_CASE("every shipped config and validation record that Megatron-LM runs come
       CHECK((what.find("training.framework") != std::string::npos || what.find("training.peft") != std::string::npos ||
              what.find("training.attention") != std::string::npos ||
              what.find("model.compress_ratios") != std::string::npos ||
+             // Nemotron 3 Super's NVFP4 recipe: a per-module Transformer Engine recipe file.
+             what.find("training.module_precision.mamba_out_proj") != std::string::npos ||
              what.find("parallel.schedule") != std::string::npos ||
              what.find("parallel.zero2_param_gather") != std::string::npos ||
              what.find("parallel.zero1_grad_reduce") != std::string::npos));
@@ -182,6 +184,37 @@ TEST_CASE("BF16 first and last layers come back from the script, with a recipe M
   CHECK(back.training.bf16_layers_at_end == 2);
   // Megatron-Core refuses BF16 layers under delayed scaling: Hopper's FP8 is then per-tensor current scaling.
   CHECK(script.find("--fp8-recipe tensorwise") != std::string::npos);
+}
+
+TEST_CASE("modules kept in BF16 come back from the script; those only a per-module recipe holds are refused") {
+  // Nemotron 3 Super under NVFP4 with its multi-token prediction and attention layers in BF16
+  // (--keep-mtp-spec-in-bf16, --keep-mamba-stack-attention-linear-in-bf16).
+  const nlohmann::json doc = nlohmann::json::parse(R"({
+    "model": "nemotron-3-super", "cluster": "gb200-nvl72", "gpus": 64,
+    "parallel": {"tp": 2, "sequence_parallel": true, "ep": 32, "etp": 1, "moe_token_dispatcher": "flex"},
+    "training": {"global_batch": 64, "seq_len": 8192, "precision": "nvfp4", "bf16_layers_at_end": 14,
+                 "module_precision": {"mtp": "bf16", "attention_linears": "bf16"}}})");
+  const Scenario original = parse(doc, "s.json");
+  std::string script;
+  const Scenario back = round_trip(doc, original, &script);
+  CHECK(describe(back) == describe(expected_after_round_trip(original)));
+  CHECK(back.training.bf16_mtp);
+  CHECK(back.training.bf16_modules == trainsim::workload::kQuantAttentionLinears);
+  CHECK(script.find("--keep-mtp-spec-in-bf16") != std::string::npos);
+  CHECK(script.find("--keep-mamba-stack-attention-linear-in-bf16") != std::string::npos);
+  auto out_proj = doc;
+  out_proj["training"]["module_precision"]["mamba_out_proj"] = "fp8";
+  CHECK(export_error(out_proj) ==
+        "s.json: training.module_precision.mamba_out_proj: Megatron-LM takes this module's precision from a "
+        "per-module Transformer Engine recipe (Megatron-Core's quant_recipe), which trainsim does not write (trainsim "
+        "export megatron)");
+  auto dense = nlohmann::json::parse(R"({
+    "model": "llama3.1-8b", "cluster": "dgx-b200", "gpus": 8,
+    "training": {"global_batch": 8, "seq_len": 4096, "precision": "fp8",
+                 "module_precision": {"attention_linears": "bf16"}}})");
+  CHECK(export_error(dense).starts_with(
+      "s.json: training.module_precision.attention_linears: Megatron-LM keeps attention linears in BF16 in hybrid "
+      "(Mamba) models only"));
 }
 
 TEST_CASE("a stated FP8 recipe comes back from the script, with the format it needs") {

@@ -71,6 +71,7 @@ inline std::string describe(const Scenario& s) {
   out += fmt::format("documents {} tokens {} imbalance {} lora {} bf16 layers {} {}\n", t.document_tokens,
                      t.train_tokens, t.moe_load_imbalance, t.lora, t.bf16_layers_at_start, t.bf16_layers_at_end);
   out += fmt::format("deepspeed {} grad all-reduce {}\n", t.deepspeed, p.zero1_grad_all_reduce);
+  out += fmt::format("module precision bf16 {} fp8 {} mtp {}\n", t.bf16_modules, t.fp8_modules, t.bf16_mtp);
   // The recipe the scenario runs (stated, or the GPU's: an export states the default explicitly).
   if (config::runs_fp8_recipe(t)) out += fmt::format("fp8 recipe {}\n", config::fp8_recipe_name(config::fp8_recipe(s)));
   if (t.fp8_param_gather) out += "fp8 param gather\n";

@@ -373,7 +373,7 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
        "recompute_modules, cpu_offload_layers, offload_modules, host_overhead, cuda_graph_scope, host_cost_scale, "
        "peft, lora_rank, "
        "lora_targets, document_tokens, train_tokens, moe_load_imbalance, optimizer, bf16_layers_at_start, "
-       "bf16_layers_at_end, torch_compile, torch_compile_loss)"},
+       "bf16_layers_at_end, module_precision, torch_compile, torch_compile_loss)"},
       {[](json& d) { d["training"]["torch_compile_loss"] = true; }, "training.torch_compile_loss",
        "applies to \"framework\": \"torchtitan\" only"},
       {[](json& d) { d["training"]["optimizer"] = "adam"; }, "training.optimizer", "expected an object, got a string"},
@@ -473,6 +473,45 @@ TEST_CASE("missing, unknown and mistyped keys are errors with their JSON path", 
        "training.fp8_recipe",
        "delayed scaling cannot keep layers in BF16 (Megatron-Core refuses --first-last-layers-bf16 with it): "
        "tensorwise, mxfp8 or blockwise"},
+      {[](json& d) {
+         d["training"]["module_precision"] = {{"attention_linears", "bf16"}};
+       },
+       "training.module_precision",
+       "applies to precision fp8 or nvfp4 only (the other runs' GEMMs are already 16-bit)"},
+      {[](json& d) {
+         d["training"]["precision"] = "fp8";
+         d["training"]["module_precision"] = {{"attention_linears", "fp8"}};
+       },
+       "training.module_precision.attention_linears", "fp8 is above the run's precision under nvfp4 only: bf16"},
+      {[](json& d) {
+         d["training"]["precision"] = "fp8";
+         d["training"]["module_precision"] = {{"router", "bf16"}};
+       },
+       "training.module_precision.router",
+       "unknown key (expected one of: mtp, attention_linears, mamba_out_proj, moe_latent_proj)"},
+      {[](json& d) {
+         d["training"]["precision"] = "fp8";
+         d["training"]["module_precision"] = {{"mtp", "bf16"}};
+       },
+       "training.module_precision.mtp", "the model has no multi-token prediction layers"},
+      {[](json& d) {
+         d["training"]["precision"] = "fp8";
+         d["training"]["module_precision"] = {{"mamba_out_proj", "bf16"}};
+       },
+       "training.module_precision.mamba_out_proj", "needs Mamba layers (a hybrid_pattern with 'M')"},
+      {[](json& d) {
+         d["training"]["precision"] = "fp8";
+         d["training"]["module_precision"] = {{"moe_latent_proj", "bf16"}};
+       },
+       "training.module_precision.moe_latent_proj", "needs a latent mixture of experts (moe_latent)"},
+      {[](json& d) {
+         d["training"]["precision"] = "fp8";
+         d["training"]["fp8_recipe"] = "delayed";
+         d["training"]["module_precision"] = {{"attention_linears", "bf16"}};
+       },
+       "training.fp8_recipe",
+       "delayed scaling cannot keep modules in BF16 (Megatron-Core's per-module recipes refuse it): tensorwise, "
+       "mxfp8 or blockwise"},
   };
   for (const Case& c : cases) {
     json doc = base_scenario();
@@ -1030,6 +1069,8 @@ TEST_CASE("fp8_recipe: the GPU's default, or the recipe the scenario states") {
   CHECK(fp8_recipe(scenario("dgx-b200", json::object())) == Fp8Recipe::mxfp8);
   CHECK(fp8_recipe(scenario("dgx-h100", json::object())) == Fp8Recipe::delayed);
   CHECK(fp8_recipe(scenario("dgx-h100", {{"bf16_layers_at_end", 1}})) == Fp8Recipe::tensorwise);
+  CHECK(fp8_recipe(scenario("dgx-h100", {{"module_precision", {{"attention_linears", "bf16"}}}})) ==
+        Fp8Recipe::tensorwise);
   const Scenario stated = scenario("dgx-h100", {{"fp8_recipe", "blockwise"}});
   CHECK(stated.training.fp8_recipe == Fp8Recipe::blockwise);
   CHECK(fp8_recipe(stated) == Fp8Recipe::blockwise);

@@ -2333,6 +2333,32 @@ TEST_CASE("first and last layers in BF16 under FP8: each such layer costs what a
   CHECK(refusal(many) == "test.json: training.bf16_layers_at_end: 10 + 7 BF16 layers exceed the model's 16 layers");
 }
 
+TEST_CASE("multi-token prediction in BF16 under FP8: the modules cost what they cost in a BF16 run") {
+  // One multi-token prediction module on one pipeline stage: its time adds to the step's. Kept in
+  // BF16 (Megatron-Core's keep_mtp_spec_in_bf16) it costs what the BF16 run's module costs, to the
+  // nanosecond (gradients reduced in fp32 either way), and the layers around it keep FP8's time.
+  auto j = base(8, 1, 1, 8);
+  j["cluster"] = "dgx-b200";
+  j["model"]["mtp_layers"] = 1;
+  auto time = [&](const char* precision, bool mtp, bool bf16_mtp) {
+    auto k = j;
+    k["training"]["precision"] = precision;
+    if (!mtp) k["model"].erase("mtp_layers");
+    if (bf16_mtp) k["training"]["module_precision"] = {{"mtp", "bf16"}};
+    return parallel::simulate_step(scenario(k)).step_time_s;
+  };
+  const double bf16_module = time("bf16", true, false) - time("bf16", false, false);
+  const double fp8_module = time("fp8", true, false) - time("fp8", false, false);
+  CHECK(fp8_module < bf16_module);
+  CHECK(time("fp8", true, true) - time("fp8", false, false) == Approx(bf16_module).epsilon(1e-9));
+  // Refused where there is nothing to keep.
+  auto none = j;
+  none["model"].erase("mtp_layers");
+  none["training"]["precision"] = "fp8";
+  none["training"]["module_precision"] = {{"mtp", "bf16"}};
+  CHECK(refusal(none) == "test.json: training.module_precision.mtp: the model has no multi-token prediction layers");
+}
+
 TEST_CASE("context parallelism in a hybrid model: Mamba all-to-alls on the CP group, reported as CP") {
   // A small hybrid model (Mamba, attention, MLP) at cp 2: the Mamba blocks' all-to-alls run on the CP
   // group's stream, exposed (nothing overlaps them), and the attention block rings its K/V blocks.

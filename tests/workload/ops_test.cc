@@ -1318,6 +1318,49 @@ TEST_CASE("latent MoE: dispatch and experts at the latent width") {
         4096 * 512 + 2 * 4096 * 1024 + 2 * 4096 * 5376 + 4096);  // router, projections, shared expert, norm
 }
 
+// Transformer Engine's per-module recipes (LayerConfig::bf16_modules, fp8_modules; training.
+// module_precision): under NVFP4 the named modules' GEMMs, forward and both gradients, leave FP4 (for
+// FP8) or leave quantisation altogether (BF16); every other GEMM keeps the run's NVFP4.
+TEST_CASE("module precision: the named modules' GEMMs run FP8 or BF16 under NVFP4, the rest NVFP4") {
+  ModelSpec m = nemotron_nano();
+  m.hidden = 4096;
+  m.experts = 512;
+  m.experts_per_token = 22;
+  m.moe_ffn_hidden = 2688;
+  m.shared_expert_ffn_hidden = 5376;
+  m.moe_latent = 1024;
+  LayerConfig c;
+  c.seq_len = 8192;
+  c.ep = 64;
+  c.fp8 = true;
+  c.fp4 = true;
+  c.bf16_modules = kQuantAttentionLinears | kQuantMoeLatentProj;
+  c.fp8_modules = kQuantMambaOutProj;
+  int checked = 0;
+  for (LayerBlock block : {LayerBlock::mamba, LayerBlock::attention, LayerBlock::moe}) {
+    std::vector<Op> ops = layer_forward(m, c, block);
+    const std::vector<Op> bwd = layer_backward(m, c, block);
+    ops.insert(ops.end(), bwd.begin(), bwd.end());
+    for (const Op& op : ops) {
+      if (op.kind != OpKind::gemm) continue;
+      const auto starts = [&](const char* stem) { return op.name.rfind(stem, 0) == 0; };
+      INFO(op.name);
+      if (starts("qkv") || starts("attention_output") || starts("moe_latent_")) {
+        CHECK(!op.fp8);
+        ++checked;
+      } else if (starts("mamba_out_proj")) {
+        CHECK((op.fp8 && !op.fp4));
+        ++checked;
+      } else if (starts("mamba_in_proj") || starts("experts_fc") || starts("shared_expert_fc")) {
+        CHECK((op.fp8 && op.fp4));
+      }
+    }
+  }
+  // qkv and the output projection, the latent down and up projections, and Mamba's output
+  // projection: forward, data and weight gradients each.
+  CHECK(checked == 3 * 2 + 3 * 2 + 3);
+}
+
 // Qwen3's per-head query and key RMSNorms: on a TP rank of 8 with 8,192 tokens, Q is 64/8 heads of
 // 128 (1,024 wide) and K 8/8 heads (128 wide). The forward reads and writes Q and K in bf16:
 // 2 · 8192 · 1152 · 2 bytes; it keeps its input, 8192 · 1152 · 2 bytes; the backward reads the
