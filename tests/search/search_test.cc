@@ -182,6 +182,34 @@ TEST_CASE("search: settings tied to one layout are adjusted to each candidate") 
   }
 }
 
+TEST_CASE("search: modules kept above the run's precision go with the layouts whose precision has them") {
+  // An NVFP4 scenario keeping its attention linears in FP8, the rest of its GEMMs NVFP4: the
+  // BF16 layouts drop module_precision, the FP8 ones drop the FP8 entry (there it is the run's
+  // precision), the NVFP4 ones keep it; all are valid scenarios.
+  nlohmann::json doc = llama8b();
+  doc["cluster"] = "dgx-b200";
+  doc["gpus"] = 8;
+  doc["training"]["precision"] = "nvfp4";
+  doc["training"]["module_precision"] = {{"attention_linears", "fp8"}};
+  search::Axes a;
+  a.tp = {1, 2};
+  a.pp = {1};
+  a.cp = {1};
+  a.virtual_stages = {1};
+  a.micro_batch = {1};
+  a.recompute = {config::Recompute::none};
+  a.zero = {1};
+  a.precision = {config::Precision::bf16, config::Precision::fp8, config::Precision::nvfp4};
+  const auto r = search::run_search(parse(doc), doc, a, 2, kData);
+  CHECK(r.rejected == 0);
+  REQUIRE(r.ranked.size() == 6);
+  for (const auto& c : r.ranked) {
+    CHECK(c.training.contains("module_precision") == (c.layout.precision == config::Precision::nvfp4));
+    if (c.layout.precision == config::Precision::nvfp4)
+      CHECK(c.training["module_precision"] == nlohmann::json({{"attention_linears", "fp8"}}));
+  }
+}
+
 TEST_CASE("search: zero 3 layouts also run hybrid-sharded (HSDP), each replica over whole nodes") {
   // torchtitan's Llama 3.1 8B on 32 GPUs (4 nodes of 8). A replica spanning s nodes holds 8s/(tp*cp)
   // data-parallel ranks; spans that leave one replica (4 nodes) are not HSDP and are skipped.
