@@ -1154,6 +1154,19 @@ ModelSpec nemotron_nano() {
   return m;
 }
 
+// Nemotron 3 Super's MoE layers on Nano's blocks: hidden 4096, 512 experts of 2688, 22 per token, a
+// shared expert of 5376 and a 1024-wide latent.
+ModelSpec nemotron_super_moe() {
+  ModelSpec m = nemotron_nano();
+  m.hidden = 4096;
+  m.experts = 512;
+  m.experts_per_token = 22;
+  m.moe_ffn_hidden = 2688;
+  m.shared_expert_ffn_hidden = 5376;
+  m.moe_latent = 1024;
+  return m;
+}
+
 const Op& op_named(const std::vector<Op>& ops, const std::string& name) {
   for (const Op& op : ops)
     if (op.name == name) return op;
@@ -1293,13 +1306,7 @@ TEST_CASE("hybrid MLP block: a dense squared-ReLU MLP") {
 // tokens go down to the latent before the dispatch, which then moves R·k·latent elements, the experts
 // read and write the latent, and the combined latent goes back up.
 TEST_CASE("latent MoE: dispatch and experts at the latent width") {
-  ModelSpec m = nemotron_nano();
-  m.hidden = 4096;
-  m.experts = 512;
-  m.experts_per_token = 22;
-  m.moe_ffn_hidden = 2688;
-  m.shared_expert_ffn_hidden = 5376;
-  m.moe_latent = 1024;
+  const ModelSpec m = nemotron_super_moe();
   LayerConfig c;
   c.seq_len = 8192;
   c.ep = 64;
@@ -1322,13 +1329,7 @@ TEST_CASE("latent MoE: dispatch and experts at the latent width") {
 // module_precision): under NVFP4 the named modules' GEMMs, forward and both gradients, leave FP4 (for
 // FP8) or leave quantisation altogether (BF16); every other GEMM keeps the run's NVFP4.
 TEST_CASE("module precision: the named modules' GEMMs run FP8 or BF16 under NVFP4, the rest NVFP4") {
-  ModelSpec m = nemotron_nano();
-  m.hidden = 4096;
-  m.experts = 512;
-  m.experts_per_token = 22;
-  m.moe_ffn_hidden = 2688;
-  m.shared_expert_ffn_hidden = 5376;
-  m.moe_latent = 1024;
+  const ModelSpec m = nemotron_super_moe();
   LayerConfig c;
   c.seq_len = 8192;
   c.ep = 64;
