@@ -412,6 +412,25 @@ TEST_CASE("a hybrid model run reports its blocks") {
   CHECK(j["scenario"]["moe_token_dispatcher"] == "flex");
 }
 
+// Nemotron 3 Super's NVFP4 recipe end to end: the modules it keeps above NVFP4 on their own summary
+// line and in --json's scenario. Its measured step: Megatron-Bridge 26.06.01's table, 7,040
+// tokens/s/GPU on 64 GB200, 512 x 8192 tokens / (7040 x 64) = 9.309 s; the prediction stays within
+// 15% of it (validation/README.md, "Nemotron 3's per-module precision").
+TEST_CASE("a Nemotron 3 Super NVFP4 run reports the modules its recipe keeps above NVFP4") {
+  Result text = run("run configs/nemotron-3-super-gb200-64-nvfp4.json");
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("modules       mtp bf16, attention_linears bf16, mamba_out_proj fp8, moe_latent_proj bf16: their "
+                      "GEMMs above the run's precision\n") != std::string::npos);
+  Result js = run("run configs/nemotron-3-super-gb200-64-nvfp4.json --json");
+  REQUIRE(js.code == 0);
+  const auto j = nlohmann::json::parse(js.out);
+  CHECK(j["scenario"]["module_precision"] ==
+        nlohmann::json(
+            {{"mtp", "bf16"}, {"attention_linears", "bf16"}, {"mamba_out_proj", "fp8"}, {"moe_latent_proj", "bf16"}}));
+  const double measured = 512.0 * 8192 / (7040.0 * 64);
+  CHECK(std::abs(j["step_time_s"].get<double>() / measured - 1) < 0.15);
+}
+
 // A mixture of experts end to end: the layout line names ep and etp, the token all-to-alls are
 // their own share of the step, and --json reports them and the layout; the time shares add up.
 TEST_CASE("a mixture-of-experts run reports its expert layout and exposed all-to-all time") {
