@@ -443,6 +443,12 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
   return p;
 }
 
+// training.module_precision's keys for the workload::QuantModule bits (its "mtp" key is apart).
+constexpr std::array<std::pair<std::string_view, std::uint8_t>, 3> kQuantModuleKeys = {
+    {{"attention_linears", workload::kQuantAttentionLinears},
+     {"mamba_out_proj", workload::kQuantMambaOutProj},
+     {"moe_latent_proj", workload::kQuantMoeLatentProj}}};
+
 // Megatron-Core's --recompute-modules names, in the order of workload::RecomputeModule's bits.
 constexpr std::array<std::string_view, 7> kRecomputeModuleNames = {"core_attn", "layernorm", "mla_up_proj",   "mlp",
                                                                    "moe",       "moe_act",   "shared_experts"};
@@ -505,11 +511,7 @@ std::vector<std::string> lora_target_names(const TrainingSpec& training) {
 std::vector<std::pair<std::string_view, std::string_view>> module_precision_entries(const TrainingSpec& training) {
   std::vector<std::pair<std::string_view, std::string_view>> out;
   if (training.bf16_mtp) out.emplace_back("mtp", "bf16");
-  const std::array<std::pair<std::string_view, std::uint8_t>, 3> modules = {
-      {{"attention_linears", workload::kQuantAttentionLinears},
-       {"mamba_out_proj", workload::kQuantMambaOutProj},
-       {"moe_latent_proj", workload::kQuantMoeLatentProj}}};
-  for (const auto& [name, bit] : modules) {
+  for (const auto& [name, bit] : kQuantModuleKeys) {
     if (training.bf16_modules & bit) out.emplace_back(name, "bf16");
     if (training.fp8_modules & bit) out.emplace_back(name, "fp8");
   }
@@ -768,11 +770,7 @@ TrainingSpec parse_training(const util::JsonNode& node) {
       v->fail("applies to precision fp8 or nvfp4 only (the other runs' GEMMs are already 16-bit)");
     if (t.framework != Framework::megatron) v->fail("applies to \"framework\": \"megatron\" only");
     v->reject_unknown({"mtp", "attention_linears", "mamba_out_proj", "moe_latent_proj"});
-    const std::array<std::pair<std::string_view, std::uint8_t>, 3> modules = {
-        {{"attention_linears", workload::kQuantAttentionLinears},
-         {"mamba_out_proj", workload::kQuantMambaOutProj},
-         {"moe_latent_proj", workload::kQuantMoeLatentProj}}};
-    for (const auto& [key, bit] : modules) {
+    for (const auto& [key, bit] : kQuantModuleKeys) {
       const auto m = v->find(key);
       if (!m) continue;
       if (parse_choice(*m, Choices{{"bf16", "fp8"}, {}}) == 0) {
