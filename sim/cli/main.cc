@@ -224,6 +224,10 @@ std::vector<std::size_t> parse_choice_list(std::string_view value, const char* o
   return out;
 }
 
+// A search's base scenario: its layout is replaced by each one searched, so how the global batch
+// splits over it is not checked (a batch of 32 on 128 GPUs searches without a parallel block).
+constexpr trainsim::config::ParseOptions kSearchBase{.check_batch_split = false};
+
 // `search --clusters a,b,c`: the same search on each cluster (at the scenario's GPU count, or the one
 // --gpus / --nodes gives), then the best layout per cluster.
 template <typename AxesFor, typename Searched, typename Print>
@@ -262,10 +266,10 @@ int search_clusters(const SearchArgs& a, nlohmann::json doc, const AxesFor& axes
   for (const auto& name : names) {
     nlohmann::json d = doc;
     d["cluster"] = name;
-    config::Scenario b = config::parse_scenario(util::JsonNode(d, a.scenario_file), data_dir);
+    config::Scenario b = config::parse_scenario(util::JsonNode(d, a.scenario_file), data_dir, kSearchBase);
     if (count > 0) {
       d["gpus"] = a.nodes.empty() ? count : count * b.cluster.gpus_per_node;
-      b = config::parse_scenario(util::JsonNode(d, a.scenario_file), data_dir);
+      b = config::parse_scenario(util::JsonNode(d, a.scenario_file), data_dir, kSearchBase);
     }
     config::look_up_published_accuracy(b, data_dir);  // each cluster's kind of run (its GPUs)
     docs.push_back(std::move(d));
@@ -287,7 +291,7 @@ int search_layouts(const SearchArgs& a) {
   using namespace trainsim;
   const auto data_dir = config::default_data_dir();
   nlohmann::json doc = trainsim::cli::scenario_doc(a.scenario_file, a.sets);
-  config::Scenario base = config::parse_scenario(util::JsonNode(doc, a.scenario_file), data_dir);
+  config::Scenario base = config::parse_scenario(util::JsonNode(doc, a.scenario_file), data_dir, kSearchBase);
   config::look_up_published_accuracy(base, data_dir);
   if (!a.price.empty() && a.clusters.empty())
     base.gpu_hour_price_usd = trainsim::cli::parse_prices(a.price, {}).front();

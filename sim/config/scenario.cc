@@ -1109,7 +1109,7 @@ void check_experts(const util::JsonNode& root, Scenario& s) {
 }
 
 // Megatron's layout constraints (ecosystem.md §2.1), checked once everything is parsed.
-void check_layout(const util::JsonNode& root, Scenario& s) {
+void check_layout(const util::JsonNode& root, Scenario& s, ParseOptions options) {
   ParallelSpec& p = s.parallel;
   const workload::ModelSpec& m = s.model;
   const std::string file = root.file();
@@ -1642,6 +1642,10 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
   }
 
   TrainingSpec& t = s.training;
+  if (!options.check_batch_split) {
+    t.num_micro_batches = std::max<std::int64_t>(1, t.global_batch / t.micro_batch / p.dp);
+    return;
+  }
   if (t.global_batch % t.micro_batch != 0 || (t.global_batch / t.micro_batch) % p.dp != 0) {
     throw util::InputError(file, util::join_path(training_path, "global_batch"),
                            fmt::format("{} is not a multiple of micro_batch*dp = {}*{} = {}", t.global_batch,
@@ -1672,7 +1676,8 @@ void check_layout(const util::JsonNode& root, Scenario& s) {
   }
 }
 
-Scenario parse_scenario_in(const util::JsonNode& root, const fs::path& data_dir, const fs::path& scenario_dir) {
+Scenario parse_scenario_in(const util::JsonNode& root, const fs::path& data_dir, const fs::path& scenario_dir,
+                           ParseOptions options) {
   root.reject_unknown(
       {"model", "cluster", "gpus", "parallel", "training", "network", "collectives", "gpu_profile", "segment_gpus"});
   Scenario s;
@@ -1719,7 +1724,7 @@ Scenario parse_scenario_in(const util::JsonNode& root, const fs::path& data_dir,
         parse_choice(*v, Choices{{"analytical", "flow"}, {}}) == 0 ? NetworkModel::analytical : NetworkModel::flow;
   if (auto v = root.find("parallel")) s.parallel = parse_parallel(*v);
   s.training = parse_training(root.at("training"));
-  check_layout(root, s);
+  check_layout(root, s, options);
   if (s.training.framework == Framework::pytorch_eager) check_eager(root, s);
   if (s.training.framework == Framework::torchtitan) check_torchtitan(root, s);
   if (s.training.deepspeed) {
@@ -1941,12 +1946,13 @@ Scenario load_scenario(const std::string& file, const fs::path& data_dir) {
   const nlohmann::json doc = util::read_json_file(file);
   const util::JsonNode root(doc, file);
   root.expect_object();
-  return parse_scenario_in(root, data_dir, fs::path(file).parent_path());
+  return parse_scenario_in(root, data_dir, fs::path(file).parent_path(), {});
 }
 
-Scenario parse_scenario(const util::JsonNode& root, const fs::path& data_dir) {
+Scenario parse_scenario(const util::JsonNode& root, const fs::path& data_dir, ParseOptions options) {
   root.expect_object();
-  return parse_scenario_in(root, data_dir, root.file().empty() ? fs::path() : fs::path(root.file()).parent_path());
+  return parse_scenario_in(root, data_dir, root.file().empty() ? fs::path() : fs::path(root.file()).parent_path(),
+                           options);
 }
 
 }  // namespace trainsim::config

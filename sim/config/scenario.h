@@ -458,6 +458,12 @@ void apply_overrides(nlohmann::json& doc, const std::vector<std::string>& sets, 
 // Megatron-Core's pipeline layout with its repeats expanded ("Et*2|(tt|)*2L" -> "Ett|tt|tt|L");
 // nullopt when it does not parse (parallel.pipeline_layout's checks then say why).
 std::optional<std::string> expand_pipeline_layout(std::string_view layout);
-Scenario parse_scenario(const util::JsonNode& root, const std::filesystem::path& data_dir);
+// What parse_scenario leaves unchecked: by default nothing. A search's base scenario skips how the
+// global batch splits over its layout (micro-batch times data parallelism, the micro-batches a
+// schedule needs): the search replaces that layout with each of its own, which are checked in full.
+struct ParseOptions {
+  bool check_batch_split = true;
+};
+Scenario parse_scenario(const util::JsonNode& root, const std::filesystem::path& data_dir, ParseOptions options = {});
 
 }  // namespace trainsim::config

@@ -1134,6 +1134,28 @@ TEST_CASE("search at several GPU counts: each count's search, then its best layo
   CHECK(bad.err == "--gpus: sizes must increase: 32 after 64\n");
 }
 
+TEST_CASE("search: a global batch the scenario's own layout cannot split still searches the layouts that can") {
+  // 16 sequences on 64 GPUs: the scenario's tp 2 leaves dp 32 and micro-batch 2, which `run` refuses;
+  // the search replaces that layout, so it ranks those whose micro-batch x dp divides 16, at one and at
+  // two GPU counts.
+  const std::string set = " --set training.global_batch=16";
+  Result own = run("run configs/llama3.1-8b-h200-64.json" + set);
+  CHECK(own.code == 2);
+  CHECK(own.err.find("training.global_batch: 16 is not a multiple of micro_batch*dp = 2*32 = 64") != std::string::npos);
+  const std::string axes = " --tp 2,4,8 --pp 1,2,4 --cp 1 --vp 1 --micro-batch 1,2 --recompute none";
+  for (const std::string counts : {"", " --gpus 64,128"}) {
+    Result r = run("search configs/llama3.1-8b-h200-64.json" + set + axes + counts + " --json --top 0");
+    REQUIRE(r.code == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    const auto& searches = counts.empty() ? nlohmann::json::array({j}) : j["searches"];
+    REQUIRE(searches.size() == (counts.empty() ? 1U : 2U));
+    for (const auto& one : searches) {
+      REQUIRE(!one["layouts"].empty());
+      for (const auto& l : one["layouts"]) CHECK(16 % (l["dp"].get<int>() * l["micro_batch"].get<int>()) == 0);
+    }
+  }
+}
+
 TEST_CASE("search on several clusters: each cluster's search, then its best layout with its speed") {
   // Llama 3.1 8B on 64 GPUs of DGX H200 (the scenario's) and of DGX B200: each cluster's search is the
   // search of the scenario with that cluster; the summary repeats each winner.
