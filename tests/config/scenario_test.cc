@@ -17,6 +17,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using trainsim::config::load_scenario;
 using trainsim::config::parse_scenario;
+using trainsim::config::ParseOptions;
 using trainsim::config::Recompute;
 using trainsim::config::Scenario;
 using trainsim::util::InputError;
@@ -646,6 +647,25 @@ TEST_CASE("impossible layouts name the numbers that do not fit", "[config]") {
   doc["parallel"]["tp"] = std::int64_t{1} << 40;
   doc["parallel"]["pp"] = std::int64_t{1} << 40;
   CHECK(parse_error(data, doc).path() == "gpus");
+}
+
+TEST_CASE("a search's base scenario skips how the global batch splits over its layout, nothing else", "[config]") {
+  // test-70b on 64 GPUs at tp 8 · pp 2: dp 4. A batch of 66 does not split over it; a search replaces the
+  // layout, so its base parses (the micro-batches one per pipeline at least), while every other rule holds.
+  DataDir data;
+  constexpr ParseOptions kBase{.check_batch_split = false};
+  json doc = base_scenario();
+  doc["training"]["global_batch"] = 66;
+  CHECK(parse_error(data, doc).path() == "training.global_batch");
+  const Scenario s = parse_scenario(JsonNode(doc, "scenario.json"), data.root(), kBase);
+  CHECK(s.training.global_batch == 66);
+  CHECK(s.training.num_micro_batches == 66 / 4);
+  doc["training"]["global_batch"] = 2;  // fewer sequences than data-parallel ranks
+  CHECK(parse_scenario(JsonNode(doc, "scenario.json"), data.root(), kBase).training.num_micro_batches == 1);
+  doc["parallel"]["tp"] = 3;
+  doc["gpus"] = 48;
+  const InputError e = error_of([&] { (void)parse_scenario(JsonNode(doc, "scenario.json"), data.root(), kBase); });
+  CHECK(std::string(e.what()) == "scenario.json: parallel.tp: 3 does not divide heads (64)");
 }
 
 // LoRA keys: parsed with Megatron-Bridge's defaults (rank 32, all four linears), refused alone, on
