@@ -96,6 +96,14 @@ TEST_CASE("every model file in models/ parses") {
       h * 5120 + 4096 * h + (5120 + h) + h * experts + experts + experts * (3 * h * h + 2 * h + h) + 2 * h;
   CHECK(gpt_oss.total_params() == 36 * layer + 2 * 201088 * h + h);
   CHECK(std::abs(static_cast<double>(gpt_oss.total_params()) / 1e9 - 116.8) < 0.05);
+  // GPT-OSS 20B (openai/gpt-oss-20b's config.json): the same layer with 32 experts, 24 layers. OpenAI's
+  // model card: 20.91 B parameters.
+  const ModelSpec small = model("gpt-oss-20b");
+  CHECK(small.experts == 32);
+  const std::int64_t small_layer =
+      h * 5120 + 4096 * h + (5120 + h) + h * 32 + 32 + 32 * (3 * h * h + 2 * h + h) + 2 * h;
+  CHECK(small.total_params() == 24 * small_layer + 2 * 201088 * h + h);
+  CHECK(std::abs(static_cast<double>(small.total_params()) / 1e9 - 20.91) < 0.01);
 }
 
 TEST_CASE("model JSON defaults and validation") {
