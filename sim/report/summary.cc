@@ -119,15 +119,12 @@ std::string si_count(double v) {
   return fmt::format("{:.3g}", v);
 }
 
-std::string accuracy_line(const config::Scenario& sc) {
-  if (!sc.accuracy) return {};
-  const config::PublishedAccuracy& a = *sc.accuracy;
-  // "moe/blackwell/nvfp4" -> "mixture-of-experts Blackwell NVFP4"
+std::string accuracy_group_words(const std::string& group) {
   std::string words;
   std::size_t at = 0;
-  while (at <= a.group.size()) {
-    const std::size_t slash = std::min(a.group.find('/', at), a.group.size());
-    const std::string part = a.group.substr(at, slash - at);
+  while (at <= group.size()) {
+    const std::size_t slash = std::min(group.find('/', at), group.size());
+    const std::string part = group.substr(at, slash - at);
     const std::string word = part == "moe"         ? "mixture-of-experts"
                              : part == "ampere"    ? "Ampere"
                              : part == "hopper"    ? "Hopper"
@@ -137,10 +134,16 @@ std::string accuracy_line(const config::Scenario& sc) {
     words += (words.empty() ? "" : " ") + word;
     at = slash + 1;
   }
+  return words;
+}
+
+std::string accuracy_line(const config::Scenario& sc) {
+  if (!sc.accuracy) return {};
+  const config::PublishedAccuracy& a = *sc.accuracy;
   return fmt::format(
       "published {} runs: step time off by {:.1f}% on average (mean error {:+.1f}%, {} runs; "
       "validation/README.md)",
-      words, 100 * a.mape, 100 * a.mean_error, a.runs);
+      accuracy_group_words(a.group), 100 * a.mape, 100 * a.mean_error, a.runs);
 }
 
 std::string model_accuracy_line(const config::Scenario& sc) {

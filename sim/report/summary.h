@@ -75,6 +75,8 @@ std::string optimizer_line(const config::Scenario& sc);
 // "published dense Hopper runs: step time off by 3.1% on average (mean error -1.2%, 120 runs)": the
 // scenario's kind of run and its error on the published runs (scenario.accuracy); empty without it.
 std::string accuracy_line(const config::Scenario& sc);
+// A kind of run in words: "moe/blackwell/nvfp4" -> "mixture-of-experts Blackwell NVFP4".
+std::string accuracy_group_words(const std::string& group);
 // "published runs of this model (GPT OSS 120B): step time off by 25.7% on average (mean error
 // -25.3%, 28 runs)": the error on the published runs of the scenario's very model
 // (scenario.model_accuracy); empty without it.

@@ -804,6 +804,29 @@ std::size_t shown_fitting(const Result& r, std::size_t top) {
   return std::min<std::size_t>(top == 0 ? r.ranked.size() : top, static_cast<std::size_t>(r.fitting));
 }
 
+// How many of the `shown` fastest layouts that fit lie within the step-time error of the scenario's
+// kind of run on its published runs (base.accuracy's MAPE) of the fastest, the fastest counted: a
+// model that far off cannot order them. 0 without published runs of the kind.
+std::size_t close_to_best(const Result& r, const config::Scenario& base, std::size_t shown) {
+  if (!base.accuracy || shown == 0) return 0;
+  const double bound = r.ranked.front().metrics.step_time_s * (1 + base.accuracy->mape);
+  std::size_t n = 1;
+  while (n < shown && r.ranked[n].metrics.step_time_s <= bound) ++n;
+  return n;
+}
+
+// The `close` line under the table: the ranks close_to_best counts, when there are two or more.
+std::string close_text(const Result& r, const config::Scenario& base, std::size_t shown) {
+  const std::size_t n = close_to_best(r, base, shown);
+  if (n < 2) return {};
+  const bool more = n == shown && shown < static_cast<std::size_t>(r.fitting);
+  return fmt::format(
+      "ranks 1-{} lie within {:.1f}% of rank 1, the step-time error on published {} runs: too close for the "
+      "model to order{}",
+      n, 100 * base.accuracy->mape, report::accuracy_group_words(base.accuracy->group),
+      more ? " (more may, below the rows shown: --top 0 lists every layout)" : "");
+}
+
 }  // namespace
 
 // No layout fits: why, in one line (without its end of line). When the layout rules refused every
@@ -869,6 +892,8 @@ std::string to_text(const Result& r, const config::Scenario& base, std::size_t t
   if (allgather) out += "(ep ng: with the allgather token dispatcher, parallel.moe_token_dispatcher)\n";
   if (overlap) out += "(ep n*: with the all-to-all overlap, parallel.moe_a2a_overlap)\n";
   if (hsdp) out += "(zero 3hs: hybrid sharding, replicas of s nodes each, parallel.distributed_optimizer_instances)\n";
+  if (const std::string close = close_text(r, base, shown); !close.empty())
+    out += fmt::format("close         {}\n", close);
   if (r.tight) out += fmt::format("tight         {}\n", tight_text(r, base));
   const Candidate& best = r.ranked.front();
   out += fmt::format("\nbest layout as scenario keys:\n  \"parallel\": {},\n  \"training\": {}\n", best.parallel.dump(),
@@ -916,6 +941,7 @@ std::string to_markdown(const Result& r, const config::Scenario& base, std::size
     for (const auto& cell : cells(r.ranked[i], i + 1, cols)) out += fmt::format("| {} ", cell);
     out += "|\n";
   }
+  if (const std::string close = close_text(r, base, shown); !close.empty()) out += fmt::format("\nClose: {}.\n", close);
   if (r.tight) out += fmt::format("\nTight: {}.\n", tight_text(r, base));
   return out;
 }
@@ -986,6 +1012,8 @@ nlohmann::json to_json(const Result& r, const config::Scenario& base, std::size_
          {"layouts", layouts}};
   if (base.accuracy) out["search"]["accuracy"] = config::published_json(*base.accuracy);
   if (base.model_accuracy) out["search"]["model_accuracy"] = config::published_json(*base.model_accuracy);
+  if (const std::size_t close = close_to_best(r, base, shown_fitting(r, top)); close > 0)
+    out["search"]["close_to_best"] = close;
   if (r.tight) {
     const Candidate& c = r.ranked[*r.tight];
     nlohmann::json tight = layout_json(c.layout);

@@ -1134,6 +1134,36 @@ TEST_CASE("search at several GPU counts: each count's search, then its best layo
   CHECK(bad.err == "--gpus: sizes must increase: 32 after 64\n");
 }
 
+TEST_CASE("search: the layouts within the published runs' step-time error of the fastest are named as close") {
+  // Llama 3.1 8B on 64 H200: the kind's MAPE (search.accuracy.mape) bounds the ranks the model cannot
+  // order; they are counted from the top, each at most (1 + MAPE) x the fastest's step time.
+  const std::string axes = " --tp 1,2,4 --pp 1,2 --cp 1 --vp 1 --micro-batch 1,2,4 --recompute none,selective";
+  Result r = run("search configs/llama3.1-8b-h200-64.json" + axes + " --json --top 6");
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  const double mape = j["search"]["accuracy"]["mape"].get<double>();
+  const auto& layouts = j["layouts"];
+  REQUIRE(layouts.size() == 6U);
+  const double bound = layouts[0]["step_time_s"].get<double>() * (1 + mape);
+  std::size_t close = 1;
+  while (close < layouts.size() && layouts[close]["fits"].get<bool>() &&
+         layouts[close]["step_time_s"].get<double>() <= bound)
+    ++close;
+  REQUIRE(close >= 2);  // else this case tests nothing: widen the axes
+  CHECK(j["search"]["close_to_best"] == close);
+  Result text = run("search configs/llama3.1-8b-h200-64.json" + axes + " --top 6");
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find(fmt::format("close         ranks 1-{} lie within {:.1f}% of rank 1", close, 100 * mape)) !=
+        std::string::npos);
+  Result md = run("search configs/llama3.1-8b-h200-64.json" + axes + " --top 6 --markdown");
+  REQUIRE(md.code == 0);
+  CHECK(md.out.find(fmt::format("Close: ranks 1-{} lie within", close)) != std::string::npos);
+  // One layout shown: nothing to order.
+  Result one = run("search configs/llama3.1-8b-h200-64.json" + axes + " --top 1");
+  REQUIRE(one.code == 0);
+  CHECK(one.out.find("close         ") == std::string::npos);
+}
+
 TEST_CASE("search: a global batch the scenario's own layout cannot split still searches the layouts that can") {
   // 16 sequences on 64 GPUs: the scenario's tp 2 leaves dp 32 and micro-batch 2, which `run` refuses;
   // the search replaces that layout, so it ranks those whose micro-batch x dp divides 16, at one and at
