@@ -224,9 +224,10 @@ std::vector<std::size_t> parse_choice_list(std::string_view value, const char* o
   return out;
 }
 
-// A search's base scenario: its layout is replaced by each one searched, so how the global batch
-// splits over it is not checked (a batch of 32 on 128 GPUs searches without a parallel block).
-constexpr trainsim::config::ParseOptions kSearchBase{.check_batch_split = false};
+// A search's base scenario: its layout is replaced by each one searched, so neither how the global
+// batch splits over it nor the keys that need some other layout are checked against it (a batch of 32
+// on 128 GPUs, or cp_comm_type a2a, searches without a parallel block); every candidate is.
+constexpr trainsim::config::ParseOptions kSearchBase{.check_batch_split = false, .check_layout_rules = false};
 
 // `search --clusters a,b,c`: the same search on each cluster (at the scenario's GPU count, or the one
 // --gpus / --nodes gives), then the best layout per cluster.

@@ -245,7 +245,9 @@ workload::ModelSpec parse_model_any(const util::JsonNode& node, const std::strin
   return m;
 }
 
-ParallelSpec parse_parallel(const util::JsonNode& node) {
+// `layout_rules` false (a search's base): the rules that tie a key to a layout the search replaces
+// (cp_comm_type to cp > 1, zero1_grad_reduce to zero 1, ...) wait for each searched layout.
+ParallelSpec parse_parallel(const util::JsonNode& node, bool layout_rules) {
   node.reject_unknown({"tp",
                        "pp",
                        "cp",
@@ -309,7 +311,7 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
   if (auto v = node.find("zero")) {
     p.zero = v->as_nonnegative_int();
     if (p.zero > 3) v->fail(fmt::format("must be 0, 1, 2 or 3, got {}", p.zero));
-    if (p.zero == 3 && (p.schedule == Schedule::zb_h1 || p.schedule == Schedule::dualpipev))
+    if (layout_rules && p.zero == 3 && (p.schedule == Schedule::zb_h1 || p.schedule == Schedule::dualpipev))
       v->fail(
           fmt::format("zero 3 with the {} schedule is not supported yet (its weight-gradient passes would "
                       "re-gather each layer)",
@@ -319,8 +321,8 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
     constexpr std::array<ParallelSpec::Zero2Gather, 2> kGather = {ParallelSpec::Zero2Gather::after_optimizer,
                                                                   ParallelSpec::Zero2Gather::per_unit};
     p.zero2_param_gather = kGather[parse_choice(*v, Choices{{"after_optimizer", "per_unit"}, {}})];
-    if (p.zero != 2) v->fail("applies to zero 2 only");
-    if (p.zero2_param_gather == ParallelSpec::Zero2Gather::per_unit) {
+    if (layout_rules && p.zero != 2) v->fail("applies to zero 2 only");
+    if (layout_rules && p.zero2_param_gather == ParallelSpec::Zero2Gather::per_unit) {
       if (p.pp > 1) v->fail("per_unit (PyTorch FSDP SHARD_GRAD_OP) with pipeline parallelism is not supported yet");
       if (p.schedule == Schedule::zb_h1 || p.schedule == Schedule::dualpipev)
         v->fail("per_unit with the zb-h1 or dualpipev schedule is not supported yet");
@@ -328,20 +330,21 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
   }
   if (auto v = node.find("zero1_grad_reduce")) {
     p.zero1_grad_all_reduce = parse_choice(*v, Choices{{"reduce_scatter", "all_reduce"}, {}}) == 1;
-    if (p.zero != 1) v->fail("applies to zero 1 only");
+    if (layout_rules && p.zero != 1) v->fail("applies to zero 1 only");
   }
   const bool fsdp_units = p.fsdp_units();
   if (auto v = node.find("fsdp_prefetch")) {
     p.fsdp_prefetch = v->as_bool();
-    if (!fsdp_units) v->fail("applies to zero 3 or zero 2 with zero2_param_gather per_unit (FSDP) only");
+    if (layout_rules && !fsdp_units)
+      v->fail("applies to zero 3 or zero 2 with zero2_param_gather per_unit (FSDP) only");
   }
   if (auto v = node.find("overlap_grad_reduce")) p.overlap_grad_reduce = v->as_bool();
   if (auto v = node.find("overlap_param_gather")) {
     p.overlap_param_gather = v->as_bool();
     // Megatron: --overlap-param-gather requires the distributed optimizer and --overlap-grad-reduce.
-    if (p.overlap_param_gather && p.zero < 1) v->fail("requires the distributed optimizer (zero >= 1)");
+    if (layout_rules && p.overlap_param_gather && p.zero < 1) v->fail("requires the distributed optimizer (zero >= 1)");
     if (p.overlap_param_gather && !p.overlap_grad_reduce) v->fail("requires overlap_grad_reduce");
-    if (p.overlap_param_gather && fsdp_units) v->fail("does not apply to FSDP's per-unit all-gathers");
+    if (layout_rules && p.overlap_param_gather && fsdp_units) v->fail("does not apply to FSDP's per-unit all-gathers");
   }
   if (auto v = node.find("align_param_gather")) {
     p.align_param_gather = v->as_bool();
@@ -353,21 +356,21 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
     constexpr std::array<ParallelSpec::CpComm, 3> kCpComm = {ParallelSpec::CpComm::p2p, ParallelSpec::CpComm::a2a,
                                                              ParallelSpec::CpComm::allgather};
     p.cp_comm = kCpComm[parse_choice(*v, Choices{{"p2p", "a2a", "allgather"}, {}})];
-    if (p.cp_comm != ParallelSpec::CpComm::p2p && p.cp == 1) v->fail("applies with cp > 1 only");
+    if (layout_rules && p.cp_comm != ParallelSpec::CpComm::p2p && p.cp == 1) v->fail("applies with cp > 1 only");
   }
   if (auto v = node.find("distributed_optimizer_instances")) {
     p.dist_opt_instances = v->as_positive_int();
     if (p.dist_opt_instances > 1 && p.zero1_grad_all_reduce)
       v->fail(
           "does not combine with zero1_grad_reduce \"all_reduce\" (each instance would all-reduce whole gradients)");
-    if (p.dist_opt_instances > 1 && p.zero != 1 && p.zero != 3)
+    if (layout_rules && p.dist_opt_instances > 1 && p.zero != 1 && p.zero != 3)
       v->fail(
           "applies to the distributed optimizer (zero 1, Megatron's --num-distributed-optimizer-instances) and to "
           "fully sharded data parallelism (zero 3: hybrid sharding, HSDP) only");
   }
   if (auto v = node.find("outer_dp_sharding_strategy")) {
     p.outer_optim_shard = parse_choice(*v, Choices{{"no_shard", "optim"}, {}}) == 1;
-    if (p.outer_optim_shard && (p.zero != 3 || p.dist_opt_instances < 2))
+    if (layout_rules && p.outer_optim_shard && (p.zero != 3 || p.dist_opt_instances < 2))
       v->fail("\"optim\" applies to hybrid sharding only (zero 3 with distributed_optimizer_instances > 1)");
   }
   if (auto v = node.find("first_stage_layers")) p.first_stage_layers = v->as_positive_int();
@@ -424,12 +427,12 @@ ParallelSpec parse_parallel(const util::JsonNode& node) {
   if (auto v = node.find("tp_comm_overlap")) {
     p.tp_comm_overlap = v->as_bool();
     // Megatron: --tp-comm-overlap requires --sequence-parallel.
-    if (p.tp_comm_overlap && !p.sequence_parallel) v->fail("requires sequence_parallel");
+    if (layout_rules && p.tp_comm_overlap && !p.sequence_parallel) v->fail("requires sequence_parallel");
   }
   if (auto v = node.find("scatter_gather_tensors_in_pipeline")) {
     p.scatter_gather_given = true;
     p.scatter_gather_tensors_in_pipeline = v->as_bool();
-    if (p.scatter_gather_tensors_in_pipeline) {
+    if (layout_rules && p.scatter_gather_tensors_in_pipeline) {
       // Megatron-LM scattered the pipeline messages of a tensor-parallel stage only when the hidden
       // states were whole on every rank; its 1F1B and interleaved schedules are the ones it ran them in.
       if (p.tp < 2 || p.pp < 2) v->fail("needs tp > 1 and pp > 1 (a message between tensor-parallel stages)");
@@ -1722,7 +1725,7 @@ Scenario parse_scenario_in(const util::JsonNode& root, const fs::path& data_dir,
   if (auto v = root.find("network"))
     s.network =
         parse_choice(*v, Choices{{"analytical", "flow"}, {}}) == 0 ? NetworkModel::analytical : NetworkModel::flow;
-  if (auto v = root.find("parallel")) s.parallel = parse_parallel(*v);
+  if (auto v = root.find("parallel")) s.parallel = parse_parallel(*v, options.check_layout_rules);
   s.training = parse_training(root.at("training"));
   check_layout(root, s, options);
   if (s.training.framework == Framework::pytorch_eager) check_eager(root, s);

@@ -460,9 +460,12 @@ void apply_overrides(nlohmann::json& doc, const std::vector<std::string>& sets, 
 std::optional<std::string> expand_pipeline_layout(std::string_view layout);
 // What parse_scenario leaves unchecked: by default nothing. A search's base scenario skips how the
 // global batch splits over its layout (micro-batch times data parallelism, the micro-batches a
-// schedule needs): the search replaces that layout with each of its own, which are checked in full.
+// schedule needs) and the rules that tie a parallel key to that layout (cp_comm_type to cp > 1,
+// zero1_grad_reduce to zero 1, tp_comm_overlap to sequence parallelism, ...): the search replaces the
+// layout with each of its own, which are checked in full. Every key's value is still checked.
 struct ParseOptions {
   bool check_batch_split = true;
+  bool check_layout_rules = true;
 };
 Scenario parse_scenario(const util::JsonNode& root, const std::filesystem::path& data_dir, ParseOptions options = {});
 

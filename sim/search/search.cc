@@ -133,6 +133,8 @@ void fill_keys(Candidate& c, const nlohmann::json& doc, const workload::ModelSpe
     else
       p.erase("distributed_optimizer_instances");
   }
+  // Sharding the optimizer across the replicas goes with hybrid sharding.
+  if (l.zero != 3 || l.replicas < 2) p.erase("outer_dp_sharding_strategy");
   if (!fsdp) p.erase("fsdp_prefetch");
   if (l.zero < 1 || fsdp) {
     p.erase("overlap_param_gather");

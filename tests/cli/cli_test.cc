@@ -1186,6 +1186,33 @@ TEST_CASE("search: a global batch the scenario's own layout cannot split still s
   }
 }
 
+TEST_CASE("search: keys that need another layout than the scenario's go with the searched layouts they apply to") {
+  // The scenario's cp 1 and zero 0 refuse cp_comm_type a2a and zero1_grad_reduce; a search replaces that
+  // layout, so it takes them, and each ranked layout carries a key exactly where it applies (cp 2, zero 1).
+  const std::string set = " --set parallel.cp_comm_type=a2a --set parallel.zero1_grad_reduce=all_reduce";
+  Result own = run("run configs/llama3.1-8b-h200-64.json" + set);
+  CHECK(own.code == 2);
+  CHECK(own.err.find("parallel.cp_comm_type: applies with cp > 1 only") != std::string::npos);
+  const std::string axes = " --tp 2 --pp 1 --cp 1,2 --vp 1 --micro-batch 1 --recompute none --zero 0,1";
+  Result r = run("search configs/llama3.1-8b-h200-64.json" + set + axes + " --json --top 0");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto layouts = nlohmann::json::parse(r.out)["layouts"];
+  REQUIRE(layouts.size() == 4);  // cp 1, 2 x zero 0, 1
+  for (const auto& l : layouts) {
+    const auto& p = l["scenario"]["parallel"];
+    CHECK(p.contains("cp_comm_type") == (l["cp"] == 2));
+    if (l["cp"] == 2) CHECK(p["cp_comm_type"] == "a2a");
+    CHECK(p.contains("zero1_grad_reduce") == (l["zero"] == 1));
+  }
+  // A value no layout takes is still refused, in one line.
+  Result bad = run("search configs/llama3.1-8b-h200-64.json --set parallel.cp_comm_type=ring" + axes);
+  CHECK(bad.code == 2);
+  CHECK(bad.err ==
+        "configs/llama3.1-8b-h200-64.json: parallel.cp_comm_type: unknown value \"ring\" (expected one of: p2p, a2a, "
+        "allgather)\n");
+}
+
 TEST_CASE("search on several clusters: each cluster's search, then its best layout with its speed") {
   // Llama 3.1 8B on 64 GPUs of DGX H200 (the scenario's) and of DGX B200: each cluster's search is the
   // search of the scenario with that cluster; the summary repeats each winner.

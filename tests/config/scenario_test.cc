@@ -668,6 +668,46 @@ TEST_CASE("a search's base scenario skips how the global batch splits over its l
   CHECK(std::string(e.what()) == "scenario.json: parallel.tp: 3 does not divide heads (64)");
 }
 
+TEST_CASE("a search's base scenario skips the rules that tie a parallel key to its layout, not the keys' values",
+          "[config]") {
+  // test-70b at tp 8 · pp 2, zero 0, cp 1: each key below needs another layout (Megatron's rules), which
+  // a search may reach; its base takes them, while a value no layout takes is refused as before.
+  DataDir data;
+  constexpr ParseOptions kBase{.check_batch_split = false, .check_layout_rules = false};
+  struct Case {
+    std::string key;
+    json value;
+    std::string problem;  // without the option
+  };
+  const std::vector<Case> cases = {
+      {"cp_comm_type", "a2a", "applies with cp > 1 only"},
+      {"zero1_grad_reduce", "all_reduce", "applies to zero 1 only"},
+      {"zero2_param_gather", "per_unit", "applies to zero 2 only"},
+      {"fsdp_prefetch", false, "applies to zero 3 or zero 2 with zero2_param_gather per_unit (FSDP) only"},
+      {"distributed_optimizer_instances", 2,
+       "applies to the distributed optimizer (zero 1, Megatron's --num-distributed-optimizer-instances) and to fully "
+       "sharded data parallelism (zero 3: hybrid sharding, HSDP) only"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.key);
+    json doc = base_scenario();
+    doc["parallel"][c.key] = c.value;
+    const InputError e = parse_error(data, doc);
+    CHECK(e.path() == "parallel." + c.key);
+    CHECK(e.problem() == c.problem);
+    CHECK_NOTHROW(parse_scenario(JsonNode(doc, "scenario.json"), data.root(), kBase));
+    doc["parallel"][c.key] = "none of these";
+    CHECK(error_of([&] { (void)parse_scenario(JsonNode(doc, "scenario.json"), data.root(), kBase); }).path() ==
+          "parallel." + c.key);
+  }
+  // tp_comm_overlap without sequence parallelism: a search turns it on wherever tp > 1.
+  json doc = base_scenario();
+  doc["parallel"]["sequence_parallel"] = false;
+  doc["parallel"]["tp_comm_overlap"] = true;
+  CHECK(parse_error(data, doc).problem() == "requires sequence_parallel");
+  CHECK(parse_scenario(JsonNode(doc, "scenario.json"), data.root(), kBase).parallel.tp_comm_overlap);
+}
+
 // LoRA keys: parsed with Megatron-Bridge's defaults (rank 32, all four linears), refused alone, on
 // models and layouts not modelled yet, and with unknown or repeated target names.
 TEST_CASE("training.peft lora: defaults, targets and refusals") {
