@@ -139,8 +139,10 @@ OpTime ComputeModel::breakdown(const workload::Op& op) const {
     case workload::OpKind::tp_comm:
       break;
   }
-  compute_s /= op.achieved;
-  memory_s /= op.achieved;
+  if (op.mamba_scan) {
+    compute_s /= gpu_.mamba_scan_achieved;
+    memory_s /= gpu_.mamba_scan_achieved;
+  }
   return {compute_s, memory_s, fixed_s, std::max(compute_s, memory_s) + fixed_s};
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // Roofline compute model with shape-dependent efficiencies:
 //   time = max(flops / (peak * efficiency(op)), bytes / (hbm_Bps * hbm_efficiency)) / achieved + launches
-// (Op::achieved is 1 except for kernels measured slower than the roofline: the Mamba-2 scan's.)
+// (achieved is 1 except for the Mamba-2 mixer's own kernels, Op::mamba_scan, which run at the GPU's
+// GpuSpec::mamba_scan_achieved.)
 // GEMM efficiency falls as shapes shrink; attention has its own efficiency; memory-bound kernels
 // run at an achieved fraction of HBM bandwidth. Constants and fits are documented in
 // gpu_catalog.cc and sim/hardware/README.md.
@@ -13,8 +14,8 @@ namespace trainsim::hardware {
 
 // One op's time and what bounds it: total_s = max(compute_s, memory_s) + fixed_s, where compute_s is
 // its FLOPs at the modelled efficiency (0 for memory-bound kernels) and memory_s its bytes at the
-// achieved HBM bandwidth, both over Op::achieved, and fixed_s its launches and fixed per-GEMM cost. A
-// calibrated profile's measured GEMM holds its fixed costs in compute_s.
+// achieved HBM bandwidth, both over the Mamba kernels' share (GpuSpec::mamba_scan_achieved), and fixed_s its launches
+// and fixed per-GEMM cost. A calibrated profile's measured GEMM holds its fixed costs in compute_s.
 struct OpTime {
   double compute_s = 0;
   double memory_s = 0;

@@ -38,6 +38,7 @@ struct GpuSpec {
   double attention_hd64 = 1;            // fused attention at head dim 64 relative to 128
   double flash2_hd64 = 1;               // FlashAttention-2 at head dim 64 relative to 128
   double hbm_efficiency = 0;            // achieved fraction of hbm_Bps for streaming kernels
+  double mamba_scan_achieved = 1;       // the Mamba-2 mixer's own kernels, share of the roofline model
   double launch_s = 0;                  // per-kernel launch overhead
   // A calibrated profile (`gpu_profile` in a scenario or topology): where set, the compute model and
   // the analytical network take GEMM, HBM, launch and intra-node collective times from it.

@@ -38,6 +38,35 @@ constexpr double kMamfRatio = 0.83 / 0.869;    // [MAMF]
 constexpr double kAmpereHalfDim = 90;          // [FIT]
 constexpr double kAmpereGemmFixed_s = 8.5e-6;  // [FIT] t0, launch included
 constexpr double kHopperHalfDim = 130;         // [FIT8] H100 140, H200 120
+// The Mamba-2 mixer's own kernels (the causal conv1d, mamba_ssm's SSD scan Triton kernels, the gated
+// RMSNorm; forward, recompute and backward; Op::mamba_scan) run at this share of the roofline model's
+// speed, the GEMM model's efficiency for their small batched products standing for the Triton kernels.
+// [FIT][E2E] Blackwell: fitted on Megatron-Bridge's 6 Nemotron 3 Nano runs on GB300 (releases 26.02.01
+// to 26.08): the best of 1/3.6 ... 1/4.4 in steps of 0.1 by MAPE (2.9% at 1/3.9, 3.0% at 1/4.0; mean
+// error -0.6% at 1/4.0), rounded to 1/4. Checked again when each local expert's GEMM got its own kernel
+// (thirty-seventh session): best 1/3.8 (MAPE 2.95%, mean -1.3%), 2.98% at 1/3.9, 3.01% at 1/4.0 (mean
+// +0.8%); kept. Held out: Nano on B200, B300 and GB200 and Super on every GPU; their residuals are in
+// validation/README.md ("Hybrid Mamba models"). A 4x gap to the roofline is plausible for Triton
+// kernels that are memory- and latency-bound on fp32 states on Blackwell (state-spaces/mamba issue
+// #904: a Mamba-3 backward Triton kernel ran 38.7x slower on GB200 when the compiler dropped its tuned
+// configurations). Those runs are mixtures of experts with the flex dispatcher, whose overhead the
+// fit may absorb (validation/README.md, open lead 4 on the mixture-of-experts runs).
+constexpr double kBlackwellMambaScan = 1.0 / 4.0;
+// [FIT][E2E] Hopper: half the roofline model's speed, from the three hybrid models measured on H100,
+// each model weighted alike (step-time error at 1/4, 1/3, 1/2, 2/3 and 1):
+//   Nemotron 3 Nano 4B, dense, BF16, 8 GPUs (Megatron-Bridge's model verification card,
+//     validation/records/mbridge-verify_*): +55%, +37%, +18%, +8.5%, -0.9%;
+//   Nemotron-H 56B, dense, FP8, tp 8 on 256 GPUs (NVIDIA/dgxc-benchmarking nemotron-h/README.md's
+//     example output, 15.714 s with a 2.99 s standard deviation over iterations 11-44; not a record: the
+//     performance script's settings were not read, its layout taken as the table's with Megatron-Bridge's
+//     defaults): +22%, +9.8%, -2.8%, -9.1%, -15%;
+//   Nemotron 3 Nano 30B-A3B, mixture of experts, FP8, 16 GPUs (4 releases' records): +9.1%, +1.3%,
+//     -9.5%, -14%, -19% on average, its flex dispatcher's overhead unmodelled (the same lead 4).
+// Mean of the three: 29%, 16%, 10%, 11%, 12%. Blackwell's 1/4 against Hopper's 1/2 is the direction one
+// expects of Triton kernels tuned on A100 and H100.
+constexpr double kHopperMambaScan = 1.0 / 2.0;
+// [A] Ampere: as Hopper (no hybrid run on A100 is published).
+constexpr double kAmpereMambaScan = kHopperMambaScan;
 constexpr double kHopperGemmFixed_s = 5.5e-6;  // [FIT8] t0, launch included
 // [E2E] Hopper GEMMs sustain 0.83 of the MAMF-derived ceiling in whole training steps: the one factor
 // that minimises the step-time MAPE over the 131 dense BF16 DGX H100 records of validation/ (MPT 70,
@@ -160,6 +189,7 @@ std::array<GpuSpec, 10> build() {
     g->flash1_efficiency = kA100Flash1;
     g->attention_hd64 = g->flash2_hd64 = kA100Hd64;
     g->hbm_efficiency = kA100Hbm;  // [A] for the 40 GB part: same fraction as the 80 GB one
+    g->mamba_scan_achieved = kAmpereMambaScan;
   }
   for (GpuSpec* g : {&h100, &h200, &h800}) {
     g->gemm_efficiency = 0.803 * kMamfRatio * kSustained;  // [MAMF][E2E] H100 SXM 80.3% → 0.767 → 0.637
@@ -171,6 +201,7 @@ std::array<GpuSpec, 10> build() {
     g->flash1_efficiency = kH100Flash2 * kFlash1OverFlash2;  // [A] see kFlash1OverFlash2
     g->attention_hd64 = kHopperFusedHd64;
     g->flash2_hd64 = kHopperFlash2Hd64;
+    g->mamba_scan_achieved = kHopperMambaScan;
   }
   h100.hbm_efficiency = h800.hbm_efficiency = kH100Hbm;
   h200.hbm_efficiency = kH200Hbm;
@@ -208,6 +239,7 @@ std::array<GpuSpec, 10> build() {
     g->attention_hd64 = kHopperFusedHd64;                             // [A] as Hopper
     g->flash2_hd64 = kHopperFlash2Hd64;                               // [A] as Hopper
     g->hbm_efficiency = kH200Hbm;                                     // [A] HBM3e like H200
+    g->mamba_scan_achieved = kBlackwellMambaScan;
   }
   // [DS] Dense NVFP4 peaks: B200 9000, GB200 10000 TFLOP/s (ecosystem.md §4.1). Blackwell Ultra runs
   // FP4 at 1.5x Blackwell's rate (its FP8 and BF16 unchanged): B300 13500, the peak NeMo divides by for

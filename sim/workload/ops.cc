@@ -1329,22 +1329,14 @@ Op hc_post(const Dims& x, bool backward) {
 // BF16 under FP8 (Transformer Engine quantises only the projections). Kept for backward (the
 // memory-efficient path, which recomputes the convolution and the states): the norm input, in_proj's
 // output z, x, B, C, dt, the scan output y and out_proj's input.
-// [FIT] The Mamba-2 mixer's own kernels (the causal conv1d, the SSD scan's Triton kernels, the gated
-// RMSNorm; forward, recompute and backward) run at this share of the roofline model's speed. Fitted
-// on Megatron-Bridge's 6 Nemotron 3 Nano runs on GB300 (releases 26.02.01 to 26.08): the best of
-// 1/3.6 ... 1/4.4 in steps of 0.1 by MAPE (2.9% at 1/3.9, 3.0% at 1/4.0; mean error -0.6% at 1/4.0),
-// rounded to 1/4. Checked again when each local expert's GEMM got its own kernel (thirty-seventh
-// session): best 1/3.8 (MAPE 2.95%, mean -1.3%), 2.98% at 1/3.9, 3.01% at 1/4.0 (mean +0.8%); kept. Held out: Nano on
-// B200, B300, GB200 and H100 (14 runs) and Super on every GPU (30 runs); their residuals are in validation/README.md
-// ("Hybrid Mamba models"). A 4x gap to the roofline is plausible for Triton kernels that are memory- and latency-bound
-// on fp32 states on Blackwell (state-spaces/mamba issue #904: a Mamba-3 backward Triton kernel ran 38.7x slower on
-// GB200 when the compiler dropped its tuned configurations); no microbenchmark of Megatron's Mamba-2 training path was
-// published to pin it down.
-constexpr double kMambaScanAchieved = 1.0 / 4.0;
+// The Mamba-2 mixer's own kernels (the causal conv1d, the SSD scan's Triton kernels, the gated RMSNorm;
+// forward, recompute and backward) run at the GPU's share of the roofline model's speed
+// (hardware::GpuSpec::mamba_scan_achieved: Blackwell's fitted, Hopper's from a dense hybrid run;
+// gpu_catalog.cc).
 
-// One of the Mamba mixer's own kernels (see kMambaScanAchieved), as core() and grouped() mark theirs.
+// One of the Mamba mixer's own kernels (see above), as core() and grouped() mark theirs.
 Op scan_kernel(Op op) {
-  op.achieved = kMambaScanAchieved;
+  op.mamba_scan = true;
   return op;
 }
 

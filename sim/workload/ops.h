@@ -155,9 +155,10 @@ struct Op {
   // Not run again by a full recompute of its layer (FSDP2's copy-out of the gathered parameters: the
   // backward gathers and copies them out itself).
   bool skip_in_recompute = false;
-  // The share of the roofline model's speed the kernel reaches (compute_model.h); below 1 only for
-  // kernels measured slower than it: the Mamba-2 scan's (ops.cc, kMambaScanAchieved).
-  double achieved = 1.0;
+  // One of the Mamba-2 mixer's own kernels (the causal conv1d, the SSD scan's Triton kernels, the
+  // gated RMSNorm), which run at the GPU's share of the roofline model's speed
+  // (hardware::GpuSpec::mamba_scan_achieved; ops.cc says where each comes from).
+  bool mamba_scan = false;
   // A GEMM that stays BF16 under FP8 and NVFP4 (DeepSeek V4's compressors, its indexer's weights,
   // compressor and scores, and its grouped output projection, which Megatron-Core runs outside Transformer
   // Engine's quantised linears).

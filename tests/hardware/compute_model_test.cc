@@ -122,7 +122,9 @@ TEST_CASE("a grouped GEMM of 8 kernels pays 8 launches and fixed costs, one kern
 }
 
 // A streaming kernel of 1 GB on H100 runs at Azure's measured copy bandwidth, 2.9 TB/s.
-TEST_CASE("a memory-bound op of 1 GB on H100 takes 1e9 / 2.9e12 s") {
+TEST_CASE(
+    "a memory-bound op of 1 GB on H100 takes 1e9 / 2.9e12 s; a Mamba kernel on H100 twice and on B200 four times its "
+    "roofline") {
   ComputeModel cm(*find_gpu("h100-sxm"));
   Op op;
   op.kind = OpKind::memory;
@@ -131,10 +133,13 @@ TEST_CASE("a memory-bound op of 1 GB on H100 takes 1e9 / 2.9e12 s") {
   // A tiny kernel costs its launch.
   op.bytes = 1024;
   CHECK(cm.time_s(op) == Approx(cm.gpu().launch_s).epsilon(0.01));
-  // A kernel that reaches a quarter of the roofline takes four times its time, plus the launch.
+  // A Mamba-2 mixer kernel runs at the GPU's share of the roofline (gpu_catalog.cc): half of it on
+  // H100, a quarter on B200, which take twice and four times their roofline time, plus the launch.
   op.bytes = 1e9;
-  op.achieved = 0.25;
-  CHECK(cm.time_s(op) - cm.gpu().launch_s == Approx(4 * 1e9 / (cm.gpu().hbm_Bps * cm.gpu().hbm_efficiency)));
+  op.mamba_scan = true;
+  CHECK(cm.time_s(op) - cm.gpu().launch_s == Approx(2 * 1e9 / (cm.gpu().hbm_Bps * cm.gpu().hbm_efficiency)));
+  ComputeModel b200(*find_gpu("b200"));
+  CHECK(b200.time_s(op) - b200.gpu().launch_s == Approx(4 * 1e9 / (b200.gpu().hbm_Bps * b200.gpu().hbm_efficiency)));
 }
 
 // FlashAttention-2 fwd+bwd on A100, causal, head dim 128: 189 TFLOP/s at 16k, 155 at 2k, 99 at

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tools/gen-validation: every record in validation/records is exactly what the generator writes from
-# the reference file and validation/sources/ (torchtitan.json, megatron-deepspeed.json, mcore-moe.json, nemo-perf.json, dgxc.json; no record edited by hand, the output deterministic), and a row of a covered source that the
+# the reference file and validation/sources/ (torchtitan.json, megatron-deepspeed.json, mcore-moe.json, nemo-perf.json, dgxc.json, mbridge-verify.json; no record edited by hand, the output deterministic), and a row of a covered source that the
 # conversions do not know (here an MPT row on a GPU without a topology) becomes a skipped record
 # that `trainsim validate` lists with the reason. Skipped (77) where ../shared/reference is absent.
 # Usage: gen_validation_test.sh SOURCE_DIR TRAINSIM_BINARY
@@ -31,7 +31,7 @@ json.dump([row], open(sys.argv[2], "w"))
 PY
 echo '{"pages": {}, "runs": []}' >"$tmp/no-torchtitan.json"
 python3 "$src/tools/gen-validation" --reference "$tmp/fake.json" --torchtitan "$tmp/no-torchtitan.json" \
-  --megatron-deepspeed "$tmp/no-torchtitan.json" --mcore-moe "$tmp/no-torchtitan.json" --nemo-perf "$tmp/no-torchtitan.json" --dgxc "$tmp/no-torchtitan.json" \
+  --megatron-deepspeed "$tmp/no-torchtitan.json" --mcore-moe "$tmp/no-torchtitan.json" --nemo-perf "$tmp/no-torchtitan.json" --dgxc "$tmp/no-torchtitan.json" --mbridge-verify "$tmp/no-torchtitan.json" \
   --out "$tmp/fake" >/dev/null 2>"$tmp/fake.err" ||
   fail "generator on an unknown GPU: $(cat "$tmp/fake.err")"
 grep -q "not converted: mpt_test_unknown_gpu: no topology for GPU 'L40S 48GB'" "$tmp/fake.err" || fail "no warning: $(cat "$tmp/fake.err")"

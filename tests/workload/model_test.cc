@@ -560,6 +560,38 @@ TEST_CASE("Nemotron 3 hybrid models: parameters and model FLOPs match the publis
   CHECK(model_flops_per_sequence(ultra, 8192) / 8192 / 1e9 == Approx(1281e3 / 3552).epsilon(0.05));
 }
 
+// Qwen3-8B (Qwen/Qwen3-8B's config.json): its model card gives 8.2 B parameters, 6.95 B without the
+// embeddings. By hand, per layer: QKV 4096 x (32 + 2 x 8) x 128, output 4096 x 4096, SwiGLU 3 x 4096 x
+// 12288, two RMSNorms and the per-head query and key norms (2 x 128); the untied embedding and output
+// layer of 151,936 x 4096 and the final norm.
+TEST_CASE("Qwen3-8B: the model card's parameter counts") {
+  const ModelSpec m = model("qwen3-8b");
+  const std::int64_t h = 4096;
+  const std::int64_t layer = h * 48 * 128 + h * h + 3 * h * 12288 + 2 * h + 2 * 128;
+  CHECK(m.total_params() == 36 * layer + 2 * 151936 * h + h);
+  CHECK(static_cast<double>(36 * layer) / 1e9 == Approx(6.95).epsilon(0.001));
+  CHECK(static_cast<double>(m.total_params()) / 1e9 == Approx(8.2).epsilon(0.005));
+}
+
+// Nemotron 3 Nano 4B (Megatron-Bridge's nemotron_3_nano_4b recipe's HybridModelProvider; its model
+// verification card counts 3,973,556,832 parameters). By hand: a Mamba layer's in_proj 3136 x (2 x 7680
+// + 2 x 8 x 128 + 96) with its norm, conv1d (7680 + 2 x 8 x 128 channels, width 4, biased), dt_bias,
+// A_log and D per head, the gated norm over 7680 and out_proj 7680 x 3136; an attention layer's norm,
+// QKV 3136 x (40 + 2 x 8) x 128 and output 5120 x 3136; an MLP layer's norm and 2 x 3136 x 12544; then
+// the untied embedding and output layer and the final norm.
+TEST_CASE("Nemotron 3 Nano 4B: 21 Mamba, 4 attention and 17 MLP layers, the card's parameter count") {
+  std::ifstream in(std::filesystem::path(TRAINSIM_SOURCE_DIR) / "models" / "nemotron-3-nano-4b.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  const ModelSpec m = parse_model(JsonNode(j, "nemotron-3-nano-4b.json"));
+  CHECK(m.layers == 42);
+  const std::int64_t h = 3136, inner = 96 * 80, bc = 2 * 8 * 128, conv = inner + bc;
+  const std::int64_t mamba = h + h * (2 * inner + bc + 96) + conv * 4 + conv + 3 * 96 + inner + inner * h;
+  const std::int64_t attention = h + h * (40 + 2 * 8) * 128 + 40 * 128 * h;
+  const std::int64_t mlp = h + 2 * h * 12544;
+  CHECK(m.total_params() == 21 * mamba + 4 * attention + 17 * mlp + 2 * 131072 * h + h);
+  CHECK(m.total_params() == 3973556832);
+}
+
 TEST_CASE("hybrid model JSON is checked") {
   const std::string base = R"("name": "h", "hidden": 256, "heads": 4, "kv_heads": 2, "vocab": 1000,
       "mlp": "squared_relu", "mamba_heads": 8, "mamba_head_dim": 32, "mamba_state": 16, "mamba_groups": 2)";
