@@ -1331,8 +1331,8 @@ Op hc_post(const Dims& x, bool backward) {
 // output z, x, B, C, dt, the scan output y and out_proj's input.
 // The Mamba-2 mixer's own kernels (the causal conv1d, the SSD scan's Triton kernels, the gated RMSNorm;
 // forward, recompute and backward) run at the GPU's share of the roofline model's speed
-// (hardware::GpuSpec::mamba_scan_achieved: Blackwell's fitted, Hopper's from a dense hybrid run;
-// gpu_catalog.cc).
+// (hardware::GpuSpec::mamba_scan_achieved: Blackwell's fitted on Nemotron 3 Nano GB300 runs, Hopper's
+// on three hybrid models measured on H100; gpu_catalog.cc).
 
 // One of the Mamba mixer's own kernels (see above), as core() and grouped() mark theirs.
 Op scan_kernel(Op op) {
